@@ -1,0 +1,139 @@
+"""The `meshplan` command line: parse, call the planner API, print. Errors become one line on stderr
+and an exit code (2: bad input or a layout that breaks a rule; 3: nothing fits)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from planner.errors import InputError, MeshplanError
+from planner.specs import AttentionKernel, Dtype, Recompute, Runtime
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="meshplan: plan and predict parallel layouts for large-model training.")
+T = TypeVar("T")
+
+
+def _run(action: Callable[[], T]) -> T:
+    """Run `action`; turn meshplan's errors into a one-line message and their exit code."""
+    try:
+        return action()
+    except MeshplanError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: int | None) -> int:
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise InputError("give exactly one of --global-batch (sequences) or --global-batch-tokens")
+    if global_batch_tokens is not None:
+        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
+            raise InputError(f"--global-batch-tokens {global_batch_tokens} must be a positive multiple of "
+                             f"--seq-len {seq_len}")
+        return global_batch_tokens // seq_len
+    assert global_batch is not None
+    return global_batch
+
+
+Model = Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")]
+Hardware = Annotated[str, typer.Option(help="Hardware preset or hardware-profile YAML.")]
+Gpus = Annotated[int, typer.Option(help="Total number of GPUs.")]
+SeqLen = Annotated[int, typer.Option(help="Sequence length in tokens.")]
+GlobalBatch = Annotated[int | None, typer.Option(help="Sequences per optimizer step.")]
+GlobalBatchTokens = Annotated[int | None, typer.Option(help="Tokens per optimizer step (instead of --global-batch).")]
+DtypeOpt = Annotated[Dtype, typer.Option(help="Precision of the matrix multiplications.")]
+GpusPerNode = Annotated[int | None, typer.Option(help="Override the profile's GPUs per node.")]
+InterNode = Annotated[float | None, typer.Option(help="Override scale-out bandwidth per GPU, Gbit/s.")]
+MemoryGib = Annotated[float | None, typer.Option(help="Override GPU memory, GiB.")]
+Attention = Annotated[AttentionKernel, typer.Option(help="Attention kernel the framework runs.")]
+
+
+@app.command()
+def evaluate(
+    model: Model,
+    hardware: Hardware,
+    gpus: Gpus,
+    seq_len: SeqLen,
+    global_batch: GlobalBatch = None,
+    global_batch_tokens: GlobalBatchTokens = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages (model chunks) per rank.")] = 1,
+    mbs: Annotated[int, typer.Option(help="Micro-batch size in sequences.")] = 1,
+    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).")] = None,
+    zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
+    dtype: DtypeOpt = Dtype.BF16,
+    attention: Attention = AttentionKernel.FLASH,
+    gpus_per_node: GpusPerNode = None,
+    inter_node_gbps: InterNode = None,
+    memory_gib: MemoryGib = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Predict step time, throughput, MFU and per-GPU memory of one layout."""
+    from hardware_profiles import HardwareOverrides
+    from planner.api import make_layout, resolve
+    from planner.report import layout_dict, prediction_dict, prediction_table
+
+    def action() -> None:
+        from cost_models.step import evaluate_layout
+
+        batch = _global_batch(seq_len, global_batch, global_batch_tokens)
+        problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
+                          runtime=Runtime(attention=attention),
+                          overrides=HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib))
+        layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
+                             recompute=recompute)
+        pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
+        if as_json:
+            out: dict[str, Any] = {**prediction_dict(pred), "layout": layout_dict(layout),
+                                   "model": problem.model.name, "hardware": problem.cluster.name,
+                                   "gpus": gpus, "seq_len": seq_len, "global_batch": batch}
+            typer.echo(json.dumps(out, indent=2))
+        else:
+            typer.echo(prediction_table(problem.model, problem.cluster, problem.job, layout, pred))
+
+    _run(action)
+
+
+@app.command()
+def models() -> None:
+    """List the built-in model presets."""
+    from cost_models.flops import total_params
+    from planner.loaders import load_model, model_preset_names
+
+    typer.echo(f"{'preset':16} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'ffn':>6} "
+               f"{'vocab':>7}  mlp")
+    for name in model_preset_names():
+        m = load_model(name)
+        typer.echo(f"{name:16} {total_params(m) / 1e9:8.2f}B {m.num_layers:>6} {m.hidden_size:>6} "
+                   f"{m.num_attention_heads:>5} {m.num_kv_heads:>4} {m.ffn_hidden_size:>6} {m.vocab_size:>7}  "
+                   f"{'gated' if m.gated_mlp else 'plain'}")
+
+
+@app.command()
+def hardware() -> None:
+    """List the built-in hardware presets."""
+    from hardware_profiles import load_hardware, preset_names
+
+    typer.echo(f"{'preset':12} {'memory':>7} {'bf16 TF':>7} {'HBM GB/s':>8} {'GPUs/node':>9} {'scale-up':>8} "
+               f"{'GB/s':>5} {'NIC Gb/s':>8}")
+    for name in preset_names():
+        c = load_hardware(name, 1)
+        typer.echo(f"{name:12} {c.gpu.memory_gib:6.0f}G {c.gpu.peak_bf16_tflops:7.0f} {c.gpu.hbm_gbs:8.0f} "
+                   f"{c.gpus_per_node:9} {c.scale_up_size:8} {c.scale_up.bandwidth_gbs:5.0f} "
+                   f"{c.scale_out.bandwidth_gbs * 8:8.0f}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="meshplan")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Collective communication: an α-β model per collective, aware of which network tier a group uses.
+
+Placement on the mesh is fixed: TP innermost, then CP, DP, PP outermost (Megatron-LM's default
+order). A group of `size` ranks whose consecutive members are `stride` GPUs apart has
+`k = min(size, scale_up_size // stride)` members in each scale-up domain (NVLink/NVSwitch island).
+
+Time of one collective on S bytes (NCCL conventions, nccl-tests doc/PERFORMANCE.md):
+    t = α · steps + factor · S / busbw
+    factor: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n; send/recv 1
+    steps:  ring algorithms, n − 1 (2(n − 1) for all-reduce), 1 for send/recv. Ring latency grows
+            with the group: it is what makes ZeRO-3 over thousands of ranks slow (Narayanan et al.
+            2021 Table 2). NCCL's tree and PAT algorithms cut it at scale; the model stays
+            conservative.
+A group inside one domain runs at the scale-up bus bandwidth. A group that spans domains runs as
+rings whose inter-domain hops each carry the full ring traffic through the sending rank's own NIC
+(rail-aligned rings: ranks of a group never borrow their node-mates' NICs, because those are busy
+with the node-mates' own groups), so busbw = min(scale-up, NIC per GPU) x achieved share. This is
+the conservative end of what NCCL achieves; it reproduces the ZeRO-3 scaling of Narayanan et al.
+2021 Table 2 where an ideal node-aggregated model is several times too fast.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from planner.specs import ClusterSpec, LinkSpec
+
+
+class Collective(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"
+
+
+def ranks_per_domain(cluster: ClusterSpec, size: int, stride: int) -> int:
+    """Members of a (size, stride) group that share one scale-up domain."""
+    return max(1, min(size, cluster.scale_up_size // max(stride, 1)))
+
+
+def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[LinkSpec, bool]:
+    """The bottleneck link of the group and whether it crosses scale-up domains."""
+    crosses = ranks_per_domain(cluster, size, stride) < size
+    if not crosses:
+        return cluster.scale_up, False
+    slow = min((cluster.scale_up, cluster.scale_out), key=lambda link: link.bus_bytes_per_s)
+    return slow, True
+
+
+def bandwidth_factor(kind: Collective, size: int) -> float:
+    """Bytes each rank moves per byte of buffer (nccl-tests bus-bandwidth factors)."""
+    if kind is Collective.SEND_RECV:
+        return 1.0
+    if kind is Collective.ALL_REDUCE:
+        return 2.0 * (size - 1) / size
+    return (size - 1) / size
+
+
+def collective_time(kind: Collective, nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
+    """Seconds for one collective over `nbytes` (the full buffer; per-rank message for send/recv)."""
+    if nbytes <= 0 or (size <= 1 and kind is not Collective.SEND_RECV):
+        return 0.0
+    link, crosses = group_link(cluster, max(size, 2), stride)
+    alpha = (cluster.scale_out if crosses else cluster.scale_up).latency_us * 1e-6
+    steps = 1 if kind is Collective.SEND_RECV else size - 1
+    if kind is Collective.ALL_REDUCE:
+        steps *= 2
+    return alpha * steps + bandwidth_factor(kind, max(size, 2)) * nbytes / link.bus_bytes_per_s
+
+
+def p2p_time(nbytes: float, stride: int, cluster: ClusterSpec) -> float:
+    """One pipeline send/recv between neighbouring stages `stride` GPUs apart."""
+    return collective_time(Collective.SEND_RECV, nbytes, 2, stride, cluster)

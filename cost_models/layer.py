@@ -1,0 +1,150 @@
+"""Per-layer time of one micro-batch on one GPU, for a given (tp, cp, sp, mbs, recompute).
+
+A layer's time depends only on those knobs and the hardware, never on pp, dp or the stage split,
+so the search computes each `LayerTime` once and reuses it (DESIGN.md, performance notes).
+
+Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi et al. 2019):
+  GEMMs  QKV [T, h]x[h, (a·d + 2·g·d)/t], proj [T, a·d/t]x[a·d/t, h], FC1 [T, h]x[h, f/t] (x2 gated),
+         FC2 [T, f/t]x[f/t, h]; backward 2 x forward.
+  core   fused: 4·T·s·d·a/t FLOPs halved for the causal mask; unfused: batched QKᵀ and PV GEMMs
+         plus softmax and dropout over the T·s·a/t scores (Korthikanti et al. 2022 Fig. 3).
+  memory-bound  per token: two norms 2·4h, two residual adds 2·6h, dropout masks 2h (scaled by
+         1/t under SP), activation 4f/t (6f/t gated), rotary 4(a·d/t + g·d/t); backward 1.5 x.
+  TP     forward 2 all-reduces of T·h·2 bytes (SP: 2 all-gathers + 2 reduce-scatters, same volume),
+         backward the same; not overlapped with compute.
+  CP     ring attention passes K and V blocks (2·T·g·d·2 bytes) cp − 1 times forward, K, V and
+         their gradients backward; hidden behind the attention kernel when it is longer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
+from cost_models.memory import kv_heads_per_rank
+from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute
+
+
+# Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
+# 1.5 x the forward traffic; residual adds have no backward kernel.
+ELEMENTWISE_BACKWARD = 1.5
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds for one layer and one micro-batch on one GPU."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    tp_comm: float = 0.0
+    cp_comm: float = 0.0  # exposed part only
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm
+
+    def __add__(self, other: LayerTime) -> LayerTime:
+        return LayerTime(self.forward + other.forward, self.backward + other.backward,
+                         self.recompute + other.recompute, self.tp_comm + other.tp_comm,
+                         self.cp_comm + other.cp_comm)
+
+    def scaled(self, k: float) -> LayerTime:
+        return LayerTime(self.forward * k, self.backward * k, self.recompute * k, self.tp_comm * k,
+                         self.cp_comm * k)
+
+
+@dataclass(frozen=True)
+class LayerKnobs:
+    tp: int
+    cp: int
+    sp: bool
+    mbs: int
+    recompute: Recompute
+
+
+def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int) -> float:
+    """`count` all-reduce-equivalents over the TP group (innermost: stride 1)."""
+    return count * collective_time(Collective.ALL_REDUCE, nbytes, knobs.tp, 1, cluster)
+
+
+def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
+                    ) -> tuple[float, float]:
+    """(forward, backward) seconds of QKᵀ → softmax → ·V for the local heads."""
+    gpu, s, d = cluster.gpu, job.seq_len, model.head_dim
+    heads = model.num_attention_heads / knobs.tp
+    q_len = s / knobs.cp
+    if job.runtime.attention is AttentionKernel.FLASH:
+        flops = 4.0 * knobs.mbs * heads * q_len * s * d * 0.5
+        return flash_attention_time(flops, gpu, job.dtype)
+    batch = knobs.mbs * heads
+    scores = Gemm(q_len, s, d, batch)
+    values = Gemm(q_len, d, s, batch)
+    f1, b1 = gemm_fwd_bwd_time(scores, gpu, job.dtype)
+    f2, b2 = gemm_fwd_bwd_time(values, gpu, job.dtype)
+    elements = batch * q_len * s
+    # fused scale-mask-softmax reads and writes 2 B per score, dropout 2 + 2 + a 1 B mask; backward
+    # reads output and gradient and writes a gradient (6 B), dropout backward 5 B
+    fwd_bytes = elements * (4 + (5 if model.dropout else 0))
+    bwd_bytes = elements * (6 + (5 if model.dropout else 0))
+    return f1 + f2 + memory_time(fwd_bytes, gpu), b1 + b2 + memory_time(bwd_bytes, gpu)
+
+
+def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+    gpu, dtype, t = cluster.gpu, job.dtype, knobs.tp
+    h, f = model.hidden_size, model.ffn_hidden_size
+    tokens = knobs.mbs * job.seq_len / knobs.cp
+    q_local = model.q_dim / t
+    kv_local = kv_heads_per_rank(model, t) * model.head_dim
+    gemms = (Gemm(tokens, q_local + 2 * kv_local, h), Gemm(tokens, h, q_local),
+             Gemm(tokens, (2 if model.gated_mlp else 1) * f / t, h), Gemm(tokens, h, f / t))
+    fwd = bwd = 0.0
+    for g in gemms:
+        gf, gb = gemm_fwd_bwd_time(g, gpu, dtype)
+        fwd, bwd = fwd + gf, bwd + gb
+    core_f, core_b = _attention_core(model, job, cluster, knobs)
+    r = 1.0 / t if knobs.sp else 1.0
+    hidden_bytes = (8 + 12 + (2 if model.dropout else 0)) * h * r
+    act_bytes = (6 if model.gated_mlp else 4) * f / t
+    rope_bytes = 0.0 if model.learned_positions else 4 * (q_local + kv_local)
+    elementwise = memory_time(tokens * (hidden_bytes + act_bytes + rope_bytes), gpu)
+    fwd += core_f + elementwise
+    bwd += core_b + ELEMENTWISE_BACKWARD * elementwise
+    act_bytes_tp = tokens * h * 2
+    tp_fwd = _tp_comm(cluster, knobs, act_bytes_tp, 2)
+    cp_f = cp_b = 0.0
+    if knobs.cp > 1:
+        block = 2 * tokens * kv_local * 2
+        ring = (knobs.cp - 1) * p2p_time(block, knobs.tp, cluster)
+        cp_f, cp_b = gpu.exposed(ring, core_f), gpu.exposed(2 * ring, core_b)
+    if knobs.recompute is Recompute.FULL:
+        recompute, tp_re = fwd, tp_fwd
+    elif knobs.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
+        recompute, tp_re = core_f, 0.0
+    else:  # fused attention already recomputes its scores in backward
+        recompute, tp_re = 0.0, 0.0
+    return LayerTime(fwd, bwd, recompute, 2 * tp_fwd + tp_re, cp_f + cp_b)
+
+
+def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+    """Vocabulary-parallel lookup (+ learned positions): memory-bound, one TP reduction forward."""
+    tokens = knobs.mbs * job.seq_len / knobs.cp
+    h = model.hidden_size
+    nbytes = tokens * h * (2 + (4 if model.learned_positions else 0) + (1 if model.dropout else 0))
+    t = memory_time(nbytes, cluster.gpu)
+    return LayerTime(forward=t, backward=2 * t, tp_comm=_tp_comm(cluster, knobs, tokens * h * 2, 1))
+
+
+def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+    """Final norm, LM head GEMM [T, h]x[h, V/t] and vocabulary-parallel cross-entropy (fp32
+    softmax over V/t logits per token: about 12 bytes each way)."""
+    tokens = knobs.mbs * job.seq_len / knobs.cp
+    h, v = model.hidden_size, model.vocab_size / knobs.tp
+    head = Gemm(tokens, v, h)
+    gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, job.dtype)
+    r = 1.0 / knobs.tp if knobs.sp else 1.0
+    norm = memory_time(tokens * 4 * h * r, cluster.gpu)
+    loss = memory_time(tokens * 12 * v, cluster.gpu)
+    return LayerTime(forward=gf + norm + loss, backward=gb + 2 * norm + loss,
+                     tp_comm=_tp_comm(cluster, knobs, tokens * h * 2, 1))

@@ -1,0 +1,249 @@
+"""One training step of a layout: per-stage time and memory, the pipeline, data-parallel
+reduction, optimizer, and the headline figures (tokens/s, model and hardware TFLOP/s, MFU, HFU).
+
+Step time = pipeline(stage times per micro-batch)                       (cost_models.pipeline)
+          + max over stages of (exposed gradient reduction + optimizer step)
+          + tied-embedding gradient all-reduce between first and last stage (pp > 1).
+Stage time per micro-batch = Σ its layers' LayerTime + 2 pipeline send/recv per model chunk
+          (+ exposed ZeRO-3 weight gathers and gradient reduce-scatters).
+Gradient reduction over the n = dp·cp ranks (Megatron-LM reduces over DP x CP):
+  ZeRO-0 all-reduce of grad_bytes·P; ZeRO-1/2 reduce-scatter of grad_bytes·P + all-gather of 2·P;
+  with overlap_grad_reduce it hides behind the last micro-batch's backward, with
+  overlap_param_gather the gather behind the first forward; ZeRO-3 gathers bf16 weights before each
+  forward and backward and reduce-scatters gradients after each backward, module by module,
+  overlapped with compute per phase.
+Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter (read fp32
+  grad, master, m, v; write master, m, v, bf16 weight; grad-norm read; buffer reset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models import flops as F
+from cost_models import memory as M
+from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.compute import memory_time
+from cost_models.layer import LayerKnobs, LayerTime, decoder_layer_time, embedding_time, head_time
+from cost_models.pipeline import bubble_fraction, chunks_in_flight, pipeline_time
+from planner.specs import GIB, AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, ZeroStage
+
+OPTIMIZER_BYTES_PER_PARAM = 38.0
+ZERO3_UNITS_PER_LAYER = 4  # QKV, output projection, FC1, FC2: one gather / reduce-scatter each
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline rank: its layers, time per micro-batch and peak memory per GPU."""
+
+    pp_rank: int
+    first_layer: int  # decoder layer indices, inclusive; -1/-1 when the stage holds none
+    last_layer: int
+    num_layers: int
+    has_embedding: bool
+    has_lm_head: bool
+    time: LayerTime  # per micro-batch, all model chunks of this rank
+    p2p_s: float  # per micro-batch
+    zero3_exposed_s: float  # per micro-batch
+    dp_exposed_s: float  # per step
+    optimizer_s: float  # per step
+    weights_gib: float
+    gradients_gib: float
+    optimizer_state_gib: float
+    activations_gib: float  # stored decoder-layer activations at the stage's peak
+    other_gib: float  # embedding/logits activations, recompute and ZeRO-3 working buffers
+    buffers_gib: float
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward (+ recompute) seconds per micro-batch, communication included."""
+        return self.time.total + self.p2p_s + self.zero3_exposed_s
+
+    @property
+    def peak_memory_gib(self) -> float:
+        return (self.weights_gib + self.gradients_gib + self.optimizer_state_gib + self.activations_gib
+                + self.other_gib + self.buffers_gib)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds of one step by cause, along the critical path; they add up to the step time."""
+
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_p2p_s: float
+    zero3_comm_s: float
+    bubble_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    embedding_sync_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_s"): v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_memory_gib: float
+    memory_capacity_gib: float
+    fits: bool
+    bubble_fraction: float
+    num_microbatches: int
+    breakdown: Breakdown
+    stages: tuple[StageCost, ...]
+
+
+def _dp_reduce(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+               bwd_last: float, fwd_first: float) -> float:
+    """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage."""
+    n, stride = layout.dp * layout.cp, layout.tp
+    grad_bytes = params * job.runtime.grad_reduce_bytes
+    rt = job.runtime
+    if layout.zero is ZeroStage.NONE:
+        reduce = collective_time(Collective.ALL_REDUCE, grad_bytes, n, stride, cluster)
+        gather = 0.0
+    elif layout.zero in (ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS):
+        reduce = collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster)
+        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster)
+    else:
+        return 0.0
+    gpu = cluster.gpu
+    exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
+    hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
+    exposed_gather = gpu.exposed(gather, fwd_first) if hide_gather else gather
+    return exposed_reduce + exposed_gather
+
+
+def _zero3_exposed(params: float, n_layers: int, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+                   time: LayerTime) -> float:
+    """Per micro-batch: ZeRO-3 weight all-gathers (before forward and before backward; the
+    recomputed forward reuses the backward's gather) and gradient reduce-scatters, issued module by
+    module (four weight matrices per decoder layer), not hidden by compute."""
+    if layout.zero is not ZeroStage.WEIGHTS:
+        return 0.0
+    n, stride = layout.dp * layout.cp, layout.tp
+    units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
+    gather = units * collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES / units, n, stride,
+                                     cluster)
+    scatter = units * collective_time(Collective.REDUCE_SCATTER, params * job.runtime.grad_reduce_bytes / units,
+                                      n, stride, cluster)
+    gpu = cluster.gpu
+    return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, time.backward + time.recompute)
+
+
+def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_layers: int,
+                  params: float, m: int, first: bool, last: bool) -> tuple[M.StateBytes, float, float]:
+    """(states, stored decoder activations, other activations and working buffers) in bytes."""
+    rt, s, b = job.runtime, job.seq_len, layout.mbs
+    states = M.state_bytes(params, layout.zero, layout.dp * layout.cp, rt.grad_reduce_bytes)
+    per_layer = M.layer_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp, layout.recompute,
+                                         rt.attention)
+    chunks = chunks_in_flight(rank, layout.pp, layout.vpp, m)
+    activations = per_layer * n_layers / layout.vpp * chunks
+    in_flight_mb = -(-chunks // layout.vpp)
+    other = 0.0
+    if first:
+        other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
+    if last:
+        other += M.logits_bytes(model, s, b, layout.tp, layout.cp)
+    if layout.recompute is Recompute.FULL and n_layers:
+        other += M.layer_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp, Recompute.NONE,
+                                          rt.attention)
+    if layout.zero is ZeroStage.WEIGHTS and n_layers:
+        other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes)
+    return states, activations, other
+
+
+def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> Prediction:
+    """Predict step time, throughput and per-GPU memory of `layout` (validated by the caller)."""
+    m = layout.num_microbatches(job)
+    knobs = LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute)
+    dec = decoder_layer_time(model, job, cluster, knobs)
+    emb, head = embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs)
+    chunk_layers = layout.chunk_layers(model.num_layers)
+    pp_stride = layout.tp * layout.cp * layout.dp
+    p2p = p2p_time(layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp,
+                   pp_stride, cluster) if layout.pp > 1 else 0.0
+    dec_params = M.decoder_params_per_rank(model, layout.tp)
+    stages: list[StageCost] = []
+    starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
+    for rank in range(layout.pp):
+        mine = range(rank, len(chunk_layers), layout.pp)
+        n_layers = sum(chunk_layers[c] for c in mine)
+        first, last = rank == 0, rank == layout.pp - 1
+        time = dec.scaled(n_layers)
+        params = dec_params * n_layers
+        if first:
+            time, params = time + emb, params + M.embedding_params_per_rank(model, layout.tp)
+        if last:
+            time = time + head
+            params += M.lm_head_params_per_rank(model, layout.tp, layout.pp) + F.norm_params(model)
+        hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
+        z3 = _zero3_exposed(params, n_layers, layout, job, cluster, time)
+        dp = _dp_reduce(params, layout, job, cluster, time.backward / max(1, layout.vpp),
+                        time.forward / max(1, layout.vpp))
+        shard = layout.dp * layout.cp if layout.zero >= ZeroStage.OPTIMIZER else 1
+        opt = memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
+        states, acts, other = _stage_memory(model, job, layout, rank, n_layers, params, m, first, last)
+        layer_ids = [i for c in mine for i in range(starts[c], starts[c] + chunk_layers[c])]
+        stages.append(StageCost(
+            pp_rank=rank, first_layer=min(layer_ids, default=-1), last_layer=max(layer_ids, default=-1),
+            num_layers=n_layers, has_embedding=first, has_lm_head=last, time=time, p2p_s=hops * p2p,
+            zero3_exposed_s=z3, dp_exposed_s=dp, optimizer_s=opt,
+            weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
+            optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
+            other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB))
+    return _predict(model, cluster, job, layout, stages, m)
+
+
+def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
+             stages: list[StageCost], m: int) -> Prediction:
+    per_mb = [s.compute_s for s in stages]
+    pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule)
+    tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
+    emb_sync = 0.0
+    if model.tied_embeddings and layout.pp > 1:
+        nbytes = model.vocab_size * model.hidden_size / layout.tp * job.runtime.grad_reduce_bytes
+        emb_sync = collective_time(Collective.ALL_REDUCE, nbytes, 2,
+                                   layout.tp * layout.cp * layout.dp * (layout.pp - 1), cluster)
+    step = pipe + tail.dp_exposed_s + tail.optimizer_s + emb_sync
+    worst = max(stages, key=lambda s: s.compute_s)
+    t = worst.time
+    breakdown = Breakdown(
+        compute_s=m * (t.forward + t.backward), recompute_s=m * t.recompute, tp_comm_s=m * t.tp_comm,
+        cp_comm_s=m * t.cp_comm, pp_p2p_s=m * worst.p2p_s, zero3_comm_s=m * worst.zero3_exposed_s,
+        bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
+        embedding_sync_s=emb_sync)
+    world = layout.world
+    model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
+    recompute_per_seq = 0.0
+    if layout.recompute is Recompute.FULL:
+        recompute_per_seq = model.num_layers * F.decoder_matmul_flops(model, job.seq_len)
+    elif layout.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
+        recompute_per_seq = model.num_layers * 4.0 * job.seq_len**2 * model.q_dim
+    hw_flops = model_flops + recompute_per_seq * job.global_batch
+    peak = cluster.gpu.peak(job.dtype)
+    peak_mem = max(s.peak_memory_gib for s in stages)
+    return Prediction(
+        step_time_s=step,
+        tokens_per_s=job.tokens_per_step / step,
+        model_tflops_per_gpu=model_flops / step / world / 1e12,
+        hardware_tflops_per_gpu=hw_flops / step / world / 1e12,
+        mfu=model_flops / step / world / peak,
+        hfu=hw_flops / step / world / peak,
+        peak_memory_gib=peak_mem,
+        memory_capacity_gib=cluster.gpu.memory_gib,
+        fits=peak_mem <= cluster.gpu.memory_gib,
+        bubble_fraction=bubble_fraction(layout.pp, m, layout.vpp),
+        num_microbatches=m,
+        breakdown=breakdown,
+        stages=tuple(stages),
+    )

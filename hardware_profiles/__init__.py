@@ -1,0 +1,176 @@
+"""Hardware profiles: one YAML per GPU/cluster preset in this folder, read into `ClusterSpec`.
+
+The schema is documented in SCHEMA.md beside this file. Unknown or missing keys are errors that list
+the allowed ones; every number is checked for range, and efficiency curves for monotonicity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import InputError, SpecError
+from planner.specs import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
+
+_SCHEMA: dict[str, dict[str, bool]] = {
+    # section -> {key: required}
+    "": {"name": True, "description": False, "gpu": True, "node": True, "network": True},
+    "gpu": {"name": True, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
+            "peak_fp8_tflops": False, "matmul_efficiency": True, "attention_efficiency": True,
+            "memory_efficiency": True, "overlap_efficiency": True},
+    "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
+             "scale_up_latency_us": True, "scale_up_efficiency": True},
+    "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
+}
+
+
+@dataclass(frozen=True)
+class HardwareOverrides:
+    """Command-line overrides of a profile (None keeps the profile's value)."""
+
+    gpus_per_node: int | None = None
+    inter_node_gbps: float | None = None  # per GPU, Gbit/s
+    memory_gib: float | None = None
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(__package__).iterdir() if p.name.endswith(".yaml"))
+
+
+def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
+    path = Path(name_or_path)
+    if name_or_path in preset_names():
+        text = (resources.files(__package__) / f"{name_or_path}.yaml").read_text()
+        origin = f"hardware preset {name_or_path!r}"
+    elif path.suffix in (".yaml", ".yml") and path.is_file():
+        text = path.read_text()
+        origin = str(path)
+    else:
+        raise InputError(
+            f"unknown hardware {name_or_path!r}: give a preset ({', '.join(preset_names())}) "
+            "or a path to a hardware YAML"
+        )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: expected a mapping at the top level")
+    return data, origin
+
+
+def _section(data: dict[str, Any], section: str, origin: str) -> dict[str, Any]:
+    body = data if section == "" else data.get(section)
+    where = f"{origin}: {section or 'top level'}"
+    if not isinstance(body, dict):
+        raise InputError(f"{where}: expected a mapping")
+    allowed = _SCHEMA[section]
+    unknown = sorted(set(body) - set(allowed))
+    missing = sorted(k for k, req in allowed.items() if req and k not in body)
+    if unknown or missing:
+        problem = f"unknown keys {unknown}" if unknown else f"missing keys {missing}"
+        raise InputError(f"{where}: {problem}; allowed: {', '.join(allowed)}")
+    return body
+
+
+def _number(body: dict[str, Any], key: str, where: str, *, upper: float | None = None) -> float:
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InputError(f"{where}: {key} must be a positive number, got {value!r}")
+    if upper is not None and value > upper:
+        raise InputError(f"{where}: {key} must be at most {upper}, got {value!r}")
+    return float(value)
+
+
+def _integer(body: dict[str, Any], key: str, where: str) -> int:
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _curve(value: Any, where: str) -> EfficiencyCurve:
+    ok = isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float) for x in p) for p in value
+    )
+    if not ok:
+        raise InputError(f"{where}: matmul_efficiency must be a list of [gemm_flops, efficiency] pairs")
+    try:
+        return EfficiencyCurve(tuple((float(s), float(e)) for s, e in value))
+    except SpecError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSpec:
+    """Turn one parsed profile document into a ClusterSpec for `num_gpus` GPUs."""
+    top = _section(data, "", origin)
+    gpu, node, net = (_section(data, s, origin) for s in ("gpu", "node", "network"))
+    fp8 = gpu.get("peak_fp8_tflops")
+    if fp8 is not None:
+        fp8 = _number(gpu, "peak_fp8_tflops", f"{origin}: gpu")
+    gpu_spec = GpuSpec(
+        name=str(gpu["name"]),
+        memory_gib=_number(gpu, "memory_gib", f"{origin}: gpu"),
+        hbm_gbs=_number(gpu, "hbm_gbs", f"{origin}: gpu"),
+        peak_bf16_tflops=_number(gpu, "peak_bf16_tflops", f"{origin}: gpu"),
+        peak_fp8_tflops=fp8,
+        matmul_efficiency=_curve(gpu["matmul_efficiency"], f"{origin}: gpu"),
+        attention_efficiency=_number(gpu, "attention_efficiency", f"{origin}: gpu", upper=1),
+        memory_efficiency=_number(gpu, "memory_efficiency", f"{origin}: gpu", upper=1),
+        overlap_efficiency=_number(gpu, "overlap_efficiency", f"{origin}: gpu", upper=1),
+    )
+    try:
+        return ClusterSpec(
+            name=str(top["name"]),
+            gpu=gpu_spec,
+            num_gpus=num_gpus,
+            gpus_per_node=_integer(node, "gpus_per_node", f"{origin}: node"),
+            scale_up_size=_integer(node, "scale_up_size", f"{origin}: node"),
+            scale_up=LinkSpec(
+                bandwidth_gbs=_number(node, "scale_up_gbs", f"{origin}: node"),
+                latency_us=_number(node, "scale_up_latency_us", f"{origin}: node"),
+                efficiency=_number(node, "scale_up_efficiency", f"{origin}: node", upper=1),
+            ),
+            scale_out=LinkSpec(
+                bandwidth_gbs=_number(net, "nic_gbps_per_gpu", f"{origin}: network") / 8,
+                latency_us=_number(net, "latency_us", f"{origin}: network"),
+                efficiency=_number(net, "efficiency", f"{origin}: network", upper=1),
+            ),
+        )
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+
+
+def load_hardware(name_or_path: str, num_gpus: int,
+                  overrides: HardwareOverrides = HardwareOverrides()) -> ClusterSpec:
+    """A preset name or a YAML path -> ClusterSpec, with command-line overrides applied."""
+    data, origin = _read(name_or_path)
+    cluster = parse_profile(data, origin, num_gpus=max(num_gpus, 1))
+    if overrides.memory_gib is not None:
+        if overrides.memory_gib <= 0:
+            raise InputError(f"--memory-gib must be positive, got {overrides.memory_gib}")
+        cluster = replace(cluster, gpu=replace(cluster.gpu, memory_gib=overrides.memory_gib))
+    if overrides.inter_node_gbps is not None:
+        if overrides.inter_node_gbps <= 0:
+            raise InputError(f"--inter-node-gbps must be positive, got {overrides.inter_node_gbps}")
+        cluster = replace(cluster, scale_out=replace(cluster.scale_out,
+                                                     bandwidth_gbs=overrides.inter_node_gbps / 8))
+    if overrides.gpus_per_node is not None:
+        if overrides.gpus_per_node <= 0:
+            raise InputError(f"--gpus-per-node must be positive, got {overrides.gpus_per_node}")
+        size = min(cluster.scale_up_size, overrides.gpus_per_node) \
+            if cluster.scale_up_size == cluster.gpus_per_node else cluster.scale_up_size
+        try:
+            cluster = replace(cluster, gpus_per_node=overrides.gpus_per_node, scale_up_size=size)
+        except SpecError as exc:
+            raise InputError(str(exc)) from None
+    return cluster
+
+
+def describe(name: str) -> str:
+    data, _ = _read(name)
+    return str(data.get("description", ""))

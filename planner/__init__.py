@@ -1,0 +1,33 @@
+"""meshplan's solver API: `import planner`.
+
+planner.evaluate(...) predicts one layout; planner.resolve / make_layout build the specs it uses.
+Names are imported on first use, so that `cost_models` (which reads `planner.specs`) can be
+imported on its own without a circular import.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "cost_models.step": ("Breakdown", "Prediction", "StageCost"),
+    "hardware_profiles": ("HardwareOverrides", "load_hardware"),
+    "planner.api": ("Problem", "evaluate", "make_layout", "resolve"),
+    "planner.errors": ("InfeasibleError", "InputError", "LayoutError", "MeshplanError", "SpecError"),
+    "planner.loaders": ("load_model", "model_preset_names"),
+    "planner.specs": ("AttentionKernel", "ClusterSpec", "Dtype", "JobSpec", "Layout", "ModelSpec",
+                      "Recompute", "Runtime", "Schedule", "ZeroStage"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,5 @@
+"""`python -m planner` runs the meshplan command line."""
+
+from cli import main
+
+main()

@@ -1,0 +1,91 @@
+"""The solver API in a few readable calls: resolve inputs into specs, validate, evaluate.
+
+    import planner
+    p = planner.evaluate("llama3-70b", "h100-sxm", gpus=64, seq_len=8192, global_batch=256,
+                         tp=8, pp=4, mbs=1, recompute="selective")
+    print(p.step_time_s, p.mfu, p.peak_memory_gib)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.step import Prediction, evaluate_layout
+from hardware_profiles import HardwareOverrides, load_hardware
+from planner.errors import InputError, LayoutError
+from planner.loaders import load_model
+from planner.specs import (ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime, Schedule,
+                           ZeroStage)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A resolved planning problem: what to train, on what, and how big a step."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+
+
+def _enum(kind: type, value: object, flag: str):  # type: ignore[no-untyped-def]
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(str(v.value) for v in kind)  # type: ignore[attr-defined]
+        raise InputError(f"{flag} must be one of {allowed}, got {value!r}") from None
+
+
+def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
+            global_batch: int, dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
+            overrides: HardwareOverrides = HardwareOverrides()) -> Problem:
+    """Turn names/paths into specs (specs pass through unchanged)."""
+    if gpus <= 0:
+        raise InputError(f"--gpus must be a positive integer, got {gpus}")
+    model_spec = model if isinstance(model, ModelSpec) else load_model(model)
+    cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)
+    if cluster.num_gpus != gpus:
+        raise InputError(f"cluster has {cluster.num_gpus} GPUs but --gpus is {gpus}")
+    job = JobSpec(seq_len=seq_len, global_batch=global_batch, dtype=_enum(Dtype, dtype, "--dtype"),
+                  runtime=runtime)
+    return Problem(model_spec, cluster, job)
+
+
+def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mbs: int = 1,
+                sp: bool | None = None, zero: int | ZeroStage = 0, recompute: Recompute | str = "none",
+                schedule: Schedule | str | None = None,
+                stage_layers: tuple[int, ...] | None = None) -> Layout:
+    """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp.
+
+    sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
+    interleaved 1F1B when vpp > 1, else 1F1B."""
+    gpus = problem.cluster.num_gpus
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("mbs", mbs)):
+        if value < 1:
+            raise LayoutError(f"{name} must be >= 1, got {value}")
+    if gpus % (tp * pp * cp):
+        raise LayoutError(f"world size {gpus} not divisible by tp {tp} * pp {pp} * cp {cp} = {tp * pp * cp}")
+    if zero not in (0, 1, 2, 3):
+        raise InputError(f"--zero must be one of 0, 1, 2, 3, got {zero}")
+    sched = _enum(Schedule, schedule, "--schedule") if schedule is not None else (
+        Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
+    layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=mbs,
+                    sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
+                    recompute=_enum(Recompute, recompute, "--recompute"), schedule=sched,
+                    stage_layers=stage_layers)
+    layout.validate(problem.model, problem.job, gpus)
+    return layout
+
+
+def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
+             global_batch: int, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mbs: int = 1,
+             sp: bool | None = None, zero: int = 0, recompute: Recompute | str = "none",
+             dtype: Dtype | str = Dtype.BF16, schedule: Schedule | str | None = None,
+             runtime: Runtime = Runtime(), overrides: HardwareOverrides = HardwareOverrides()) -> Prediction:
+    """Predict step time, throughput, MFU and per-GPU memory of one given layout."""
+    problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
+                      runtime=runtime, overrides=overrides)
+    layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
+                         recompute=recompute, schedule=schedule)
+    return evaluate_layout(problem.model, problem.cluster, problem.job, layout)

@@ -1,0 +1,182 @@
+"""Inputs -> specs: model presets, model YAML, Hugging Face config.json, and job parameters.
+
+This is the only module of the planner that handles raw dicts from files. Every problem becomes an
+`InputError` with one line naming the file, the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import InputError, SpecError
+from planner.specs import ModelSpec, Norm
+
+REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                       "vocab_size", "gated_mlp", "tied_embeddings")
+OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "qkv_bias", "linear_bias",
+                       "learned_positions", "dropout", "published_params")
+_INT_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size",
+             "num_kv_heads", "head_dim", "learned_positions")
+_BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout")
+
+# Hugging Face model_type -> (gated MLP, norm, qkv bias, all-linear bias)
+_HF_FAMILIES: dict[str, tuple[bool, Norm, bool, bool]] = {
+    "llama": (True, Norm.RMSNORM, False, False),
+    "mistral": (True, Norm.RMSNORM, False, False),
+    "qwen2": (True, Norm.RMSNORM, True, False),
+    "qwen3": (True, Norm.RMSNORM, False, False),
+    "gemma": (True, Norm.RMSNORM, False, False),
+    "gemma2": (True, Norm.RMSNORM, False, False),
+    "olmo2": (True, Norm.RMSNORM, False, False),
+    "granite": (True, Norm.RMSNORM, False, False),
+    "gpt_neox": (False, Norm.LAYERNORM, True, True),
+    "gpt2": (False, Norm.LAYERNORM, True, True),
+}
+_HF_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _presets() -> dict[str, dict[str, Any]]:
+    text = (resources.files("planner") / "presets" / "models.yaml").read_text()
+    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    return data
+
+
+def model_preset_names() -> list[str]:
+    return list(_presets())
+
+
+def published_params(name: str) -> float | None:
+    """The total parameter count the preset's source publishes (None for user models)."""
+    entry = _presets().get(name)
+    return None if entry is None else float(entry["published_params"])
+
+
+def model_from_mapping(data: Any, origin: str) -> ModelSpec:
+    """Model-YAML mapping -> ModelSpec. Keys: REQUIRED_MODEL_KEYS, optionally OPTIONAL_MODEL_KEYS."""
+    allowed = ", ".join(REQUIRED_MODEL_KEYS + OPTIONAL_MODEL_KEYS)
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: expected a mapping of model keys ({allowed})")
+    unknown = sorted(str(k) for k in set(data) - set(REQUIRED_MODEL_KEYS) - set(OPTIONAL_MODEL_KEYS))
+    if unknown:
+        raise InputError(f"{origin}: unknown keys {unknown}; allowed: {allowed}")
+    missing = [k for k in REQUIRED_MODEL_KEYS if k not in data]
+    if missing:
+        raise InputError(f"{origin}: missing keys {missing}; allowed: {allowed}")
+    for key in _INT_KEYS:
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], int)):
+            raise InputError(f"{origin}: {key} must be an integer, got {data[key]!r}")
+    for key in _BOOL_KEYS:
+        if key in data and not isinstance(data[key], bool):
+            raise InputError(f"{origin}: {key} must be true or false, got {data[key]!r}")
+    norm = data.get("norm", "rmsnorm")
+    if norm not in {n.value for n in Norm}:
+        raise InputError(f"{origin}: norm must be one of {[n.value for n in Norm]}, got {norm!r}")
+    heads = data["num_attention_heads"]
+    if not isinstance(heads, int) or heads <= 0 or not isinstance(data["hidden_size"], int):
+        raise InputError(f"{origin}: num_attention_heads must be a positive integer, got {heads!r}")
+    head_dim = data.get("head_dim", data["hidden_size"] // heads)
+    if "head_dim" not in data and data["hidden_size"] % heads:
+        raise InputError(
+            f"{origin}: hidden_size {data['hidden_size']} is not divisible by num_attention_heads "
+            f"{heads}; give head_dim"
+        )
+    try:
+        return ModelSpec(
+            name=str(data["name"]),
+            num_layers=data["num_layers"],
+            hidden_size=data["hidden_size"],
+            ffn_hidden_size=data["ffn_hidden_size"],
+            num_attention_heads=heads,
+            num_kv_heads=data.get("num_kv_heads", heads),
+            head_dim=head_dim,
+            vocab_size=data["vocab_size"],
+            gated_mlp=data["gated_mlp"],
+            tied_embeddings=data["tied_embeddings"],
+            norm=Norm(norm),
+            qkv_bias=data.get("qkv_bias", False),
+            linear_bias=data.get("linear_bias", False),
+            learned_positions=data.get("learned_positions", 0),
+            dropout=data.get("dropout", False),
+        )
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+
+
+def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
+    """Hugging Face config.json (dense decoder families in _HF_FAMILIES) -> ModelSpec."""
+    if not isinstance(config, dict):
+        raise InputError(f"{origin}: expected a JSON object")
+    kind = config.get("model_type")
+    if any(config.get(k) for k in _HF_MOE_KEYS):
+        raise InputError(f"{origin}: mixture-of-experts configs are not supported yet (dense models only)")
+    if kind not in _HF_FAMILIES:
+        raise InputError(
+            f"{origin}: model_type {kind!r} is not supported; supported: {', '.join(sorted(_HF_FAMILIES))}"
+        )
+    gated, norm, qkv_bias, linear_bias = _HF_FAMILIES[kind]
+    if kind == "gpt2":
+        hidden = config.get("n_embd")
+        names = {"num_layers": "n_layer", "num_attention_heads": "n_head", "hidden_size": "n_embd"}
+        ffn = config.get("n_inner") or (4 * hidden if isinstance(hidden, int) else None)
+        tied, positions = True, config.get("n_positions", 1024)
+        dropout = bool(config.get("resid_pdrop", 0.1))
+    else:
+        names = {"num_layers": "num_hidden_layers", "num_attention_heads": "num_attention_heads",
+                 "hidden_size": "hidden_size"}
+        ffn = config.get("intermediate_size")
+        tied = bool(config.get("tie_word_embeddings", kind in ("gemma", "gemma2")))
+        positions, dropout = 0, bool(config.get("hidden_dropout", 0.0))
+        qkv_bias = bool(config.get("attention_bias", qkv_bias))
+    values = {key: config.get(src) for key, src in names.items()}
+    missing = [names[k] for k, v in values.items() if v is None] + (["intermediate_size"] if ffn is None else [])
+    if missing or "vocab_size" not in config:
+        raise InputError(f"{origin}: missing fields {missing + (['vocab_size'] * ('vocab_size' not in config))}")
+    mapping = {
+        "name": config.get("_name_or_path") or Path(origin).parent.name or kind,
+        **values,
+        "ffn_hidden_size": ffn,
+        "num_kv_heads": config.get("num_key_value_heads") or values["num_attention_heads"],
+        "vocab_size": config["vocab_size"],
+        "gated_mlp": gated,
+        "tied_embeddings": tied,
+        "norm": norm.value,
+        "qkv_bias": qkv_bias,
+        "linear_bias": linear_bias,
+        "learned_positions": positions,
+        "dropout": dropout,
+    }
+    if config.get("head_dim"):
+        mapping["head_dim"] = config["head_dim"]
+    return model_from_mapping(mapping, origin)
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A preset name, a model YAML (.yaml/.yml) or a Hugging Face config (.json) -> ModelSpec."""
+    presets = _presets()
+    if name_or_path in presets:
+        return model_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
+        raise InputError(
+            f"unknown model {name_or_path!r}: give a preset (see `meshplan models`), a model YAML or a "
+            "Hugging Face config.json"
+        )
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    if path.suffix == ".json":
+        try:
+            return model_from_hf_config(json.loads(text), str(path))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return model_from_mapping(data, str(path))

@@ -1,0 +1,338 @@
+"""Frozen descriptions of what is planned: the model, the cluster, the job and a parallel layout.
+
+Everything downstream (cost model, search, emitters) reads these objects and nothing else; raw
+dicts from files live only in `planner.loaders` and `hardware_profiles`. Each class validates itself
+on construction and raises `SpecError` / `LayoutError` with a message that names the rule and the
+numbers that broke it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+from planner.errors import LayoutError, SpecError
+
+GIB = 1024**3
+
+
+class Dtype(str, Enum):
+    """Precision of the matrix multiplications (weights stay bf16, master weights fp32)."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022, section 4-5)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute the attention core (QK^T, softmax, dropout, PV)
+    FULL = "full"  # keep only each layer's input, recompute the whole layer in backward
+
+
+class Schedule(str, Enum):
+    """Pipeline schedules with closed-form bubbles (Narayanan et al. 2021, section 2.2)."""
+
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved-1f1b"
+
+
+class ZeroStage(IntEnum):
+    """What the data-parallel group shards: 1 optimizer state, 2 + gradients, 3 + weights."""
+
+    NONE = 0
+    OPTIMIZER = 1
+    GRADIENTS = 2
+    WEIGHTS = 3
+
+
+class Norm(str, Enum):
+    LAYERNORM = "layernorm"  # weight and bias
+    RMSNORM = "rmsnorm"  # weight only
+
+
+class AttentionKernel(str, Enum):
+    """Which attention implementation runs: it changes both time and stored activations."""
+
+    FLASH = "flash"  # fused, causal blocks skipped, no s^2 tensor kept (FlashAttention-2/3, cuDNN)
+    UNFUSED = "unfused"  # batched GEMMs + softmax + dropout kept in memory (Megatron 2021-2022)
+
+
+class LayerKind(str, Enum):
+    EMBEDDING = "embedding"
+    DECODER = "decoder"
+    FINAL_NORM = "final_norm"
+    LM_HEAD = "lm_head"
+    LOSS = "loss"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only transformer.
+
+    `head_dim` defaults to hidden/heads and `num_kv_heads` to heads (MHA) in the loaders; here both
+    are explicit. `learned_positions` is the size of a learned position table (GPT-2/3 style), 0 for
+    rotary embeddings.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    gated_mlp: bool
+    tied_embeddings: bool
+    norm: Norm = Norm.RMSNORM
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    learned_positions: int = 0
+    dropout: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                     "num_kv_heads", "head_dim", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise SpecError(f"model {self.name!r}: {name} must be a positive integer, got {value!r}")
+        if self.learned_positions < 0:
+            raise SpecError(f"model {self.name!r}: learned_positions must be >= 0")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise SpecError(
+                f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is not a multiple "
+                f"of num_kv_heads {self.num_kv_heads}"
+            )
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def layers(self) -> tuple[LayerKind, ...]:
+        """The model as the ordered chain of layers that pipeline stages cut."""
+        return (LayerKind.EMBEDDING, *([LayerKind.DECODER] * self.num_layers),
+                LayerKind.FINAL_NORM, LayerKind.LM_HEAD, LayerKind.LOSS)
+
+
+@dataclass(frozen=True)
+class EfficiencyCurve:
+    """Achievable fraction of peak as a function of work size (FLOPs per kernel).
+
+    Points are (size, efficiency) with sizes strictly increasing and efficiencies non-decreasing in
+    (0, 1]; between points the curve is linear in log(size), outside it is clamped.
+    """
+
+    points: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise SpecError("efficiency curve needs at least one (size, efficiency) point")
+        sizes = [p[0] for p in self.points]
+        effs = [p[1] for p in self.points]
+        if any(s <= 0 for s in sizes) or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise SpecError(f"efficiency curve sizes must be positive and increasing, got {sizes}")
+        if any(not 0 < e <= 1 for e in effs) or any(b < a for a, b in zip(effs, effs[1:], strict=False)):
+            raise SpecError(f"efficiency curve values must be in (0, 1] and non-decreasing, got {effs}")
+
+    def at(self, size: float) -> float:
+        pts = self.points
+        if size <= pts[0][0]:
+            return pts[0][1]
+        if size >= pts[-1][0]:
+            return pts[-1][1]
+        i = bisect.bisect_right([p[0] for p in pts], size)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return y0 + w * (y1 - y0)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_gib: float
+    hbm_gbs: float  # HBM bandwidth, GB/s
+    peak_bf16_tflops: float
+    peak_fp8_tflops: float | None  # None where the GPU has no fp8 tensor cores
+    matmul_efficiency: EfficiencyCurve
+    attention_efficiency: float  # fused-attention throughput relative to a GEMM of equal FLOPs
+    memory_efficiency: float  # achievable fraction of HBM bandwidth for element-wise kernels
+    overlap_efficiency: float  # share of a collective that can hide behind concurrent compute
+
+    def exposed(self, comm_s: float, compute_s: float) -> float:
+        """Seconds a collective adds to the critical path when it runs beside `compute_s` of compute:
+        max(comm − compute, (1 − η)·comm). What the compute cannot cover is exposed, and even a
+        covered collective slows the compute by (1 − η) of its duration, because NCCL kernels take
+        SMs and HBM bandwidth from the kernels they overlap (Rashidi et al. 2021; Jangda et al.
+        2022). Fitted on Narayanan et al. 2021 Table 2: compute-bound ZeRO-3 runs lose about 20 %
+        of their communication time, communication-bound runs hide their compute entirely."""
+        return max(comm_s - compute_s, (1.0 - self.overlap_efficiency) * comm_s)
+
+    def peak(self, dtype: Dtype) -> float:
+        """Dense peak in FLOP/s for `dtype`; fp8 falls back to bf16 where the GPU has no fp8 units."""
+        if dtype is Dtype.FP8 and self.peak_fp8_tflops:
+            return self.peak_fp8_tflops * 1e12
+        return self.peak_bf16_tflops * 1e12
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One network tier as seen by one GPU: per-direction bandwidth, latency, achievable fraction."""
+
+    bandwidth_gbs: float  # GB/s per direction per GPU
+    latency_us: float
+    efficiency: float  # achieved bus bandwidth / line rate for large messages (nccl-tests)
+
+    @property
+    def bus_bytes_per_s(self) -> float:
+        return self.bandwidth_gbs * 1e9 * self.efficiency
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """`num_gpus` GPUs in nodes of `gpus_per_node`; scale-up domains of `scale_up_size` GPUs
+    (NVLink/NVSwitch, xGMI; 1 where GPUs only share PCIe) and a scale-out network (NICs)."""
+
+    name: str
+    gpu: GpuSpec
+    num_gpus: int
+    gpus_per_node: int
+    scale_up_size: int
+    scale_up: LinkSpec
+    scale_out: LinkSpec
+
+    def __post_init__(self) -> None:
+        if self.num_gpus <= 0 or self.gpus_per_node <= 0 or self.scale_up_size <= 0:
+            raise SpecError("GPU counts must be positive")
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise SpecError(
+                f"{self.num_gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
+            )
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the training framework does that the cost depends on (kernels, overlap, precision of
+    gradient reduction). Defaults describe a current Megatron-LM / torchtitan run."""
+
+    attention: AttentionKernel = AttentionKernel.FLASH
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    grad_reduce_bytes: int = 4  # fp32 gradient buckets (Megatron with bf16)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+    dtype: Dtype = Dtype.BF16
+    runtime: Runtime = Runtime()
+
+    def __post_init__(self) -> None:
+        if self.seq_len <= 0 or self.global_batch <= 0:
+            raise SpecError(
+                f"seq_len and global_batch must be positive, got {self.seq_len} and {self.global_batch}"
+            )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout. Placement on the GPU mesh is TP innermost, then CP, DP, PP outermost.
+
+    `stage_layers` optionally gives the number of decoder layers on each of the pp·vpp model chunks
+    (in pipeline order); by default they are spread evenly, remainder to the middle chunks.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    sp: bool = False
+    zero: ZeroStage = ZeroStage.NONE
+    recompute: Recompute = Recompute.NONE
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    stage_layers: tuple[int, ...] | None = None
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    def num_microbatches(self, job: JobSpec) -> int:
+        return job.global_batch // (self.mbs * self.dp)
+
+    def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers per model chunk, in pipeline order (chunk k lives on pp rank k % pp)."""
+        if self.stage_layers is not None:
+            return self.stage_layers
+        chunks = self.pp * self.vpp
+        base, extra = divmod(num_layers, chunks)
+        # Extra layers go to the middle chunks: the ends also carry the embedding and the LM head.
+        start = (chunks - extra) // 2
+        return tuple(base + (1 if start <= i < start + extra else 0) for i in range(chunks))
+
+    def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
+        """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
+        enforces, REFERENCE.md section 2)."""
+        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs"):
+            if getattr(self, name) < 1:
+                raise LayoutError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.world != num_gpus:
+            raise LayoutError(
+                f"world size {num_gpus} != tp {self.tp} * pp {self.pp} * cp {self.cp} * dp {self.dp}"
+            )
+        if model.num_attention_heads % self.tp:
+            raise LayoutError(
+                f"attention heads {model.num_attention_heads} not divisible by tp {self.tp}"
+            )
+        if model.num_kv_heads % self.tp and self.tp % model.num_kv_heads:
+            raise LayoutError(
+                f"kv heads {model.num_kv_heads} and tp {self.tp}: one must divide the other"
+            )
+        if self.sp and self.tp == 1:
+            raise LayoutError("sequence parallelism needs tp > 1")
+        if self.cp > 1 and job.seq_len % (2 * self.cp):
+            raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
+        if job.global_batch % (self.mbs * self.dp):
+            raise LayoutError(
+                f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
+            )
+        m = self.num_microbatches(job)
+        if self.vpp > 1:
+            if self.pp == 1:
+                raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
+            if self.schedule is not Schedule.INTERLEAVED_1F1B:
+                raise LayoutError(f"vpp {self.vpp} needs the interleaved-1f1b schedule")
+            if m % self.pp:
+                raise LayoutError(
+                    f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}"
+                )
+        chunks = self.pp * self.vpp
+        if self.stage_layers is None:
+            if model.num_layers < chunks:
+                raise LayoutError(
+                    f"layers {model.num_layers} < pp {self.pp} * vpp {self.vpp} = {chunks} model chunks"
+                )
+        else:
+            if len(self.stage_layers) != chunks or any(n < 0 for n in self.stage_layers):
+                raise LayoutError(f"stage_layers needs {chunks} non-negative counts (pp * vpp)")
+            if sum(self.stage_layers) != model.num_layers:
+                raise LayoutError(
+                    f"stage_layers sum to {sum(self.stage_layers)}, model has {model.num_layers} layers"
+                )
