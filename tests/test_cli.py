@@ -1,0 +1,106 @@
+"""The command line through typer's CliRunner: outputs, error messages and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli import app
+
+runner = CliRunner()
+EVAL = ["evaluate", "--model", "gpt3-175b", "--hardware", "a100-80gb", "--gpus", "64", "--seq-len", "2048",
+        "--global-batch", "64"]
+
+
+def test_evaluate_json_fields() -> None:
+    res = runner.invoke(app, [*EVAL, "--tp", "8", "--pp", "8", "--vpp", "3", "--mbs", "1", "--recompute",
+                              "selective", "--sp", "--zero", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
+                "peak_memory_gib", "fits", "bubble_fraction", "breakdown"):
+        assert key in out
+    assert sum(out["breakdown"].values()) == __import__("pytest").approx(out["step_time_s"], rel=1e-9)
+    assert out["layout"]["dp"] == 1 and out["fits"] is True
+    assert out["tokens_per_s"] == __import__("pytest").approx(64 * 2048 / out["step_time_s"])
+
+
+def test_evaluate_table() -> None:
+    res = runner.invoke(app, [*EVAL, "--tp", "8", "--pp", "8", "--mbs", "1", "--recompute", "full"])
+    assert res.exit_code == 0
+    assert "step time" in res.output and "MFU" in res.output and "per stage" in res.output
+
+
+def test_rule_violations_exit_2_with_one_line() -> None:
+    cases = {
+        ("--tp", "7", "--pp", "8"): "world size 64 not divisible by tp 7 * pp 8",
+        ("--tp", "8", "--pp", "8", "--mbs", "3"): "global batch 64 not divisible by mbs 3 * dp 1",
+        ("--tp", "8", "--pp", "8", "--vpp", "3", "--global-batch", "60"): "micro-batches 60 divisible by pp 8",
+        ("--tp", "1", "--pp", "1", "--sp"): "sequence parallelism needs tp > 1",
+        ("--tp", "8", "--pp", "8", "--vpp", "13"): "layers 96 < pp 8 * vpp 13",
+    }
+    for args, message in cases.items():
+        res = runner.invoke(app, [*EVAL, *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert message in res.output and "Traceback" not in res.output
+
+
+def test_context_parallel_sequence_rule() -> None:
+    res = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "24",
+                              "--seq-len", "4096", "--global-batch", "8", "--cp", "3"])
+    assert res.exit_code == 2 and "seq_len 4096 not divisible by 2 * cp = 6" in res.output
+
+
+def test_heads_rule_names_numbers() -> None:
+    res = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "48",
+                              "--seq-len", "4096", "--global-batch", "12", "--tp", "6"])
+    assert res.exit_code == 2 and "attention heads 32 not divisible by tp 6" in res.output
+
+
+def test_interleaved_needs_microbatches_multiple_of_pp() -> None:
+    res = runner.invoke(app, ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                              "--seq-len", "4096", "--global-batch", "6", "--pp", "4", "--vpp", "2", "--tp", "2"])
+    assert res.exit_code == 2 and "micro-batches 6 divisible by pp 4" in res.output
+
+
+def test_bad_model_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: tiny\nnum_layers: 4\nhiddn_size: 256\n")
+    res = runner.invoke(app, ["evaluate", "--model", str(path), "--hardware", "h100-sxm", "--gpus", "8",
+                              "--seq-len", "512", "--global-batch", "16"])
+    assert res.exit_code == 2 and "unknown keys ['hiddn_size']" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_global_batch_tokens() -> None:
+    base = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+            "--tp", "8", "--json"]
+    a = json.loads(runner.invoke(app, [*base, "--global-batch", "32"]).output)
+    b = json.loads(runner.invoke(app, [*base, "--global-batch-tokens", str(32 * 4096)]).output)
+    assert a["step_time_s"] == b["step_time_s"]
+    res = runner.invoke(app, [*base, "--global-batch-tokens", "1000"])
+    assert res.exit_code == 2 and "multiple of --seq-len 4096" in res.output
+    res = runner.invoke(app, base)
+    assert res.exit_code == 2 and "exactly one of --global-batch" in res.output
+
+
+def test_bad_enum_values_are_usage_errors() -> None:
+    res = runner.invoke(app, [*EVAL, "--tp", "8", "--recompute", "sometimes"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    res = runner.invoke(app, [*EVAL, "--tp", "8", "--zero", "4"])
+    assert res.exit_code == 2
+
+
+def test_listings() -> None:
+    models = runner.invoke(app, ["models"])
+    assert models.exit_code == 0 and "llama3-405b" in models.output and "405.85B" in models.output
+    hw = runner.invoke(app, ["hardware"])
+    assert hw.exit_code == 0 and "gb200-nvl72" in hw.output
+
+
+def test_hardware_overrides_change_the_prediction() -> None:
+    base = [*EVAL, "--tp", "8", "--pp", "8", "--mbs", "1", "--json"]
+    small = json.loads(runner.invoke(app, [*base, "--memory-gib", "40"]).output)
+    assert small["fits"] is False and small["memory_capacity_gib"] == 40
