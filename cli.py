@@ -4,7 +4,6 @@ and an exit code (2: bad input or a layout that breaks a rule; 3: nothing fits).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -66,7 +65,7 @@ def evaluate(
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages (model chunks) per rank.")] = 1,
     mbs: Annotated[int, typer.Option(help="Micro-batch size in sequences.")] = 1,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
-    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).")] = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
@@ -136,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -25,7 +25,6 @@ from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, m
 from cost_models.memory import kv_heads_per_rank
 from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute
 
-
 # Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
 # 1.5 x the forward traffic; residual adds have no backward kernel.
 ELEMENTWISE_BACKWARD = 1.5

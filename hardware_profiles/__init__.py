@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -16,7 +17,7 @@ import yaml
 from planner.errors import InputError, SpecError
 from planner.specs import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
 
-_SCHEMA: dict[str, dict[str, bool]] = {
+_SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
     "": {"name": True, "description": False, "gpu": True, "node": True, "network": True},
     "gpu": {"name": True, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
@@ -25,7 +26,7 @@ _SCHEMA: dict[str, dict[str, bool]] = {
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
              "scale_up_latency_us": True, "scale_up_efficiency": True},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
-}
+})
 
 
 @dataclass(frozen=True)

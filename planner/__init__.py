@@ -8,9 +8,10 @@ imported on its own without a circular import.
 from __future__ import annotations
 
 import importlib
+from types import MappingProxyType
 from typing import Any
 
-_EXPORTS = {
+_EXPORTS = MappingProxyType({
     "cost_models.step": ("Breakdown", "Prediction", "StageCost"),
     "hardware_profiles": ("HardwareOverrides", "load_hardware"),
     "planner.api": ("Problem", "evaluate", "make_layout", "resolve"),
@@ -18,8 +19,8 @@ _EXPORTS = {
     "planner.loaders": ("load_model", "model_preset_names"),
     "planner.specs": ("AttentionKernel", "ClusterSpec", "Dtype", "JobSpec", "Layout", "ModelSpec",
                       "Recompute", "Runtime", "Schedule", "ZeroStage"),
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+})
+_WHERE = MappingProxyType({name: module for module, names in _EXPORTS.items() for name in names})
 __all__ = sorted(_WHERE)
 
 

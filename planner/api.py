@@ -14,8 +14,17 @@ from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner.errors import InputError, LayoutError
 from planner.loaders import load_model
-from planner.specs import (ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime, Schedule,
-                           ZeroStage)
+from planner.specs import (
+    ClusterSpec,
+    Dtype,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Recompute,
+    Runtime,
+    Schedule,
+    ZeroStage,
+)
 
 
 @dataclass(frozen=True)

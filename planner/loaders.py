@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -25,7 +26,7 @@ _INT_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_head
 _BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout")
 
 # Hugging Face model_type -> (gated MLP, norm, qkv bias, all-linear bias)
-_HF_FAMILIES: dict[str, tuple[bool, Norm, bool, bool]] = {
+_HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProxyType({
     "llama": (True, Norm.RMSNORM, False, False),
     "mistral": (True, Norm.RMSNORM, False, False),
     "qwen2": (True, Norm.RMSNORM, True, False),
@@ -36,7 +37,7 @@ _HF_FAMILIES: dict[str, tuple[bool, Norm, bool, bool]] = {
     "granite": (True, Norm.RMSNORM, False, False),
     "gpt_neox": (False, Norm.LAYERNORM, True, True),
     "gpt2": (False, Norm.LAYERNORM, True, True),
-}
+})
 _HF_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
@@ -111,7 +112,7 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     """Hugging Face config.json (dense decoder families in _HF_FAMILIES) -> ModelSpec."""
     if not isinstance(config, dict):
         raise InputError(f"{origin}: expected a JSON object")
-    kind = config.get("model_type")
+    kind = str(config.get("model_type"))
     if any(config.get(k) for k in _HF_MOE_KEYS):
         raise InputError(f"{origin}: mixture-of-experts configs are not supported yet (dense models only)")
     if kind not in _HF_FAMILIES:
