@@ -5,9 +5,10 @@ Step time = pipeline(stage times per micro-batch)                       (cost_mo
           + max over stages of (exposed gradient reduction + optimizer step)
           + tied-embedding gradient all-reduce between first and last stage (pp > 1).
 Stage time per micro-batch = Σ its layers' LayerTime + 2 pipeline send/recv per model chunk
-          (+ exposed ZeRO-3 weight gathers and gradient reduce-scatters).
+          (+ exposed ZeRO-2 gradient reduce-scatters, ZeRO-3 weight gathers as well).
 Gradient reduction over the n = dp·cp ranks (Megatron-LM reduces over DP x CP):
-  ZeRO-0 all-reduce of grad_bytes·P; ZeRO-1/2 reduce-scatter of grad_bytes·P + all-gather of 2·P;
+  ZeRO-0 all-reduce of grad_bytes·P; ZeRO-1 reduce-scatter of grad_bytes·P + all-gather of 2·P;
+  ZeRO-2 the all-gather only (its reduce-scatter runs per micro-batch);
   with overlap_grad_reduce it hides behind the last micro-batch's backward, with
   overlap_param_gather the gather behind the first forward; ZeRO-3 gathers bf16 weights before each
   forward and backward and reduce-scatters gradients after each backward, module by module,
@@ -18,7 +19,7 @@ Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models import flops as F
 from cost_models import memory as M
@@ -44,7 +45,7 @@ class StageCost:
     has_lm_head: bool
     time: LayerTime  # per micro-batch, all model chunks of this rank
     p2p_s: float  # per micro-batch
-    zero3_exposed_s: float  # per micro-batch
+    sharded_dp_exposed_s: float  # per micro-batch (ZeRO-2/3)
     dp_exposed_s: float  # per step
     optimizer_s: float  # per step
     weights_gib: float
@@ -57,7 +58,7 @@ class StageCost:
     @property
     def compute_s(self) -> float:
         """Forward + backward (+ recompute) seconds per micro-batch, communication included."""
-        return self.time.total + self.p2p_s + self.zero3_exposed_s
+        return self.time.total + self.p2p_s + self.sharded_dp_exposed_s
 
     @property
     def peak_memory_gib(self) -> float:
@@ -74,7 +75,7 @@ class Breakdown:
     tp_comm_s: float
     cp_comm_s: float
     pp_p2p_s: float
-    zero3_comm_s: float
+    sharded_dp_comm_s: float
     bubble_s: float
     dp_comm_s: float
     optimizer_s: float
@@ -110,8 +111,11 @@ def _dp_reduce(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec
     if layout.zero is ZeroStage.NONE:
         reduce = collective_time(Collective.ALL_REDUCE, grad_bytes, n, stride, cluster)
         gather = 0.0
-    elif layout.zero in (ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS):
+    elif layout.zero is ZeroStage.OPTIMIZER:
         reduce = collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster)
+        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster)
+    elif layout.zero is ZeroStage.GRADIENTS:  # gradients were reduce-scattered every micro-batch
+        reduce = 0.0
         gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster)
     else:
         return 0.0
@@ -122,41 +126,48 @@ def _dp_reduce(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec
     return exposed_reduce + exposed_gather
 
 
-def _zero3_exposed(params: float, n_layers: int, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-                   time: LayerTime) -> float:
-    """Per micro-batch: ZeRO-3 weight all-gathers (before forward and before backward; the
-    recomputed forward reuses the backward's gather) and gradient reduce-scatters, issued module by
-    module (four weight matrices per decoder layer), not hidden by compute."""
-    if layout.zero is not ZeroStage.WEIGHTS:
+def _sharded_exposed(params: float, n_layers: int, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+                     time: LayerTime) -> float:
+    """Per micro-batch communication of sharded data parallelism not hidden by compute.
+
+    ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (a sharded gradient
+    buffer cannot accumulate unreduced gradients). ZeRO-3 also all-gathers the weights before each
+    forward and backward (the recomputed forward reuses the backward's gather), module by module
+    (four weight matrices per decoder layer)."""
+    if layout.zero < ZeroStage.GRADIENTS:
         return 0.0
-    n, stride = layout.dp * layout.cp, layout.tp
+    n, stride, gpu = layout.dp * layout.cp, layout.tp, cluster.gpu
+    grad_bytes = params * job.runtime.grad_reduce_bytes
+    backward = time.backward + time.recompute
+    if layout.zero is ZeroStage.GRADIENTS:
+        return gpu.exposed(collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster), backward)
     units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
-    gather = units * collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES / units, n, stride,
-                                     cluster)
-    scatter = units * collective_time(Collective.REDUCE_SCATTER, params * job.runtime.grad_reduce_bytes / units,
-                                      n, stride, cluster)
-    gpu = cluster.gpu
-    return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, time.backward + time.recompute)
+    gather = units * collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES / units, n, stride, cluster)
+    scatter = units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster)
+    return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
 
 
-def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_layers: int,
+def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_layers: int, n_full: int,
                   params: float, m: int, first: bool, last: bool) -> tuple[M.StateBytes, float, float]:
-    """(states, stored decoder activations, other activations and working buffers) in bytes."""
+    """(states, stored decoder activations, other activations and working buffers) in bytes;
+    `n_full` of the stage's layers are fully recomputed, the rest use the layout's granularity."""
     rt, s, b = job.runtime, job.seq_len, layout.mbs
+
+    def per_layer(rc: Recompute) -> float:
+        return M.layer_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp, rc, rt.attention)
+
     states = M.state_bytes(params, layout.zero, layout.dp * layout.cp, rt.grad_reduce_bytes)
-    per_layer = M.layer_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp, layout.recompute,
-                                         rt.attention)
+    stored = (n_layers - n_full) * per_layer(layout.recompute) + n_full * per_layer(Recompute.FULL)
     chunks = chunks_in_flight(rank, layout.pp, layout.vpp, m)
-    activations = per_layer * n_layers / layout.vpp * chunks
+    activations = stored / layout.vpp * chunks
     in_flight_mb = -(-chunks // layout.vpp)
     other = 0.0
     if first:
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
     if last:
         other += M.logits_bytes(model, s, b, layout.tp, layout.cp)
-    if layout.recompute is Recompute.FULL and n_layers:
-        other += M.layer_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp, Recompute.NONE,
-                                          rt.attention)
+    if n_full:  # the layer being recomputed holds all its activations until its backward is done
+        other += per_layer(Recompute.NONE)
     if layout.zero is ZeroStage.WEIGHTS and n_layers:
         other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes)
     return states, activations, other
@@ -167,6 +178,7 @@ def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
     m = layout.num_microbatches(job)
     knobs = LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute)
     dec = decoder_layer_time(model, job, cluster, knobs)
+    dec_full = decoder_layer_time(model, job, cluster, replace(knobs, recompute=Recompute.FULL))
     emb, head = embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs)
     chunk_layers = layout.chunk_layers(model.num_layers)
     pp_stride = layout.tp * layout.cp * layout.dp
@@ -179,7 +191,8 @@ def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
         mine = range(rank, len(chunk_layers), layout.pp)
         n_layers = sum(chunk_layers[c] for c in mine)
         first, last = rank == 0, rank == layout.pp - 1
-        time = dec.scaled(n_layers)
+        n_full = layout.fully_recomputed(rank, model.num_layers)
+        time = dec.scaled(n_layers - n_full) + dec_full.scaled(n_full)
         params = dec_params * n_layers
         if first:
             time, params = time + emb, params + M.embedding_params_per_rank(model, layout.tp)
@@ -187,17 +200,17 @@ def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
             time = time + head
             params += M.lm_head_params_per_rank(model, layout.tp, layout.pp) + F.norm_params(model)
         hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
-        z3 = _zero3_exposed(params, n_layers, layout, job, cluster, time)
+        z3 = _sharded_exposed(params, n_layers, layout, job, cluster, time)
         dp = _dp_reduce(params, layout, job, cluster, time.backward / max(1, layout.vpp),
                         time.forward / max(1, layout.vpp))
         shard = layout.dp * layout.cp if layout.zero >= ZeroStage.OPTIMIZER else 1
         opt = memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
-        states, acts, other = _stage_memory(model, job, layout, rank, n_layers, params, m, first, last)
+        states, acts, other = _stage_memory(model, job, layout, rank, n_layers, n_full, params, m, first, last)
         layer_ids = [i for c in mine for i in range(starts[c], starts[c] + chunk_layers[c])]
         stages.append(StageCost(
             pp_rank=rank, first_layer=min(layer_ids, default=-1), last_layer=max(layer_ids, default=-1),
             num_layers=n_layers, has_embedding=first, has_lm_head=last, time=time, p2p_s=hops * p2p,
-            zero3_exposed_s=z3, dp_exposed_s=dp, optimizer_s=opt,
+            sharded_dp_exposed_s=z3, dp_exposed_s=dp, optimizer_s=opt,
             weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
             optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
             other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB))
@@ -219,16 +232,15 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     t = worst.time
     breakdown = Breakdown(
         compute_s=m * (t.forward + t.backward), recompute_s=m * t.recompute, tp_comm_s=m * t.tp_comm,
-        cp_comm_s=m * t.cp_comm, pp_p2p_s=m * worst.p2p_s, zero3_comm_s=m * worst.zero3_exposed_s,
+        cp_comm_s=m * t.cp_comm, pp_p2p_s=m * worst.p2p_s, sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
         bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
         embedding_sync_s=emb_sync)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
-    recompute_per_seq = 0.0
-    if layout.recompute is Recompute.FULL:
-        recompute_per_seq = model.num_layers * F.decoder_matmul_flops(model, job.seq_len)
-    elif layout.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
-        recompute_per_seq = model.num_layers * 4.0 * job.seq_len**2 * model.q_dim
+    n_full = sum(layout.fully_recomputed(r, model.num_layers) for r in range(layout.pp))
+    recompute_per_seq = n_full * F.decoder_matmul_flops(model, job.seq_len)
+    if layout.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
+        recompute_per_seq += (model.num_layers - n_full) * 4.0 * job.seq_len**2 * model.q_dim
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)

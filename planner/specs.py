@@ -252,6 +252,8 @@ class Layout:
 
     `stage_layers` optionally gives the number of decoder layers on each of the pp·vpp model chunks
     (in pipeline order); by default they are spread evenly, remainder to the middle chunks.
+    `recompute_layers` optionally gives, per pipeline rank, how many of its decoder layers are fully
+    recomputed (Megatron-LM's block method); the others use `recompute`.
     """
 
     tp: int = 1
@@ -265,6 +267,7 @@ class Layout:
     recompute: Recompute = Recompute.NONE
     schedule: Schedule = Schedule.ONE_F_ONE_B
     stage_layers: tuple[int, ...] | None = None
+    recompute_layers: tuple[int, ...] | None = None
 
     @property
     def world(self) -> int:
@@ -336,3 +339,24 @@ class Layout:
                 raise LayoutError(
                     f"stage_layers sum to {sum(self.stage_layers)}, model has {model.num_layers} layers"
                 )
+        if self.recompute_layers is not None:
+            if self.recompute is Recompute.FULL:
+                raise LayoutError("recompute_layers is for partial recomputation; recompute=full covers every layer")
+            per_rank = self.rank_layers(model.num_layers)
+            if len(self.recompute_layers) != self.pp or any(
+                    not 0 <= r <= n for r, n in zip(self.recompute_layers, per_rank, strict=True)):
+                raise LayoutError(
+                    f"recompute_layers {list(self.recompute_layers)} needs one count per pp rank, each between 0 "
+                    f"and that rank's layers {list(per_rank)}"
+                )
+
+    def rank_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers held by each pipeline rank (all its model chunks)."""
+        chunks = self.chunk_layers(num_layers)
+        return tuple(sum(chunks[c] for c in range(rank, len(chunks), self.pp)) for rank in range(self.pp))
+
+    def fully_recomputed(self, rank: int, num_layers: int) -> int:
+        """Decoder layers of `rank` whose whole forward is recomputed in backward."""
+        if self.recompute is Recompute.FULL:
+            return self.rank_layers(num_layers)[rank]
+        return self.recompute_layers[rank] if self.recompute_layers is not None else 0
