@@ -173,48 +173,76 @@ def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_l
     return states, activations, other
 
 
+@dataclass(frozen=True)
+class LayoutCosts:
+    """What every stage of one layout shares: per-layer times (computed once), the pipeline hop and
+    the per-layer parameter count. `stage_cost` composes a stage from it."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    layout: Layout
+    num_microbatches: int
+    decoder: LayerTime
+    decoder_full: LayerTime  # the same layer fully recomputed
+    embedding: LayerTime
+    head: LayerTime
+    p2p_s: float  # one pipeline send/recv of one micro-batch
+    decoder_params: float  # per TP rank
+
+
+def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> LayoutCosts:
+    knobs = LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute)
+    p2p = p2p_time(layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp,
+                   layout.tp * layout.cp * layout.dp, cluster) if layout.pp > 1 else 0.0
+    return LayoutCosts(
+        model, cluster, job, layout, layout.num_microbatches(job),
+        decoder=decoder_layer_time(model, job, cluster, knobs),
+        decoder_full=decoder_layer_time(model, job, cluster, replace(knobs, recompute=Recompute.FULL)),
+        embedding=embedding_time(model, job, cluster, knobs), head=head_time(model, job, cluster, knobs),
+        p2p_s=p2p, decoder_params=M.decoder_params_per_rank(model, layout.tp))
+
+
+def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
+               layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
+    """Pipeline rank `rank` holding `n_layers` decoder layers, `n_full` of them fully recomputed."""
+    model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
+    first, last = rank == 0, rank == layout.pp - 1
+    time = costs.decoder.scaled(n_layers - n_full) + costs.decoder_full.scaled(n_full)
+    params = costs.decoder_params * n_layers
+    if first:
+        time, params = time + costs.embedding, params + M.embedding_params_per_rank(model, layout.tp)
+    if last:
+        time = time + costs.head
+        params += M.lm_head_params_per_rank(model, layout.tp, layout.pp) + F.norm_params(model)
+    hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
+    sharded = _sharded_exposed(params, n_layers, layout, job, cluster, time)
+    dp = _dp_reduce(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
+    shard = layout.dp * layout.cp if layout.zero >= ZeroStage.OPTIMIZER else 1
+    opt = memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
+    states, acts, other = _stage_memory(model, job, layout, rank, n_layers, n_full, params,
+                                        costs.num_microbatches, first, last)
+    return StageCost(
+        pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=n_layers,
+        has_embedding=first, has_lm_head=last, time=time, p2p_s=hops * costs.p2p_s,
+        sharded_dp_exposed_s=sharded, dp_exposed_s=dp, optimizer_s=opt,
+        weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
+        optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
+        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB)
+
+
 def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> Prediction:
     """Predict step time, throughput and per-GPU memory of `layout` (validated by the caller)."""
-    m = layout.num_microbatches(job)
-    knobs = LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute)
-    dec = decoder_layer_time(model, job, cluster, knobs)
-    dec_full = decoder_layer_time(model, job, cluster, replace(knobs, recompute=Recompute.FULL))
-    emb, head = embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs)
+    costs = layout_costs(model, cluster, job, layout)
     chunk_layers = layout.chunk_layers(model.num_layers)
-    pp_stride = layout.tp * layout.cp * layout.dp
-    p2p = p2p_time(layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp,
-                   pp_stride, cluster) if layout.pp > 1 else 0.0
-    dec_params = M.decoder_params_per_rank(model, layout.tp)
-    stages: list[StageCost] = []
     starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
+    stages: list[StageCost] = []
     for rank in range(layout.pp):
         mine = range(rank, len(chunk_layers), layout.pp)
-        n_layers = sum(chunk_layers[c] for c in mine)
-        first, last = rank == 0, rank == layout.pp - 1
-        n_full = layout.fully_recomputed(rank, model.num_layers)
-        time = dec.scaled(n_layers - n_full) + dec_full.scaled(n_full)
-        params = dec_params * n_layers
-        if first:
-            time, params = time + emb, params + M.embedding_params_per_rank(model, layout.tp)
-        if last:
-            time = time + head
-            params += M.lm_head_params_per_rank(model, layout.tp, layout.pp) + F.norm_params(model)
-        hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
-        z3 = _sharded_exposed(params, n_layers, layout, job, cluster, time)
-        dp = _dp_reduce(params, layout, job, cluster, time.backward / max(1, layout.vpp),
-                        time.forward / max(1, layout.vpp))
-        shard = layout.dp * layout.cp if layout.zero >= ZeroStage.OPTIMIZER else 1
-        opt = memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
-        states, acts, other = _stage_memory(model, job, layout, rank, n_layers, n_full, params, m, first, last)
-        layer_ids = [i for c in mine for i in range(starts[c], starts[c] + chunk_layers[c])]
-        stages.append(StageCost(
-            pp_rank=rank, first_layer=min(layer_ids, default=-1), last_layer=max(layer_ids, default=-1),
-            num_layers=n_layers, has_embedding=first, has_lm_head=last, time=time, p2p_s=hops * p2p,
-            sharded_dp_exposed_s=z3, dp_exposed_s=dp, optimizer_s=opt,
-            weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
-            optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-            other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB))
-    return _predict(model, cluster, job, layout, stages, m)
+        ids = [i for c in mine for i in range(starts[c], starts[c] + chunk_layers[c])]
+        stages.append(stage_cost(costs, rank, len(ids), layout.fully_recomputed(rank, model.num_layers),
+                                 (min(ids, default=-1), max(ids, default=-1))))
+    return _predict(model, cluster, job, layout, stages, costs.num_microbatches)
 
 
 def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,

@@ -1,15 +1,19 @@
-"""Exact layer-to-stage split by dynamic programming over (stage, layer boundary).
+"""Exact layer-to-stage split, with per-stage full recomputation, by dynamic programming.
 
-For 1F1B and interleaved 1F1B the step time is Σ_i t_i + (m − 1)·max_i t_i (cost_models.pipeline);
-Σ_i t_i is the same for every split (each layer is on exactly one stage, and the per-stage extras
-are fixed), so the best split minimises the bottleneck max_i t_i under each stage's memory cap.
-Stages differ: the first carries the embedding, the last the LM head and loss, and stage i keeps
-activations of `in_flight[i]` micro-batches, so the caps are per stage.
+Stage s holding n decoder layers, r of them fully recomputed, costs per micro-batch (affine in n and
+r, read off the cost model by `planner.search`):
+    T_s(n, r) = t0_s + (n − 1)·t1 + r·tr
+    M_s(n, r) = m0_s + (n − 1)·m1_s − r·mr_s + transient·[r > 0]   <=  capacity
+The first stage carries the embedding, the last the LM head and loss (in t0, m0), and stage s keeps
+activations of more or fewer micro-batches (in m1, mr), so every stage has its own line.
+The 1F1B step time is J = (m − 1)·max_s T_s + Σ_s T_s (cost_models.pipeline).
 
-    f[s][j] = min over k < j of max(f[s−1][k], T(k, j) + extra_time[s−1])
-              subject to  W(k, j) + A(k, j)·in_flight[s−1] + extra_bytes[s−1] <= capacity
-with T, W, A prefix sums over the layers (time, static bytes, activation bytes per micro-batch).
-O(P·L²) work, vectorised over k with numpy; ties go to the earliest boundary, so it is deterministic.
+For a fixed split the fewest recomputed layers that fit are best (T grows with r, M falls), so each
+(stage, n) has one time T_s(n) (∞ where nothing fits); it grows with n and feasibility is a prefix.
+Then: binary search gives the smallest bottleneck B* that admits a split (stage s can take at most
+c_s(B) layers; a split exists iff every c_s >= 1 and Σ c_s >= L); for each bottleneck B >= B* in
+increasing order a min-plus DP over (stage, layer boundary) gives the least Σ_s T_s with every
+T_s <= B; the scan stops once (m − 1)·B + min Σ T can no longer win. O(P·L²) per DP, vectorised.
 """
 
 from __future__ import annotations
@@ -19,95 +23,142 @@ from itertools import combinations
 
 import numpy as np
 
+_EPS = 1e-9
+
 
 @dataclass(frozen=True)
-class ChainCosts:
-    """Per-layer costs of a chain of layers (one micro-batch, one GPU of the stage)."""
-
-    time: tuple[float, ...]
-    static_bytes: tuple[float, ...]  # weights, gradients, optimizer state
-    activation_bytes: tuple[float, ...]  # stored per micro-batch in flight
+class SplitProblem:
+    num_layers: int
+    num_microbatches: int
+    t0: tuple[float, ...]  # per stage: time with one layer, no recomputation
+    t1: float  # time per additional layer
+    tr: float  # extra time per fully recomputed layer
+    m0: tuple[float, ...]  # per stage: bytes with one layer
+    m1: tuple[float, ...]  # per stage: bytes per additional layer
+    mr: tuple[float, ...]  # per stage: bytes saved per fully recomputed layer
+    transient: float  # bytes held while a recomputed layer runs its backward
+    capacity: float
+    partial_recompute: bool  # may recompute some layers of a stage fully
 
     def __post_init__(self) -> None:
-        if not len(self.time) == len(self.static_bytes) == len(self.activation_bytes):
-            raise ValueError("time, static_bytes and activation_bytes need one entry per layer")
-
-
-@dataclass(frozen=True)
-class StageBudget:
-    """What each pipeline stage adds and may hold, in pipeline order."""
-
-    extra_time: tuple[float, ...]
-    extra_bytes: tuple[float, ...]
-    in_flight: tuple[float, ...]
-    capacity_bytes: float
+        if not len(self.t0) == len(self.m0) == len(self.m1) == len(self.mr):
+            raise ValueError("t0, m0, m1 and mr need one entry per stage")
+        if self.t1 <= 0 or self.tr < 0 or any(b < 0 or a <= b for a, b in zip(self.m1, self.mr, strict=True)):
+            raise ValueError("need t1 > 0, tr >= 0 and m1 > mr >= 0 per stage: a recomputed layer still "
+                             "holds its weights and its input")
 
     @property
     def num_stages(self) -> int:
-        return len(self.in_flight)
+        return len(self.t0)
 
 
 @dataclass(frozen=True)
 class Split:
-    """Layers per stage (in order) and the resulting bottleneck stage time."""
-
     layers: tuple[int, ...]
-    bottleneck: float
+    recompute: tuple[int, ...]  # fully recomputed layers per stage
+    stage_times: tuple[float, ...]
+    objective: float  # (m − 1)·max + Σ
+
+    @property
+    def bottleneck(self) -> float:
+        return max(self.stage_times)
 
 
-def _stage_ok(costs: ChainCosts, budget: StageBudget, stage: int, lo: int, hi: int) -> tuple[bool, float]:
-    t = sum(costs.time[lo:hi]) + budget.extra_time[stage]
-    mem = (sum(costs.static_bytes[lo:hi]) + sum(costs.activation_bytes[lo:hi]) * budget.in_flight[stage]
-           + budget.extra_bytes[stage])
-    return mem <= budget.capacity_bytes, t
+def fewest_recomputed(p: SplitProblem, stage: int, n: np.ndarray) -> np.ndarray:
+    """Smallest r in [0, n] with M_s(n, r) <= capacity, as float; ∞ where none fits (or n < 1)."""
+    plain = p.m0[stage] + (n - 1) * p.m1[stage]
+    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+    if p.partial_recompute and p.mr[stage] > 0:
+        need = np.ceil((plain + p.transient - p.capacity) / p.mr[stage] - _EPS)
+        r = np.where(np.isinf(r) & (need <= n), np.maximum(need, 1.0), r)
+    return np.where(n >= 1, r, np.inf)
 
 
-def best_split(costs: ChainCosts, budget: StageBudget, min_layers: int = 1) -> Split | None:
-    """The split with the smallest bottleneck that fits every stage, or None when none fits."""
-    n, p = len(costs.time), budget.num_stages
-    if n < p * min_layers:
+def stage_tables(p: SplitProblem) -> tuple[np.ndarray, np.ndarray]:
+    """time[s, n] and recompute[s, n] for n = 0..L (∞ where stage s cannot hold n layers)."""
+    n = np.arange(p.num_layers + 1, dtype=float)
+    times = np.empty((p.num_stages, n.size))
+    recs = np.empty_like(times)
+    for s in range(p.num_stages):
+        r = fewest_recomputed(p, s, n)
+        recs[s] = r
+        times[s] = np.where(np.isfinite(r), p.t0[s] + (n - 1) * p.t1 + np.nan_to_num(r, posinf=0) * p.tr, np.inf)
+    return times, recs
+
+
+def _min_sum(times: np.ndarray) -> tuple[float, list[int]] | None:
+    """Least Σ_s times[s, n_s] over splits with Σ n_s = L (min-plus DP over layer boundaries)."""
+    stages, width = times.shape
+    j = np.arange(width)
+    back = np.arange(width)[:, None] - j[None, :]  # back[j, n] = j − n, the previous boundary
+    valid = back >= 0
+    f = np.full(width, np.inf)
+    f[0] = 0.0
+    choices = []
+    for s in range(stages):
+        prev = np.where(valid, f[np.clip(back, 0, None)], np.inf)
+        cand = prev + times[s][None, :]
+        pick = np.argmin(cand, axis=1)
+        f = cand[j, pick]
+        choices.append(pick)
+    if not np.isfinite(f[-1]):
         return None
-    zero = np.zeros(1)
-    t_pre = np.concatenate([zero, np.cumsum(costs.time)])
-    w_pre = np.concatenate([zero, np.cumsum(costs.static_bytes)])
-    a_pre = np.concatenate([zero, np.cumsum(costs.activation_bytes)])
-    f = np.full((p + 1, n + 1), np.inf)
-    arg = np.full((p + 1, n + 1), -1, dtype=np.int64)
-    f[0, 0] = 0.0
-    ks = np.arange(n + 1)
-    for s in range(1, p + 1):
-        lo_j, hi_j = s * min_layers, n - (p - s) * min_layers
-        for j in range(lo_j, hi_j + 1):
-            k = ks[: j - min_layers + 1]
-            mem = (w_pre[j] - w_pre[k]) + (a_pre[j] - a_pre[k]) * budget.in_flight[s - 1] + budget.extra_bytes[s - 1]
-            cand = np.maximum(f[s - 1, k], t_pre[j] - t_pre[k] + budget.extra_time[s - 1])
-            cand = np.where(mem <= budget.capacity_bytes, cand, np.inf)
-            best = int(np.argmin(cand))
-            f[s, j], arg[s, j] = cand[best], best
-    if not np.isfinite(f[p, n]):
+    layers, boundary = [], width - 1
+    for pick in reversed(choices):
+        layers.append(int(pick[boundary]))
+        boundary -= layers[-1]
+    return float(f[-1]), layers[::-1]
+
+
+def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
+    return np.array([int(np.searchsorted(row[1:], bound + _EPS * max(1.0, bound), side="right")) for row in times])
+
+
+def solve_dp(p: SplitProblem) -> Split | None:
+    """The split minimising (m − 1)·max_s T_s + Σ_s T_s, or None when no split fits."""
+    times, recs = stage_tables(p)
+    unbounded = _min_sum(times)
+    if unbounded is None:
         return None
-    bounds, j = [n], n
-    for s in range(p, 0, -1):
-        j = int(arg[s, j])
-        bounds.append(j)
-    bounds.reverse()
-    layers = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
-    return Split(layers, float(f[p, n]))
-
-
-def brute_force_split(costs: ChainCosts, budget: StageBudget, min_layers: int = 1) -> Split | None:
-    """Every split enumerated: the reference the DP is tested against (small chains only)."""
-    n, p = len(costs.time), budget.num_stages
+    least_sum = unbounded[0]
+    bounds = np.unique(times[np.isfinite(times)])
+    lo, hi = 0, len(bounds) - 1
+    while lo < hi:  # smallest bound with a split: every stage takes >= 1 layer and together >= L
+        mid = (lo + hi) // 2
+        caps = _max_layers(times, bounds[mid])
+        if caps.min() >= 1 and caps.sum() >= p.num_layers:
+            hi = mid
+        else:
+            lo = mid + 1
     best: Split | None = None
-    for cuts in combinations(range(1, n), p - 1):
-        bounds = (0, *cuts, n)
-        sizes = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
-        if min(sizes) < min_layers:
+    for bound in bounds[lo:]:
+        if best is not None and (p.num_microbatches - 1) * bound + least_sum >= best.objective:
+            break
+        solved = _min_sum(np.where(times <= bound * (1 + _EPS), times, np.inf))
+        if solved is None:
             continue
-        worst, ok = 0.0, True
-        for s in range(p):
-            fits, t = _stage_ok(costs, budget, s, bounds[s], bounds[s + 1])
-            ok, worst = ok and fits, max(worst, t)
-        if ok and (best is None or worst < best.bottleneck):
-            best = Split(sizes, worst)
+        split = _make_split(p, times, recs, solved[1])
+        if best is None or split.objective < best.objective:
+            best = split
+    return best
+
+
+def _make_split(p: SplitProblem, times: np.ndarray, recs: np.ndarray, layers: list[int]) -> Split:
+    stage_times = tuple(float(times[s, n]) for s, n in enumerate(layers))
+    objective = (p.num_microbatches - 1) * max(stage_times) + sum(stage_times)
+    return Split(tuple(layers), tuple(int(recs[s, n]) for s, n in enumerate(layers)), stage_times, objective)
+
+
+def brute_force(p: SplitProblem) -> Split | None:
+    """Every split enumerated (small problems only): the reference the DP and ILP are tested against."""
+    times, recs = stage_tables(p)
+    best: Split | None = None
+    for cuts in combinations(range(1, p.num_layers), p.num_stages - 1):
+        bounds = (0, *cuts, p.num_layers)
+        layers = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        if any(not np.isfinite(times[s, n]) for s, n in enumerate(layers)):
+            continue
+        split = _make_split(p, times, recs, layers)
+        if best is None or split.objective < best.objective:
+            best = split
     return best
