@@ -74,7 +74,9 @@ def layer_forward_flops(model: ModelSpec, kind: LayerKind, seq_len: int) -> floa
 def model_flops_per_sequence(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs of forward + backward for one sequence: 3 x forward (MFU convention: no
     recomputation counted)."""
-    return 3.0 * sum(layer_forward_flops(model, kind, seq_len) for kind in model.layers())
+    forward = (model.num_layers * layer_forward_flops(model, LayerKind.DECODER, seq_len)
+               + layer_forward_flops(model, LayerKind.LM_HEAD, seq_len))
+    return 3.0 * forward
 
 
 def narayanan_iteration_flops(batch: int, seq_len: int, layers: int, hidden: int, vocab: int) -> float:

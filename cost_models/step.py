@@ -102,7 +102,7 @@ class Prediction:
     stages: tuple[StageCost, ...]
 
 
-def _dp_reduce(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+def dp_reduce_exposed(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                bwd_last: float, fwd_first: float) -> float:
     """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage."""
     n, stride = layout.dp * layout.cp, layout.tp
@@ -126,7 +126,7 @@ def _dp_reduce(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec
     return exposed_reduce + exposed_gather
 
 
-def _sharded_exposed(params: float, n_layers: int, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+def sharded_dp_exposed(params: float, n_layers: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                      time: LayerTime) -> float:
     """Per micro-batch communication of sharded data parallelism not hidden by compute.
 
@@ -191,16 +191,34 @@ class LayoutCosts:
     decoder_params: float  # per TP rank
 
 
-def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> LayoutCosts:
-    knobs = LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute)
+@dataclass(frozen=True)
+class LayerTimes:
+    """The four per-layer times a layout needs; they depend only on `LayerKnobs`."""
+
+    decoder: LayerTime
+    decoder_full: LayerTime
+    embedding: LayerTime
+    head: LayerTime
+
+
+def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs) -> LayerTimes:
+    return LayerTimes(decoder_layer_time(model, job, cluster, knobs),
+                      decoder_layer_time(model, job, cluster, replace(knobs, recompute=Recompute.FULL)),
+                      embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs))
+
+
+def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
+                 times: LayerTimes | None = None) -> LayoutCosts:
+    """Everything the stages of `layout` share; `times` may come from a cache (they depend only on the
+    layout's LayerKnobs)."""
+    if times is None:
+        times = layer_times(model, cluster, job, LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs,
+                                                            layout.recompute))
     p2p = p2p_time(layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp,
                    layout.tp * layout.cp * layout.dp, cluster) if layout.pp > 1 else 0.0
-    return LayoutCosts(
-        model, cluster, job, layout, layout.num_microbatches(job),
-        decoder=decoder_layer_time(model, job, cluster, knobs),
-        decoder_full=decoder_layer_time(model, job, cluster, replace(knobs, recompute=Recompute.FULL)),
-        embedding=embedding_time(model, job, cluster, knobs), head=head_time(model, job, cluster, knobs),
-        p2p_s=p2p, decoder_params=M.decoder_params_per_rank(model, layout.tp))
+    return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), decoder=times.decoder,
+                       decoder_full=times.decoder_full, embedding=times.embedding, head=times.head, p2p_s=p2p,
+                       decoder_params=M.decoder_params_per_rank(model, layout.tp))
 
 
 def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
@@ -216,8 +234,8 @@ def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
         time = time + costs.head
         params += M.lm_head_params_per_rank(model, layout.tp, layout.pp) + F.norm_params(model)
     hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
-    sharded = _sharded_exposed(params, n_layers, layout, job, cluster, time)
-    dp = _dp_reduce(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
+    sharded = sharded_dp_exposed(params, n_layers, layout, job, cluster, time)
+    dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
     shard = layout.dp * layout.cp if layout.zero >= ZeroStage.OPTIMIZER else 1
     opt = memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
     states, acts, other = _stage_memory(model, job, layout, rank, n_layers, n_full, params,
@@ -231,9 +249,10 @@ def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
         other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB)
 
 
-def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout) -> Prediction:
+def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
+                    times: LayerTimes | None = None) -> Prediction:
     """Predict step time, throughput and per-GPU memory of `layout` (validated by the caller)."""
-    costs = layout_costs(model, cluster, job, layout)
+    costs = layout_costs(model, cluster, job, layout, times)
     chunk_layers = layout.chunk_layers(model.num_layers)
     starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
     stages: list[StageCost] = []

@@ -117,6 +117,8 @@ def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
 def solve_dp(p: SplitProblem) -> Split | None:
     """The split minimising (m − 1)·max_s T_s + Σ_s T_s, or None when no split fits."""
     times, recs = stage_tables(p)
+    if p.num_stages == 1:
+        return _make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
     unbounded = _min_sum(times)
     if unbounded is None:
         return None

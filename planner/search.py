@@ -1,0 +1,272 @@
+"""Search: enumerate -> bound -> split -> evaluate -> rank, with a certificate of optimality.
+
+1. `planner.space.candidates` yields every valid degree tuple.
+2. Memory bound: a family whose weights, gradients and optimizer state alone (sharded as its ZeRO
+   stage allows, spread evenly over the pipeline) exceed the GPU is dropped.
+3. Time bound: no split beats m·(Σ layer times)/pp (cost_models.pipeline: the slowest stage is at
+   least the average), computed from per-layer times cached per (tp, cp, sp, mbs, recompute).
+   Candidates are priced in increasing order of this bound and the scan stops when the bound
+   reaches the k-th best step time found: every layout left is provably no better (best-first
+   branch and bound), so the answer is optimal within the modelled space.
+4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
+   solved exactly (planner.partition DP, or the CP-SAT / HiGHS model of planner.ilp); interleaved
+   layouts use balanced model chunks.
+5. The chosen layout is priced by the plain cost model (`evaluate_layout`), which also re-checks
+   that every stage fits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from cost_models import memory as M
+from cost_models.comm import p2p_time
+from cost_models.compute import memory_time
+from cost_models.flops import norm_params
+from cost_models.layer import LayerKnobs
+from cost_models.pipeline import chunks_in_flight
+from cost_models.step import (
+    OPTIMIZER_BYTES_PER_PARAM,
+    LayerTimes,
+    LayoutCosts,
+    Prediction,
+    dp_reduce_exposed,
+    evaluate_layout,
+    layer_times,
+    layout_costs,
+    sharded_dp_exposed,
+    stage_cost,
+)
+from planner.errors import InfeasibleError
+from planner.ilp import SolveOptions, Solver, solve_ilp
+from planner.partition import Split, SplitProblem, solve_dp
+from planner.space import Candidate, SearchSpec, candidates
+from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, ZeroStage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    layout: Layout
+    prediction: Prediction
+
+
+@dataclass(frozen=True)
+class Certificate:
+    method: str
+    solver: Solver
+    candidates: int  # valid degree tuples enumerated
+    evaluated: int  # priced with a stage split
+    pruned_memory: int  # dropped by the memory bound
+    pruned_time: int  # dropped by the time bound
+    infeasible: int  # priced, but no split fits in memory
+    solve_time_s: float
+    optimal: bool
+    gap: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    best: Ranked
+    alternatives: tuple[Ranked, ...]
+    certificate: Certificate
+
+
+def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate) -> float:
+    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
+    sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
+    params = (model.num_layers * M.decoder_params_per_rank(model, c.tp) + M.embedding_params_per_rank(model, c.tp)
+              + M.lm_head_params_per_rank(model, c.tp, c.pp) + norm_params(model))
+    states = M.state_bytes(params / c.pp, c.zero, c.dp * c.cp, job.runtime.grad_reduce_bytes)
+    return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+
+
+class _LayerTimes:
+    """Per-layer times and step-time bounds of one search, cached by what they depend on."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+        self.model, self.cluster, self.job = model, cluster, job
+        self._cache: dict[LayerKnobs, LayerTimes] = {}
+        self._bounds: dict[Candidate, float] = {}
+
+    def get(self, c: Candidate) -> LayerTimes:
+        knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute)
+        if knobs not in self._cache:
+            self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs)
+        return self._cache[knobs]
+
+    def bound(self, c: Candidate) -> float:
+        if c not in self._bounds:
+            self._bounds[c] = self._bound(c)
+        return self._bounds[c]
+
+    def _bound(self, c: Candidate) -> float:
+        """Lower bound on the step time of any split of candidate `c`.
+
+        The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
+        least the average), the step tail at least the average stage's gradient reduction and optimizer
+        step. Exposed communication is convex in (bytes, compute), so pricing it on the average stage
+        under-estimates the average (Jensen). Recomputation chosen by the split only adds time."""
+        model, job, cluster = self.model, self.job, self.cluster
+        times = self.get(c)
+        layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
+                        recompute=c.recompute, schedule=c.schedule)
+        m = layout.num_microbatches(job)
+        hop = p2p_time(c.mbs * job.seq_len / c.cp * model.hidden_size * 2 / c.tp, c.tp * c.cp * c.dp,
+                       cluster) if c.pp > 1 else 0.0
+        layers = model.num_layers / c.pp
+        avg = times.decoder.scaled(layers) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
+        params = (model.num_layers * M.decoder_params_per_rank(model, c.tp) + M.embedding_params_per_rank(model, c.tp)
+                  + M.lm_head_params_per_rank(model, c.tp, c.pp)) / c.pp
+        stage = (avg.total + (2 * c.pp * c.vpp - 2) * hop / c.pp
+                 + sharded_dp_exposed(params, layers, layout, job, cluster, avg))
+        shard = c.dp * c.cp if c.zero >= ZeroStage.OPTIMIZER else 1
+        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward / c.vpp, avg.forward / c.vpp)
+                + memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu))
+        return stage * (m + (c.pp - 1) / c.vpp) + tail
+
+
+def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
+    """Read the affine stage model of planner.partition off the cost model itself (`stage_cost` at one
+    and two layers, with and without full recomputation). Middle ranks share rank 1's times; their
+    activations scale with the micro-batches each keeps in flight."""
+    layout, model = costs.layout, costs.model
+    pp, m, full_base = layout.pp, costs.num_microbatches, layout.recompute is Recompute.FULL
+    two = min(2, model.num_layers)
+
+    def at(rank: int, n: int, f: int) -> tuple[float, float, float]:
+        st = stage_cost(costs, rank, n, n if full_base else f)
+        return st.compute_s, st.activations_gib * GIB, (st.peak_memory_gib - st.activations_gib) * GIB
+
+    t0, m0, m1, mr = [], [], [], []
+    t1 = tr = transient = 0.0
+    for rank in range(pp):
+        q = rank if rank in (0, pp - 1) else 1
+        (time1, act1, rest1), (time2, _, rest2), (time_r, act_r, rest_r) = at(q, 1, 0), at(q, two, 0), at(q, 1, 1)
+        k = chunks_in_flight(rank, pp, layout.vpp, m) / chunks_in_flight(q, pp, layout.vpp, m)
+        t1, tr = max((time2 - time1) if two == 2 else 1.0, 1e-12), max(time_r - time1, 0.0)
+        transient = max(transient, rest_r - rest1)
+        t0.append(time1)
+        m0.append(rest1 + k * act1)
+        per_layer = (rest2 - rest1 + k * act1) if two == 2 else k * act1 + 1.0
+        m1.append(per_layer)
+        mr.append(min(k * (act1 - act_r), per_layer * (1 - 1e-12)))
+    return SplitProblem(
+        num_layers=model.num_layers, num_microbatches=m, t0=tuple(t0), t1=t1, tr=tr, m0=tuple(m0), m1=tuple(m1),
+        mr=tuple(mr), transient=transient, capacity=costs.cluster.gpu.memory_gib * GIB,
+        partial_recompute=partial_recompute and not full_base)
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class _Priced:
+    ranked: Ranked | None
+    infeasible: bool
+    gap: float
+    optimal: bool
+
+
+def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
+           solver: Solver, options: SolveOptions, times: LayerTimes) -> _Priced:
+    """Split and price one candidate; ranked is None when nothing fits."""
+    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
+                    recompute=c.recompute, schedule=c.schedule)
+    gap, optimal = 0.0, True
+    costs = layout_costs(model, cluster, job, layout, times)
+    if c.vpp > 1:  # balanced chunks: stage 0 keeps the most in flight, check it before pricing every stage
+        first = stage_cost(costs, 0, layout.rank_layers(model.num_layers)[0],
+                           layout.fully_recomputed(0, model.num_layers))
+        if first.peak_memory_gib > cluster.gpu.memory_gib:
+            return _Priced(None, True, gap, optimal)
+    else:
+        problem = split_problem(costs, spec.partial_recompute)
+        split: Split | None = solve_dp(problem)
+        if solver is not Solver.DP and split is not None:
+            result = solve_ilp(problem, solver, options, hint=split)
+            split, gap, optimal = result.split, result.gap, result.optimal
+        if split is None:
+            return _Priced(None, True, gap, optimal)
+        recompute_layers = split.recompute if any(split.recompute) else None
+        layout = replace(layout, stage_layers=split.layers, recompute_layers=recompute_layers)
+    prediction = evaluate_layout(model, cluster, job, layout, times)
+    if not prediction.fits:
+        return _Priced(None, True, gap, optimal)
+    return _Priced(Ranked(layout, prediction), False, gap, optimal)
+
+
+def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None = None,
+           solver: Solver = Solver.DP, options: SolveOptions | None = None,
+           progress: ProgressFn | None = None) -> SearchResult:
+    """The fastest layouts that fit (best first), with the search's certificate."""
+    start = time.perf_counter()
+    spec, options = spec or SearchSpec(), options or SolveOptions()
+    layer_times = _LayerTimes(model, cluster, job)
+    capacity = cluster.gpu.memory_gib * GIB
+    pool = list(candidates(model, cluster, job, spec))
+    if not pool:
+        raise InfeasibleError(
+            f"no valid layout for {cluster.num_gpus} GPUs: the global batch {job.global_batch} must split into "
+            "dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp (check the pins)")
+    fitting = [c for c in pool if _state_bound_bytes(model, job, c) <= capacity]
+    pruned_memory = len(pool) - len(fitting)
+    if not fitting:
+        raise InfeasibleError(_no_fit_message(model, cluster, job, pool))
+    order = sorted(fitting, key=lambda c: (layer_times.bound(c), c.sort_key()))
+    top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
+    evaluated = infeasible = 0
+    worst_gap, all_optimal = 0.0, True
+    for i, cand in enumerate(order):
+        if len(top) >= spec.top_k and layer_times.bound(cand) >= -top[0][0]:
+            break
+        priced = _price(model, cluster, job, cand, spec, solver, options, layer_times.get(cand))
+        evaluated += 1
+        worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
+        if progress is not None:
+            progress(i + 1, len(order))
+        if priced.ranked is None:
+            infeasible += 1
+            continue
+        entry = (-priced.ranked.prediction.step_time_s, tuple(-x for x in cand.sort_key()), priced.ranked)
+        if len(top) < spec.top_k:
+            heapq.heappush(top, entry)
+        elif entry[:2] > top[0][:2]:
+            heapq.heapreplace(top, entry)
+    if not top:
+        raise InfeasibleError(_no_fit_message(model, cluster, job, fitting))
+    ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
+    cert = Certificate(
+        method="enumerate + memory/time bounds (best-first) + exact stage split", solver=solver,
+        candidates=len(pool), evaluated=evaluated, pruned_memory=pruned_memory,
+        pruned_time=len(fitting) - evaluated, infeasible=infeasible, solve_time_s=time.perf_counter() - start,
+        optimal=all_optimal, gap=worst_gap)
+    log.info("searched %d candidates: %d priced, %d pruned by memory, %d by the time bound, %d did not fit",
+             cert.candidates, cert.evaluated, cert.pruned_memory, cert.pruned_time, cert.infeasible)
+    return SearchResult(ranked[0], tuple(ranked[1:]), cert)
+
+
+def _no_fit_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pool: list[Candidate]) -> str:
+    """Name the tightest resource and what would make the job fit."""
+    leanest = min(pool, key=lambda c: (_state_bound_bytes(model, job, c), c.sort_key()))
+    need = _state_bound_bytes(model, job, leanest) / GIB
+    cap = cluster.gpu.memory_gib
+    spare = cap - M.BUFFER_ALLOWANCE_GIB
+    if need <= cap:
+        return (f"no layout fits in {cap:g} GiB per GPU: weights and optimizer state fit (leanest: "
+                f"{need:.1f} GiB with tp {leanest.tp}, pp {leanest.pp}, ZeRO-{int(leanest.zero)}) but activations do "
+                f"not; use a shorter sequence than {job.seq_len}, a smaller batch, more GPUs or GPUs with more memory")
+    states = need - M.BUFFER_ALLOWANCE_GIB
+    gpus = cluster.num_gpus * math.ceil(states / max(spare, 1e-9))
+    return (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
+            f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone; "
+            f"use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model")
+
+
+__all__ = ["Certificate", "Ranked", "SearchResult", "SearchSpec", "Solver", "search", "split_problem"]

@@ -1,0 +1,128 @@
+"""The layout space: one flat generator of valid degree tuples, with every divisibility and topology
+rule in one place (the same rules `Layout.validate` enforces, applied while generating so that no
+invalid tuple is ever priced).
+
+Dimensions and their ranges (each can be pinned through SearchSpec):
+  tp   divisors of the GPU count up to the scale-up domain (and max_tp), dividing the attention heads
+  cp   powers of two with seq/cp >= 512 tokens per rank and seq % 2cp == 0 (off with no_cp)
+  pp   divisors of what tp·cp leave, at most the layer count
+  dp   the rest; the global batch must split into dp·mbs
+  mbs  divisors of the per-replica batch up to max_mbs
+  vpp  1, or 2..16 model chunks per rank with at least one layer each (interleaved 1F1B needs
+       micro-batches % pp == 0)
+  zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
+       (it only removes memory and element-wise work in this model), unless pinned.
+Dominated choices are not generated unless pinned, and the reason is a property of the cost model:
+  - ZeRO-0 when dp·cp > 1: ZeRO-1 moves fewer bytes (reduce-scatter of fp32 gradients + all-gather of
+    bf16 weights < all-reduce of fp32 gradients), updates fewer parameters and holds less state;
+  - selective recomputation with fused attention: the kernel already recomputes its scores, so
+    selective costs and saves exactly what no recomputation does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute, Schedule, ZeroStage
+
+MIN_TOKENS_PER_CP_RANK = 512
+MAX_VPP = 16
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Pins (a value fixes a dimension) and switches of the search; None leaves a dimension free."""
+
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    vpp: int | None = None
+    mbs: int | None = None
+    zero: int | None = None
+    recompute: Recompute | None = None
+    sp: bool | None = None
+    max_tp: int | None = None
+    max_mbs: int = 8
+    no_cp: bool = False
+    partial_recompute: bool = True  # per-stage counts of fully recomputed layers
+    top_k: int = 5
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Degrees of one layout family; the stage split and per-stage recomputation come later."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    mbs: int
+    vpp: int
+    zero: ZeroStage
+    recompute: Recompute
+    sp: bool
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule.INTERLEAVED_1F1B if self.vpp > 1 else Schedule.ONE_F_ONE_B
+
+    def sort_key(self) -> tuple[int, ...]:
+        return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
+                list(Recompute).index(self.recompute), int(self.sp))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pinned(value: int | None, options: list[int]) -> list[int]:
+    return [v for v in options if value is None or v == value]
+
+
+def tp_options(model: ModelSpec, cluster: ClusterSpec, spec: SearchSpec) -> list[int]:
+    limit = min(cluster.scale_up_size, spec.max_tp or cluster.scale_up_size)
+    if spec.tp is not None:
+        limit = max(limit, spec.tp)  # an explicit pin may cross the scale-up domain
+    return _pinned(spec.tp, [t for t in _divisors(cluster.num_gpus) if t <= limit
+                             and model.num_attention_heads % t == 0
+                             and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)])
+
+
+def cp_options(job: JobSpec, rest: int, spec: SearchSpec) -> list[int]:
+    if spec.cp is not None:  # a pin is honoured whenever the layout rules allow it
+        ok = rest % spec.cp == 0 and (spec.cp == 1 or job.seq_len % (2 * spec.cp) == 0)
+        return [spec.cp] if ok else []
+    if spec.no_cp:
+        return [1]
+    return [c for c in (1, 2, 4, 8, 16, 32, 64) if rest % c == 0
+            and (c == 1 or (job.seq_len % (2 * c) == 0 and job.seq_len // c >= MIN_TOKENS_PER_CP_RANK))]
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
+    """Every valid degree tuple, in a fixed order."""
+    gpus = cluster.num_gpus
+    recomputes = [spec.recompute] if spec.recompute is not None else [
+        r for r in Recompute if not (r is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.FLASH)]
+    for tp in tp_options(model, cluster, spec):
+        for cp in cp_options(job, gpus // tp, spec):
+            for pp in _pinned(spec.pp, [p for p in _divisors(gpus // (tp * cp)) if p <= model.num_layers]):
+                dp = gpus // (tp * cp * pp)
+                if job.global_batch % dp:
+                    continue
+                per_replica = job.global_batch // dp
+                mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs])
+                zeros = [z for z in ZeroStage if (dp * cp > 1) != (z is ZeroStage.NONE)]
+                sps = [spec.sp] if spec.sp is not None else [tp > 1]
+                for mbs in mbs_list:
+                    m = per_replica // mbs
+                    vpps = [1]
+                    if pp > 1 and m % pp == 0:
+                        vpps += [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)]
+                    for vpp in _pinned(spec.vpp, vpps):
+                        for zero in ([ZeroStage(spec.zero)] if spec.zero is not None else zeros):
+                            for recompute in recomputes:
+                                for sp in sps:
+                                    if sp and tp == 1:
+                                        continue
+                                    yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp)
