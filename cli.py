@@ -4,13 +4,18 @@ and an exit code (2: bad input or a layout that breaks a rule; 3: nothing fits).
 from __future__ import annotations
 
 import json
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
+from cost_models.step import Prediction
 from planner.errors import InputError, MeshplanError
-from planner.specs import AttentionKernel, Dtype, Recompute, Runtime
+from planner.ilp import Solver
+from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="meshplan: plan and predict parallel layouts for large-model training.")
@@ -38,6 +43,19 @@ def _global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: i
     return global_batch
 
 
+def _echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout, pred: Prediction,
+                     as_json: bool) -> None:
+    from planner.report import layout_dict, prediction_dict, prediction_table
+
+    if as_json:
+        out: dict[str, Any] = {**prediction_dict(pred), "layout": layout_dict(layout), "model": model.name,
+                               "hardware": cluster.name, "gpus": cluster.num_gpus, "seq_len": job.seq_len,
+                               "global_batch": job.global_batch}
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        typer.echo(prediction_table(model, cluster, job, layout, pred))
+
+
 Model = Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")]
 Hardware = Annotated[str, typer.Option(help="Hardware preset or hardware-profile YAML.")]
 Gpus = Annotated[int, typer.Option(help="Total number of GPUs.")]
@@ -53,10 +71,12 @@ Attention = Annotated[AttentionKernel, typer.Option(help="Attention kernel the f
 
 @app.command()
 def evaluate(
-    model: Model,
-    hardware: Hardware,
-    gpus: Gpus,
-    seq_len: SeqLen,
+    model: Annotated[str | None, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware preset or profile YAML (with --plan: re-predict "
+                                                       "the plan on this hardware).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total number of GPUs.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Sequence length in tokens.")] = None,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Re-predict a saved plan file.")] = None,
     global_batch: GlobalBatch = None,
     global_batch_tokens: GlobalBatchTokens = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
@@ -74,30 +94,126 @@ def evaluate(
     memory_gib: MemoryGib = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Predict step time, throughput, MFU and per-GPU memory of one layout."""
-    from hardware_profiles import HardwareOverrides
+    """Predict step time, throughput, MFU and per-GPU memory of one layout (given by flags or --plan)."""
+    from hardware_profiles import HardwareOverrides, load_hardware
     from planner.api import make_layout, resolve
-    from planner.report import layout_dict, prediction_dict, prediction_table
 
     def action() -> None:
         from cost_models.step import evaluate_layout
+        from planner.plan import read_plan
 
+        overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
+        if plan_file is not None:
+            model_spec, cluster, job, layout = read_plan(plan_file)
+            if hardware is not None or overrides != HardwareOverrides():
+                cluster = load_hardware(hardware, cluster.num_gpus, overrides) if hardware else cluster
+            layout.validate(model_spec, job, cluster.num_gpus)
+            pred = evaluate_layout(model_spec, cluster, job, layout)
+            _echo_prediction(model_spec, cluster, job, layout, pred, as_json)
+            return
+        if model is None or hardware is None or gpus is None or seq_len is None:
+            raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
-                          runtime=Runtime(attention=attention),
-                          overrides=HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib))
+                          runtime=Runtime(attention=attention), overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute)
         pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
-        if as_json:
-            out: dict[str, Any] = {**prediction_dict(pred), "layout": layout_dict(layout),
-                                   "model": problem.model.name, "hardware": problem.cluster.name,
-                                   "gpus": gpus, "seq_len": seq_len, "global_batch": batch}
-            typer.echo(json.dumps(out, indent=2))
-        else:
-            typer.echo(prediction_table(problem.model, problem.cluster, problem.job, layout, pred))
+        _echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
 
     _run(action)
+
+
+@app.command()
+def plan(
+    model: Model,
+    hardware: Hardware,
+    gpus: Gpus,
+    seq_len: SeqLen,
+    global_batch: GlobalBatch = None,
+    global_batch_tokens: GlobalBatchTokens = None,
+    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    top_k: Annotated[int, typer.Option(min=1, help="Alternatives to keep and show.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    solver: Annotated[Solver, typer.Option(help="Stage-split solver: DP, or the ILP (CP-SAT, HiGHS).")] = Solver.DP,
+    time_limit: Annotated[float, typer.Option(help="Time limit per ILP solve, seconds.")] = 10.0,
+    tp: Annotated[int | None, typer.Option(help="Pin tensor parallelism.")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pin pipeline parallelism.")] = None,
+    cp: Annotated[int | None, typer.Option(help="Pin context parallelism.")] = None,
+    vpp: Annotated[int | None, typer.Option(help="Pin virtual stages per rank.")] = None,
+    mbs: Annotated[int | None, typer.Option(help="Pin the micro-batch size.")] = None,
+    zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
+    recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
+    max_tp: Annotated[int | None, typer.Option(help="Largest TP degree (default: the scale-up domain).")] = None,
+    max_mbs: Annotated[int, typer.Option(min=1, help="Largest micro-batch size.")] = 8,
+    no_cp: Annotated[bool, typer.Option("--no-cp", help="Switch context parallelism off.")] = False,
+    no_partial_recompute: Annotated[bool, typer.Option("--no-partial-recompute",
+                                                       help="No per-stage counts of fully recomputed layers.")] = False,
+    record_timing: Annotated[bool, typer.Option("--record-timing",
+                                                help="Write the search time into the plan (the file then differs "
+                                                     "between runs).")] = False,
+    dtype: DtypeOpt = Dtype.BF16,
+    attention: Attention = AttentionKernel.FLASH,
+    gpus_per_node: GpusPerNode = None,
+    inter_node_gbps: InterNode = None,
+    memory_gib: MemoryGib = None,
+) -> None:
+    """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
+    from hardware_profiles import HardwareOverrides
+    from planner.api import plan as run_plan
+    from planner.plan import plan_to_dict, save_plan
+    from planner.report import plan_table
+    from planner.space import SearchSpec
+
+    def action() -> None:
+        batch = _global_batch(seq_len, global_batch, global_batch_tokens)
+        spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
+                          max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, partial_recompute=not no_partial_recompute,
+                          top_k=top_k)
+        with _Progress() as progress:
+            result = run_plan(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
+                              runtime=Runtime(attention=attention),
+                              overrides=HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
+                              spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update)
+        if out is not None:
+            save_plan(result, out, record_timing)
+        if as_json:
+            typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2))
+        else:
+            typer.echo(plan_table(result))
+            if out is not None:
+                typer.echo(f"\nplan written to {out}")
+
+    _run(action)
+
+
+class _Progress:
+    """A progress bar on stderr that appears only once a search has run for a second."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.start < 1.0 or not sys.stderr.isatty():
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("searching layouts", total=total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 @app.command()

@@ -175,3 +175,22 @@ def load_hardware(name_or_path: str, num_gpus: int,
 def describe(name: str) -> str:
     data, _ = _read(name)
     return str(data.get("description", ""))
+
+
+def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, Any]:
+    """The inverse of `parse_profile`: a mapping in this folder's schema (for self-contained plans)."""
+    gpu = cluster.gpu
+    return {
+        "name": cluster.name,
+        "description": description,
+        "gpu": {"name": gpu.name, "memory_gib": gpu.memory_gib, "hbm_gbs": gpu.hbm_gbs,
+                "peak_bf16_tflops": gpu.peak_bf16_tflops, "peak_fp8_tflops": gpu.peak_fp8_tflops,
+                "matmul_efficiency": [list(p) for p in gpu.matmul_efficiency.points],
+                "attention_efficiency": gpu.attention_efficiency, "memory_efficiency": gpu.memory_efficiency,
+                "overlap_efficiency": gpu.overlap_efficiency},
+        "node": {"gpus_per_node": cluster.gpus_per_node, "scale_up_size": cluster.scale_up_size,
+                 "scale_up_gbs": cluster.scale_up.bandwidth_gbs, "scale_up_latency_us": cluster.scale_up.latency_us,
+                 "scale_up_efficiency": cluster.scale_up.efficiency},
+        "network": {"nic_gbps_per_gpu": cluster.scale_out.bandwidth_gbs * 8,
+                    "latency_us": cluster.scale_out.latency_us, "efficiency": cluster.scale_out.efficiency},
+    }

@@ -1,6 +1,7 @@
 """meshplan's solver API: `import planner`.
 
-planner.evaluate(...) predicts one layout; planner.resolve / make_layout build the specs it uses.
+planner.plan(...) searches for the fastest layout that fits and returns a Plan (planner.save_plan /
+planner.load_plan write and read plan files); planner.evaluate(...) predicts one given layout.
 Names are imported on first use, so that `cost_models` (which reads `planner.specs`) can be
 imported on its own without a circular import.
 """
@@ -14,7 +15,10 @@ from typing import Any
 _EXPORTS = MappingProxyType({
     "cost_models.step": ("Breakdown", "Prediction", "StageCost"),
     "hardware_profiles": ("HardwareOverrides", "load_hardware"),
-    "planner.api": ("Problem", "evaluate", "make_layout", "resolve"),
+    "planner.api": ("Problem", "evaluate", "make_layout", "plan", "resolve"),
+    "planner.ilp": ("Solver",),
+    "planner.plan": ("Plan", "load_plan", "save_plan"),
+    "planner.space": ("SearchSpec",),
     "planner.errors": ("InfeasibleError", "InputError", "LayoutError", "MeshplanError", "SpecError"),
     "planner.loaders": ("load_model", "model_preset_names"),
     "planner.specs": ("AttentionKernel", "ClusterSpec", "Dtype", "JobSpec", "Layout", "ModelSpec",

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner.errors import InputError, LayoutError
+from planner.ilp import SolveOptions, Solver
 from planner.loaders import load_model
+from planner.plan import Plan
+from planner.search import ProgressFn, search
+from planner.space import SearchSpec
 from planner.specs import (
     ClusterSpec,
     Dtype,
@@ -98,3 +102,17 @@ def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, 
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                          recompute=recompute, schedule=schedule)
     return evaluate_layout(problem.model, problem.cluster, problem.job, layout)
+
+
+def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int, global_batch: int,
+         dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
+         overrides: HardwareOverrides = HardwareOverrides(), spec: SearchSpec | None = None,
+         solver: Solver | str = Solver.DP, time_limit_s: float = 10.0,
+         progress: ProgressFn | None = None) -> Plan:
+    """Search the layout space for the fastest layout that fits; the best, the top-k alternatives and
+    the certificate come back as a Plan (save it with `save_plan`)."""
+    problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
+                      runtime=runtime, overrides=overrides)
+    result = search(problem.model, problem.cluster, problem.job, spec, _enum(Solver, solver, "--solver"),
+                    SolveOptions(time_limit_s=time_limit_s), progress)
+    return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)

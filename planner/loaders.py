@@ -181,3 +181,13 @@ def load_model(name_or_path: str) -> ModelSpec:
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return model_from_mapping(data, str(path))
+
+
+def model_mapping(model: ModelSpec) -> dict[str, Any]:
+    """The inverse of `model_from_mapping`: the model-YAML keys of `model`."""
+    return {"name": model.name, "num_layers": model.num_layers, "hidden_size": model.hidden_size,
+            "ffn_hidden_size": model.ffn_hidden_size, "num_attention_heads": model.num_attention_heads,
+            "num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
+            "gated_mlp": model.gated_mlp, "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
+            "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias,
+            "learned_positions": model.learned_positions, "dropout": model.dropout}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cost_models.step import Prediction
 from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
+
+if TYPE_CHECKING:
+    from planner.plan import Plan
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
@@ -76,4 +79,32 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
     ]
     lines += [f"    {k:16} {v:10.4f}" for k, v in pred.breakdown.as_dict().items() if v > 0]
     lines += ["", "  per stage:", *_stage_rows(pred)]
+    return "\n".join(lines)
+
+
+def _layout_line(layout: Layout) -> str:
+    rec = layout.recompute.value
+    if layout.recompute_layers:
+        rec += f"+full{list(layout.recompute_layers)}"
+    return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} vpp{layout.vpp} mbs{layout.mbs} "
+            f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}")
+
+
+def plan_table(plan: Plan) -> str:
+    """The best plan in full, then the alternatives one per line, then the certificate."""
+    best = plan.best
+    lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction)]
+    if best.layout.stage_layers is not None and best.layout.vpp == 1:
+        lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
+    lines += ["", f"  {'#':>2} {'step s':>9} {'tokens/s':>11} {'MFU %':>6} {'peak GiB':>9}  layout"]
+    for i, r in enumerate((best, *plan.alternatives)):
+        p = r.prediction
+        lines.append(f"  {i + 1:>2} {p.step_time_s:9.3f} {p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} "
+                     f"{p.peak_memory_gib:9.1f}  {_layout_line(r.layout)}")
+    cert = plan.certificate
+    if cert is not None:
+        verdict = "optimal within the modelled space" if cert.optimal else f"gap {100 * cert.gap:.2f} % left"
+        lines += ["", f"  search: {cert.candidates} candidates, {cert.evaluated} priced, {cert.pruned_memory} "
+                      f"pruned by memory, {cert.pruned_time} by the time bound, {cert.infeasible} did not fit; "
+                      f"{cert.solve_time_s:.2f} s, {verdict} ({cert.solver.value})"]
     return "\n".join(lines)

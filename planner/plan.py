@@ -1,0 +1,213 @@
+"""Plan files: the versioned, self-contained answer of a search, read by launchers and by meshplan.
+
+A plan holds the model and the hardware profile it was made for (so it can be re-predicted without
+presets), the job, the chosen layout with its stage split, the prediction, the search certificate and
+the top-k alternatives. YAML by default, JSON when the name ends in .json; the structure is checked
+against planner/plan.schema.json, the meaning (degrees multiply to the GPU count, the split covers
+every layer, the batch divides) by `Layout.validate`. Files are written atomically.
+
+The same inputs give a byte-identical file: the search's wall time is therefore left out (null)
+unless the caller asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from cost_models.step import evaluate_layout
+from hardware_profiles import parse_profile, profile_mapping
+from planner.errors import InputError, MeshplanError
+from planner.ilp import Solver
+from planner.loaders import model_from_mapping, model_mapping
+from planner.report import layout_dict, prediction_dict
+from planner.search import Certificate, Ranked
+from planner.specs import (
+    AttentionKernel,
+    ClusterSpec,
+    Dtype,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Recompute,
+    Runtime,
+    Schedule,
+    ZeroStage,
+)
+
+SCHEMA_VERSION = 1
+MESHPLAN_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    best: Ranked
+    alternatives: tuple[Ranked, ...]
+    certificate: Certificate | None  # None for a plan written by hand
+
+
+def _schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((resources.files("planner") / "plan.schema.json").read_text())
+    return data
+
+
+def _stages(ranked: Ranked) -> list[dict[str, Any]]:
+    layout, pred = ranked.layout, ranked.prediction
+    chunks = layout.chunk_layers(sum(s.num_layers for s in pred.stages))
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    out = []
+    for s in pred.stages:
+        mine = [c for c in range(s.pp_rank, len(chunks), layout.pp) if chunks[c]]
+        out.append({
+            "pp_rank": s.pp_rank, "first_layer": s.first_layer, "last_layer": s.last_layer,
+            "num_layers": s.num_layers, "layer_ranges": [[starts[c], starts[c] + chunks[c] - 1] for c in mine],
+            "has_embedding": s.has_embedding, "has_lm_head": s.has_lm_head,
+            "full_recompute_layers": layout.fully_recomputed(s.pp_rank, sum(chunks)),
+            "compute_s": s.compute_s, "peak_memory_gib": s.peak_memory_gib})
+    return out
+
+
+def _summary(ranked: Ranked) -> dict[str, Any]:
+    p = ranked.prediction
+    return {"step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s, "mfu": p.mfu,
+            "peak_memory_gib": p.peak_memory_gib, "layout": layout_dict(ranked.layout)}
+
+
+def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
+    layout, pred, job, cert = plan.best.layout, plan.best.prediction, plan.job, plan.certificate
+    prediction = {k: v for k, v in prediction_dict(pred).items() if k != "stages"}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "meshplan_version": MESHPLAN_VERSION,
+        "model": model_mapping(plan.model),
+        "hardware": {"name": plan.cluster.name, "num_gpus": plan.cluster.num_gpus,
+                     "profile": profile_mapping(plan.cluster)},
+        "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "dtype": job.dtype.value,
+                "attention": job.runtime.attention.value, "overlap_grad_reduce": job.runtime.overlap_grad_reduce,
+                "overlap_param_gather": job.runtime.overlap_param_gather,
+                "grad_reduce_bytes": job.runtime.grad_reduce_bytes},
+        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": 1, "sp": layout.sp,
+                        "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,
+                        "layers_per_chunk": list(layout.chunk_layers(plan.model.num_layers))},
+        "batching": {"micro_batch_size": layout.mbs, "num_microbatches": layout.num_microbatches(job),
+                     "global_batch": job.global_batch},
+        "recompute": {"granularity": layout.recompute.value,
+                      "full_layers_per_stage": [layout.fully_recomputed(r, plan.model.num_layers)
+                                                for r in range(layout.pp)]},
+        "stages": _stages(plan.best),
+        "prediction": prediction,
+        "search": None if cert is None else {
+            "method": cert.method, "solver": cert.solver.value, "candidates": cert.candidates,
+            "evaluated": cert.evaluated,
+            "pruned": {"memory_bound": cert.pruned_memory, "time_bound": cert.pruned_time,
+                       "no_split_fits": cert.infeasible},
+            "solve_time_s": round(cert.solve_time_s, 3) if record_timing else None,
+            "optimal": cert.optimal, "gap": cert.gap},
+        "alternatives": [_summary(r) for r in plan.alternatives],
+    }
+
+
+def dumps(plan: Plan, path: str | Path, record_timing: bool = False) -> str:
+    data = plan_to_dict(plan, record_timing)
+    if str(path).endswith(".json"):
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None:
+    """Write atomically: a temporary file in the same folder, then a rename."""
+    target = Path(path)
+    text = dumps(plan, target, record_timing)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise InputError(f"cannot write plan to {target}: {exc.strerror}") from None
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "top level"
+
+
+def layout_from_dict(data: dict[str, Any], origin: str) -> Layout:
+    par, rec = data["parallelism"], data["recompute"]
+    full = rec["full_layers_per_stage"]
+    recompute = Recompute(rec["granularity"])
+    return Layout(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], vpp=par["vpp"],
+                  mbs=data["batching"]["micro_batch_size"], sp=par["sp"], zero=ZeroStage(par["zero_stage"]),
+                  recompute=recompute, schedule=Schedule(par["schedule"]),
+                  stage_layers=tuple(par["layers_per_chunk"]),
+                  recompute_layers=tuple(full) if recompute is not Recompute.FULL and any(full) else None)
+
+
+def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout]:
+    """Validate a parsed plan and return what it describes."""
+    try:
+        jsonschema.validate(data, _schema())
+    except jsonschema.ValidationError as exc:
+        raise InputError(f"{origin}: {_where(exc)}: {exc.message.splitlines()[0]}") from None
+    model = model_from_mapping(data["model"], f"{origin}: model")
+    hw = data["hardware"]
+    cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
+    j = data["job"]
+    job = JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
+                  runtime=Runtime(attention=AttentionKernel(j["attention"]),
+                                  overlap_grad_reduce=j["overlap_grad_reduce"],
+                                  overlap_param_gather=j["overlap_param_gather"],
+                                  grad_reduce_bytes=j["grad_reduce_bytes"]))
+    layout = layout_from_dict(data, origin)
+    try:
+        layout.validate(model, job, cluster.num_gpus)
+    except MeshplanError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+    if data["batching"]["global_batch"] != job.global_batch or \
+            data["batching"]["num_microbatches"] != layout.num_microbatches(job):
+        raise InputError(f"{origin}: batching does not match: micro-batch {layout.mbs} x dp {layout.dp} x "
+                         f"{data['batching']['num_microbatches']} micro-batches != global batch {job.global_batch}")
+    if len(data["stages"]) != layout.pp:
+        raise InputError(f"{origin}: {len(data['stages'])} stages listed for pp {layout.pp}")
+    return model, cluster, job, layout
+
+
+def read_plan(path: str | Path) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout]:
+    """Read and validate a plan file (YAML, or JSON by suffix)."""
+    target = Path(path)
+    try:
+        text = target.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read plan {target}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text) if target.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{target}: not valid {'JSON' if target.suffix == '.json' else 'YAML'} "
+                         f"({str(exc).splitlines()[0]})") from None
+    return load_plan_data(data, str(target))
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file; the chosen layout is re-predicted by the current cost model.
+    Alternatives are stored as summaries only and are not reconstructed."""
+    model, cluster, job, layout = read_plan(path)
+    target = Path(path)
+    data = json.loads(target.read_text()) if target.suffix == ".json" else yaml.safe_load(target.read_text())
+    rec = data["search"]
+    cert = None if rec is None else Certificate(
+        method=rec["method"], solver=Solver(rec["solver"]), candidates=rec["candidates"], evaluated=rec["evaluated"],
+        pruned_memory=rec["pruned"]["memory_bound"], pruned_time=rec["pruned"]["time_bound"],
+        infeasible=rec["pruned"]["no_split_fits"], solve_time_s=rec["solve_time_s"] or 0.0, optimal=rec["optimal"],
+        gap=rec["gap"])
+    best = Ranked(layout, evaluate_layout(model, cluster, job, layout))
+    return Plan(model, cluster, job, best, (), cert)
