@@ -100,7 +100,7 @@ def evaluate(
 
     def action() -> None:
         from cost_models.step import evaluate_layout
-        from planner.plan import read_plan
+        from planner.planfile import read_plan
 
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
         if plan_file is not None:
@@ -162,7 +162,7 @@ def plan(
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
     from planner.api import plan as run_plan
-    from planner.plan import plan_to_dict, save_plan
+    from planner.planfile import plan_to_dict, save_plan
     from planner.report import plan_table
     from planner.space import SearchSpec
 

@@ -17,7 +17,7 @@ _EXPORTS = MappingProxyType({
     "hardware_profiles": ("HardwareOverrides", "load_hardware"),
     "planner.api": ("Problem", "evaluate", "make_layout", "plan", "resolve"),
     "planner.ilp": ("Solver",),
-    "planner.plan": ("Plan", "load_plan", "save_plan"),
+    "planner.planfile": ("Plan", "load_plan", "save_plan"),
     "planner.space": ("SearchSpec",),
     "planner.errors": ("InfeasibleError", "InputError", "LayoutError", "MeshplanError", "SpecError"),
     "planner.loaders": ("load_model", "model_preset_names"),

@@ -15,7 +15,7 @@ from hardware_profiles import HardwareOverrides, load_hardware
 from planner.errors import InputError, LayoutError
 from planner.ilp import SolveOptions, Solver
 from planner.loaders import load_model
-from planner.plan import Plan
+from planner.planfile import Plan
 from planner.search import ProgressFn, search
 from planner.space import SearchSpec
 from planner.specs import (

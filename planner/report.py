@@ -8,7 +8,7 @@ from cost_models.step import Prediction
 from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 if TYPE_CHECKING:
-    from planner.plan import Plan
+    from planner.planfile import Plan
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:

@@ -176,16 +176,21 @@ class _Priced:
 
 def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
            solver: Solver, options: SolveOptions, times: LayerTimes) -> _Priced:
-    """Split and price one candidate; ranked is None when nothing fits."""
-    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
-                    recompute=c.recompute, schedule=c.schedule)
+    """Split and price one candidate; ranked is None when nothing fits.
+
+    With 1F1B the solved split competes with the balanced split (Megatron-LM's default), priced by the
+    same cost model: the split solver optimises the pipeline term, the full model also prices the step's
+    tail (gradient reduction, optimizer), so the plan is never slower than the plain even split."""
+    balanced = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
+                      recompute=c.recompute, schedule=c.schedule)
     gap, optimal = 0.0, True
-    costs = layout_costs(model, cluster, job, layout, times)
+    costs = layout_costs(model, cluster, job, balanced, times)
     if c.vpp > 1:  # balanced chunks: stage 0 keeps the most in flight, check it before pricing every stage
-        first = stage_cost(costs, 0, layout.rank_layers(model.num_layers)[0],
-                           layout.fully_recomputed(0, model.num_layers))
+        first = stage_cost(costs, 0, balanced.rank_layers(model.num_layers)[0],
+                           balanced.fully_recomputed(0, model.num_layers))
         if first.peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
+        layouts = [balanced]
     else:
         problem = split_problem(costs, spec.partial_recompute)
         split: Split | None = solve_dp(problem)
@@ -194,12 +199,15 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
             split, gap, optimal = result.split, result.gap, result.optimal
         if split is None:
             return _Priced(None, True, gap, optimal)
-        recompute_layers = split.recompute if any(split.recompute) else None
-        layout = replace(layout, stage_layers=split.layers, recompute_layers=recompute_layers)
-    prediction = evaluate_layout(model, cluster, job, layout, times)
-    if not prediction.fits:
-        return _Priced(None, True, gap, optimal)
-    return _Priced(Ranked(layout, prediction), False, gap, optimal)
+        solved = replace(balanced, stage_layers=split.layers,
+                         recompute_layers=split.recompute if any(split.recompute) else None)
+        layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
+    best: Ranked | None = None
+    for layout in layouts:
+        prediction = evaluate_layout(model, cluster, job, layout, times)
+        if prediction.fits and (best is None or prediction.step_time_s < best.prediction.step_time_s):
+            best = Ranked(layout, prediction)
+    return _Priced(best, best is None, gap, optimal)
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None = None,

@@ -1,0 +1,53 @@
+"""Search speed: wall time and candidate counts of `planner.plan` on the full layout space.
+
+    python benchmarks/search_time.py [--repeat N]
+
+Targets (2-core machine): <= 1 s up to 1024 GPUs, <= 10 s at 16384 GPUs. Each case is run N times
+(default 3) in this process and the median is printed; the first run includes loading presets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import planner  # noqa: E402
+
+# (model, hardware, GPUs, sequence length, global batch in sequences)
+CASES = [
+    ("llama3-8b", "h100-sxm", 8, 8192, 128),
+    ("llama3-8b", "h100-sxm", 64, 8192, 512),
+    ("llama3-70b", "h100-sxm", 1024, 8192, 1024),
+    ("gpt3-175b", "a100-80gb", 1024, 2048, 1536),
+    ("llama3-405b", "h100-sxm", 16384, 8192, 2048),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(f"{"case":50} {'median s':>8} {'candidates':>10} {'priced':>7} {'pruned mem':>10} {'pruned time':>11}  best")
+    for model, hw, gpus, seq, batch in CASES:
+        times = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            plan = planner.plan(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+            times.append(time.perf_counter() - start)
+        c, lay = plan.certificate, plan.best.layout
+        assert c is not None
+        best = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} vpp{lay.vpp} mbs{lay.mbs} zero{int(lay.zero)} "
+                f"{lay.recompute.value}, MFU {100 * plan.best.prediction.mfu:.1f} %")
+        name = f"{model} on {gpus} x {hw} (s={seq}, B={batch})"
+        print(f"{name:50} {statistics.median(times):8.2f} {c.candidates:10} {c.evaluated:7} {c.pruned_memory:10} "
+              f"{c.pruned_time:11}  {best}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
