@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    print(f"{"case":50} {'median s':>8} {'candidates':>10} {'priced':>7} {'pruned mem':>10} {'pruned time':>11}  best")
+    print(f"{'case':50} {'median s':>8} {'candidates':>10} {'priced':>7} {'pruned mem':>10} {'pruned time':>11}  best")
     for model, hw, gpus, seq, batch in CASES:
         times = []
         for _ in range(args.repeat):
