@@ -86,7 +86,8 @@ def _candidates(rec: dict[str, Any], gpus: int) -> list[dict[str, Any]]:
             for b in mbs_options for v in vpp_options]
 
 
-def evaluate_record(rec: dict[str, Any]) -> Result:
+def published_layout(rec: dict[str, Any]) -> tuple[Problem, dict[str, Any], Prediction]:
+    """The run's problem, its layout knobs (unprinted ones chosen as described above) and prediction."""
     gpus = rec["hardware"]["num_gpus"]
     model = _model(rec)
     runtime = DEEPSPEED_ZERO3_2021 if rec["parallel"].get("zero_stage") == 3 else MEGATRON_2021
@@ -105,7 +106,13 @@ def evaluate_record(rec: dict[str, Any]) -> Result:
             best = (pred, knobs)
     if best is None:
         raise SystemExit(f"{rec['id']}: no valid layout")
-    pred, knobs = best
+    return problem, best[1], best[0]
+
+
+def evaluate_record(rec: dict[str, Any]) -> Result:
+    gpus = rec["hardware"]["num_gpus"]
+    problem, knobs, pred = published_layout(rec)
+    job = problem.job
     res = rec["result"]
     m = rec["model"]
     if res.get("tflops_per_gpu"):

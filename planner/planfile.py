@@ -129,13 +129,16 @@ def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None
     """Write atomically: a temporary file in the same folder, then a rename."""
     target = Path(path)
     text = dumps(plan, target, record_timing)
+    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, target)
     except OSError as exc:
-        raise InputError(f"cannot write plan to {target}: {exc.strerror}") from None
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise InputError(f"cannot write plan to {target}: {exc.strerror or exc}") from None
 
 
 def _where(error: jsonschema.ValidationError) -> str:

@@ -1,0 +1,131 @@
+"""Plan files: round trip, determinism, validation errors, atomic writes; the plan command line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from cli import app
+from planner import InputError, load_plan, plan, save_plan
+from planner.planfile import plan_to_dict
+
+runner = CliRunner()
+ARGS = dict(gpus=16, seq_len=4096, global_batch=64)
+
+
+@pytest.fixture(scope="module")
+def small_plan():  # type: ignore[no-untyped-def]
+    return plan("llama3-8b", "h100-sxm", **ARGS)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_round_trip(tmp_path: Path, small_plan, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / f"plan{suffix}"
+    save_plan(small_plan, path)
+    loaded = load_plan(path)
+    assert loaded.best.layout == small_plan.best.layout
+    assert loaded.best.prediction.step_time_s == pytest.approx(small_plan.best.prediction.step_time_s, rel=1e-12)
+    assert loaded.certificate is not None and loaded.certificate.candidates == small_plan.certificate.candidates
+    if suffix == ".json":
+        json.loads(path.read_text())
+
+
+def test_same_inputs_same_bytes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    save_plan(plan("llama3-8b", "h100-sxm", **ARGS), a)
+    save_plan(plan("llama3-8b", "h100-sxm", **ARGS), b)
+    assert a.read_bytes() == b.read_bytes()
+    assert yaml.safe_load(a.read_text())["search"]["solve_time_s"] is None
+
+
+def _broken(tmp_path: Path, small_plan, edit) -> Path:  # type: ignore[no-untyped-def]
+    data = plan_to_dict(small_plan)
+    edit(data)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d.update(extra=1), "Additional properties are not allowed ('extra' was unexpected)"),
+    (lambda d: d["parallelism"].pop("tp"), "parallelism: 'tp' is a required property"),
+    (lambda d: d["parallelism"].update(tp="8"), "parallelism.tp: '8' is not of type 'integer'"),
+    (lambda d: d["parallelism"].update(dp=d["parallelism"]["dp"] * 2), "world size 16 != tp"),
+    (lambda d: d["batching"].update(num_microbatches=3), "batching does not match"),
+    (lambda d: d["parallelism"].update(layers_per_chunk=[1] * len(d["parallelism"]["layers_per_chunk"])),
+     "stage_layers sum to"),
+    (lambda d: d.update(schema_version=2), "schema_version: 1 was expected"),
+])
+def test_invalid_plans_are_named(tmp_path: Path, small_plan, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = _broken(tmp_path, small_plan, edit)
+    with pytest.raises(InputError) as err:
+        load_plan(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_write_is_atomic(tmp_path: Path, small_plan, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "plan.yaml"
+    path.write_text("previous plan\n")
+
+    def fail(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(InputError, match="cannot write plan"):
+        save_plan(small_plan, path)
+    assert path.read_text() == "previous plan\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
+
+
+def test_missing_folder(tmp_path: Path, small_plan) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError, match="cannot write plan"):
+        save_plan(small_plan, tmp_path / "nope" / "plan.yaml")
+
+
+PLAN = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "16", "--seq-len", "4096",
+        "--global-batch", "64"]
+
+
+def test_cli_plan_table_and_file(tmp_path: Path) -> None:
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, [*PLAN, "--top-k", "3", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "optimal within the modelled space" in res.output and "plan written to" in res.output
+    assert sum(1 for line in res.output.splitlines() if line.strip()[:2] in ("1 ", "2 ", "3 ")) >= 3
+    again = runner.invoke(app, ["evaluate", "--plan", str(out), "--json"])
+    assert again.exit_code == 0
+    saved = yaml.safe_load(out.read_text())
+    assert json.loads(again.output)["step_time_s"] == pytest.approx(saved["prediction"]["step_time_s"])
+
+
+def test_cli_plan_json_and_pins() -> None:
+    res = runner.invoke(app, [*PLAN, "--json", "--tp", "4", "--no-cp", "--zero", "1"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["parallelism"]["tp"] == 4 and data["parallelism"]["cp"] == 1 and data["parallelism"]["zero_stage"] == 1
+
+
+def test_cli_evaluate_plan_on_other_hardware(tmp_path: Path) -> None:
+    out = tmp_path / "p.yaml"
+    assert runner.invoke(app, [*PLAN, "--out", str(out)]).exit_code == 0
+    h100 = json.loads(runner.invoke(app, ["evaluate", "--plan", str(out), "--json"]).output)
+    a100 = json.loads(runner.invoke(app, ["evaluate", "--plan", str(out), "--hardware", "a100-80gb", "--json"]).output)
+    assert a100["hardware"] == "a100-80gb" and a100["step_time_s"] > h100["step_time_s"]
+
+
+def test_cli_fits_nowhere_exit_3() -> None:
+    res = runner.invoke(app, ["plan", "--model", "llama3-405b", "--hardware", "rtx4090", "--gpus", "8", "--seq-len",
+                              "8192", "--global-batch", "64"])
+    assert res.exit_code == 3 and "no layout fits" in res.output and "Traceback" not in res.output
+
+
+def test_cli_bad_plan_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("schema_version: 1\n")
+    res = runner.invoke(app, ["evaluate", "--plan", str(path)])
+    assert res.exit_code == 2 and "is a required property" in res.output

@@ -1,0 +1,137 @@
+"""The search: exact against exhaustive pricing, solvers agree, published layouts are matched or beaten,
+plan invariants hold, and a job that fits nowhere says why."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from hardware_profiles import load_hardware
+from planner import InfeasibleError, plan, resolve
+from planner.ilp import SolveOptions, Solver
+from planner.search import _LayerTimes, _price, search
+from planner.space import SearchSpec, candidates
+from planner.specs import JobSpec, Recompute
+
+SMALL = [("llama3-8b", "h100-sxm", 8, 4096, 32), ("llama2-13b", "a100-40gb", 16, 4096, 64),
+         ("mistral-7b", "l40s", 8, 4096, 16)]
+
+
+@pytest.mark.parametrize("case", SMALL)
+def test_search_equals_exhaustive_pricing(case: tuple) -> None:
+    """Best-first pruning loses nothing: the same best as pricing every candidate."""
+    model, hw, gpus, seq, batch = case
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    spec = SearchSpec(top_k=1)
+    times = _LayerTimes(pr.model, pr.cluster, pr.job)
+    priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
+              for c in candidates(pr.model, pr.cluster, pr.job, spec)]
+    best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
+    result = search(pr.model, pr.cluster, pr.job, spec)
+    assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
+    assert result.certificate.optimal and result.certificate.pruned_time > 0
+
+
+@pytest.mark.parametrize("solver", [Solver.CPSAT, Solver.HIGHS])
+def test_ilp_solvers_find_the_dp_plan(solver: Solver) -> None:
+    kw = dict(gpus=16, seq_len=4096, global_batch=64)
+    dp = plan("llama2-13b", "a100-40gb", **kw)
+    ilp = plan("llama2-13b", "a100-40gb", solver=solver, **kw)
+    assert ilp.best.prediction.step_time_s == pytest.approx(dp.best.prediction.step_time_s, rel=1e-6)
+    assert ilp.certificate is not None and ilp.certificate.solver is solver and ilp.certificate.optimal
+
+
+def test_plan_invariants() -> None:
+    p = plan("llama3-70b", "h100-sxm", gpus=128, seq_len=8192, global_batch=256, spec=SearchSpec(top_k=8))
+    for ranked in (p.best, *p.alternatives):
+        lay, pred = ranked.layout, ranked.prediction
+        assert lay.tp * lay.pp * lay.dp * lay.cp == 128
+        chunks = lay.chunk_layers(80)
+        assert sum(chunks) == 80 and len(chunks) == lay.pp * lay.vpp
+        assert all(s.peak_memory_gib <= 80 for s in pred.stages)
+    times = [r.prediction.step_time_s for r in (p.best, *p.alternatives)]
+    assert times == sorted(times)
+
+
+def test_uneven_split_relieves_the_ends() -> None:
+    """Llama-3-405B: 126 layers, a 128K-vocabulary head. With pp pinned to 16 the chosen split gives the
+    first and last stages (embedding, LM head and loss) fewer layers than the busiest ones."""
+    p = plan("llama3-405b", "h100-sxm", gpus=1024, seq_len=8192, global_batch=512,
+             spec=SearchSpec(pp=16, vpp=1, top_k=1))
+    layers = p.best.layout.chunk_layers(126)
+    assert sum(layers) == 126 and len(layers) == 16
+    assert layers[0] < max(layers) and layers[-1] < max(layers)
+
+
+def test_fits_nowhere_names_the_resource() -> None:
+    with pytest.raises(InfeasibleError, match=r"no layout fits in 23.6 GiB per GPU.*weights, gradients and "
+                                              r"optimizer state.*use about \d+ GPUs"):
+        plan("llama3-405b", "rtx4090", gpus=8, seq_len=8192, global_batch=64)
+
+
+def test_activation_bound_message() -> None:
+    """States fit with TP 8 (16.8 GiB of 23.6) but 256K-token activations and logits do not."""
+    with pytest.raises(InfeasibleError, match="activations do not; use a shorter sequence than 262144"):
+        plan("llama3-8b", "rtx4090", gpus=8, seq_len=262144, global_batch=8, spec=SearchSpec(no_cp=True))
+
+
+@cache
+def _calibration() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py"
+    spec = importlib.util.spec_from_file_location("calibration", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["calibration"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _records(calibration_dir: Path) -> list[dict]:
+    seen, out = set(), []
+    for rec in yaml.safe_load((calibration_dir / "published_runs.yaml").read_text()):
+        key = (rec["model"]["name"], rec["hardware"]["num_gpus"], rec["batch"]["global_batch_size_seqs"],
+               rec["parallel"]["tp"], rec["parallel"]["pp"], rec["parallel"]["recompute"], rec["parallel"]["sp"])
+        if key not in seen:
+            seen.add(key)
+            out.append(rec)
+    return out
+
+
+def test_search_matches_or_beats_every_published_layout(calibration_dir: Path) -> None:
+    """For each published run: the planner's best is predicted at least as fast as the published layout
+    (same model, cluster, batch and framework), and pinned to that layout it returns it."""
+    cal = _calibration()
+    for rec in _records(calibration_dir):
+        problem, knobs, published = cal.published_layout(rec)
+        model, cluster, job = problem.model, problem.cluster, problem.job
+        best = search(model, cluster, job, SearchSpec(top_k=1)).best
+        assert best.prediction.step_time_s <= published.step_time_s * (1 + 1e-9), rec["id"]
+        pinned = SearchSpec(tp=knobs["tp"], pp=knobs["pp"], cp=1, vpp=knobs["vpp"], mbs=knobs["mbs"],
+                            zero=knobs["zero"], recompute=Recompute(knobs["recompute"]), sp=knobs["sp"],
+                            partial_recompute=False, top_k=1)
+        got = search(model, cluster, job, pinned).best
+        lay = got.layout
+        assert (lay.tp, lay.pp, lay.vpp, lay.mbs, int(lay.zero), lay.recompute.value, lay.sp) == (
+            knobs["tp"], knobs["pp"], knobs["vpp"], knobs["mbs"], knobs["zero"], knobs["recompute"], knobs["sp"])
+        assert got.prediction.step_time_s <= published.step_time_s * (1 + 1e-9), rec["id"]
+
+
+def test_job_spec_runtime_changes_the_answer() -> None:
+    """Unfused attention makes selective recomputation a real choice (it is pruned with fused attention)."""
+    from planner.specs import AttentionKernel, Runtime
+
+    cluster = load_hardware("a100-80gb", 64)
+    pr = resolve("gpt3-175b", cluster, gpus=64, seq_len=2048, global_batch=64,
+                 runtime=Runtime(attention=AttentionKernel.UNFUSED))
+    kinds = {c.recompute.value for c in candidates(pr.model, pr.cluster, pr.job, SearchSpec())}
+    assert kinds == {"none", "selective", "full"}
+    pr_flash = resolve("gpt3-175b", cluster, gpus=64, seq_len=2048, global_batch=64)
+    assert {c.recompute.value for c in candidates(pr_flash.model, pr_flash.cluster, pr_flash.job,
+                                                  SearchSpec())} == {"none", "full"}
+    assert isinstance(pr.job, JobSpec)
