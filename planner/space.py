@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import product
 
 from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute, Schedule, ZeroStage
 
@@ -99,30 +100,38 @@ def cp_options(job: JobSpec, rest: int, spec: SearchSpec) -> list[int]:
             and (c == 1 or (job.seq_len % (2 * c) == 0 and job.seq_len // c >= MIN_TOKENS_PER_CP_RANK))]
 
 
-def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
-    """Every valid degree tuple, in a fixed order."""
+def _meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[tuple[int, ...]]:
+    """(tp, cp, pp, dp) with tp·cp·pp·dp = GPUs whose data-parallel degree divides the global batch."""
     gpus = cluster.num_gpus
-    recomputes = [spec.recompute] if spec.recompute is not None else [
-        r for r in Recompute if not (r is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.FLASH)]
     for tp in tp_options(model, cluster, spec):
         for cp in cp_options(job, gpus // tp, spec):
             for pp in _pinned(spec.pp, [p for p in _divisors(gpus // (tp * cp)) if p <= model.num_layers]):
                 dp = gpus // (tp * cp * pp)
-                if job.global_batch % dp:
-                    continue
-                per_replica = job.global_batch // dp
-                mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs])
-                zeros = [z for z in ZeroStage if (dp * cp > 1) != (z is ZeroStage.NONE)]
-                sps = [spec.sp] if spec.sp is not None else [tp > 1]
-                for mbs in mbs_list:
-                    m = per_replica // mbs
-                    vpps = [1]
-                    if pp > 1 and m % pp == 0:
-                        vpps += [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)]
-                    for vpp in _pinned(spec.vpp, vpps):
-                        for zero in ([ZeroStage(spec.zero)] if spec.zero is not None else zeros):
-                            for recompute in recomputes:
-                                for sp in sps:
-                                    if sp and tp == 1:
-                                        continue
-                                    yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp)
+                if job.global_batch % dp == 0:
+                    yield tp, cp, pp, dp
+
+
+def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> list[int]:
+    """1, and 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0)."""
+    vpps = [1]
+    if pp > 1 and microbatches % pp == 0:
+        vpps += list(range(2, min(MAX_VPP, model.num_layers // pp) + 1))
+    return _pinned(spec.vpp, vpps)
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
+    """Every valid degree tuple, in a fixed order."""
+    flash = job.runtime.attention is AttentionKernel.FLASH
+    recomputes = [spec.recompute] if spec.recompute is not None else [
+        r for r in Recompute if not (r is Recompute.SELECTIVE and flash)]
+    for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
+        per_replica = job.global_batch // dp
+        mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs])
+        zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
+            z for z in ZeroStage if (dp * cp > 1) != (z is ZeroStage.NONE)]
+        sps = [spec.sp] if spec.sp is not None else [tp > 1]
+        for mbs, zero, recompute, sp in product(mbs_list, zeros, recomputes, sps):
+            if sp and tp == 1:
+                continue
+            for vpp in _vpps(model, pp, per_replica // mbs, spec):
+                yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp)
