@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cost_models.step import Prediction
+from planner.emitters import Target as EmitTarget
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
 from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime
@@ -150,6 +151,9 @@ def plan(
     no_cp: Annotated[bool, typer.Option("--no-cp", help="Switch context parallelism off.")] = False,
     no_partial_recompute: Annotated[bool, typer.Option("--no-partial-recompute",
                                                        help="No per-stage counts of fully recomputed layers.")] = False,
+    emit_target: Annotated[EmitTarget | None, typer.Option("--emit", help="Also print a launcher config.")] = None,
+    even_split: Annotated[bool, typer.Option("--even-split", help="Keep Megatron-LM's even layer split (no solved "
+                                                                   "split, no per-stage recomputation).")] = False,
     record_timing: Annotated[bool, typer.Option("--record-timing",
                                                 help="Write the search time into the plan (the file then differs "
                                                      "between runs).")] = False,
@@ -169,8 +173,8 @@ def plan(
     def action() -> None:
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
-                          max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, partial_recompute=not no_partial_recompute,
-                          top_k=top_k)
+                          max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
+                          partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)
         with _Progress() as progress:
             result = run_plan(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                               runtime=Runtime(attention=attention),
@@ -184,6 +188,13 @@ def plan(
             typer.echo(plan_table(result))
             if out is not None:
                 typer.echo(f"\nplan written to {out}")
+        if emit_target is not None:
+            from planner.emitters import emit as emit_config
+
+            emitted = emit_config(result, emit_target)
+            if emitted.note:
+                typer.echo(f"note: {emitted.note}", err=True)
+            typer.echo(emitted.text)
 
     _run(action)
 
@@ -214,6 +225,30 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+@app.command()
+def emit(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
+    to: Annotated[EmitTarget, typer.Option("--to", help="Launcher to write for.")],
+    out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail when the launcher cannot run the plan's layout "
+                                                          "instead of writing the best layout it can run.")] = False,
+) -> None:
+    """Turn a plan into a launcher configuration (Megatron-LM, torchtitan, DeepSpeed, NeMo)."""
+    from planner.emitters import emit as emit_config
+    from planner.planfile import load_plan, write_text_atomic
+
+    def action() -> None:
+        emitted = emit_config(load_plan(plan_file), to, strict)
+        if emitted.note:
+            typer.echo(f"note: {emitted.note}", err=True)
+        if out is None:
+            typer.echo(emitted.text, nl=False)
+        else:
+            write_text_atomic(out, emitted.text)
+
+    _run(action)
 
 
 @app.command()

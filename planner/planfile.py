@@ -127,8 +127,11 @@ def dumps(plan: Plan, path: str | Path, record_timing: bool = False) -> str:
 
 def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None:
     """Write atomically: a temporary file in the same folder, then a rename."""
-    target = Path(path)
-    text = dumps(plan, target, record_timing)
+    write_text_atomic(Path(path), dumps(plan, path, record_timing))
+
+
+def write_text_atomic(target: Path, text: str) -> None:
+    """Write `text` to `target` through a temporary file in the same folder and a rename."""
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -138,7 +141,7 @@ def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None
     except OSError as exc:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise InputError(f"cannot write plan to {target}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def _where(error: jsonschema.ValidationError) -> str:

@@ -185,7 +185,7 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
                       recompute=c.recompute, schedule=c.schedule)
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times)
-    if c.vpp > 1:  # balanced chunks: stage 0 keeps the most in flight, check it before pricing every stage
+    if c.vpp > 1 or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight, check it first
         first = stage_cost(costs, 0, balanced.rank_layers(model.num_layers)[0],
                            balanced.fully_recomputed(0, model.num_layers))
         if first.peak_memory_gib > cluster.gpu.memory_gib:

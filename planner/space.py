@@ -41,12 +41,14 @@ class SearchSpec:
     vpp: int | None = None
     mbs: int | None = None
     zero: int | None = None
+    zero_choices: tuple[int, ...] | None = None  # ZeRO stages a launcher supports (None: all)
     recompute: Recompute | None = None
     sp: bool | None = None
     max_tp: int | None = None
     max_mbs: int = 8
     no_cp: bool = False
     partial_recompute: bool = True  # per-stage counts of fully recomputed layers
+    uneven_split: bool = True  # solve the layer split; False: only layouts whose layers split evenly
     top_k: int = 5
 
 
@@ -105,7 +107,8 @@ def _meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     gpus = cluster.num_gpus
     for tp in tp_options(model, cluster, spec):
         for cp in cp_options(job, gpus // tp, spec):
-            for pp in _pinned(spec.pp, [p for p in _divisors(gpus // (tp * cp)) if p <= model.num_layers]):
+            for pp in _pinned(spec.pp, [p for p in _divisors(gpus // (tp * cp)) if p <= model.num_layers
+                                        and (spec.uneven_split or model.num_layers % p == 0)]):
                 dp = gpus // (tp * cp * pp)
                 if job.global_batch % dp == 0:
                     yield tp, cp, pp, dp
@@ -115,7 +118,8 @@ def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> lis
     """1, and 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0)."""
     vpps = [1]
     if pp > 1 and microbatches % pp == 0:
-        vpps += list(range(2, min(MAX_VPP, model.num_layers // pp) + 1))
+        vpps += [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)
+                 if spec.uneven_split or model.num_layers % (pp * v) == 0]
     return _pinned(spec.vpp, vpps)
 
 
@@ -127,8 +131,10 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
         mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs])
+        allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
+        dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
-            z for z in ZeroStage if (dp * cp > 1) != (z is ZeroStage.NONE)]
+            z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
         for mbs, zero, recompute, sp in product(mbs_list, zeros, recomputes, sps):
             if sp and tp == 1:

@@ -76,14 +76,14 @@ def test_write_is_atomic(tmp_path: Path, small_plan, monkeypatch: pytest.MonkeyP
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(InputError, match="cannot write plan"):
+    with pytest.raises(InputError, match="cannot write"):
         save_plan(small_plan, path)
     assert path.read_text() == "previous plan\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
 
 
 def test_missing_folder(tmp_path: Path, small_plan) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(InputError, match="cannot write plan"):
+    with pytest.raises(InputError, match="cannot write"):
         save_plan(small_plan, tmp_path / "nope" / "plan.yaml")
 
 

@@ -1,0 +1,81 @@
+"""Launcher configurations from a plan: pure functions Plan -> text.
+
+Targets: megatron (Megatron-LM arguments as a bash array + the torchrun line), torchtitan (TOML for
+torchtitan 0.2.x), torchtitan-cli (override list for torchtitan 0.3.x), deepspeed (ds_config.json),
+nemo (NeMo-Run and Megatron-Bridge overrides).
+
+Each emitter raises `UnsupportedPlanError` for a plan its launcher cannot express, naming what is
+unsupported. `emit` then (unless strict) searches the plan's own job again within what that launcher
+can run (`CAPABILITIES`) and emits that layout instead, saying so in the result's `note`, in the file's
+header where the format has comments, and with the predicted cost of the change: never a silently
+different configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from planner.emitters import deepspeed, megatron, nemo, torchtitan
+from planner.emitters.common import UnsupportedPlanError, layout_summary
+from planner.errors import InfeasibleError
+from planner.planfile import Plan
+from planner.search import search
+from planner.space import SearchSpec
+
+
+class Target(str, Enum):
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    TORCHTITAN_CLI = "torchtitan-cli"
+    DEEPSPEED = "deepspeed"
+    NEMO = "nemo"
+
+
+EMITTERS: dict[Target, Callable[[Plan], str]] = {
+    Target.MEGATRON: megatron.emit, Target.TORCHTITAN: torchtitan.emit_toml, Target.TORCHTITAN_CLI: torchtitan.emit_cli,
+    Target.DEEPSPEED: deepspeed.emit, Target.NEMO: nemo.emit,
+}
+# What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
+CAPABILITIES: dict[Target, SearchSpec] = {
+    Target.MEGATRON: SearchSpec(partial_recompute=False),
+    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False),
+    Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False),
+    Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False),
+    Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False),
+}
+COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
+
+
+@dataclass(frozen=True)
+class Emitted:
+    text: str
+    note: str | None  # set when the launcher could not run the plan's own layout
+
+
+def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
+    """The launcher configuration of `plan`, or of the best layout `target` can run (see module doc)."""
+    try:
+        return Emitted(EMITTERS[target](plan), None)
+    except UnsupportedPlanError as exc:
+        if strict:
+            raise
+        reason = str(exc)
+    try:
+        result = search(plan.model, plan.cluster, plan.job, replace(CAPABILITIES[target], top_k=1))
+    except InfeasibleError as exc:
+        raise UnsupportedPlanError(f"{reason}; and no layout {target.value} can run fits this job ({exc})") from None
+    nearest = Plan(plan.model, plan.cluster, plan.job, result.best, (), result.certificate)
+    old, new = plan.best.prediction.step_time_s, nearest.best.prediction.step_time_s
+    note = (f"{target.value} cannot run this plan ({reason.split(';')[0]}); written instead: the fastest layout it can "
+            f"run, {layout_summary(nearest.best.layout)}, predicted {new:.3f} s/step ({100 * (new / old - 1):+.1f} % "
+            f"against the plan's {old:.3f} s); pass --strict to refuse instead")
+    text = EMITTERS[target](nearest)
+    prefix = COMMENT.get(target)
+    if prefix is not None:
+        text = f"{prefix}NOTE: {note}\n{text}"
+    return Emitted(text, note)
+
+
+__all__ = ["CAPABILITIES", "Emitted", "Target", "UnsupportedPlanError", "emit"]

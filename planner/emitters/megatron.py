@@ -1,0 +1,131 @@
+"""Megatron-LM: the plan as command-line arguments (a bash array, one per line) and the torchrun line.
+
+Flag names are those of megatron/training/arguments.py (listed in megatron_flags.txt with their source).
+Rules (REFERENCE.md section 2): DP comes from the world size; 1F1B without VPP, interleaved with it; an
+even split needs nothing, uneven first/last stages use --decoder-first/last-pipeline-num-layers, any
+other split (and any split with VPP that is not even) --pipeline-model-parallel-layout; partial
+recomputation is the block method with one count for every stage; ZeRO-1 is the distributed optimizer,
+ZeRO-2/3 Megatron-FSDP.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
+from planner.planfile import Plan
+from planner.specs import AttentionKernel, Dtype, Norm, Recompute, Schedule, ZeroStage
+
+FSDP_STRATEGY = {ZeroStage.GRADIENTS: "optim_grads", ZeroStage.WEIGHTS: "optim_grads_params"}
+
+
+def _model_args(plan: Plan) -> list[tuple[str, object]]:
+    m, job = plan.model, plan.job
+    args: list[tuple[str, object]] = [
+        ("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size), ("--ffn-hidden-size", m.ffn_hidden_size),
+        ("--num-attention-heads", m.num_attention_heads)]
+    if m.head_dim * m.num_attention_heads != m.hidden_size:
+        args.append(("--kv-channels", m.head_dim))
+    if m.num_kv_heads != m.num_attention_heads:
+        args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
+    args += [("--seq-length", job.seq_len), ("--max-position-embeddings", max(job.seq_len, m.learned_positions)),
+             ("--position-embedding-type", "learned_absolute" if m.learned_positions else "rope"),
+             ("--normalization", "LayerNorm" if m.norm is Norm.LAYERNORM else "RMSNorm"),
+             ("--vocab-size", m.vocab_size)]
+    if m.gated_mlp:
+        args.append(("--swiglu", None))
+    if not m.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if not m.linear_bias:
+        args.append(("--disable-bias-linear", None))
+        if m.qkv_bias:
+            args.append(("--add-qkv-bias", None))
+    if not m.dropout:
+        args += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+    return args
+
+
+def _pipeline_args(plan: Plan) -> list[tuple[str, object]]:
+    lay, f = plan.best.layout, facts(plan)
+    if lay.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B):
+        raise UnsupportedPlanError(f"Megatron-LM has no {lay.schedule.value} schedule; the nearest plan uses "
+                                   "1f1b or interleaved-1f1b")
+    args: list[tuple[str, object]] = [("--pipeline-model-parallel-size", lay.pp)]
+    if lay.pp == 1:
+        return args
+    chunks = f.chunks
+    if f.uniform_chunks:
+        if lay.vpp > 1:
+            args.append(("--num-layers-per-virtual-pipeline-stage", chunks[0]))
+        return args
+    middle = chunks[1:-1]
+    if lay.vpp == 1 and len(set(middle)) <= 1 and (lay.pp == 2 or middle[0] != 0):
+        return args + [("--decoder-first-pipeline-num-layers", chunks[0]),
+                       ("--decoder-last-pipeline-num-layers", chunks[-1])]
+    return args + [("--pipeline-model-parallel-layout", pipeline_layout(chunks))]
+
+
+def pipeline_layout(chunks: tuple[int, ...]) -> str:
+    """Megatron's layout string: chunks in pipeline order separated by '|', embedding 'E' first, loss
+    'L' last, 't*n' for n decoder layers."""
+    parts = [f"t*{n}" if n > 1 else "t" * n for n in chunks]
+    parts[0] = "E" + parts[0]
+    parts[-1] = parts[-1] + "L"
+    return "|".join(parts)
+
+
+def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
+    lay = plan.best.layout
+    block = partial_recompute(plan)
+    if block is not None:
+        if lay.recompute is Recompute.SELECTIVE:
+            raise UnsupportedPlanError(
+                "Megatron-LM cannot mix selective recomputation with fully recomputed layers; the nearest plan "
+                f"recomputes {block} layers per stage fully and the rest not at all (--recompute none)")
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"), ("--recompute-num-layers", block)]
+    if lay.recompute is Recompute.FULL:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    if lay.recompute is Recompute.SELECTIVE:
+        return [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
+    return []
+
+
+def arguments(plan: Plan) -> list[tuple[str, object]]:
+    """(flag, value) pairs; value None for a switch."""
+    lay, job = plan.best.layout, plan.job
+    args = _model_args(plan)
+    args += [("--tensor-model-parallel-size", lay.tp), *_pipeline_args(plan), ("--context-parallel-size", lay.cp)]
+    if lay.cp > 1:
+        args.append(("--cp-comm-type", "p2p"))
+    if lay.sp:
+        args.append(("--sequence-parallel", None))
+    args += [("--micro-batch-size", lay.mbs), ("--global-batch-size", job.global_batch)]
+    args += _recompute_args(plan)
+    if lay.zero is ZeroStage.OPTIMIZER:
+        args.append(("--use-distributed-optimizer", None))
+    elif lay.zero in FSDP_STRATEGY:
+        args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero])]
+    if job.runtime.overlap_grad_reduce and lay.dp * lay.cp > 1:
+        args.append(("--overlap-grad-reduce", None))
+        if job.runtime.overlap_param_gather and lay.zero is ZeroStage.OPTIMIZER:
+            args.append(("--overlap-param-gather", None))
+    args.append(("--bf16", None))
+    if job.dtype is Dtype.FP8:
+        args.append(("--fp8-format", "hybrid"))
+    args.append(("--attention-backend", "flash" if job.runtime.attention is AttentionKernel.FLASH else "unfused"))
+    return args
+
+
+def emit(plan: Plan) -> str:
+    f = facts(plan)
+    lines = ["#!/usr/bin/env bash", f"# Megatron-LM launch for {describe(plan)}",
+             "# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.",
+             f"# World size {f.gpus} = {f.nodes} node(s) x {f.gpus_per_node} GPUs; DP is derived by Megatron-LM.",
+             "MEGATRON_ARGS=("]
+    for flag, value in arguments(plan):
+        lines.append(f"  {flag}" if value is None else f"  {flag} {shlex.quote(str(value))}")
+    lines += [")", "",
+              f'torchrun --nnodes {f.nodes} --nproc-per-node {f.gpus_per_node} --node-rank "${{NODE_RANK:-0}}" \\',
+              '  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\',
+              '  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"', ""]
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""torchtitan: a TOML job file for 0.2.x (`--job.config_file plan.toml`) and the override list for 0.3.x.
+
+Mapping: ZeRO-0 is DDP (data_parallel_replicate_degree = dp); ZeRO-3 is FSDP2 resharding after forward
+(data_parallel_shard_degree = dp), ZeRO-2 FSDP2 without resharding; torchtitan has no ZeRO-1. The stage
+split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i, norm, output, the
+module names of torchtitan's decoder models). Schedules: "1F1B", "Interleaved1F1B". Recomputation:
+activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.emitters.common import UnsupportedPlanError, describe, facts
+from planner.planfile import Plan
+from planner.specs import Dtype, Recompute, Schedule, ZeroStage
+
+SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B"}
+FLAVORS = {"llama3-8b": ("llama3", "8B", "llama3_8b"), "llama3-70b": ("llama3", "70B", "llama3_70b"),
+           "llama3-405b": ("llama3", "405B", "llama3_405b")}
+
+
+def model_parts(plan: Plan) -> list[list[str]]:
+    """Module names of each model chunk in pipeline order."""
+    chunks = facts(plan).chunks
+    parts, start = [], 0
+    for i, n in enumerate(chunks):
+        names = [f"layers.{j}" for j in range(start, start + n)]
+        if i == 0:
+            names.insert(0, "tok_embeddings")
+        if i == len(chunks) - 1:
+            names += ["norm", "output"]
+        parts.append(names)
+        start += n
+    return parts
+
+
+def sections(plan: Plan) -> dict[str, dict[str, Any]]:
+    lay, job, model = plan.best.layout, plan.job, plan.model
+    if lay.zero is ZeroStage.OPTIMIZER:
+        raise UnsupportedPlanError("torchtitan has no ZeRO-1 (distributed optimizer only); the nearest plans use "
+                                   "FSDP: ZeRO-2 (--zero 2, no resharding after forward) or ZeRO-3 (--zero 3)")
+    if lay.recompute_layers is not None:
+        raise UnsupportedPlanError(
+            f"torchtitan cannot recompute {list(lay.recompute_layers)} layers per stage; the nearest plan uses "
+            "full recomputation everywhere (--recompute full) or none (--no-partial-recompute)")
+    if lay.schedule not in SCHEDULES:
+        raise UnsupportedPlanError(f"no torchtitan schedule for {lay.schedule.value}")
+    name, flavor, _ = FLAVORS.get(model.name, ("llama3", model.name, model.name))
+    sharded = lay.zero >= ZeroStage.GRADIENTS
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if sharded else lay.dp,
+        "data_parallel_shard_degree": lay.dp if sharded else 1,
+        "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
+    }
+    if sharded:
+        parallelism["fsdp_reshard_after_forward"] = "always" if lay.zero is ZeroStage.WEIGHTS else "never"
+    if lay.pp > 1:
+        parallelism.update(pipeline_parallel_schedule=SCHEDULES[lay.schedule],
+                           pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
+    mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
+    checkpoint: dict[str, Any] = {"mode": mode}
+    if mode == "selective":
+        checkpoint["selective_ac_option"] = "op"
+    model_section: dict[str, Any] = {"name": name, "flavor": flavor}
+    if job.dtype is Dtype.FP8:
+        model_section["converters"] = ["quantize.linear.float8"]
+    return {
+        "job": {"description": describe(plan)},
+        "model": model_section,
+        "training": {"local_batch_size": job.global_batch // lay.dp, "global_batch_size": job.global_batch,
+                     "seq_len": job.seq_len, "mixed_precision_param": "bfloat16"},
+        "parallelism": parallelism,
+        "activation_checkpoint": checkpoint,
+    }
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def emit_toml(plan: Plan) -> str:
+    lines = ["# torchtitan 0.2.x job file written by meshplan", f"# {describe(plan)}",
+             f"# torchrun --nnodes {facts(plan).nodes} --nproc-per-node {facts(plan).gpus_per_node} "
+             "-m torchtitan.train --job.config_file THIS_FILE", ""]
+    for section, values in sections(plan).items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def emit_cli(plan: Plan) -> str:
+    """Overrides for torchtitan 0.3.x, which reads no TOML: one `--section.key value` per line. The split is
+    stated as layers per (virtual) stage, so only even splits can be expressed this way."""
+    model, f = plan.model, facts(plan)
+    _, _, config = FLAVORS.get(model.name, ("llama3", model.name, model.name.replace("-", "_")))
+    lines = ["--module llama3", f"--config {config}"]
+    for section, values in sections(plan).items():
+        if section in ("job", "model"):
+            continue
+        for key, value in values.items():
+            if key == "module_fqns_per_model_part":
+                if not f.uniform_chunks:
+                    raise UnsupportedPlanError(
+                        f"the torchtitan 0.3 command line states the split as layers per stage; this plan splits "
+                        f"{list(f.chunks)}: use the torchtitan TOML target, or the nearest plan, an even split of "
+                        f"{model.num_layers} layers (re-plan with --pp {plan.best.layout.pp} and an even split)")
+                key, value = "pipeline_parallel_layers_per_stage", f.chunks[0]
+            lines.append(f"--{section}.{key} {_toml_value(value)}")
+    return "# torchtitan 0.3.x overrides written by meshplan\n# " + describe(plan) + "\n" + "\n".join(lines) + "\n"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Megatron-LM launch for llama3-405b on 16384 x h100-sxm: tp 4, pp 32, dp 16, cp 8, vpp 3, mbs 1, ZeRO-1, recompute none; predicted 5.986 s/step, MFU 45.4 %
+# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
+# World size 16384 = 2048 node(s) x 8 GPUs; DP is derived by Megatron-LM.
+MEGATRON_ARGS=(
+  --num-layers 126
+  --hidden-size 16384
+  --ffn-hidden-size 53248
+  --num-attention-heads 128
+  --group-query-attention
+  --num-query-groups 8
+  --seq-length 8192
+  --max-position-embeddings 8192
+  --position-embedding-type rope
+  --normalization RMSNorm
+  --vocab-size 128256
+  --swiglu
+  --untie-embeddings-and-output-weights
+  --disable-bias-linear
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  --tensor-model-parallel-size 4
+  --pipeline-model-parallel-size 32
+  --pipeline-model-parallel-layout 'Et|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t*2|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|t|tL'
+  --context-parallel-size 8
+  --cp-comm-type p2p
+  --sequence-parallel
+  --micro-batch-size 1
+  --global-batch-size 2048
+  --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
+  --bf16
+  --attention-backend flash
+)
+
+torchrun --nnodes 2048 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
+  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"

@@ -1,0 +1,238 @@
+"""Launcher configs: golden files for three plans, and checks by the real consumer packages where they run
+offline (megatron-core 0.16.1, torchtitan 0.2.2, deepspeed 0.19.8: the [validate] extra)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import warnings
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from planner import plan
+from planner.emitters import CAPABILITIES, Target, UnsupportedPlanError, emit
+from planner.emitters.megatron import arguments
+from planner.planfile import Plan
+from planner.space import SearchSpec
+
+GOLDEN = Path(__file__).parent / "golden"
+FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
+
+
+@cache
+def cases() -> dict[str, Plan]:
+    return {
+        "llama3-8b_8xh100": plan("llama3-8b", "h100-sxm", gpus=8, seq_len=8192, global_batch=64),
+        "llama3-70b_pp_vpp_cp": plan("llama3-70b", "h100-sxm", gpus=256, seq_len=32768, global_batch=64,
+                                     spec=SearchSpec(tp=8, pp=4, cp=2, vpp=5, zero=1, top_k=1)),
+        "llama3-405b_16384xh100": plan("llama3-405b", "h100-sxm", gpus=16384, seq_len=8192, global_batch=2048),
+    }
+
+
+SUFFIX = {Target.MEGATRON: "sh", Target.TORCHTITAN: "toml", Target.TORCHTITAN_CLI: "args", Target.DEEPSPEED: "json",
+          Target.NEMO: "txt"}
+
+
+@pytest.mark.parametrize("target", list(Target))
+@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+def test_golden(case: str, target: Target) -> None:
+    """Regenerate with MESHPLAN_UPDATE_GOLDEN=1 after a deliberate change, and review the diff."""
+    try:
+        text = emit(cases()[case], target).text
+    except UnsupportedPlanError as exc:  # the refusal is behaviour too
+        text = f"UNSUPPORTED: {exc}\n"
+    path = GOLDEN / f"{case}.{target.value}.{SUFFIX[target]}"
+    if os.environ.get("MESHPLAN_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path.name}: run with MESHPLAN_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+def test_70b_case_exercises_pp_vpp_cp() -> None:
+    lay = cases()["llama3-70b_pp_vpp_cp"].best.layout
+    assert (lay.pp, lay.vpp, lay.cp) == (4, 5, 2)
+
+
+def test_megatron_flags_are_known() -> None:
+    known = {line.split()[0] for line in FLAGS.read_text().splitlines() if line.startswith("--")}
+    for p in cases().values():
+        used = {flag for flag, _ in arguments(p)}
+        assert used <= known, used - known
+
+
+def test_unsupported_is_named_and_strict_refuses() -> None:
+    p = cases()["llama3-70b_pp_vpp_cp"]
+    with pytest.raises(UnsupportedPlanError, match="DeepSpeed's config has no context parallelism .* nearest plan"):
+        emit(p, Target.DEEPSPEED, strict=True)
+    relaxed = emit(p, Target.DEEPSPEED)
+    assert relaxed.note is not None and "the fastest layout it can run" in relaxed.note
+    assert json.loads(relaxed.text)["train_batch_size"] == 64
+
+
+def test_substitute_respects_capabilities() -> None:
+    for target, spec in CAPABILITIES.items():
+        for p in cases().values():
+            try:
+                out = emit(p, target)
+            except UnsupportedPlanError as exc:
+                assert "no layout" in str(exc) and "can run fits this job" in str(exc)
+                continue
+            if out.note is None:
+                continue
+            assert "predicted" in out.note and "%" in out.note
+            if spec.zero_choices is not None:
+                assert f"ZeRO-{next(iter(spec.zero_choices))}" in out.text or "zero" in out.text.lower()
+
+
+def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
+    """Our Megatron arguments mapped onto TransformerConfig fields (model + parallel) and batch values."""
+    args = {flag: value for flag, value in arguments(p)}
+    lay, m = p.best.layout, p.model
+    cfg = dict(num_layers=args["--num-layers"], hidden_size=args["--hidden-size"],
+               ffn_hidden_size=args["--ffn-hidden-size"], num_attention_heads=args["--num-attention-heads"],
+               num_query_groups=args.get("--num-query-groups"), kv_channels=args.get("--kv-channels"),
+               tensor_model_parallel_size=args["--tensor-model-parallel-size"],
+               pipeline_model_parallel_size=args["--pipeline-model-parallel-size"],
+               context_parallel_size=args["--context-parallel-size"],
+               sequence_parallel="--sequence-parallel" in args, gated_linear_unit="--swiglu" in args,
+               bf16=True, pipeline_dtype=__import__("torch").bfloat16)
+    if "--num-layers-per-virtual-pipeline-stage" in args:
+        per_stage = args["--num-layers-per-virtual-pipeline-stage"]
+        cfg["virtual_pipeline_model_parallel_size"] = m.num_layers // (lay.pp * per_stage)
+    if "--decoder-first-pipeline-num-layers" in args:
+        cfg["num_layers_in_first_pipeline_stage"] = args["--decoder-first-pipeline-num-layers"]
+        cfg["num_layers_in_last_pipeline_stage"] = args["--decoder-last-pipeline-num-layers"]
+    if "--pipeline-model-parallel-layout" in args:
+        cfg["pipeline_model_parallel_layout"] = args["--pipeline-model-parallel-layout"]
+    if "--recompute-granularity" in args:
+        cfg["recompute_granularity"] = args["--recompute-granularity"]
+        if args["--recompute-granularity"] == "full":
+            cfg["recompute_method"] = args["--recompute-method"]
+            cfg["recompute_num_layers"] = args["--recompute-num-layers"]
+    batch = dict(gbs=args["--global-batch-size"], mbs=args["--micro-batch-size"], dp=lay.dp * 1)
+    return cfg, batch
+
+
+@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+def test_megatron_core_accepts(case: str) -> None:
+    pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    from megatron.core.num_microbatches_calculator import (
+        destroy_num_microbatches_calculator,
+        init_num_microbatches_calculator,
+    )
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    p = cases()[case]
+    cfg, batch = _megatron_kwargs(p)
+    layout = cfg.get("pipeline_model_parallel_layout")
+    if layout is not None:
+        parsed = PipelineParallelLayerLayout(layout, p.best.layout.pp)
+        parsed.validate_layer_layout(p.model.num_layers, None)
+        chunks = [sum(1 for x in stage if x.name == "decoder") for vpp in zip(*parsed.layout, strict=True)
+                  for stage in vpp]
+        assert tuple(chunks) == p.best.layout.chunk_layers(p.model.num_layers)
+    TransformerConfig(**{k: v for k, v in cfg.items() if v is not None})
+    init_num_microbatches_calculator(0, None, batch["gbs"], batch["mbs"], batch["dp"], False)
+    destroy_num_microbatches_calculator()
+
+
+@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+def test_torchtitan_accepts(tmp_path: Path, case: str) -> None:
+    pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed import ParallelDims
+
+    p = cases()[case]
+    path = tmp_path / "job.toml"
+    path.write_text(emit(p, Target.TORCHTITAN).text)
+    job = ConfigManager().parse_args(["--job.config_file", str(path)])
+    par = job.parallelism
+    dims = ParallelDims(par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
+                        par.context_parallel_degree, par.tensor_parallel_degree, par.pipeline_parallel_degree,
+                        1, 1, p.cluster.num_gpus)
+    assert dims.world_size == p.cluster.num_gpus
+    assert job.training.global_batch_size == p.job.global_batch and job.training.seq_len == p.job.seq_len
+    if par.pipeline_parallel_degree > 1:
+        parts = par.module_fqns_per_model_part
+        assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+        assert sum(len([n for n in part if n.startswith("layers.")]) for part in parts) == p.model.num_layers
+
+
+@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+def test_torchtitan_cli_names_exist_in_job_config(case: str) -> None:
+    """The 0.3.x override keys are checked against 0.2.2's dataclasses (0.3.x itself needs a newer torch)."""
+    pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
+    from torchtitan.config.job_config import JobConfig
+
+    text = emit(cases()[case], Target.TORCHTITAN_CLI).text
+    sections = {f.name: f.type for f in dataclasses.fields(JobConfig)}
+    for line in text.splitlines():
+        if not line.startswith("--") or line.startswith(("--module", "--config")):
+            continue
+        section, key = shlex.split(line)[0][2:].split(".")
+        cls = JobConfig.__dataclass_fields__[section].default_factory  # type: ignore[misc]
+        assert section in sections and key in {f.name for f in dataclasses.fields(cls)}, line
+
+
+@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-405b_16384xh100", "llama3-70b_pp_vpp_cp"])
+def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    import deepspeed.comm as dist
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "29517"}.items():
+        monkeypatch.setenv(key, value)
+    if not dist.is_initialized():
+        dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    try:
+        out = emit(cases()[case], Target.DEEPSPEED)
+    except UnsupportedPlanError as exc:
+        pytest.skip(f"DeepSpeed cannot run this job at all: {exc}")
+    cfg = json.loads(out.text)
+    lay = cases()[case].best.layout if out.note is None else None
+    dp = cfg["train_batch_size"] // (cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"])
+
+    class Mpu:
+        def get_data_parallel_world_size(self) -> int:
+            return dp
+
+        def get_model_parallel_world_size(self) -> int:
+            return 1
+
+        def get_data_parallel_rank(self) -> int:
+            return 0
+
+        def get_model_parallel_rank(self) -> int:
+            return 0
+
+    ds = DeepSpeedConfig(cfg, mpu=Mpu())
+    assert ds.train_batch_size == cfg["train_batch_size"] == cases()[case].job.global_batch
+    assert ds.zero_optimization_stage == cfg["zero_optimization"]["stage"]
+    if lay is not None:
+        assert dp == lay.dp
+
+
+@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+def test_nemo_names_are_megatron_core_fields(case: str) -> None:
+    pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    model_fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    for line in emit(cases()[case], Target.NEMO).text.splitlines():
+        key = line.split("=")[0]
+        if key.startswith(("cfg.model.", "trainer.strategy.", "model.config.")) and not key.endswith("seq_length"):
+            assert key.rsplit(".", 1)[1] in model_fields, key
+        if key.startswith("cfg.ddp."):
+            assert key.rsplit(".", 1)[1] in ddp_fields, key
