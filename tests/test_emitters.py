@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import shlex
+import socket
 import warnings
 from functools import cache
 from pathlib import Path
@@ -188,8 +189,11 @@ def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import deepspeed.comm as dist
     from deepspeed.runtime.config import DeepSpeedConfig
 
+    with socket.socket() as sock:  # a free port: another test run may be using any fixed one
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": "29517"}.items():
+                       "MASTER_PORT": port}.items():
         monkeypatch.setenv(key, value)
     if not dist.is_initialized():
         dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)

@@ -2,9 +2,9 @@
 
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x DP, with DeepSpeed's DP =
 world / (pp x tp) (tensor parallelism comes from the model's mpu, not from this file). ZeRO 0-3 map to
-zero_optimization.stage; the pipeline engine supports ZeRO 0-1 only and splits layers with its own
-partition methods, so only even pipeline splits are expressed; there is no context parallelism and no
-selective or per-stage recomputation.
+zero_optimization.stage, offload explicitly off (the plan keeps all state on the GPU); the pipeline
+engine supports ZeRO 0-1 only and splits layers with its own partition methods, so only even pipeline
+splits are expressed; there is no context parallelism and no selective or per-stage recomputation.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ def config(plan: Plan) -> dict[str, Any]:
                                    "or none")
     zero: dict[str, Any] = {"stage": int(lay.zero), "overlap_comm": job.runtime.overlap_grad_reduce,
                             "contiguous_gradients": True}
+    if lay.zero >= ZeroStage.OPTIMIZER:  # the plan keeps every state on the GPU
+        zero["offload_optimizer"] = {"device": "none"}
+    if lay.zero is ZeroStage.WEIGHTS:
+        zero["offload_param"] = {"device": "none"}
     cfg: dict[str, Any] = {
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": lay.mbs,
