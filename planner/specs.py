@@ -34,10 +34,12 @@ class Recompute(str, Enum):
 
 
 class Schedule(str, Enum):
-    """Pipeline schedules with closed-form bubbles (Narayanan et al. 2021, section 2.2)."""
+    """Pipeline schedules (cost_models.schedules has their closed forms and op orders)."""
 
+    GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved-1f1b"
+    ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023)
 
 
 class ZeroStage(IntEnum):

@@ -1,0 +1,153 @@
+"""A discrete-event pipeline simulator: executes any schedule from per-chunk op durations.
+
+A schedule is, per device, the order in which it runs forward (F), backward (B) and, for zero-bubble
+schedules, weight-gradient (W) work of (micro-batch, model chunk) pairs; chunks are mapped to devices
+(`placement`). An op starts when its device is free and its inputs exist:
+  F(mb, c) after F(mb, c − 1), plus a send/recv when c − 1 ran on another device;
+  B(mb, c) after B(mb, c + 1) (plus the hop) and after F(mb, c); the last chunk's B after its own F;
+  W(mb, c) after B(mb, c).
+W ops that a schedule marks deferrable run when their device would otherwise wait, or when more than
+`max_pending_w` are pending (zero-bubble schedules, Qi et al. 2023). Memory: F allocates the chunk's
+activations, B frees all of them, or (1 − w_share) when a W follows, and W the rest.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+
+class OpKind(str, Enum):
+    F = "F"
+    B = "B"
+    W = "W"
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: OpKind
+    microbatch: int
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Program:
+    """What to simulate: per-device op orders over chunks placed on devices."""
+
+    num_devices: int
+    placement: tuple[int, ...]  # device of each model chunk, in model order
+    orders: tuple[tuple[Op, ...], ...]  # per device, F and B ops (and W ops when not deferrable)
+    split_backward: bool  # B is input-gradient only; a W per (mb, chunk) follows
+    max_pending_w: tuple[int, ...] = ()  # per device, deferrable W's allowed to wait (split_backward only)
+
+
+@dataclass(frozen=True)
+class Durations:
+    forward: tuple[float, ...]  # per chunk
+    backward: tuple[float, ...]  # per chunk; the input-gradient part when split
+    weight: tuple[float, ...]  # per chunk; 0 when backward is not split
+    activation: tuple[float, ...]  # bytes (or any unit) a chunk keeps per micro-batch
+    p2p_s: float = 0.0
+    w_share: float = 0.5  # share of the activations only the weight gradient needs
+
+
+@dataclass(frozen=True)
+class Event:
+    device: int
+    op: Op
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    makespan: float
+    events: tuple[Event, ...]
+    peak_activation: tuple[float, ...]  # per device
+    busy: tuple[float, ...]  # per device
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the busiest device's time (idle / busy)."""
+        busiest = max(self.busy)
+        return (self.makespan - busiest) / busiest
+
+
+def _duration(d: Durations, op: Op) -> float:
+    return {OpKind.F: d.forward, OpKind.B: d.backward, OpKind.W: d.weight}[op.kind][op.chunk]
+
+
+def simulate(program: Program, durations: Durations) -> SimResult:
+    """Run the program; raise ValueError if it deadlocks (an order that waits on itself)."""
+    chunks = len(program.placement)
+    done: dict[Op, float] = {}
+    clock = [0.0] * program.num_devices
+    queues = [deque(order) for order in program.orders]
+    pending_w: list[deque[Op]] = [deque() for _ in range(program.num_devices)]
+    memory = [0.0] * program.num_devices
+    peak = [0.0] * program.num_devices
+    busy = [0.0] * program.num_devices
+    events: list[Event] = []
+    hop = durations.p2p_s
+
+    def ready_at(op: Op, device: int) -> float | None:
+        deps: list[tuple[Op, float]] = []
+        if op.kind is OpKind.F and op.chunk > 0:
+            prev = Op(OpKind.F, op.microbatch, op.chunk - 1)
+            deps.append((prev, hop if program.placement[op.chunk - 1] != device else 0.0))
+        if op.kind is OpKind.B:
+            deps.append((Op(OpKind.F, op.microbatch, op.chunk), 0.0))
+            if op.chunk < chunks - 1:
+                nxt = Op(OpKind.B, op.microbatch, op.chunk + 1)
+                deps.append((nxt, hop if program.placement[op.chunk + 1] != device else 0.0))
+        if op.kind is OpKind.W:
+            deps.append((Op(OpKind.B, op.microbatch, op.chunk), 0.0))
+        times = [done.get(dep) for dep, _ in deps]
+        if any(t is None for t in times):
+            return None
+        return max([clock[device]] + [t + lag for t, (_, lag) in zip(times, deps, strict=True)])  # type: ignore[operator]
+
+    def run(device: int, op: Op, start: float) -> None:
+        end = start + _duration(durations, op)
+        act = durations.activation[op.chunk]
+        if op.kind is OpKind.F:
+            memory[device] += act
+        elif op.kind is OpKind.B:
+            memory[device] -= act * ((1 - durations.w_share) if program.split_backward else 1.0)
+        else:
+            memory[device] -= act * durations.w_share
+        peak[device] = max(peak[device], memory[device])
+        busy[device] += end - start
+        clock[device] = end
+        done[op] = end
+        events.append(Event(device, op, start, end))
+        if op.kind is OpKind.B and program.split_backward:
+            pending_w[device].append(Op(OpKind.W, op.microbatch, op.chunk))
+
+    remaining = sum(len(q) for q in queues)
+    while remaining or any(pending_w):
+        # the next event is whichever can start earliest: a device's next scheduled op, or a pending
+        # weight-gradient op on a device that would otherwise wait (or holds too many of them)
+        # key: (start, device, rank) with rank 0 for an over-limit W, 1 for the scheduled op, 2 for a filler W
+        best: tuple[float, int, int] | None = None
+        for device, queue in enumerate(queues):
+            head = ready_at(queue[0], device) if queue else None
+            if head is not None and (best is None or (head, device, 1) < best):
+                best = (head, device, 1)
+            limit = program.max_pending_w[device] if program.max_pending_w else 0
+            forced = len(pending_w[device]) > limit
+            idle = head is None or head > clock[device]
+            if pending_w[device] and (forced or idle):
+                key = (clock[device], device, 0 if forced else 2)
+                if best is None or key < best:
+                    best = key
+        if best is None:
+            raise ValueError("the schedule deadlocks: some device waits for work that can never be ready")
+        start, device, rank = best
+        if rank != 1:
+            run(device, pending_w[device].popleft(), start)
+        else:
+            run(device, queues[device].popleft(), start)
+            remaining -= 1
+    return SimResult(max(clock), tuple(events), tuple(peak), tuple(busy))
