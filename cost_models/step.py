@@ -19,6 +19,7 @@ Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from cost_models import flops as F
@@ -26,7 +27,8 @@ from cost_models import memory as M
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import memory_time
 from cost_models.layer import LayerKnobs, LayerTime, decoder_layer_time, embedding_time, head_time
-from cost_models.pipeline import bubble_fraction, chunks_in_flight, pipeline_time
+from cost_models.pipeline import bubble_fraction, pipeline_time
+from cost_models.schedules import W_SHARE, in_flight
 from planner.specs import GIB, AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, ZeroStage
 
 OPTIMIZER_BYTES_PER_PARAM = 38.0
@@ -158,9 +160,9 @@ def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_l
 
     states = M.state_bytes(params, layout.zero, layout.dp * layout.cp, rt.grad_reduce_bytes)
     stored = (n_layers - n_full) * per_layer(layout.recompute) + n_full * per_layer(Recompute.FULL)
-    chunks = chunks_in_flight(rank, layout.pp, layout.vpp, m)
-    activations = stored / layout.vpp * chunks
-    in_flight_mb = -(-chunks // layout.vpp)
+    alive = in_flight(layout.schedule, rank, layout.pp, m, layout.vpp)
+    activations = stored * alive
+    in_flight_mb = math.ceil(alive)
     other = 0.0
     if first:
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
@@ -267,7 +269,8 @@ def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
 def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
              stages: list[StageCost], m: int) -> Prediction:
     per_mb = [s.compute_s for s in stages]
-    pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule)
+    hidden = [W_SHARE * s.time.backward for s in stages]  # weight gradients ZB-H1 moves into the cooldown
+    pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule, hidden)
     tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
     emb_sync = 0.0
     if model.tied_embeddings and layout.pp > 1:
@@ -301,7 +304,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         peak_memory_gib=peak_mem,
         memory_capacity_gib=cluster.gpu.memory_gib,
         fits=peak_mem <= cluster.gpu.memory_gib,
-        bubble_fraction=bubble_fraction(layout.pp, m, layout.vpp),
+        bubble_fraction=bubble_fraction(layout.schedule, layout.pp, m, layout.vpp),
         num_microbatches=m,
         breakdown=breakdown,
         stages=tuple(stages),

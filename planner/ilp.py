@@ -7,7 +7,7 @@ one continuous bottleneck z. Every constraint is named:
     rec_le_layers: r_s <= n_s            rec_flag: r_s <= L·y_s
     memory_s:      m0_s + (n_s − 1)·m1_s − r_s·mr_s + transient·y_s <= capacity
     bottleneck_s:  z >= t0_s + (n_s − 1)·t1 + r_s·tr
-    minimise       (m − 1)·z + Σ_s (t0_s + (n_s − 1)·t1 + r_s·tr)
+    minimise       (m − 1)·z + Σ_s (t0_s + (n_s − 1)·t1 + r_s·tr − hidden W_s)  (W_s: ZB-H1 only)
 Counting layers per stage (not a binary per layer and stage, as the naive formulation of
 REFERENCE.md section 8 does) keeps the model at 3P + 1 variables: it solves in milliseconds.
 CP-SAT needs integers: times are scaled to nanoseconds and bytes rounded (memory terms rounded up,
@@ -24,7 +24,7 @@ from enum import Enum
 import pulp
 from ortools.sat.python import cp_model
 
-from planner.partition import Split, SplitProblem, stage_tables
+from planner.partition import Split, SplitProblem, make_split, stage_tables
 
 NS = 1e9
 
@@ -52,9 +52,14 @@ class IlpResult:
 def _split_from(p: SplitProblem, layers: list[int]) -> Split:
     """Recompute times from the exact tables so every method reports the same numbers."""
     times, recs = stage_tables(p)
-    stage_times = tuple(float(times[s, n]) for s, n in enumerate(layers))
-    objective = (p.num_microbatches - 1) * max(stage_times) + sum(stage_times)
-    return Split(tuple(layers), tuple(int(recs[s, n]) for s, n in enumerate(layers)), stage_times, objective)
+    return make_split(p, times, recs, layers)
+
+
+def _hidden(p: SplitProblem, s: int) -> tuple[float, float]:
+    """(w0, w1) of the weight-gradient time stage s hides (ZB-H1; none on the last stage)."""
+    if not p.w0 or s == p.num_stages - 1:
+        return 0.0, 0.0
+    return p.w0[s], p.w1
 
 
 def build_cpsat(p: SplitProblem, hint: Split | None = None) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
@@ -76,7 +81,8 @@ def build_cpsat(p: SplitProblem, hint: Split | None = None) -> tuple[cp_model.Cp
         model.add(m0 + (n[s] - 1) * m1 - r[s] * mr + tb * y[s] <= math.floor(p.capacity)).with_name(f"memory_{s}")
         t = round(p.t0[s] * NS) + (n[s] - 1) * t1 + r[s] * tr
         model.add(z >= t).with_name(f"bottleneck_{s}")
-        stage_time.append(t)
+        w0, w1 = _hidden(p, s)
+        stage_time.append(t - round(w0 * NS) - (n[s] - 1) * round(w1 * NS))
     model.minimize((p.num_microbatches - 1) * z + sum(stage_time))
     if hint is not None:
         for s in range(P):
@@ -109,7 +115,8 @@ def build_highs(p: SplitProblem) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]
     y = [prob.add_variable(f"y_{s}", 0, 1, cat="Integer") for s in range(P)]
     z = prob.add_variable("z", 0)
     times = [p.t0[s] + (n[s] - 1) * p.t1 + r[s] * p.tr for s in range(P)]
-    prob += (p.num_microbatches - 1) * z + pulp.lpSum(times)
+    hidden = [_hidden(p, s)[0] + (n[s] - 1) * _hidden(p, s)[1] for s in range(P)]
+    prob += (p.num_microbatches - 1) * z + pulp.lpSum(times) - pulp.lpSum(hidden)
     prob += pulp.lpSum(n) == L, "layers"
     for s in range(P):
         prob += r[s] <= n[s], f"rec_le_layers_{s}"

@@ -6,7 +6,9 @@ r, read off the cost model by `planner.search`):
     M_s(n, r) = m0_s + (n − 1)·m1_s − r·mr_s + transient·[r > 0]   <=  capacity
 The first stage carries the embedding, the last the LM head and loss (in t0, m0), and stage s keeps
 activations of more or fewer micro-batches (in m1, mr), so every stage has its own line.
-The 1F1B step time is J = (m − 1)·max_s T_s + Σ_s T_s (cost_models.pipeline).
+The 1F1B step time is J = (m − 1)·max_s T_s + Σ_s T_s (cost_models.pipeline); for ZB-H1 the sum
+term of every stage but the last drops its weight-gradient time W_s = w0_s + (n − 1)·w1, which the
+schedule hides in the cooldown.
 
 For a fixed split the fewest recomputed layers that fit are best (T grows with r, M falls), so each
 (stage, n) has one time T_s(n) (∞ where nothing fits); it grows with n and feasibility is a prefix.
@@ -39,6 +41,8 @@ class SplitProblem:
     transient: float  # bytes held while a recomputed layer runs its backward
     capacity: float
     partial_recompute: bool  # may recompute some layers of a stage fully
+    w0: tuple[float, ...] = ()  # zero-bubble schedules: per stage, weight-gradient time with one layer
+    w1: float = 0.0  # ... and per additional layer; the sum term of every stage but the last drops it
 
     def __post_init__(self) -> None:
         if not len(self.t0) == len(self.m0) == len(self.m1) == len(self.mr):
@@ -86,6 +90,15 @@ def stage_tables(p: SplitProblem) -> tuple[np.ndarray, np.ndarray]:
     return times, recs
 
 
+def sum_costs(p: SplitProblem, times: np.ndarray) -> np.ndarray:
+    """What each (stage, n) adds to the Σ term: its time, less its hidden weight gradients (ZB-H1)."""
+    if not p.w0:
+        return times
+    n = np.arange(p.num_layers + 1, dtype=float)
+    hidden = np.array([p.w0[s] + (n - 1) * p.w1 if s < p.num_stages - 1 else 0 * n for s in range(p.num_stages)])
+    return times - hidden
+
+
 def _min_sum(times: np.ndarray) -> tuple[float, list[int]] | None:
     """Least Σ_s times[s, n_s] over splits with Σ n_s = L (min-plus DP over layer boundaries)."""
     stages, width = times.shape
@@ -115,11 +128,12 @@ def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
 
 
 def solve_dp(p: SplitProblem) -> Split | None:
-    """The split minimising (m − 1)·max_s T_s + Σ_s T_s, or None when no split fits."""
+    """The split minimising (m − 1)·max_s T_s + Σ_s (T_s − hidden W_s), or None when no split fits."""
     times, recs = stage_tables(p)
     if p.num_stages == 1:
-        return _make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
-    unbounded = _min_sum(times)
+        return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
+    costs = sum_costs(p, times)
+    unbounded = _min_sum(costs)
     if unbounded is None:
         return None
     least_sum = unbounded[0]
@@ -136,18 +150,19 @@ def solve_dp(p: SplitProblem) -> Split | None:
     for bound in bounds[lo:]:
         if best is not None and (p.num_microbatches - 1) * bound + least_sum >= best.objective:
             break
-        solved = _min_sum(np.where(times <= bound * (1 + _EPS), times, np.inf))
+        solved = _min_sum(np.where(times <= bound * (1 + _EPS), costs, np.inf))
         if solved is None:
             continue
-        split = _make_split(p, times, recs, solved[1])
+        split = make_split(p, times, recs, solved[1])
         if best is None or split.objective < best.objective:
             best = split
     return best
 
 
-def _make_split(p: SplitProblem, times: np.ndarray, recs: np.ndarray, layers: list[int]) -> Split:
+def make_split(p: SplitProblem, times: np.ndarray, recs: np.ndarray, layers: list[int]) -> Split:
     stage_times = tuple(float(times[s, n]) for s, n in enumerate(layers))
-    objective = (p.num_microbatches - 1) * max(stage_times) + sum(stage_times)
+    costs = sum_costs(p, times)
+    objective = (p.num_microbatches - 1) * max(stage_times) + sum(float(costs[s, n]) for s, n in enumerate(layers))
     return Split(tuple(layers), tuple(int(recs[s, n]) for s, n in enumerate(layers)), stage_times, objective)
 
 
@@ -160,7 +175,7 @@ def brute_force(p: SplitProblem) -> Split | None:
         layers = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
         if any(not np.isfinite(times[s, n]) for s, n in enumerate(layers)):
             continue
-        split = _make_split(p, times, recs, layers)
+        split = make_split(p, times, recs, layers)
         if best is None or split.objective < best.objective:
             best = split
     return best

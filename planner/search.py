@@ -29,7 +29,7 @@ from cost_models.comm import p2p_time
 from cost_models.compute import memory_time
 from cost_models.flops import norm_params
 from cost_models.layer import LayerKnobs
-from cost_models.pipeline import chunks_in_flight
+from cost_models.schedules import in_flight
 from cost_models.step import (
     OPTIMIZER_BYTES_PER_PARAM,
     LayerTimes,
@@ -149,7 +149,7 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
     for rank in range(pp):
         q = rank if rank in (0, pp - 1) else 1
         (time1, act1, rest1), (time2, _, rest2), (time_r, act_r, rest_r) = at(q, 1, 0), at(q, two, 0), at(q, 1, 1)
-        k = chunks_in_flight(rank, pp, layout.vpp, m) / chunks_in_flight(q, pp, layout.vpp, m)
+        k = in_flight(layout.schedule, rank, pp, m, layout.vpp) / in_flight(layout.schedule, q, pp, m, layout.vpp)
         t1, tr = max((time2 - time1) if two == 2 else 1.0, 1e-12), max(time_r - time1, 0.0)
         transient = max(transient, rest_r - rest1)
         t0.append(time1)

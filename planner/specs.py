@@ -319,11 +319,12 @@ class Layout:
                 f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
             )
         m = self.num_microbatches(job)
+        if (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
+            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others vpp 1; got "
+                              f"{self.schedule.value} with vpp {self.vpp}")
         if self.vpp > 1:
             if self.pp == 1:
                 raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
-            if self.schedule is not Schedule.INTERLEAVED_1F1B:
-                raise LayoutError(f"vpp {self.vpp} needs the interleaved-1f1b schedule")
             if m % self.pp:
                 raise LayoutError(
                     f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}"

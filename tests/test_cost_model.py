@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cost_models.comm import Collective, collective_time, group_link
-from cost_models.pipeline import bubble_fraction, chunks_in_flight, pipeline_time
+from cost_models.pipeline import bubble_fraction, pipeline_time
+from cost_models.schedules import in_flight
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner import evaluate
 from planner.specs import AttentionKernel, Runtime, Schedule
@@ -21,11 +22,11 @@ def test_pipeline_closed_forms() -> None:
     t, p, m = 0.5, 8, 32
     assert pipeline_time([t] * p, m, 1, Schedule.ONE_F_ONE_B) == pytest.approx((m + p - 1) * t)
     assert pipeline_time([t] * p, m, 4, Schedule.INTERLEAVED_1F1B) == pytest.approx((m + (p - 1) / 4) * t)
-    assert bubble_fraction(p, m, 1) == pytest.approx((p - 1) / m)
+    assert bubble_fraction(Schedule.ONE_F_ONE_B, p, m, 1) == pytest.approx((p - 1) / m)
     # Korthikanti et al. 2022: the first stage holds p·(1 + (p−1)/(p·v)) micro-batches of the stage
     v = 3
-    assert chunks_in_flight(0, p, v, m) / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
-    assert [chunks_in_flight(r, p, 1, m) for r in (0, p - 1)] == [p, 1]
+    assert in_flight(Schedule.INTERLEAVED_1F1B, 0, p, m, v) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert [in_flight(Schedule.ONE_F_ONE_B, r, p, m, 1) for r in (0, p - 1)] == [p, 1]
 
 
 def test_tiers_follow_placement() -> None:

@@ -22,7 +22,9 @@ def _instance(seed: int) -> SplitProblem:
         tr=rng.randint(10, 120) * 1e-6,
         m0=tuple(float(rng.randint(50, 200)) for _ in range(stages)), m1=tuple(float(x) for x in m1),
         mr=tuple(float(rng.randint(0, x - 1)) for x in m1), transient=float(rng.randint(0, 30)),
-        capacity=float(rng.randint(150, 600)), partial_recompute=rng.random() < 0.7)
+        capacity=float(rng.randint(150, 600)), partial_recompute=rng.random() < 0.7,
+        w0=tuple(rng.randint(0, 40) * 1e-6 for _ in range(stages)) if rng.random() < 0.4 else (),
+        w1=rng.randint(0, 50) * 1e-6)
 
 
 @pytest.mark.parametrize("seed", range(220))
