@@ -16,7 +16,7 @@ from cost_models.step import Prediction
 from planner.emitters import Target as EmitTarget
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
-from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime
+from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime, Schedule
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="meshplan: plan and predict parallel layouts for large-model training.")
@@ -88,6 +88,8 @@ def evaluate(
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
+    schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
+                                                           "with --vpp > 1).")] = None,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
     gpus_per_node: GpusPerNode = None,
@@ -118,7 +120,7 @@ def evaluate(
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                           runtime=Runtime(attention=attention), overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
-                             recompute=recompute)
+                             recompute=recompute, schedule=schedule)
         pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
         _echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
 
@@ -146,6 +148,8 @@ def plan(
     zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
     recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
+    schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
+    launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher can run.")] = None,
     max_tp: Annotated[int | None, typer.Option(help="Largest TP degree (default: the scale-up domain).")] = None,
     max_mbs: Annotated[int, typer.Option(min=1, help="Largest micro-batch size.")] = 8,
     no_cp: Annotated[bool, typer.Option("--no-cp", help="Switch context parallelism off.")] = False,
@@ -173,8 +177,12 @@ def plan(
     def action() -> None:
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
-                          max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
+                          schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
                           partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)
+        if launcher is not None:
+            from planner.emitters import for_launcher
+
+            spec = for_launcher(spec, launcher)
         with _Progress() as progress:
             result = run_plan(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                               runtime=Runtime(attention=attention),

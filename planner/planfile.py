@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from cost_models.schedules import LAUNCHERS
 from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile, profile_mapping
 from planner.errors import InputError, MeshplanError
@@ -80,13 +81,15 @@ def _stages(ranked: Ranked) -> list[dict[str, Any]]:
 
 def _summary(ranked: Ranked) -> dict[str, Any]:
     p = ranked.prediction
-    return {"step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s, "mfu": p.mfu,
+    return {"step_time_s": p.step_time_s, "simulated_step_time_s": ranked.simulated_step_time_s,
+            "tokens_per_s": p.tokens_per_s, "mfu": p.mfu,
             "peak_memory_gib": p.peak_memory_gib, "layout": layout_dict(ranked.layout)}
 
 
 def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
     layout, pred, job, cert = plan.best.layout, plan.best.prediction, plan.job, plan.certificate
     prediction = {k: v for k, v in prediction_dict(pred).items() if k != "stages"}
+    prediction["simulated_step_time_s"] = plan.best.simulated_step_time_s
     return {
         "schema_version": SCHEMA_VERSION,
         "meshplan_version": MESHPLAN_VERSION,
@@ -99,6 +102,7 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                 "grad_reduce_bytes": job.runtime.grad_reduce_bytes},
         "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": 1, "sp": layout.sp,
                         "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,
+                        "schedule_runs_on": list(LAUNCHERS[layout.schedule]),
                         "layers_per_chunk": list(layout.chunk_layers(plan.model.num_layers))},
         "batching": {"micro_batch_size": layout.mbs, "num_microbatches": layout.num_microbatches(job),
                      "global_batch": job.global_batch},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cost_models.schedules import LAUNCHERS
 from cost_models.step import Prediction
 from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
@@ -87,7 +88,8 @@ def _layout_line(layout: Layout) -> str:
     if layout.recompute_layers:
         rec += f"+full{list(layout.recompute_layers)}"
     return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} vpp{layout.vpp} mbs{layout.mbs} "
-            f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}")
+            f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}"
+            + (f" {layout.schedule.value}" if layout.pp > 1 else ""))
 
 
 def plan_table(plan: Plan) -> str:
@@ -96,10 +98,13 @@ def plan_table(plan: Plan) -> str:
     lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction)]
     if best.layout.stage_layers is not None and best.layout.vpp == 1:
         lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
-    lines += ["", f"  {'#':>2} {'step s':>9} {'tokens/s':>11} {'MFU %':>6} {'peak GiB':>9}  layout"]
+    if best.layout.pp > 1:
+        lines.append(f"  schedule {best.layout.schedule.value} runs on: {', '.join(LAUNCHERS[best.layout.schedule])}")
+    lines += ["", f"  {'#':>2} {'step s':>9} {'simulated':>9} {'tokens/s':>11} {'MFU %':>6} {'peak GiB':>9}  layout"]
     for i, r in enumerate((best, *plan.alternatives)):
         p = r.prediction
-        lines.append(f"  {i + 1:>2} {p.step_time_s:9.3f} {p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} "
+        sim = f"{r.simulated_step_time_s:9.3f}" if r.simulated_step_time_s is not None else f"{'-':>9}"
+        lines.append(f"  {i + 1:>2} {p.step_time_s:9.3f} {sim} {p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} "
                      f"{p.peak_memory_gib:9.1f}  {_layout_line(r.layout)}")
     cert = plan.certificate
     if cert is not None:

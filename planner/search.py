@@ -29,7 +29,7 @@ from cost_models.comm import p2p_time
 from cost_models.compute import memory_time
 from cost_models.flops import norm_params
 from cost_models.layer import LayerKnobs
-from cost_models.schedules import in_flight
+from cost_models.schedules import W_SHARE, in_flight
 from cost_models.step import (
     OPTIMIZER_BYTES_PER_PARAM,
     LayerTimes,
@@ -45,8 +45,9 @@ from cost_models.step import (
 from planner.errors import InfeasibleError
 from planner.ilp import SolveOptions, Solver, solve_ilp
 from planner.partition import Split, SplitProblem, solve_dp
+from planner.simulate import simulated_step_time
 from planner.space import Candidate, SearchSpec, candidates
-from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, ZeroStage
+from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule, ZeroStage
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,12 @@ log = logging.getLogger(__name__)
 class Ranked:
     layout: Layout
     prediction: Prediction
+    simulated_step_time_s: float | None = None  # the pipeline priced by the discrete-event simulator
+
+    @property
+    def step_time_s(self) -> float:
+        """What the ranking uses: the simulated step when there is one, else the closed form."""
+        return self.simulated_step_time_s if self.simulated_step_time_s is not None else self.prediction.step_time_s
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,8 @@ class _LayerTimes:
         shard = c.dp * c.cp if c.zero >= ZeroStage.OPTIMIZER else 1
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward / c.vpp, avg.forward / c.vpp)
                 + memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu))
-        return stage * (m + (c.pp - 1) / c.vpp) + tail
+        hidden = (c.pp - 1) * W_SHARE * avg.backward if c.schedule is Schedule.ZB_H1 else 0.0
+        return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
 
 
 def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
@@ -144,8 +152,12 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
         st = stage_cost(costs, rank, n, n if full_base else f)
         return st.compute_s, st.activations_gib * GIB, (st.peak_memory_gib - st.activations_gib) * GIB
 
-    t0, m0, m1, mr = [], [], [], []
-    t1 = tr = transient = 0.0
+    def weight_grad(rank: int, n: int) -> float:
+        return W_SHARE * stage_cost(costs, rank, n, n if full_base else 0).time.backward
+
+    t0, m0, m1, mr, w0 = [], [], [], [], []
+    t1 = tr = transient = w1 = 0.0
+    zero_bubble = layout.schedule is Schedule.ZB_H1
     for rank in range(pp):
         q = rank if rank in (0, pp - 1) else 1
         (time1, act1, rest1), (time2, _, rest2), (time_r, act_r, rest_r) = at(q, 1, 0), at(q, two, 0), at(q, 1, 1)
@@ -153,6 +165,9 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
         t1, tr = max((time2 - time1) if two == 2 else 1.0, 1e-12), max(time_r - time1, 0.0)
         transient = max(transient, rest_r - rest1)
         t0.append(time1)
+        if zero_bubble:
+            w0.append(weight_grad(q, 1))
+            w1 = weight_grad(q, two) - w0[-1] if two == 2 else 0.0
         m0.append(rest1 + k * act1)
         per_layer = (rest2 - rest1 + k * act1) if two == 2 else k * act1 + 1.0
         m1.append(per_layer)
@@ -160,7 +175,7 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
     return SplitProblem(
         num_layers=model.num_layers, num_microbatches=m, t0=tuple(t0), t1=t1, tr=tr, m0=tuple(m0), m1=tuple(m1),
         mr=tuple(mr), transient=transient, capacity=costs.cluster.gpu.memory_gib * GIB,
-        partial_recompute=partial_recompute and not full_base)
+        partial_recompute=partial_recompute and not full_base, w0=tuple(w0), w1=w1)
 
 
 ProgressFn = Callable[[int, int], None]
@@ -250,8 +265,13 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     if not top:
         raise InfeasibleError(_no_fit_message(model, cluster, job, fitting))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
+    # on uneven stages the simulator is the reference: it re-ranks the finalists (ties keep the order)
+    ranked = [replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction))
+              for r in ranked]
+    ranked = [r for _, r in sorted(enumerate(ranked), key=lambda ir: (ir[1].step_time_s, ir[0]))]
     cert = Certificate(
-        method="enumerate + memory/time bounds (best-first) + exact stage split", solver=solver,
+        method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
+               "discrete-event pipeline simulator", solver=solver,
         candidates=len(pool), evaluated=evaluated, pruned_memory=pruned_memory,
         pruned_time=len(fitting) - evaluated, infeasible=infeasible, solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)

@@ -12,6 +12,7 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
        micro-batches % pp == 0)
   zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
+  schedule  interleaved 1F1B with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
 Dominated choices are not generated unless pinned, and the reason is a property of the cost model:
   - ZeRO-0 when dp·cp > 1: ZeRO-1 moves fewer bytes (reduce-scatter of fp32 gradients + all-gather of
     bf16 weights < all-reduce of fp32 gradients), updates fewer parameters and holds less state;
@@ -42,6 +43,8 @@ class SearchSpec:
     mbs: int | None = None
     zero: int | None = None
     zero_choices: tuple[int, ...] | None = None  # ZeRO stages a launcher supports (None: all)
+    schedule: Schedule | None = None
+    schedule_choices: tuple[Schedule, ...] | None = None  # schedules a launcher runs (None: all)
     recompute: Recompute | None = None
     sp: bool | None = None
     max_tp: int | None = None
@@ -65,14 +68,25 @@ class Candidate:
     zero: ZeroStage
     recompute: Recompute
     sp: bool
-
-    @property
-    def schedule(self) -> Schedule:
-        return Schedule.INTERLEAVED_1F1B if self.vpp > 1 else Schedule.ONE_F_ONE_B
+    schedule: Schedule = Schedule.ONE_F_ONE_B
 
     def sort_key(self) -> tuple[int, ...]:
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
-                list(Recompute).index(self.recompute), int(self.sp))
+                list(Recompute).index(self.recompute), int(self.sp), list(Schedule).index(self.schedule))
+
+
+def schedules_for(pp: int, vpp: int, spec: SearchSpec) -> list[Schedule]:
+    """Schedules for a (pp, vpp): interleaved exactly when vpp > 1; with one chunk per rank 1F1B and
+    ZB-H1 (GPipe is as fast as 1F1B and keeps all m micro-batches in memory: generated only when
+    pinned); without a pipeline only 1F1B, which then means no schedule at all."""
+    if vpp > 1:
+        options = [Schedule.INTERLEAVED_1F1B]
+    elif pp == 1:
+        options = [Schedule.ONE_F_ONE_B]
+    else:
+        options = [Schedule.ONE_F_ONE_B, Schedule.ZB_H1] + ([Schedule.GPIPE] if spec.schedule is Schedule.GPIPE else [])
+    allowed = [s for s in options if spec.schedule_choices is None or s in spec.schedule_choices or pp == 1]
+    return [s for s in allowed if spec.schedule is None or s is spec.schedule or pp == 1]
 
 
 def _divisors(n: int) -> list[int]:
@@ -140,4 +154,5 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
             if sp and tp == 1:
                 continue
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
-                yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp)
+                for schedule in schedules_for(pp, vpp, spec):
+                    yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule)

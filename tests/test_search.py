@@ -55,8 +55,18 @@ def test_plan_invariants() -> None:
         chunks = lay.chunk_layers(80)
         assert sum(chunks) == 80 and len(chunks) == lay.pp * lay.vpp
         assert all(s.peak_memory_gib <= 80 for s in pred.stages)
-    times = [r.prediction.step_time_s for r in (p.best, *p.alternatives)]
+    times = [r.step_time_s for r in (p.best, *p.alternatives)]
     assert times == sorted(times)
+
+
+def test_finalists_are_priced_by_the_simulator() -> None:
+    """The top-k come back with a simulated step time; the closed form matches it within the pipeline send
+    latency it charges and the stage imbalance it approximates."""
+    p = plan("llama3-70b", "h100-sxm", gpus=64, seq_len=4096, global_batch=64,
+             spec=SearchSpec(pp=4, vpp=1, top_k=3))
+    for ranked in (p.best, *p.alternatives):
+        assert ranked.simulated_step_time_s is not None
+        assert ranked.simulated_step_time_s == pytest.approx(ranked.prediction.step_time_s, rel=0.05)
 
 
 def test_uneven_split_relieves_the_ends() -> None:

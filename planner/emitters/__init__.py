@@ -23,6 +23,7 @@ from planner.errors import InfeasibleError
 from planner.planfile import Plan
 from planner.search import search
 from planner.space import SearchSpec
+from planner.specs import Schedule
 
 
 class Target(str, Enum):
@@ -38,12 +39,16 @@ EMITTERS: dict[Target, Callable[[Plan], str]] = {
     Target.DEEPSPEED: deepspeed.emit, Target.NEMO: nemo.emit,
 }
 # What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
+MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
+TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
 CAPABILITIES: dict[Target, SearchSpec] = {
-    Target.MEGATRON: SearchSpec(partial_recompute=False),
-    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False),
-    Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False),
-    Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False),
-    Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False),
+    Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
+    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, schedule_choices=TITAN_SCHEDULES),
+    Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
+                                      schedule_choices=TITAN_SCHEDULES),
+    Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
+                                 schedule_choices=(Schedule.ONE_F_ONE_B,)),
+    Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
 }
 COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
 
@@ -78,4 +83,13 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
     return Emitted(text, note)
 
 
-__all__ = ["CAPABILITIES", "Emitted", "Target", "UnsupportedPlanError", "emit"]
+def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
+    """`spec` narrowed to what `target` can run (plan for a launcher from the start)."""
+    cap = CAPABILITIES[target]
+    return replace(spec, zero_choices=cap.zero_choices, schedule_choices=cap.schedule_choices,
+                   partial_recompute=spec.partial_recompute and cap.partial_recompute,
+                   uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
+                   vpp=spec.vpp if spec.vpp is not None else cap.vpp)
+
+
+__all__ = ["CAPABILITIES", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from planner.emitters.common import UnsupportedPlanError, facts
 from planner.planfile import Plan
-from planner.specs import AttentionKernel, Recompute, ZeroStage
+from planner.specs import AttentionKernel, Recompute, Schedule, ZeroStage
 
 
 def config(plan: Plan) -> dict[str, Any]:
@@ -29,9 +29,9 @@ def config(plan: Plan) -> dict[str, Any]:
     if lay.pp > 1 and not f.uniform_chunks:
         raise UnsupportedPlanError(f"DeepSpeed partitions pipeline stages itself; this plan splits {list(f.chunks)}: "
                                    "the nearest plan uses an even split (re-plan with --even-split)")
-    if lay.vpp > 1:
-        raise UnsupportedPlanError(f"DeepSpeed's pipeline has no interleaved schedule (vpp {lay.vpp}); the nearest "
-                                   "plan uses --vpp 1")
+    if lay.pp > 1 and lay.schedule is not Schedule.ONE_F_ONE_B:
+        raise UnsupportedPlanError(f"DeepSpeed's pipeline engine runs its own 1F1B-style schedule, not "
+                                   f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
     if lay.recompute_layers is not None or (
             lay.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED):
         raise UnsupportedPlanError("DeepSpeed checkpoints whole layers only; the nearest plan uses --recompute full "

@@ -47,9 +47,9 @@ def _model_args(plan: Plan) -> list[tuple[str, object]]:
 
 def _pipeline_args(plan: Plan) -> list[tuple[str, object]]:
     lay, f = plan.best.layout, facts(plan)
-    if lay.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B):
-        raise UnsupportedPlanError(f"Megatron-LM has no {lay.schedule.value} schedule; the nearest plan uses "
-                                   "1f1b or interleaved-1f1b")
+    if lay.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B) and lay.pp > 1:
+        raise UnsupportedPlanError(f"Megatron-LM has no {lay.schedule.value} schedule (1F1B without VPP, "
+                                   "interleaved with it); the nearest plan uses --schedule 1f1b")
     args: list[tuple[str, object]] = [("--pipeline-model-parallel-size", lay.pp)]
     if lay.pp == 1:
         return args

@@ -14,7 +14,7 @@ from typing import Any
 from planner.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.emitters.megatron import pipeline_layout
 from planner.planfile import Plan
-from planner.specs import Recompute, ZeroStage
+from planner.specs import Recompute, Schedule, ZeroStage
 
 
 def model_fields(plan: Plan) -> dict[str, Any]:
@@ -61,6 +61,9 @@ def emit(plan: Plan) -> str:
     if lay.zero >= ZeroStage.GRADIENTS:
         raise UnsupportedPlanError(f"the NeMo target writes DDP and the distributed optimizer only, not "
                                    f"ZeRO-{int(lay.zero)} (Megatron-FSDP); the nearest plan uses --zero 1")
+    if lay.pp > 1 and lay.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B):
+        raise UnsupportedPlanError(f"NeMo runs Megatron-Core's 1F1B and interleaved schedules, not "
+                                   f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
     fields = model_fields(plan)
     distributed = lay.zero is ZeroStage.OPTIMIZER
     run = [f"trainer.num_nodes={f.nodes}", f"trainer.devices={f.gpus_per_node}"]

@@ -15,7 +15,7 @@ from planner.emitters.common import UnsupportedPlanError, describe, facts
 from planner.planfile import Plan
 from planner.specs import Dtype, Recompute, Schedule, ZeroStage
 
-SCHEDULES = {Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B"}
+SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B"}
 FLAVORS = {"llama3-8b": ("llama3", "8B", "llama3_8b"), "llama3-70b": ("llama3", "70B", "llama3_70b"),
            "llama3-405b": ("llama3", "405B", "llama3_405b")}
 
@@ -44,8 +44,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         raise UnsupportedPlanError(
             f"torchtitan cannot recompute {list(lay.recompute_layers)} layers per stage; the nearest plan uses "
             "full recomputation everywhere (--recompute full) or none (--no-partial-recompute)")
-    if lay.schedule not in SCHEDULES:
-        raise UnsupportedPlanError(f"no torchtitan schedule for {lay.schedule.value}")
+    if lay.schedule not in SCHEDULES and lay.pp > 1:
+        raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
+                                   "zero-bubble schedules need several); the nearest plan uses 1f1b")
     name, flavor, _ = FLAVORS.get(model.name, ("llama3", model.name, model.name))
     sharded = lay.zero >= ZeroStage.GRADIENTS
     parallelism: dict[str, Any] = {
@@ -56,7 +57,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if sharded:
         parallelism["fsdp_reshard_after_forward"] = "always" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
-        parallelism.update(pipeline_parallel_schedule=SCHEDULES[lay.schedule],
+        parallelism.update(pipeline_parallel_schedule=SCHEDULES[lay.schedule],  # GPipe, 1F1B, Interleaved1F1B
                            pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
     checkpoint: dict[str, Any] = {"mode": mode}
