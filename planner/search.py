@@ -101,6 +101,7 @@ class _LayerTimes:
         self.model, self.cluster, self.job = model, cluster, job
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
+        self._families: dict[Candidate, tuple[float, float, float, float]] = {}
 
     def get(self, c: Candidate) -> LayerTimes:
         knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute)
@@ -117,27 +118,37 @@ class _LayerTimes:
         """Lower bound on the step time of any split of candidate `c`.
 
         The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
-        least the average), the step tail at least the average stage's gradient reduction and optimizer
-        step. Exposed communication is convex in (bytes, compute), so pricing it on the average stage
-        under-estimates the average (Jensen). Recomputation chosen by the split only adds time."""
+        least the average; ZB-H1 hides at most p − 1 average weight gradients), the step tail at least
+        the average stage's gradient reduction and optimizer step. Exposed communication is convex in
+        (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
+        Recomputation chosen by the split only adds time."""
+        stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B))
+        m = self.job.global_batch // (c.dp * c.mbs)
+        stage += (2 * c.pp * c.vpp - 2) * hop / c.pp
+        hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
+        return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
+
+    def _family(self, c: Candidate) -> tuple[float, float, float, float]:
+        """What the bound needs that does not depend on vpp or the schedule: the average stage's time
+        (without pipeline sends), one send, its backward, and the tail priced with the widest overlap
+        window (vpp 1), itself a lower bound for any vpp since exposure only grows as windows shrink."""
+        if c in self._families:
+            return self._families[c]
         model, job, cluster = self.model, self.job, self.cluster
         times = self.get(c)
-        layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
-                        recompute=c.recompute, schedule=c.schedule)
-        m = layout.num_microbatches(job)
+        layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, mbs=c.mbs, sp=c.sp, zero=c.zero, recompute=c.recompute)
         hop = p2p_time(c.mbs * job.seq_len / c.cp * model.hidden_size * 2 / c.tp, c.tp * c.cp * c.dp,
                        cluster) if c.pp > 1 else 0.0
         layers = model.num_layers / c.pp
         avg = times.decoder.scaled(layers) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
         params = (model.num_layers * M.decoder_params_per_rank(model, c.tp) + M.embedding_params_per_rank(model, c.tp)
                   + M.lm_head_params_per_rank(model, c.tp, c.pp)) / c.pp
-        stage = (avg.total + (2 * c.pp * c.vpp - 2) * hop / c.pp
-                 + sharded_dp_exposed(params, layers, layout, job, cluster, avg))
+        stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         shard = c.dp * c.cp if c.zero >= ZeroStage.OPTIMIZER else 1
-        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward / c.vpp, avg.forward / c.vpp)
+        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
                 + memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu))
-        hidden = (c.pp - 1) * W_SHARE * avg.backward if c.schedule is Schedule.ZB_H1 else 0.0
-        return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
+        self._families[c] = (stage, hop, avg.backward, tail)
+        return self._families[c]
 
 
 def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
