@@ -260,6 +260,38 @@ def emit(
 
 
 @app.command()
+def explain(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
+    png: Annotated[Path | None, typer.Option(help="Write the timeline, memory and breakdown as a PNG.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report.")] = None,
+) -> None:
+    """Show why a plan is what it is: timeline, memory per stage, breakdown, the binding constraint."""
+    from planner.explain import explanation, render_html, render_png
+    from planner.planfile import load_plan, write_bytes_atomic, write_text_atomic
+    from planner.report import plan_table
+
+    def action() -> None:
+        plan = load_plan(plan_file)
+        ex = explanation(plan)
+        typer.echo(plan_table(plan))
+        typer.echo(f"\n  binding constraint: {ex.binding}")
+        for c in ex.comparisons:
+            typer.echo(f"  alternative {c.rank}: {100 * c.slower_by:+.1f} % ({c.reason})")
+        if html_out is not None:
+            write_text_atomic(html_out, render_html(ex))
+            typer.echo(f"report written to {html_out}")
+        if png is not None:
+            try:
+                image = render_png(ex)
+            except ImportError:
+                raise InputError("--png needs matplotlib: pip install -e '.[plot]'") from None
+            write_bytes_atomic(png, image)
+            typer.echo(f"timeline written to {png}")
+
+    _run(action)
+
+
+@app.command()
 def models() -> None:
     """List the built-in model presets."""
     from cost_models.flops import total_params

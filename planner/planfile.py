@@ -31,6 +31,7 @@ from planner.ilp import Solver
 from planner.loaders import model_from_mapping, model_mapping
 from planner.report import layout_dict, prediction_dict
 from planner.search import Certificate, Ranked
+from planner.simulate import simulated_step_time
 from planner.specs import (
     AttentionKernel,
     ClusterSpec,
@@ -136,11 +137,17 @@ def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None
 
 def write_text_atomic(target: Path, text: str) -> None:
     """Write `text` to `target` through a temporary file in the same folder and a rename."""
+    write_bytes_atomic(target, text.encode())
+
+
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    """Write `data` to `target` through a temporary file in the same folder and a rename."""
+    target = Path(target)
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, target)
     except OSError as exc:
         if tmp is not None and os.path.exists(tmp):
@@ -208,8 +215,8 @@ def read_plan(path: str | Path) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file; the chosen layout is re-predicted by the current cost model.
-    Alternatives are stored as summaries only and are not reconstructed."""
+    """Read and validate a plan file; the chosen layout is re-predicted by the current cost model, the
+    alternatives (stored as summaries) are re-predicted with an even layer split."""
     model, cluster, job, layout = read_plan(path)
     target = Path(path)
     data = json.loads(target.read_text()) if target.suffix == ".json" else yaml.safe_load(target.read_text())
@@ -219,5 +226,16 @@ def load_plan(path: str | Path) -> Plan:
         pruned_memory=rec["pruned"]["memory_bound"], pruned_time=rec["pruned"]["time_bound"],
         infeasible=rec["pruned"]["no_split_fits"], solve_time_s=rec["solve_time_s"] or 0.0, optimal=rec["optimal"],
         gap=rec["gap"])
-    best = Ranked(layout, evaluate_layout(model, cluster, job, layout))
-    return Plan(model, cluster, job, best, (), cert)
+    def ranked(lay: Layout) -> Ranked:
+        pred = evaluate_layout(model, cluster, job, lay)
+        return Ranked(lay, pred, simulated_step_time(model, cluster, job, lay, pred))
+
+    best = ranked(layout)
+    alternatives = []
+    for alt in data["alternatives"]:  # stored as summaries: re-priced with the even split
+        lay = alt["layout"]
+        other = Layout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], vpp=lay["vpp"], mbs=lay["mbs"],
+                       sp=lay["sp"], zero=ZeroStage(lay["zero_stage"]), recompute=Recompute(lay["recompute"]),
+                       schedule=Schedule(lay["schedule"]))
+        alternatives.append(ranked(other))
+    return Plan(model, cluster, job, best, tuple(alternatives), cert)
