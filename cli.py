@@ -17,6 +17,7 @@ from planner.emitters import Target as EmitTarget
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
 from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime, Schedule
+from planner.sweep import Varied
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="meshplan: plan and predict parallel layouts for large-model training.")
@@ -287,6 +288,61 @@ def explain(
                 raise InputError("--png needs matplotlib: pip install -e '.[plot]'") from None
             write_bytes_atomic(png, image)
             typer.echo(f"timeline written to {png}")
+
+    _run(action)
+
+
+@app.command()
+def sweep(
+    model: Model,
+    hardware: Hardware,
+    seq_len: SeqLen,
+    global_batch: GlobalBatch = None,
+    global_batch_tokens: GlobalBatchTokens = None,
+    gpus: Annotated[int | None, typer.Option(help="Total number of GPUs (not needed with --tokens/--days).")] = None,
+    vary: Annotated[Varied | None, typer.Option(help="The quantity to vary.")] = None,
+    values: Annotated[str | None, typer.Option(help="Comma-separated values of the varied quantity.")] = None,
+    tokens: Annotated[float | None, typer.Option(help="Capacity mode: tokens to train.")] = None,
+    days: Annotated[float | None, typer.Option(help="Capacity mode: days to train them in.")] = None,
+    max_gpus: Annotated[int, typer.Option(help="Capacity mode: the largest cluster to consider.")] = 131072,
+    csv: Annotated[Path | None, typer.Option(help="Write the table as CSV.")] = None,
+    png: Annotated[Path | None, typer.Option(help="Plot throughput and MFU against the varied quantity.")] = None,
+    dtype: DtypeOpt = Dtype.BF16,
+    attention: Attention = AttentionKernel.FLASH,
+) -> None:
+    """What-if studies: best plan against GPU count, hardware, bandwidth, sequence or batch; or the GPUs
+    needed to train --tokens in --days."""
+    from planner.planfile import write_bytes_atomic, write_text_atomic
+    from planner.report import plan_table
+    from planner.sweep import Job, capacity, sweep_plot
+    from planner.sweep import sweep as run_sweep
+
+    def action() -> None:
+        batch = _global_batch(seq_len, global_batch, global_batch_tokens)
+        runtime = Runtime(attention=attention)
+        if tokens is not None or days is not None:
+            if tokens is None or days is None:
+                raise InputError("capacity mode needs both --tokens and --days")
+            job = Job(model, hardware, 1, seq_len, batch, runtime, dtype)
+            answer = capacity(job, tokens, days, max_gpus)
+            typer.echo(f"{answer.gpus} GPUs train {tokens:.3g} tokens in {answer.days:.1f} days "
+                       f"(target {days:g}); counts planned: "
+                       + ", ".join(f"{g}: {'no fit' if d is None else f'{d:.1f} d'}" for g, d in answer.tried))
+            typer.echo("")
+            typer.echo(plan_table(answer.plan))
+            return
+        if vary is None or values is None or gpus is None:
+            raise InputError("give --gpus, --vary and --values (or --tokens and --days for capacity mode)")
+        frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
+                          [v.strip() for v in values.split(",") if v.strip()])
+        typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if csv is not None:
+            write_text_atomic(csv, frame.to_csv(index=False))
+        if png is not None:
+            try:
+                write_bytes_atomic(png, sweep_plot(frame, vary))
+            except ImportError:
+                raise InputError("--png needs matplotlib: pip install -e '.[plot]'") from None
 
     _run(action)
 
