@@ -9,7 +9,8 @@ run's own convention: Narayanan et al. 2021 print TFLOP/s per GPU counting recom
 TP/PP split of Table 2's PTD-P rows, the interleaving depth) are chosen as a planner would: the
 fastest setting that fits, with TP = 8 (one DGX node) for PTD-P. The framework of each source is
 described by physical switches only (runtime): Megatron-LM 2021-22 ran unfused attention and did
-not overlap the gradient all-reduce; DeepSpeed ZeRO-3 (Table 2) reduced fp16 gradients.
+not overlap the gradient all-reduce; DeepSpeed ZeRO-3 (Table 2) reduced fp16 gradients; the
+collectives of that era used one NIC per rank (no multi-rail rings).
 
 --check exits 1 when the mean absolute error exceeds 5 %, any run exceeds 10 %, or a published run
 is predicted not to fit in memory.
@@ -38,9 +39,9 @@ from planner.specs import AttentionKernel, JobSpec, Runtime  # noqa: E402
 
 DEFAULT_RUNS = ROOT.parent / "shared" / "calibration" / "published_runs.yaml"
 MEGATRON_2021 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False,
-                        overlap_param_gather=False, grad_reduce_bytes=4)
+                        overlap_param_gather=False, grad_reduce_bytes=4, multi_rail=False)
 DEEPSPEED_ZERO3_2021 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=True,
-                               overlap_param_gather=True, grad_reduce_bytes=2)
+                               overlap_param_gather=True, grad_reduce_bytes=2, multi_rail=False)
 
 
 @dataclass(frozen=True)

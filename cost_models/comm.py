@@ -39,12 +39,17 @@ def ranks_per_domain(cluster: ClusterSpec, size: int, stride: int) -> int:
     return max(1, min(size, cluster.scale_up_size // max(stride, 1)))
 
 
-def group_link(cluster: ClusterSpec, size: int, stride: int) -> tuple[LinkSpec, bool]:
-    """The bottleneck link of the group and whether it crosses scale-up domains."""
-    crosses = ranks_per_domain(cluster, size, stride) < size
-    if not crosses:
+def group_link(cluster: ClusterSpec, size: int, stride: int, multi_rail: bool = False) -> tuple[LinkSpec, bool]:
+    """The bottleneck link of the group and whether it crosses scale-up domains. With `multi_rail` a group
+    with k members in each domain spreads its inter-domain traffic over their k NICs (NCCL's rings over
+    all rails, PXN), so its scale-out share is k NICs' worth, capped by the scale-up link."""
+    local = ranks_per_domain(cluster, size, stride)
+    if local >= size:
         return cluster.scale_up, False
-    slow = min((cluster.scale_up, cluster.scale_out), key=lambda link: link.bus_bytes_per_s)
+    out = cluster.scale_out
+    if multi_rail and local > 1:
+        out = LinkSpec(out.bandwidth_gbs * local, out.latency_us, out.efficiency)
+    slow = min((cluster.scale_up, out), key=lambda link: link.bus_bytes_per_s)
     return slow, True
 
 
@@ -57,11 +62,12 @@ def bandwidth_factor(kind: Collective, size: int) -> float:
     return (size - 1) / size
 
 
-def collective_time(kind: Collective, nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
+def collective_time(kind: Collective, nbytes: float, size: int, stride: int, cluster: ClusterSpec,
+                    multi_rail: bool = False) -> float:
     """Seconds for one collective over `nbytes` (the full buffer; per-rank message for send/recv)."""
     if nbytes <= 0 or (size <= 1 and kind is not Collective.SEND_RECV):
         return 0.0
-    link, crosses = group_link(cluster, max(size, 2), stride)
+    link, crosses = group_link(cluster, max(size, 2), stride, multi_rail and kind is not Collective.SEND_RECV)
     alpha = (cluster.scale_out if crosses else cluster.scale_up).latency_us * 1e-6
     steps = 1 if kind is Collective.SEND_RECV else size - 1
     if kind is Collective.ALL_REDUCE:

@@ -63,9 +63,9 @@ class LayerKnobs:
     recompute: Recompute
 
 
-def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int) -> float:
+def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int, multi_rail: bool) -> float:
     """`count` all-reduce-equivalents over the TP group (innermost: stride 1)."""
-    return count * collective_time(Collective.ALL_REDUCE, nbytes, knobs.tp, 1, cluster)
+    return count * collective_time(Collective.ALL_REDUCE, nbytes, knobs.tp, 1, cluster, multi_rail)
 
 
 def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
@@ -111,7 +111,7 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     fwd += core_f + elementwise
     bwd += core_b + ELEMENTWISE_BACKWARD * elementwise
     act_bytes_tp = tokens * h * 2
-    tp_fwd = _tp_comm(cluster, knobs, act_bytes_tp, 2)
+    tp_fwd = _tp_comm(cluster, knobs, act_bytes_tp, 2, job.runtime.multi_rail)
     cp_f = cp_b = 0.0
     if knobs.cp > 1:
         block = 2 * tokens * kv_local * 2
@@ -132,7 +132,8 @@ def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
     h = model.hidden_size
     nbytes = tokens * h * (2 + (4 if model.learned_positions else 0) + (1 if model.dropout else 0))
     t = memory_time(nbytes, cluster.gpu)
-    return LayerTime(forward=t, backward=2 * t, tp_comm=_tp_comm(cluster, knobs, tokens * h * 2, 1))
+    tp = _tp_comm(cluster, knobs, tokens * h * 2, 1, job.runtime.multi_rail)
+    return LayerTime(forward=t, backward=2 * t, tp_comm=tp)
 
 
 def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
@@ -146,4 +147,4 @@ def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Layer
     norm = memory_time(tokens * 4 * h * r, cluster.gpu)
     loss = memory_time(tokens * 12 * v, cluster.gpu)
     return LayerTime(forward=gf + norm + loss, backward=gb + 2 * norm + loss,
-                     tp_comm=_tp_comm(cluster, knobs, tokens * h * 2, 1))
+                     tp_comm=_tp_comm(cluster, knobs, tokens * h * 2, 1, job.runtime.multi_rail))

@@ -107,18 +107,18 @@ class Prediction:
 def dp_reduce_exposed(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                bwd_last: float, fwd_first: float) -> float:
     """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage."""
-    n, stride = layout.dp * layout.cp, layout.tp
+    n, stride, rails = layout.dp * layout.cp, layout.tp, job.runtime.multi_rail
     grad_bytes = params * job.runtime.grad_reduce_bytes
     rt = job.runtime
     if layout.zero is ZeroStage.NONE:
-        reduce = collective_time(Collective.ALL_REDUCE, grad_bytes, n, stride, cluster)
+        reduce = collective_time(Collective.ALL_REDUCE, grad_bytes, n, stride, cluster, rails)
         gather = 0.0
     elif layout.zero is ZeroStage.OPTIMIZER:
-        reduce = collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster)
-        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster)
+        reduce = collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
+        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster, rails)
     elif layout.zero is ZeroStage.GRADIENTS:  # gradients were reduce-scattered every micro-batch
         reduce = 0.0
-        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster)
+        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster, rails)
     else:
         return 0.0
     gpu = cluster.gpu
@@ -138,14 +138,14 @@ def sharded_dp_exposed(params: float, n_layers: float, layout: Layout, job: JobS
     (four weight matrices per decoder layer)."""
     if layout.zero < ZeroStage.GRADIENTS:
         return 0.0
-    n, stride, gpu = layout.dp * layout.cp, layout.tp, cluster.gpu
+    n, stride, gpu, rails = layout.dp * layout.cp, layout.tp, cluster.gpu, job.runtime.multi_rail
     grad_bytes = params * job.runtime.grad_reduce_bytes
     backward = time.backward + time.recompute
     if layout.zero is ZeroStage.GRADIENTS:
-        return gpu.exposed(collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster), backward)
+        return gpu.exposed(collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails), backward)
     units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
-    gather = units * collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES / units, n, stride, cluster)
-    scatter = units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster)
+    gather = units * collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES / units, n, stride, cluster, rails)
+    scatter = units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster, rails)
     return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
 
 

@@ -4,7 +4,7 @@ invalid tuple is ever priced).
 
 Dimensions and their ranges (each can be pinned through SearchSpec):
   tp   divisors of the GPU count up to the scale-up domain (and max_tp), dividing the attention heads
-  cp   powers of two with seq/cp >= 512 tokens per rank and seq % 2cp == 0 (off with no_cp)
+  cp   powers of two with seq/cp >= 2048 tokens per rank and seq % 2cp == 0 (off with no_cp)
   pp   divisors of what tp·cp leave, at most the layer count
   dp   the rest; the global batch must split into dp·mbs
   mbs  divisors of the per-replica batch up to max_mbs
@@ -28,7 +28,7 @@ from itertools import product
 
 from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute, Schedule, ZeroStage
 
-MIN_TOKENS_PER_CP_RANK = 512
+MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16
 
 

@@ -228,6 +228,7 @@ class Runtime:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     grad_reduce_bytes: int = 4  # fp32 gradient buckets (Megatron with bf16)
+    multi_rail: bool = True  # collectives spread over all NICs of a group's members in a node (NCCL >= 2.12)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from hardware_profiles import HardwareOverrides, load_hardware
 from planner import evaluate
 from planner.specs import AttentionKernel, Runtime, Schedule
 
-MEGATRON_2022 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False, overlap_param_gather=False)
+MEGATRON_2022 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False, overlap_param_gather=False,
+                        multi_rail=False)
 
 
 def test_pipeline_closed_forms() -> None:
@@ -60,7 +61,7 @@ def test_selective_plus_sp_beats_full_recompute() -> None:
 
 def test_zero3_loses_to_ptdp_at_scale() -> None:
     """Narayanan et al. 2021 Table 2: on 1536 GPUs ZeRO-3 reaches 44 TFLOP/s, PTD-P 141."""
-    rt = Runtime(attention=AttentionKernel.UNFUSED, grad_reduce_bytes=2)
+    rt = Runtime(attention=AttentionKernel.UNFUSED, grad_reduce_bytes=2, multi_rail=False)
     z3 = evaluate("gpt3-175b", "a100-80gb", gpus=1536, seq_len=2048, global_batch=1536, zero=3, mbs=1,
                   recompute="full", runtime=rt)
     ptd = evaluate("gpt3-175b", "a100-80gb", gpus=1536, seq_len=2048, global_batch=1536, tp=8, pp=12, mbs=1,
@@ -96,3 +97,15 @@ def test_calibration_targets(calibration_dir: Path, capsys: pytest.CaptureFixtur
     module = _calibration_module()
     assert module.main(["--runs", str(calibration_dir / "published_runs.yaml"), "--check"]) == 0, \
         capsys.readouterr().out
+
+
+def test_multi_rail_speeds_up_fsdp_across_nodes() -> None:
+    """A data-parallel group with 8 ranks per node spreads its rings over the node's 8 NICs (current NCCL);
+    a group with one rank per node (TP 8 inside) cannot."""
+    kw = dict(gpus=64, seq_len=8192, global_batch=64, mbs=1, zero=3)
+    one = evaluate("llama3-8b", "a100-80gb", runtime=Runtime(multi_rail=False), **kw)
+    all_rails = evaluate("llama3-8b", "a100-80gb", **kw)
+    assert all_rails.breakdown.sharded_dp_comm_s < one.breakdown.sharded_dp_comm_s / 2
+    tp8 = dict(kw, tp=8, zero=1)
+    assert evaluate("llama3-8b", "a100-80gb", runtime=Runtime(multi_rail=False), **tp8).step_time_s == \
+        pytest.approx(evaluate("llama3-8b", "a100-80gb", **tp8).step_time_s)
