@@ -347,6 +347,38 @@ def sweep(
     _run(action)
 
 
+profile_app = typer.Typer(no_args_is_help=True, help="Measure layers and the network with PyTorch ([profile] extra).")
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.command("network")
+def profile_network(
+    out: Annotated[Path, typer.Option(help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
+    backend: Annotated[str, typer.Option(help="torch.distributed backend: nccl (GPUs) or gloo (CPU).")] = "gloo",
+    procs: Annotated[int, typer.Option(min=2, help="Processes to spawn (one per GPU with nccl).")] = 2,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after two warm-ups).")] = 5,
+) -> None:
+    """Time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; fit alpha-beta."""
+    from planner.planfile import write_text_atomic
+
+    def action() -> None:
+        if backend not in ("gloo", "nccl"):
+            raise InputError(f"--backend must be gloo or nccl, got {backend!r}")
+        try:
+            from cost_models.netprofile import fit, fragment, measure
+            samples = measure(backend, procs, repeats)
+        except ImportError:
+            raise InputError("profiling needs torch: pip install -e '.[profile]'") from None
+        fits = fit(samples, procs)
+        write_text_atomic(out, fragment(fits, samples, backend, procs))
+        for f in fits:
+            typer.echo(f"{f.collective.value:15} alpha {f.alpha_s * 1e6:9.1f} us  "
+                       f"busbw {f.busbw_bytes_per_s / 1e9:8.3f} GB/s")
+        typer.echo(f"fragment written to {out}")
+
+    _run(action)
+
+
 @app.command()
 def models() -> None:
     """List the built-in model presets."""

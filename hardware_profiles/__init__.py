@@ -146,10 +146,38 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
         raise InputError(f"{origin}: {exc}") from None
 
 
+def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> dict[str, Any]:
+    """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile."""
+    path = Path(fragment_path)
+    try:
+        frag = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"hardware fragment {fragment_path!r}: cannot read ({str(exc).splitlines()[0]})") from None
+    if not isinstance(frag, dict):
+        raise InputError(f"hardware fragment {fragment_path}: expected a mapping of sections (gpu, node, network)")
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for section, values in frag.items():
+        allowed = _SCHEMA.get(section) if section else None
+        if allowed is None or not isinstance(values, dict) or not isinstance(merged.get(section), dict):
+            raise InputError(f"hardware fragment {fragment_path}: unknown section {section!r}; "
+                             "allowed: gpu, node, network")
+        unknown = sorted(set(values) - set(allowed))
+        if unknown:
+            raise InputError(f"hardware fragment {fragment_path}: {section}: unknown keys {unknown}; "
+                             f"allowed: {', '.join(allowed)}")
+        merged[section].update(values)
+    merged["name"] = f"{merged.get('name', origin)}+{path.stem}"
+    return merged
+
+
 def load_hardware(name_or_path: str, num_gpus: int,
                   overrides: HardwareOverrides = HardwareOverrides()) -> ClusterSpec:
-    """A preset name or a YAML path -> ClusterSpec, with command-line overrides applied."""
-    data, origin = _read(name_or_path)
+    """A preset name or a YAML path -> ClusterSpec, with command-line overrides applied. Fragments
+    follow after commas (`h100-sxm,net.yaml`) and replace the keys they give."""
+    base, *fragments = name_or_path.split(",")
+    data, origin = _read(base)
+    for frag in fragments:
+        data = _merge(data, frag, origin)
     cluster = parse_profile(data, origin, num_gpus=max(num_gpus, 1))
     if overrides.memory_gib is not None:
         if overrides.memory_gib <= 0:
