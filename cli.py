@@ -3,6 +3,7 @@ and an exit code (2: bad input or a layout that breaks a rule; 3: nothing fits).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -130,10 +131,13 @@ def evaluate(
 
 @app.command()
 def plan(
-    model: Model,
     hardware: Hardware,
     gpus: Gpus,
     seq_len: SeqLen,
+    model: Annotated[str | None, typer.Option(help="Preset name, model YAML or Hugging Face config.json "
+                                                   "(optional with --costs).")] = None,
+    costs: Annotated[Path | None, typer.Option(help="Cost table (meshplan profile layers) replacing the "
+                                                    "analytical compute times.")] = None,
     global_batch: GlobalBatch = None,
     global_batch_tokens: GlobalBatchTokens = None,
     out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
@@ -177,16 +181,21 @@ def plan(
 
     def action() -> None:
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
+        model_spec, runtime, limits = _model_and_costs(model, costs, seq_len, Runtime(attention=attention))
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
                           partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)
+        if limits:
+            if cp not in (None, 1):
+                raise InputError("a cost table is measured on whole sequences: --cp must be 1 with --costs")
+            spec = dataclasses.replace(spec, **limits)
         if launcher is not None:
             from planner.emitters import for_launcher
 
             spec = for_launcher(spec, launcher)
         with _Progress() as progress:
-            result = run_plan(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
-                              runtime=Runtime(attention=attention),
+            result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
+                              runtime=runtime,
                               overrides=HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
                               spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update)
         if out is not None:
@@ -206,6 +215,27 @@ def plan(
             typer.echo(emitted.text)
 
     _run(action)
+
+
+def _model_and_costs(model: str | None, costs: Path | None, seq_len: int,
+                     runtime: Runtime) -> tuple[ModelSpec, Runtime, dict[str, Any]]:
+    """The model and runtime to plan with; a cost table brings its own model and limits the search to the
+    TP degrees and micro-batch sizes it measured, without context parallelism."""
+    from dataclasses import replace
+
+    from planner.loaders import load_model
+
+    if costs is None:
+        if model is None:
+            raise InputError("give --model (a preset, model YAML or config.json) or --costs (a cost table)")
+        return load_model(model), runtime, {}
+    from cost_models.profile import read_costs
+
+    table_model, measured = read_costs(costs)
+    if measured.seq_len != seq_len:
+        raise InputError(f"the cost table {costs} was measured at seq_len {measured.seq_len}, not {seq_len}")
+    limits = {"tp_choices": measured.tp_degrees(), "mbs_choices": measured.micro_batches(), "no_cp": True}
+    return table_model, replace(runtime, measured=measured), limits
 
 
 class _Progress:
@@ -349,6 +379,50 @@ def sweep(
 
 profile_app = typer.Typer(no_args_is_help=True, help="Measure layers and the network with PyTorch ([profile] extra).")
 app.add_typer(profile_app, name="profile")
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InputError(f"{flag} takes comma-separated positive integers, got {text!r}")
+    return values
+
+
+@profile_app.command("layers")
+def profile_layers(
+    model: Model,
+    out: Annotated[Path, typer.Option(help="Cost table to write (.csv).")],
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    tp: Annotated[str, typer.Option(help="TP degrees to measure, comma-separated.")] = "1",
+    mbs: Annotated[str, typer.Option(help="Micro-batch sizes to measure, comma-separated.")] = "1",
+    seq_len: Annotated[int, typer.Option(min=1, help="Sequence length in tokens.")] = 2048,
+    scale: Annotated[float, typer.Option(help="Scale heads, FFN and vocabulary down (a CPU cannot hold 8B).")] = 1.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats (after two warm-ups); the median is kept.")] = 5,
+) -> None:
+    """Time real decoder, embedding and LM-head layers with PyTorch and write a cost table."""
+    from planner.loaders import load_model
+    from planner.planfile import write_text_atomic
+
+    def action() -> None:
+        if device not in ("cpu", "cuda"):
+            raise InputError(f"--device must be cpu or cuda, got {device!r}")
+        try:
+            from cost_models.layerprofile import profile_layers as measure
+            from cost_models.layerprofile import scaled, table
+        except ImportError:
+            raise InputError("profiling needs torch: pip install -e '.[profile]'") from None
+        spec = scaled(load_model(model), scale)
+        rows = measure(spec, _int_list(tp, "--tp"), _int_list(mbs, "--mbs"), seq_len, device, repeats)
+        write_text_atomic(out, table(spec, rows, device))
+        for r in rows:
+            typer.echo(f"{r.kind:9} tp {r.tp} mbs {r.mbs}: forward {r.forward_ms:8.3f} ms  "
+                       f"backward {r.backward_ms:8.3f} ms  activations {r.activation_bytes / 2**20:8.2f} MiB")
+        typer.echo(f"cost table written to {out} ({spec.name})")
+
+    _run(action)
 
 
 @profile_app.command("network")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
 from cost_models.memory import kv_heads_per_rank
+from planner.errors import LayoutError
 from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute
 
 # Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
@@ -90,7 +91,23 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     return f1 + f2 + memory_time(fwd_bytes, gpu), b1 + b2 + memory_time(bwd_bytes, gpu)
 
 
+def _measured_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, kind: str,
+                   tp_collectives: int) -> LayerTime:
+    """Forward and backward from the job's cost table; TP collectives stay analytical."""
+    assert job.runtime.measured is not None
+    if knobs.cp > 1:
+        raise LayoutError("a cost table is measured on whole sequences: context parallelism (cp > 1) cannot use it")
+    row = job.runtime.measured.get(kind, knobs.tp, knobs.mbs)
+    tp = _tp_comm(cluster, knobs, knobs.mbs * job.seq_len * model.hidden_size * 2, tp_collectives,
+                  job.runtime.multi_rail)
+    if kind == "decoder" and knobs.recompute is Recompute.FULL:
+        return LayerTime(row.forward_s, row.backward_s, row.forward_s, 3 * tp)  # the recompute repeats the forward TP
+    return LayerTime(row.forward_s, row.backward_s, tp_comm=(2 * tp if kind == "decoder" else tp))
+
+
 def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+    if job.runtime.measured is not None:
+        return _measured_time(model, job, cluster, knobs, "decoder", 2)
     gpu, dtype, t = cluster.gpu, job.dtype, knobs.tp
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
@@ -128,6 +145,8 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
 
 def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
     """Vocabulary-parallel lookup (+ learned positions): memory-bound, one TP reduction forward."""
+    if job.runtime.measured is not None:
+        return _measured_time(model, job, cluster, knobs, "embedding", 1)
     tokens = knobs.mbs * job.seq_len / knobs.cp
     h = model.hidden_size
     nbytes = tokens * h * (2 + (4 if model.learned_positions else 0) + (1 if model.dropout else 0))
@@ -139,6 +158,8 @@ def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
 def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
     """Final norm, LM head GEMM [T, h]x[h, V/t] and vocabulary-parallel cross-entropy (fp32
     softmax over V/t logits per token: about 12 bytes each way)."""
+    if job.runtime.measured is not None:
+        return _measured_time(model, job, cluster, knobs, "lm_head", 1)
     tokens = knobs.mbs * job.seq_len / knobs.cp
     h, v = model.hidden_size, model.vocab_size / knobs.tp
     head = Gemm(tokens, v, h)

@@ -156,7 +156,7 @@ def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_l
     rt, s, b = job.runtime, job.seq_len, layout.mbs
 
     def per_layer(rc: Recompute) -> float:
-        return M.layer_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp, rc, rt.attention)
+        return decoder_activation(model, job, layout.tp, layout.cp, layout.sp, b, rc)
 
     states = M.state_bytes(params, layout.zero, layout.dp * layout.cp, rt.grad_reduce_bytes)
     stored = (n_layers - n_full) * per_layer(layout.recompute) + n_full * per_layer(Recompute.FULL)
@@ -209,6 +209,35 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Lay
                       embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs))
 
 
+def decoder_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
+    """Parameters of one decoder layer on one TP rank: measured when the job has a cost table."""
+    measured = job.runtime.measured
+    return measured.params("decoder", tp) if measured else M.decoder_params_per_rank(model, tp)
+
+
+def embedding_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
+    measured = job.runtime.measured
+    return measured.params("embedding", tp) if measured else M.embedding_params_per_rank(model, tp)
+
+
+def head_params(model: ModelSpec, job: JobSpec, tp: int, pp: int) -> float:
+    """LM head (and final norm) on the last stage."""
+    measured = job.runtime.measured
+    if measured:
+        return measured.params("lm_head", tp)
+    return M.lm_head_params_per_rank(model, tp, pp) + F.norm_params(model)
+
+
+def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: bool, mbs: int,
+                       recompute: Recompute) -> float:
+    """Bytes one decoder layer keeps per micro-batch: measured (no recomputation) when the job has a cost
+    table, analytical otherwise; full recomputation keeps only the layer input either way."""
+    measured = job.runtime.measured
+    if measured and recompute is not Recompute.FULL:
+        return measured.get("decoder", tp, mbs).activation_bytes
+    return M.layer_activation_bytes(model, job.seq_len, mbs, tp, cp, sp, recompute, job.runtime.attention)
+
+
 def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
                  times: LayerTimes | None = None) -> LayoutCosts:
     """Everything the stages of `layout` share; `times` may come from a cache (they depend only on the
@@ -220,7 +249,7 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
                    layout.tp * layout.cp * layout.dp, cluster) if layout.pp > 1 else 0.0
     return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), decoder=times.decoder,
                        decoder_full=times.decoder_full, embedding=times.embedding, head=times.head, p2p_s=p2p,
-                       decoder_params=M.decoder_params_per_rank(model, layout.tp))
+                       decoder_params=decoder_params(model, job, layout.tp))
 
 
 def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
@@ -231,10 +260,10 @@ def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
     time = costs.decoder.scaled(n_layers - n_full) + costs.decoder_full.scaled(n_full)
     params = costs.decoder_params * n_layers
     if first:
-        time, params = time + costs.embedding, params + M.embedding_params_per_rank(model, layout.tp)
+        time, params = time + costs.embedding, params + embedding_params(model, job, layout.tp)
     if last:
         time = time + costs.head
-        params += M.lm_head_params_per_rank(model, layout.tp, layout.pp) + F.norm_params(model)
+        params += head_params(model, job, layout.tp, layout.pp)
     hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
     sharded = sharded_dp_exposed(params, n_layers, layout, job, cluster, time)
     dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)

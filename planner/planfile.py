@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from cost_models.profile import MeasuredCosts, MeasuredLayer
 from cost_models.schedules import LAUNCHERS
 from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile, profile_mapping
@@ -120,7 +121,26 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
             "solve_time_s": round(cert.solve_time_s, 3) if record_timing else None,
             "optimal": cert.optimal, "gap": cert.gap},
         "alternatives": [_summary(r) for r in plan.alternatives],
+        "costs": _costs_dict(job.runtime.measured),
     }
+
+
+def _costs_dict(measured: MeasuredCosts | None) -> dict[str, Any] | None:
+    """A cost table the plan was made with, embedded so the plan re-predicts the same way."""
+    if measured is None:
+        return None
+    return {"source": measured.source, "seq_len": measured.seq_len,
+            "rows": [{"kind": k[0], "tp": k[1], "mbs": k[2], "forward_s": m.forward_s, "backward_s": m.backward_s,
+                      "activation_bytes": m.activation_bytes, "params": m.params} for k, m in measured.rows]}
+
+
+def _costs_from(data: dict[str, Any] | None) -> MeasuredCosts | None:
+    if not data:
+        return None
+    rows = tuple(((r["kind"], r["tp"], r["mbs"]),
+                  MeasuredLayer(r["forward_s"], r["backward_s"], r["activation_bytes"], r["params"]))
+                 for r in data["rows"])
+    return MeasuredCosts(rows, data["seq_len"], data["source"])
 
 
 def dumps(plan: Plan, path: str | Path, record_timing: bool = False) -> str:
@@ -184,7 +204,8 @@ def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobS
                   runtime=Runtime(attention=AttentionKernel(j["attention"]),
                                   overlap_grad_reduce=j["overlap_grad_reduce"],
                                   overlap_param_gather=j["overlap_param_gather"],
-                                  grad_reduce_bytes=j["grad_reduce_bytes"]))
+                                  grad_reduce_bytes=j["grad_reduce_bytes"],
+                                  measured=_costs_from(data.get("costs"))))
     layout = layout_from_dict(data, origin)
     try:
         layout.validate(model, job, cluster.num_gpus)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, replace
 from cost_models import memory as M
 from cost_models.comm import p2p_time
 from cost_models.compute import memory_time
-from cost_models.flops import norm_params
 from cost_models.layer import LayerKnobs
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.step import (
@@ -35,8 +34,11 @@ from cost_models.step import (
     LayerTimes,
     LayoutCosts,
     Prediction,
+    decoder_params,
     dp_reduce_exposed,
+    embedding_params,
     evaluate_layout,
+    head_params,
     layer_times,
     layout_costs,
     sharded_dp_exposed,
@@ -88,8 +90,8 @@ class SearchResult:
 def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
     sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
-    params = (model.num_layers * M.decoder_params_per_rank(model, c.tp) + M.embedding_params_per_rank(model, c.tp)
-              + M.lm_head_params_per_rank(model, c.tp, c.pp) + norm_params(model))
+    params = (model.num_layers * decoder_params(model, job, c.tp) + embedding_params(model, job, c.tp)
+              + head_params(model, job, c.tp, c.pp))
     states = M.state_bytes(params / c.pp, c.zero, c.dp * c.cp, job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
 
@@ -141,8 +143,8 @@ class _LayerTimes:
                        cluster) if c.pp > 1 else 0.0
         layers = model.num_layers / c.pp
         avg = times.decoder.scaled(layers) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
-        params = (model.num_layers * M.decoder_params_per_rank(model, c.tp) + M.embedding_params_per_rank(model, c.tp)
-                  + M.lm_head_params_per_rank(model, c.tp, c.pp)) / c.pp
+        params = (model.num_layers * decoder_params(model, job, c.tp) + embedding_params(model, job, c.tp)
+                  + head_params(model, job, c.tp, c.pp)) / c.pp
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         shard = c.dp * c.cp if c.zero >= ZeroStage.OPTIMIZER else 1
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)

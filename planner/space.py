@@ -48,6 +48,8 @@ class SearchSpec:
     recompute: Recompute | None = None
     sp: bool | None = None
     max_tp: int | None = None
+    tp_choices: tuple[int, ...] | None = None  # e.g. the TP degrees a cost table measured
+    mbs_choices: tuple[int, ...] | None = None
     max_mbs: int = 8
     no_cp: bool = False
     partial_recompute: bool = True  # per-stage counts of fully recomputed layers
@@ -102,6 +104,7 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, spec: SearchSpec) -> list
     if spec.tp is not None:
         limit = max(limit, spec.tp)  # an explicit pin may cross the scale-up domain
     return _pinned(spec.tp, [t for t in _divisors(cluster.num_gpus) if t <= limit
+                             and (spec.tp_choices is None or t in spec.tp_choices)
                              and model.num_attention_heads % t == 0
                              and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)])
 
@@ -144,7 +147,8 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         r for r in Recompute if not (r is Recompute.SELECTIVE and flash)]
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
-        mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs])
+        mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs
+                                      and (spec.mbs_choices is None or b in spec.mbs_choices)])
         allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
         dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [

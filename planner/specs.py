@@ -12,8 +12,12 @@ import bisect
 import math
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import TYPE_CHECKING
 
 from planner.errors import LayoutError, SpecError
+
+if TYPE_CHECKING:
+    from cost_models.profile import MeasuredCosts
 
 GIB = 1024**3
 
@@ -229,6 +233,7 @@ class Runtime:
     overlap_param_gather: bool = True
     grad_reduce_bytes: int = 4  # fp32 gradient buckets (Megatron with bf16)
     multi_rail: bool = True  # collectives spread over all NICs of a group's members in a node (NCCL >= 2.12)
+    measured: MeasuredCosts | None = None  # a profiled cost table replaces the analytical compute times
 
 
 @dataclass(frozen=True)

@@ -8,64 +8,10 @@ import pytest
 from cost_models import flops as F
 from planner import load_model
 from planner.loaders import model_from_mapping
-from planner.specs import ModelSpec, Norm
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
 nn = torch.nn
-
-
-class Block(nn.Module):
-    """A reference pre-norm decoder layer written from the model definition, not from meshplan's formulas."""
-
-    def __init__(self, m: ModelSpec) -> None:
-        super().__init__()
-        h, f = m.hidden_size, m.ffn_hidden_size
-        norm = nn.LayerNorm if m.norm is Norm.LAYERNORM else nn.RMSNorm
-        self.m = m
-        self.norm1, self.norm2 = norm(h), norm(h)
-        self.q = nn.Linear(h, m.q_dim, bias=m.qkv_bias or m.linear_bias)
-        self.k = nn.Linear(h, m.kv_dim, bias=m.qkv_bias or m.linear_bias)
-        self.v = nn.Linear(h, m.kv_dim, bias=m.qkv_bias or m.linear_bias)
-        self.o = nn.Linear(m.q_dim, h, bias=m.linear_bias)
-        self.up = nn.Linear(h, f, bias=m.linear_bias)
-        self.gate = nn.Linear(h, f, bias=m.linear_bias) if m.gated_mlp else None
-        self.down = nn.Linear(f, h, bias=m.linear_bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        m, (b, s, _) = self.m, x.shape
-        y = self.norm1(x)
-        q = self.q(y).view(b, s, m.num_attention_heads, m.head_dim).transpose(1, 2)
-        k = self.k(y).view(b, s, m.num_kv_heads, m.head_dim).transpose(1, 2)
-        v = self.v(y).view(b, s, m.num_kv_heads, m.head_dim).transpose(1, 2)
-        rep = m.num_attention_heads // m.num_kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        scores = torch.matmul(q, k.transpose(-1, -2)) / m.head_dim**0.5
-        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-        attn = torch.matmul(scores.masked_fill(mask, float("-inf")).softmax(-1), v)
-        x = x + self.o(attn.transpose(1, 2).reshape(b, s, m.q_dim))
-        y = self.norm2(x)
-        act = nn.functional.silu(self.gate(y)) * self.up(y) if self.gate is not None else \
-            nn.functional.gelu(self.up(y))
-        return x + self.down(act)
-
-
-class Reference(nn.Module):
-    def __init__(self, m: ModelSpec) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(m.vocab_size, m.hidden_size)
-        self.pos = nn.Embedding(m.learned_positions, m.hidden_size) if m.learned_positions else None
-        self.blocks = nn.ModuleList(Block(m) for _ in range(m.num_layers))
-        self.norm = (nn.LayerNorm if m.norm is Norm.LAYERNORM else nn.RMSNorm)(m.hidden_size)
-        self.head = None if m.tied_embeddings else nn.Linear(m.hidden_size, m.vocab_size, bias=False)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids)
-        if self.pos is not None:
-            x = x + self.pos(torch.arange(ids.shape[1], device=ids.device))
-        for block in self.blocks:
-            x = block(x)
-        x = self.norm(x)
-        return self.head(x) if self.head is not None else x @ self.embed.weight.T
+from cost_models.torch_reference import Reference  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["llama3-8b", "qwen2.5-7b", "gpt3-175b", "llama2-70b"])
