@@ -80,8 +80,8 @@ def test_plan_from_the_table_uses_its_times(table: Path, tmp_path: Path) -> None
                 + head.forward_s + head.backward_s)
     assert pred.breakdown.compute_s == pytest.approx(want, rel=1e-12)
     out = tmp_path / "p.yaml"
-    res = runner.invoke(app, ["plan", "--costs", str(table), "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "128",
-                              "--global-batch", "64", "--out", str(out)])
+    res = runner.invoke(app, ["plan", "--costs", str(table), "--hardware", "h100-sxm", "--gpus", "8",
+                              "--seq-len", "128", "--global-batch", "64", "--out", str(out)])
     assert res.exit_code == 0, res.output
     saved = yaml.safe_load(out.read_text())
     assert saved["costs"]["seq_len"] == 128 and saved["parallelism"]["tp"] in (1, 2)
@@ -90,8 +90,8 @@ def test_plan_from_the_table_uses_its_times(table: Path, tmp_path: Path) -> None
 
 
 def test_costs_errors(table: Path, tmp_path: Path) -> None:
-    res = runner.invoke(app, ["plan", "--costs", str(table), "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "256",
-                              "--global-batch", "64"])
+    res = runner.invoke(app, ["plan", "--costs", str(table), "--hardware", "h100-sxm", "--gpus", "8",
+                              "--seq-len", "256", "--global-batch", "64"])
     assert res.exit_code == 2 and "measured at seq_len 128, not 256" in res.output
     broken = tmp_path / "b.csv"
     broken.write_text("kind,tp\ndecoder,1\n")
