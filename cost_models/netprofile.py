@@ -2,8 +2,9 @@
 
 Each of all_reduce, all_gather, reduce_scatter, all_to_all and send/recv is timed over message sizes
 (warm-up, repeats, median of the slowest rank), converted to bus bandwidth with the nccl-tests
-conventions (busbw = size/time x factor; factors in cost_models.comm), and fitted with least squares to
-t = α + factor·S / B. The fit becomes a hardware-profile fragment for the tier the processes share
+conventions (busbw = size/time x factor; factors in cost_models.comm), and fitted to
+t = α + factor·S / B (α from the smallest messages, B from the largest). The fit becomes a
+hardware-profile fragment for the tier the processes share
 (`node:` scale-up bandwidth and latency at efficiency 1, since B is already what was achieved), which
 `--hardware PRESET,fragment.yaml` merges over a preset. torch is imported only here ([profile] extra).
 """
@@ -19,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-
-import numpy as np
 
 from cost_models.comm import Collective, bandwidth_factor
 
@@ -114,15 +113,18 @@ def measure(backend: str = "gloo", procs: int = 2, repeats: int = 5) -> list[Sam
 
 
 def fit(samples: list[Sample], world: int) -> list[Fit]:
-    """Least squares of t = α + factor·S/B per collective (α and B clipped to positive values)."""
+    """α-β per collective: α from the smallest messages, B from the largest (t − α = factor·S/B).
+
+    A least-squares line through CPU timings is at the mercy of one noisy point (its slope can come out
+    negative); the two ends of the size range each pin one parameter, medians absorb the noise."""
     fits = []
     for kind in Collective:
-        rows = [s for s in samples if s.collective is kind]
-        x = np.array([s.nbytes * bandwidth_factor(kind, world) for s in rows])
-        y = np.array([s.seconds for s in rows])
-        slope, alpha = np.polyfit(x, y, 1)
-        slope = max(float(slope), 1e-15)
-        fits.append(Fit(kind, max(float(alpha), 1e-7), 1.0 / slope))
+        rows = sorted((s for s in samples if s.collective is kind), key=lambda s: s.nbytes)
+        alpha = statistics.median(s.seconds for s in rows[:2])
+        large = rows[-2:]
+        rates = [s.nbytes * bandwidth_factor(kind, world) / (s.seconds - alpha) for s in large if s.seconds > alpha]
+        busbw = statistics.median(rates) if rates else max(s.busbw(world) for s in large)
+        fits.append(Fit(kind, max(alpha, 1e-7), busbw))
     return fits
 
 
@@ -138,7 +140,7 @@ def fragment(fits: list[Fit], samples: list[Sample], backend: str, world: int) -
         row = ", ".join(f"{s.nbytes}: {s.seconds:.3g}" for s in samples if s.collective is kind)
         lines.append(f"#   {kind.value}: {row}")
     lines += ["# Merge over a preset with --hardware PRESET,this_file.yaml (all-reduce fit shown below).",
-              "node:", f"  scale_up_gbs: {ar.busbw_bytes_per_s / 1e9:.6g}",
-              f"  scale_up_latency_us: {max(ar.alpha_s * 1e6 / (2 * (world - 1)), 0.1):.6g}",
+              "node:", f"  scale_up_gbs: {ar.busbw_bytes_per_s / 1e9:.6e}",
+              f"  scale_up_latency_us: {max(ar.alpha_s * 1e6 / (2 * (world - 1)), 0.1):.6e}",
               "  scale_up_efficiency: 1.0", ""]
     return "\n".join(lines)
