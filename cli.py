@@ -430,7 +430,7 @@ def profile_network(
     out: Annotated[Path, typer.Option(help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
     backend: Annotated[str, typer.Option(help="torch.distributed backend: nccl (GPUs) or gloo (CPU).")] = "gloo",
     procs: Annotated[int, typer.Option(min=2, help="Processes to spawn (one per GPU with nccl).")] = 2,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after two warm-ups).")] = 5,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after three warm-ups).")] = 5,
 ) -> None:
     """Time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; fit alpha-beta."""
     from planner.planfile import write_text_atomic
