@@ -181,6 +181,13 @@ def plan(
 
     def action() -> None:
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
+        if costs is not None and model is None:
+            from planner.chain import is_chain_table
+
+            if is_chain_table(str(costs)):
+                _plan_chain(costs, hardware, gpus, batch, HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
+                            top_k, out, as_json)
+                return
         model_spec, runtime, limits = _model_and_costs(model, costs, seq_len, Runtime(attention=attention))
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
@@ -215,6 +222,34 @@ def plan(
             typer.echo(emitted.text)
 
     _run(action)
+
+
+def _plan_chain(costs: Path, hardware: str, gpus: int, batch: int, overrides: Any, top_k: int, out: Path | None,
+                as_json: bool) -> None:
+    """Plan a non-transformer chain of profiled layers (PP, DP, TP where measured)."""
+    import yaml
+
+    from hardware_profiles import load_hardware
+    from planner.chain import plan_chain, read_chain
+    from planner.planfile import write_text_atomic
+
+    table = read_chain(str(costs))
+    plans = plan_chain(table, load_hardware(hardware, gpus, overrides), batch, top_k=top_k)
+    rows = [{"tp": p.tp, "pp": p.pp, "dp": p.dp, "mbs": p.mbs, "zero_stage": int(p.zero),
+             "stage_layers": list(p.stage_layers), "step_time_s": p.step_time_s, "samples_per_s": p.samples_per_s,
+             "stage_memory_gib": list(p.stage_memory_gib)} for p in plans]
+    doc = {"kind": "chain-plan", "costs": str(costs), "hardware": hardware, "gpus": gpus, "global_batch": batch,
+           "layers": list(table.kinds), "plans": rows}
+    if out is not None:
+        write_text_atomic(out, yaml.safe_dump(doc, sort_keys=False))
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    typer.echo(f"{table.num_layers}-layer chain from {costs} on {gpus} x {hardware}, global batch {batch}")
+    typer.echo(f"  {'#':>2} {'step s':>9} {'samples/s':>10} {'peak GiB':>9}  layout (layers per stage)")
+    for i, p in enumerate(plans):
+        typer.echo(f"  {i + 1:>2} {p.step_time_s:9.4f} {p.samples_per_s:10.1f} {max(p.stage_memory_gib):9.2f}  "
+                   f"tp{p.tp} pp{p.pp} dp{p.dp} mbs{p.mbs} zero{int(p.zero)} {list(p.stage_layers)}")
 
 
 def _model_and_costs(model: str | None, costs: Path | None, seq_len: int,

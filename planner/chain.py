@@ -1,0 +1,205 @@
+"""Plan any chain of profiled layers (a CNN, a GNN potential, a recommendation tower, ...) with PP and DP,
+and TP where the cost table gives rows per TP degree.
+
+The chain is the cost table's kinds in the order they first appear, each repeated `count` times. Per
+layer l and (tp, mbs): time t_l = forward + backward (rows measured per TP degree include that TP
+shard's own work; TP communication inside a layer is whatever the measurement included), activations
+a_l, parameters w_l, output bytes o_l. A pipeline stage holding layers [i, j) costs per micro-batch
+    T(i, j) = Σ t_l + sends of its boundary activations (o_{j−1} forward, o_{i−1} backward)
+and holds Σ w_l x state bytes + in_flight(stage) x Σ a_l + a buffer allowance. The split minimises the
+1F1B step (m − 1)·max_s T_s + Σ_s T_s exactly: for each bottleneck bound B in increasing order a DP over
+(stage, boundary) finds the least Σ T_s with every T_s <= B, until (m − 1)·B plus the unbounded least
+sum can no longer win. Data parallelism reduces each stage's gradients (ZeRO-1 when dp > 1, which
+moves fewer bytes than an all-reduce) and the optimizer step is bandwidth-bound, as in cost_models.step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cost_models import memory as M
+from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.compute import memory_time
+from cost_models.pipeline import pipeline_time
+from cost_models.schedules import in_flight
+from cost_models.step import OPTIMIZER_BYTES_PER_PARAM
+from planner.errors import InfeasibleError, InputError
+from planner.specs import GIB, ClusterSpec, Schedule, ZeroStage
+
+LLM_KINDS = {"embedding", "decoder", "lm_head"}
+
+
+@dataclass(frozen=True)
+class ChainTable:
+    kinds: tuple[str, ...]  # one entry per layer, in chain order
+    rows: pd.DataFrame  # indexed by (kind, tp, mbs)
+    seq_len: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.kinds)
+
+    def arrays(self, tp: int, mbs: int) -> tuple[np.ndarray, ...] | None:
+        """(time s, activation bytes, params, output bytes) per layer, or None when a kind lacks the row."""
+        try:
+            rows = [self.rows.loc[(k, tp, mbs)] for k in self.kinds]
+        except KeyError:
+            return None
+        t = np.array([(r["forward_ms"] + r["backward_ms"]) / 1e3 for r in rows])
+        act = np.array([r["activation_bytes"] for r in rows], dtype=float)
+        params = np.array([r["params"] for r in rows], dtype=float)
+        return t, act, params, np.array([r["output_bytes"] for r in rows], dtype=float)
+
+
+def read_chain(path: str) -> ChainTable:
+    frame = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+    need = ["kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
+            "output_bytes"]
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise InputError(f"cost table {path}: missing columns {missing}")
+    order = list(dict.fromkeys(frame["kind"]))
+    counts = frame.groupby("kind", sort=False)["count"].first()
+    kinds = tuple(k for k in order for _ in range(int(counts[k])))
+    return ChainTable(kinds, frame.set_index(["kind", "tp", "mbs"]).sort_index(), int(frame["seq_len"].iloc[0]))
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    tp: int
+    pp: int
+    dp: int
+    mbs: int
+    zero: ZeroStage
+    stage_layers: tuple[int, ...]
+    stage_times: tuple[float, ...]
+    stage_memory_gib: tuple[float, ...]
+    step_time_s: float
+    samples_per_s: float
+
+
+def _segments(t: np.ndarray, out: np.ndarray, cluster: ClusterSpec, stride: int, stages: int) -> np.ndarray:
+    """cost[s, i, j]: per-micro-batch time of stage s holding layers [i, j) (inf when j <= i)."""
+    n = len(t)
+    pre = np.concatenate([[0.0], np.cumsum(t)])
+    send = np.array([p2p_time(b, stride, cluster) if stages > 1 else 0.0 for b in out])
+    i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    base = np.where(j > i, pre[j] - pre[i], np.inf)
+    cost = np.repeat(base[None], stages, axis=0)
+    last_out = send[np.clip(j - 1, 0, n - 1)]
+    first_in = send[np.clip(i - 1, 0, n - 1)]
+    for s in range(stages):
+        if s < stages - 1:
+            cost[s] += last_out
+        if s > 0:
+            cost[s] += first_in
+    return cost
+
+
+def _least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] | None:
+    """Least Σ cost over splits of layers into consecutive non-empty stages (DP over boundaries)."""
+    stages, width = cost.shape[0], cost.shape[1]
+    f = np.full(width, np.inf)
+    f[0] = 0.0
+    picks = []
+    for s in range(stages):
+        cand = f[:, None] + np.where(allowed[s], cost[s], np.inf)  # [i, j]
+        pick = np.argmin(cand, axis=0)
+        f = cand[pick, np.arange(width)]
+        picks.append(pick)
+    if not np.isfinite(f[-1]):
+        return None
+    bounds, j = [width - 1], width - 1
+    for pick in reversed(picks):
+        j = int(pick[j])
+        bounds.append(j)
+    bounds.reverse()
+    return float(f[-1]), bounds
+
+
+def best_split(cost: np.ndarray, fits: np.ndarray, m: int) -> tuple[list[int], float] | None:
+    """Boundaries [0, ..., L] minimising (m − 1)·max_s T_s + Σ_s T_s over splits that fit."""
+    allowed = fits & np.isfinite(cost)
+    unbounded = _least_sum(cost, allowed)
+    if unbounded is None:
+        return None
+    best: tuple[list[int], float] | None = None
+    for bound in np.unique(cost[allowed]):
+        if best is not None and (m - 1) * bound + unbounded[0] >= best[1]:
+            break
+        solved = _least_sum(cost, allowed & (cost <= bound))
+        if solved is None:
+            continue
+        times = [cost[s, a, b] for s, (a, b) in enumerate(zip(solved[1], solved[1][1:], strict=False))]
+        value = (m - 1) * max(times) + sum(times)
+        if best is None or value < best[1]:
+            best = (solved[1], value)
+    return best
+
+
+def plan_chain(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,
+               top_k: int = 5) -> list[ChainPlan]:
+    """The fastest (tp, pp, dp, mbs) and split of the chain that fit, best first."""
+    gpus, cap = cluster.num_gpus, cluster.gpu.memory_gib * GIB
+    results: list[ChainPlan] = []
+    tps = sorted({int(k[1]) for k in table.rows.index})
+    mbss = sorted({int(k[2]) for k in table.rows.index})
+    for tp in (t for t in tps if gpus % t == 0 and t <= cluster.scale_up_size):
+        for pp in (p for p in range(1, table.num_layers + 1) if (gpus // tp) % p == 0):
+            dp = gpus // (tp * pp)
+            if global_batch % dp:
+                continue
+            zero = ZeroStage.OPTIMIZER if dp > 1 else ZeroStage.NONE
+            for mbs in (b for b in mbss if (global_batch // dp) % b == 0):
+                found = _price(table, cluster, tp, pp, dp, mbs, zero, global_batch, grad_bytes, cap)
+                if found is not None:
+                    results.append(found)
+    if not results:
+        raise InfeasibleError(f"no layout of the {table.num_layers}-layer chain fits in {cluster.gpu.memory_gib:g} "
+                              f"GiB per GPU on {gpus} GPUs; use more GPUs or GPUs with more memory")
+    return sorted(results, key=lambda r: (r.step_time_s, r.tp, r.pp, r.mbs))[:top_k]
+
+
+def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, mbs: int, zero: ZeroStage,
+           global_batch: int, grad_bytes: int, cap: float) -> ChainPlan | None:
+    arrays = table.arrays(tp, mbs)
+    if arrays is None:
+        return None
+    t, act, params, out = arrays
+    m, stride = global_batch // (dp * mbs), tp * dp
+    cost = _segments(t, out, cluster, stride, pp)
+    n = table.num_layers
+    pre_a, pre_w = np.concatenate([[0.0], np.cumsum(act)]), np.concatenate([[0.0], np.cumsum(params)])
+    i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
+    state = M.state_bytes(1.0, zero, dp, grad_bytes).total
+    fits = np.stack([(pre_w[j] - pre_w[i]) * state + in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1)
+                     * (pre_a[j] - pre_a[i]) + M.BUFFER_ALLOWANCE_GIB * GIB <= cap for s in range(pp)])
+    split = best_split(cost, fits, m)
+    if split is None:
+        return None
+    bounds = split[0]
+    times = [float(cost[s, a, b]) for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
+    pairs = list(zip(bounds, bounds[1:], strict=False))
+    mem = [float(((pre_w[b] - pre_w[a]) * state + in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1) * (pre_a[b] - pre_a[a])
+                  + M.BUFFER_ALLOWANCE_GIB * GIB) / GIB) for s, (a, b) in enumerate(pairs)]
+    tail = 0.0
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        p = float(pre_w[b] - pre_w[a])
+        kind = Collective.ALL_REDUCE if zero is ZeroStage.NONE else Collective.REDUCE_SCATTER
+        comm = collective_time(kind, p * grad_bytes, dp, tp, cluster, True)
+        if zero is ZeroStage.OPTIMIZER:
+            comm += collective_time(Collective.ALL_GATHER, p * M.WEIGHT_BYTES, dp, tp, cluster, True)
+        shard = dp if zero is ZeroStage.OPTIMIZER else 1
+        tail = max(tail, comm + memory_time(p / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu))
+    step = pipeline_time(times, m, 1, Schedule.ONE_F_ONE_B) + tail
+    layers = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+    return ChainPlan(tp, pp, dp, mbs, zero, layers, tuple(times), tuple(mem), step, global_batch / step)
+
+
+def is_chain_table(path: str) -> bool:
+    """True when the table is not the embedding / decoder / lm_head shape of a transformer."""
+    frame = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+    return set(frame["kind"]) != LLM_KINDS
