@@ -451,7 +451,10 @@ def profile_layers(
             raise InputError("profiling needs torch: pip install -e '.[profile]'") from None
         spec = scaled(load_model(model), scale)
         rows = measure(spec, _int_list(tp, "--tp"), _int_list(mbs, "--mbs"), seq_len, device, repeats)
-        write_text_atomic(out, table(spec, rows, device))
+        from cost_models.layerprofile import decoder_module, shard
+
+        built_with = decoder_module(shard(spec, _int_list(tp, "--tp")[0]))[1]
+        write_text_atomic(out, table(spec, rows, f"{device} ({built_with})"))
         for r in rows:
             typer.echo(f"{r.kind:9} tp {r.tp} mbs {r.mbs}: forward {r.forward_ms:8.3f} ms  "
                        f"backward {r.backward_ms:8.3f} ms  activations {r.activation_bytes / 2**20:8.2f} MiB")

@@ -8,9 +8,10 @@
 3. The planner predicts two layouts from the cost table: DP = 2, and PP = 2 (1F1B).
 4. Two processes train the same model with torch.distributed (gloo): DP = 2 with gradient all-reduce,
    and PP = 2 with torch.distributed.pipelining's 1F1B schedule; the median step time is measured.
-It prints predicted and measured step times and the error. Memory: the prediction is printed next to
-the activation bytes the stages saved (measured with saved-tensor hooks), since a CPU process's RSS says
-little about tensors. Each process uses half the cores, and so does the profiling run; the optimizer
+It prints predicted and measured step times and the error, and the predicted tensor memory per process
+(weights, gradients, Adam state, activations; the GPU buffer allowance left out) next to how much the
+busiest process's resident memory grew (which also holds the allocator's and Python's own
+overheads). Each process uses half the cores, and so does the profiling run; the optimizer
 step is priced at an assumed 10 GB/s of CPU memory bandwidth. torch is needed ([profile] extra).
 """
 
@@ -33,20 +34,23 @@ CPU_MEMORY_GBS = 10.0  # assumed memory bandwidth of this CPU for the optimizer 
 
 
 def _train(rank: int, world: int, port: int, mode: str, layers: int, steps: int, out: str) -> None:
+    import resource
+
     import torch
     import torch.distributed as dist
 
-    from cost_models.layerprofile import scaled
-    from cost_models.torch_reference import Block, Head
+    from cost_models.layerprofile import decoder_module, scaled
+    from cost_models.torch_reference import Head
     from planner.loaders import load_model
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(THREADS)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.manual_seed(0)
     spec = scaled(load_model("llama3-8b"), 0.0625)
     embed = torch.nn.Embedding(spec.vocab_size, spec.hidden_size)
-    blocks = [Block(spec) for _ in range(layers)]
+    blocks = [decoder_module(spec)[0] for _ in range(layers)]  # the layer the profiler timed
     head = Head(spec)
     times: list[float] = []
     if mode == "dp":
@@ -94,12 +98,14 @@ def _train(rank: int, world: int, port: int, mode: str, layers: int, steps: int,
             dist.barrier()
             if step:
                 times.append(time.perf_counter() - start)
+    grown = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before], dtype=torch.float64)
+    dist.all_reduce(grown, op=dist.ReduceOp.MAX)
     if rank == 0:
-        Path(out).write_text(repr(statistics.median(times)))
+        Path(out).write_text(f"{statistics.median(times)!r} {float(grown) / 2**30!r}")
     dist.destroy_process_group()
 
 
-def measure(mode: str, layers: int, steps: int) -> float:
+def measure(mode: str, layers: int, steps: int) -> tuple[float, float]:
     import torch.multiprocessing as mp
 
     from cost_models.netprofile import _free_port
@@ -107,7 +113,8 @@ def measure(mode: str, layers: int, steps: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t")
         mp.spawn(_train, args=(2, _free_port(), mode, layers, steps, out), nprocs=2, join=True)
-        return float(Path(out).read_text())
+        seconds, gib = Path(out).read_text().split()
+        return float(seconds), float(gib)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,13 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         cluster = dataclasses.replace(cluster, gpus_per_node=2, scale_up_size=2,
                                       gpu=dataclasses.replace(cluster.gpu, memory_gib=64.0, hbm_gbs=CPU_MEMORY_GBS))
     runtime = Runtime(measured=measured, overlap_grad_reduce=False, overlap_param_gather=False)
-    print(f"{'layout':10} {'predicted s':>11} {'measured s':>10} {'error':>7} {'predicted GiB':>13}")
+    print(f"{'layout':10} {'predicted s':>11} {'measured s':>10} {'error':>7} {'predicted GiB':>13} "
+          f"{'RSS growth GiB':>14}")
     for mode, knobs in (("dp", {"tp": 1, "pp": 1, "mbs": MBS}), ("pp", {"tp": 1, "pp": 2, "mbs": MBS})):
         pred = evaluate(model, cluster, gpus=2, seq_len=SEQ, global_batch=GBS, runtime=runtime, **knobs)
-        got = measure(mode, args.layers, args.steps)
+        got, grown = measure(mode, args.layers, args.steps)
         error = 100 * (pred.step_time_s / got - 1)
-        print(f"{mode.upper() + '=2':10} {pred.step_time_s:11.4f} {got:10.4f} {error:+6.1f}% "
-              f"{pred.peak_memory_gib:13.3f}")
+        tensors = pred.peak_memory_gib - max(s.buffers_gib for s in pred.stages)  # no GPU buffer allowance
+        print(f"{mode.upper() + '=2':10} {pred.step_time_s:11.4f} {got:10.4f} {error:+6.1f}% {tensors:13.3f} "
+              f"{grown:14.3f}")
     return 0
 
 

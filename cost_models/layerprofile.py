@@ -2,8 +2,10 @@
 
 Real layers are built at the model's dimensions (or scaled down with `scale` to fit a CPU): a decoder
 layer as one TP rank holds it (heads, KV heads and FFN divided by tp), the vocabulary-parallel
-embedding and the LM head with the final norm and cross-entropy. They are the project's reference
-block (cost_models.torch_reference; Hugging Face classes are not used). Each is timed forward and
+embedding and the LM head with the final norm and cross-entropy. Decoder layers of Llama-shaped
+models (gated MLP, RMSNorm, no biases) are Hugging Face's LlamaDecoderLayer with PyTorch's fused
+attention when transformers is installed, else the project's reference block
+(cost_models.torch_reference, explicit attention). Each is timed forward and
 backward (warm-up, repeats, median; CUDA events on a GPU, perf_counter on a CPU); the activations it
 saves for backward are counted with saved-tensor hooks (parameters excluded) and recorded at 16-bit
 size, as training keeps them; parameters and output bytes are recorded too. torch is imported only
@@ -113,11 +115,44 @@ def _measure(module: Any, make_input: Callable[[], Any], loss_of: Callable[[Any]
     return statistics.median(fwd), statistics.median(bwd), saved, out[0].numel() * 2
 
 
+def decoder_module(part: ModelSpec) -> tuple[Any, str]:
+    """One TP rank's decoder layer, and what built it."""
+    from cost_models.torch_reference import Block
+
+    llama_like = part.gated_mlp and part.norm.value == "rmsnorm" and not (part.qkv_bias or part.linear_bias)
+    try:
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+    except ImportError:
+        return Block(part), "reference block"
+    if not llama_like:
+        return Block(part), "reference block"
+    import torch
+
+    config = LlamaConfig(hidden_size=part.hidden_size, intermediate_size=part.ffn_hidden_size,
+                         num_attention_heads=part.num_attention_heads, num_key_value_heads=part.num_kv_heads,
+                         head_dim=part.head_dim, vocab_size=part.vocab_size, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+
+    class HFDecoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = LlamaDecoderLayer(config, 0)
+            self.rope = LlamaRotaryEmbedding(config)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pos = torch.arange(x.shape[1], device=x.device)[None]
+            out = self.layer(x, position_embeddings=self.rope(x, pos), position_ids=pos)
+            return out[0] if isinstance(out, tuple) else out
+
+    return HFDecoder(), "transformers LlamaDecoderLayer"
+
+
 def profile_layers(model: ModelSpec, tps: list[int], mbss: list[int], seq_len: int, device_name: str,
                    repeats: int) -> list[Row]:
     import torch
 
-    from cost_models.torch_reference import Block, Head
+    from cost_models.torch_reference import Head
 
     device = torch.device(device_name)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -125,7 +160,7 @@ def profile_layers(model: ModelSpec, tps: list[int], mbss: list[int], seq_len: i
     rows = []
     for tp in tps:
         part = shard(model, tp)
-        block = Block(part).to(device, dtype)
+        block = decoder_module(part)[0].to(device, dtype)
         embed = torch.nn.Embedding(max(1, model.vocab_size // tp), model.hidden_size).to(device, dtype)
         head = Head(model, tp).to(device, dtype)
         for mbs in mbss:
