@@ -6,9 +6,10 @@ embedding and the LM head with the final norm and cross-entropy. Decoder layers 
 models (gated MLP, RMSNorm, no biases) are Hugging Face's LlamaDecoderLayer with PyTorch's fused
 attention when transformers is installed, else the project's reference block
 (cost_models.torch_reference, explicit attention). Each is timed forward and
-backward (warm-up, repeats, median; CUDA events on a GPU, perf_counter on a CPU); the activations it
-saves for backward are counted with saved-tensor hooks (parameters excluded) and recorded at 16-bit
-size, as training keeps them; parameters and output bytes are recorded too. torch is imported only
+backward (warm-up, repeats, median; CUDA events on a GPU, perf_counter on a CPU); the activations are
+the forward's peak allocation on a GPU (max_memory_allocated; the GPU runs bf16), and on a CPU the
+tensors saved for backward, counted with saved-tensor hooks (parameters excluded) and recorded at
+16-bit size, as training keeps them; parameters and output bytes are recorded too. torch is imported only
 here ([profile] extra).
 """
 
@@ -103,8 +104,15 @@ def _measure(module: Any, make_input: Callable[[], Any], loss_of: Callable[[Any]
 
         x = make_input()
         out: list[Any] = []
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             f = timer(partial(_forward, module, x, out))
+        if device.type == "cuda":  # what the forward left allocated at its peak, as the allocator saw it
+            seen.clear()
+            seen[0] = torch.cuda.max_memory_allocated(device) - base
         loss = loss_of(out[0])
         b = timer(loss.backward)
         module.zero_grad(set_to_none=True)
