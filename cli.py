@@ -174,6 +174,7 @@ def plan(
 ) -> None:
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
+    from planner.api import model_and_costs
     from planner.api import plan as run_plan
     from planner.planfile import plan_to_dict, save_plan
     from planner.report import plan_table
@@ -188,7 +189,7 @@ def plan(
                 _plan_chain(costs, hardware, gpus, batch, HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
                             top_k, out, as_json)
                 return
-        model_spec, runtime, limits = _model_and_costs(model, costs, seq_len, Runtime(attention=attention))
+        model_spec, runtime, limits = model_and_costs(model, costs, seq_len, Runtime(attention=attention))
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
                           partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)
@@ -230,16 +231,12 @@ def _plan_chain(costs: Path, hardware: str, gpus: int, batch: int, overrides: An
     import yaml
 
     from hardware_profiles import load_hardware
-    from planner.chain import plan_chain, read_chain
+    from planner.chain import chain_plan_dict, plan_chain, read_chain
     from planner.planfile import write_text_atomic
 
     table = read_chain(str(costs))
     plans = plan_chain(table, load_hardware(hardware, gpus, overrides), batch, top_k=top_k)
-    rows = [{"tp": p.tp, "pp": p.pp, "dp": p.dp, "mbs": p.mbs, "zero_stage": int(p.zero),
-             "stage_layers": list(p.stage_layers), "step_time_s": p.step_time_s, "samples_per_s": p.samples_per_s,
-             "stage_memory_gib": list(p.stage_memory_gib)} for p in plans]
-    doc = {"kind": "chain-plan", "costs": str(costs), "hardware": hardware, "gpus": gpus, "global_batch": batch,
-           "layers": list(table.kinds), "plans": rows}
+    doc = chain_plan_dict(table, plans, str(costs), hardware, gpus, batch)
     if out is not None:
         write_text_atomic(out, yaml.safe_dump(doc, sort_keys=False))
     if as_json:
@@ -250,27 +247,6 @@ def _plan_chain(costs: Path, hardware: str, gpus: int, batch: int, overrides: An
     for i, p in enumerate(plans):
         typer.echo(f"  {i + 1:>2} {p.step_time_s:9.4f} {p.samples_per_s:10.1f} {max(p.stage_memory_gib):9.2f}  "
                    f"tp{p.tp} pp{p.pp} dp{p.dp} mbs{p.mbs} zero{int(p.zero)} {list(p.stage_layers)}")
-
-
-def _model_and_costs(model: str | None, costs: Path | None, seq_len: int,
-                     runtime: Runtime) -> tuple[ModelSpec, Runtime, dict[str, Any]]:
-    """The model and runtime to plan with; a cost table brings its own model and limits the search to the
-    TP degrees and micro-batch sizes it measured, without context parallelism."""
-    from dataclasses import replace
-
-    from planner.loaders import load_model
-
-    if costs is None:
-        if model is None:
-            raise InputError("give --model (a preset, model YAML or config.json) or --costs (a cost table)")
-        return load_model(model), runtime, {}
-    from cost_models.profile import read_costs
-
-    table_model, measured = read_costs(costs)
-    if measured.seq_len != seq_len:
-        raise InputError(f"the cost table {costs} was measured at seq_len {measured.seq_len}, not {seq_len}")
-    limits = {"tp_choices": measured.tp_degrees(), "mbs_choices": measured.micro_batches(), "no_cp": True}
-    return table_model, replace(runtime, measured=measured), limits
 
 
 class _Progress:

@@ -8,8 +8,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
+from cost_models.profile import read_costs
 from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner.errors import InputError, LayoutError
@@ -116,3 +119,18 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
     result = search(problem.model, problem.cluster, problem.job, spec, _enum(Solver, solver, "--solver"),
                     SolveOptions(time_limit_s=time_limit_s), progress)
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)
+
+
+def model_and_costs(model: str | None, costs: Path | None, seq_len: int,
+                     runtime: Runtime) -> tuple[ModelSpec, Runtime, dict[str, Any]]:
+    """The model and runtime to plan with; a cost table brings its own model and limits the search to the
+    TP degrees and micro-batch sizes it measured, without context parallelism."""
+    if costs is None:
+        if model is None:
+            raise InputError("give --model (a preset, model YAML or config.json) or --costs (a cost table)")
+        return load_model(model), runtime, {}
+    table_model, measured = read_costs(costs)
+    if measured.seq_len != seq_len:
+        raise InputError(f"the cost table {costs} was measured at seq_len {measured.seq_len}, not {seq_len}")
+    limits = {"tp_choices": measured.tp_degrees(), "mbs_choices": measured.micro_batches(), "no_cp": True}
+    return table_model, replace(runtime, measured=measured), limits

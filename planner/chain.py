@@ -203,3 +203,13 @@ def is_chain_table(path: str) -> bool:
     """True when the table is not the embedding / decoder / lm_head shape of a transformer."""
     frame = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
     return set(frame["kind"]) != LLM_KINDS
+
+
+def chain_plan_dict(table: ChainTable, plans: list[ChainPlan], costs: str, hardware: str, gpus: int,
+                    global_batch: int) -> dict[str, object]:
+    """The record `meshplan plan --costs CHAIN --out` writes (YAML) or `--json` prints."""
+    rows = [{"tp": p.tp, "pp": p.pp, "dp": p.dp, "mbs": p.mbs, "zero_stage": int(p.zero),
+             "stage_layers": list(p.stage_layers), "step_time_s": p.step_time_s, "samples_per_s": p.samples_per_s,
+             "stage_memory_gib": list(p.stage_memory_gib)} for p in plans]
+    return {"kind": "chain-plan", "costs": costs, "hardware": hardware, "gpus": gpus, "global_batch": global_batch,
+            "layers": list(table.kinds), "plans": rows}
