@@ -7,9 +7,8 @@ shard's own work; TP communication inside a layer is whatever the measurement in
 a_l, parameters w_l, output bytes o_l. A pipeline stage holding layers [i, j) costs per micro-batch
     T(i, j) = Σ t_l + sends of its boundary activations (o_{j−1} forward, o_{i−1} backward)
 and holds Σ w_l x state bytes + in_flight(stage) x Σ a_l + a buffer allowance. The split minimises the
-1F1B step (m − 1)·max_s T_s + Σ_s T_s exactly: for each bottleneck bound B in increasing order a DP over
-(stage, boundary) finds the least Σ T_s with every T_s <= B, until (m − 1)·B plus the unbounded least
-sum can no longer win. Data parallelism reduces each stage's gradients (ZeRO-1 when dp > 1, which
+1F1B step (m − 1)·max_s T_s + Σ_s T_s exactly, with the bounded DP over (stage, boundary) of
+planner.partition (`best_boundaries`). Data parallelism reduces each stage's gradients (ZeRO-1 when dp > 1, which
 moves fewer bytes than an all-reduce) and the optimizer step is bandwidth-bound, as in cost_models.step.
 """
 
@@ -27,6 +26,7 @@ from cost_models.pipeline import pipeline_time
 from cost_models.schedules import in_flight
 from cost_models.step import OPTIMIZER_BYTES_PER_PARAM
 from planner.errors import InfeasibleError, InputError
+from planner.partition import best_boundaries
 from planner.specs import GIB, ClusterSpec, Schedule, ZeroStage
 
 LLM_KINDS = {"embedding", "decoder", "lm_head"}
@@ -99,45 +99,9 @@ def _segments(t: np.ndarray, out: np.ndarray, cluster: ClusterSpec, stride: int,
     return cost
 
 
-def _least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] | None:
-    """Least Σ cost over splits of layers into consecutive non-empty stages (DP over boundaries)."""
-    stages, width = cost.shape[0], cost.shape[1]
-    f = np.full(width, np.inf)
-    f[0] = 0.0
-    picks = []
-    for s in range(stages):
-        cand = f[:, None] + np.where(allowed[s], cost[s], np.inf)  # [i, j]
-        pick = np.argmin(cand, axis=0)
-        f = cand[pick, np.arange(width)]
-        picks.append(pick)
-    if not np.isfinite(f[-1]):
-        return None
-    bounds, j = [width - 1], width - 1
-    for pick in reversed(picks):
-        j = int(pick[j])
-        bounds.append(j)
-    bounds.reverse()
-    return float(f[-1]), bounds
-
-
 def best_split(cost: np.ndarray, fits: np.ndarray, m: int) -> tuple[list[int], float] | None:
     """Boundaries [0, ..., L] minimising (m − 1)·max_s T_s + Σ_s T_s over splits that fit."""
-    allowed = fits & np.isfinite(cost)
-    unbounded = _least_sum(cost, allowed)
-    if unbounded is None:
-        return None
-    best: tuple[list[int], float] | None = None
-    for bound in np.unique(cost[allowed]):
-        if best is not None and (m - 1) * bound + unbounded[0] >= best[1]:
-            break
-        solved = _least_sum(cost, allowed & (cost <= bound))
-        if solved is None:
-            continue
-        times = [cost[s, a, b] for s, (a, b) in enumerate(zip(solved[1], solved[1][1:], strict=False))]
-        value = (m - 1) * max(times) + sum(times)
-        if best is None or value < best[1]:
-            best = (solved[1], value)
-    return best
+    return best_boundaries(cost, cost, fits, m)
 
 
 def plan_chain(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,

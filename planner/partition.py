@@ -99,28 +99,57 @@ def sum_costs(p: SplitProblem, times: np.ndarray) -> np.ndarray:
     return times - hidden
 
 
-def _min_sum(times: np.ndarray) -> tuple[float, list[int]] | None:
-    """Least Σ_s times[s, n_s] over splits with Σ n_s = L (min-plus DP over layer boundaries)."""
-    stages, width = times.shape
-    j = np.arange(width)
-    back = np.arange(width)[:, None] - j[None, :]  # back[j, n] = j − n, the previous boundary
-    valid = back >= 0
+def least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] | None:
+    """Least Σ_s cost[s, i_s, i_{s+1}] over boundaries 0 = i_0 < ... < i_P = L with every (s, i, j) allowed:
+    a min-plus DP over (stage, layer boundary), vectorised over boundaries."""
+    stages, width = cost.shape[0], cost.shape[1]
     f = np.full(width, np.inf)
     f[0] = 0.0
-    choices = []
+    picks = []
     for s in range(stages):
-        prev = np.where(valid, f[np.clip(back, 0, None)], np.inf)
-        cand = prev + times[s][None, :]
-        pick = np.argmin(cand, axis=1)
-        f = cand[j, pick]
-        choices.append(pick)
+        cand = f[:, None] + np.where(allowed[s], cost[s], np.inf)  # [previous boundary i, boundary j]
+        pick = np.argmin(cand, axis=0)
+        f = cand[pick, np.arange(width)]
+        picks.append(pick)
     if not np.isfinite(f[-1]):
         return None
-    layers, boundary = [], width - 1
-    for pick in reversed(choices):
-        layers.append(int(pick[boundary]))
-        boundary -= layers[-1]
-    return float(f[-1]), layers[::-1]
+    bounds, j = [width - 1], width - 1
+    for pick in reversed(picks):
+        j = int(pick[j])
+        bounds.append(j)
+    return float(f[-1]), bounds[::-1]
+
+
+def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndarray, m: int,
+                    start: float = 0.0) -> tuple[list[int], float] | None:
+    """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j].
+
+    For each bottleneck bound B (the distinct segment costs, from `start` up) a DP finds the least sum with
+    every stage within B; the scan stops once (m − 1)·B plus the unbounded least sum can no longer win."""
+    allowed = allowed & np.isfinite(max_cost)
+    unbounded = least_sum(sum_cost, allowed)
+    if unbounded is None:
+        return None
+    best: tuple[list[int], float] | None = None
+    for bound in np.unique(max_cost[allowed & (max_cost >= start)]):
+        if best is not None and (m - 1) * bound + unbounded[0] >= best[1]:
+            break
+        solved = least_sum(sum_cost, allowed & (max_cost <= bound * (1 + _EPS)))
+        if solved is None:
+            continue
+        pairs = list(zip(solved[1], solved[1][1:], strict=False))
+        value = (m - 1) * max(float(max_cost[s, a, b]) for s, (a, b) in enumerate(pairs)) + solved[0]
+        if best is None or value < best[1]:
+            best = (solved[1], value)
+    return best
+
+
+def segments(table: np.ndarray) -> np.ndarray:
+    """A per-(stage, layer count) table as per-(stage, first, end) segment costs (∞ for empty segments)."""
+    width = table.shape[1]
+    i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
+    count = np.clip(j - i, 0, None)
+    return np.where(j > i, table[:, count], np.inf)
 
 
 def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
@@ -132,12 +161,9 @@ def solve_dp(p: SplitProblem) -> Split | None:
     times, recs = stage_tables(p)
     if p.num_stages == 1:
         return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
-    costs = sum_costs(p, times)
-    unbounded = _min_sum(costs)
-    if unbounded is None:
-        return None
-    least_sum = unbounded[0]
     bounds = np.unique(times[np.isfinite(times)])
+    if not len(bounds):
+        return None
     lo, hi = 0, len(bounds) - 1
     while lo < hi:  # smallest bound with a split: every stage takes >= 1 layer and together >= L
         mid = (lo + hi) // 2
@@ -146,17 +172,13 @@ def solve_dp(p: SplitProblem) -> Split | None:
             hi = mid
         else:
             lo = mid + 1
-    best: Split | None = None
-    for bound in bounds[lo:]:
-        if best is not None and (p.num_microbatches - 1) * bound + least_sum >= best.objective:
-            break
-        solved = _min_sum(np.where(times <= bound * (1 + _EPS), costs, np.inf))
-        if solved is None:
-            continue
-        split = make_split(p, times, recs, solved[1])
-        if best is None or split.objective < best.objective:
-            best = split
-    return best
+    max_cost = segments(times)
+    found = best_boundaries(max_cost, segments(sum_costs(p, times)), np.isfinite(max_cost), p.num_microbatches,
+                            start=float(bounds[lo]))
+    if found is None:
+        return None
+    layers = [b - a for a, b in zip(found[0], found[0][1:], strict=False)]
+    return make_split(p, times, recs, layers)
 
 
 def make_split(p: SplitProblem, times: np.ndarray, recs: np.ndarray, layers: list[int]) -> Split:
