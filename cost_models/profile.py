@@ -72,13 +72,22 @@ class MeasuredCosts:
         return tuple(sorted({k[2] for k, _ in self.rows if k[0] == "decoder"}))
 
 
-def read_costs(path: str | Path) -> tuple[ModelSpec, MeasuredCosts]:
-    """Read and check a cost table; the model it describes comes back as a ModelSpec."""
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """A cost table as a DataFrame (CSV, or parquet by suffix), or an InputError naming the problem."""
     target = Path(path)
     try:
         frame = pd.read_parquet(target) if target.suffix == ".parquet" else pd.read_csv(target)
     except (OSError, ValueError, ImportError) as exc:
         raise InputError(f"cannot read cost table {target}: {str(exc).splitlines()[0]}") from None
+    if "kind" not in frame.columns:
+        raise InputError(f"cost table {target}: no 'kind' column; columns: {', '.join(COLUMNS)}")
+    return frame
+
+
+def read_costs(path: str | Path) -> tuple[ModelSpec, MeasuredCosts]:
+    """Read and check a cost table; the model it describes comes back as a ModelSpec."""
+    target = Path(path)
+    frame = read_frame(target)
     missing = [c for c in COLUMNS if c not in frame.columns]
     unknown = [c for c in frame.columns if c not in COLUMNS]
     if missing or unknown:

@@ -23,6 +23,7 @@ from cost_models import memory as M
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import memory_time
 from cost_models.pipeline import pipeline_time
+from cost_models.profile import read_frame
 from cost_models.schedules import in_flight
 from cost_models.step import OPTIMIZER_BYTES_PER_PARAM
 from planner.errors import InfeasibleError, InputError
@@ -55,12 +56,17 @@ class ChainTable:
 
 
 def read_chain(path: str) -> ChainTable:
-    frame = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+    frame = read_frame(path)
     need = ["kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
             "output_bytes"]
     missing = [c for c in need if c not in frame.columns]
     if missing:
         raise InputError(f"cost table {path}: missing columns {missing}")
+    numbers = frame[need[1:]].apply(pd.to_numeric, errors="coerce")
+    bad = numbers.isna().any().any() or (numbers < 0).any().any() or (numbers[["count", "tp", "mbs"]] < 1).any().any()
+    if frame.empty or bad:
+        raise InputError(f"cost table {path}: {', '.join(need[1:])} must be numbers (count, tp, mbs at least 1)")
+    frame[need[1:]] = numbers
     order = list(dict.fromkeys(frame["kind"]))
     counts = frame.groupby("kind", sort=False)["count"].first()
     kinds = tuple(k for k in order for _ in range(int(counts[k])))
@@ -165,8 +171,7 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
 
 def is_chain_table(path: str) -> bool:
     """True when the table is not the embedding / decoder / lm_head shape of a transformer."""
-    frame = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
-    return set(frame["kind"]) != LLM_KINDS
+    return set(read_frame(path)["kind"]) != LLM_KINDS
 
 
 def chain_plan_dict(table: ChainTable, plans: list[ChainPlan], costs: str, hardware: str, gpus: int,

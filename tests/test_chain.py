@@ -76,3 +76,16 @@ def test_cli_plans_a_chain_table(tmp_path: Path) -> None:
                               "--global-batch", "256"])
     assert res.exit_code == 0, res.output
     assert "18-layer chain" in res.output and "samples/s" in res.output
+
+
+@pytest.mark.parametrize("text", ["kind,count\nconv,3\n",
+                                  "kind,count,tp,mbs,seq_len,forward_ms,backward_ms,activation_bytes,params,output_bytes\n"
+                                  "conv,x,1,1,1,1,1,1,1,1\n",
+                                  "kind,count,tp,mbs,seq_len,forward_ms,backward_ms,activation_bytes,params,output_bytes\n"
+                                  "conv,1,0,1,1,1,1,1,1,1\n", "", "not a table"])
+def test_broken_chain_tables_fail_cleanly(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    res = runner.invoke(app, ["plan", "--costs", str(path), "--hardware", "a100-40gb", "--gpus", "8", "--seq-len", "1",
+                              "--global-batch", "64"])
+    assert res.exit_code == 2 and "Traceback" not in res.output and "error:" in res.output
