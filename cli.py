@@ -470,16 +470,19 @@ def profile_network(
 @app.command()
 def models() -> None:
     """List the built-in model presets."""
-    from cost_models.flops import total_params
+    from cost_models.flops import active_params, total_params
     from planner.loaders import load_model, model_preset_names
 
-    typer.echo(f"{'preset':16} {'params':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} {'ffn':>6} "
-               f"{'vocab':>7}  mlp")
+    typer.echo(f"{'preset':16} {'params':>9} {'active':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} "
+               f"{'ffn':>6} {'vocab':>7}  mlp")
     for name in model_preset_names():
         m = load_model(name)
-        typer.echo(f"{name:16} {total_params(m) / 1e9:8.2f}B {m.num_layers:>6} {m.hidden_size:>6} "
-                   f"{m.num_attention_heads:>5} {m.num_kv_heads:>4} {m.ffn_hidden_size:>6} {m.vocab_size:>7}  "
-                   f"{'gated' if m.gated_mlp else 'plain'}")
+        mlp = "gated" if m.gated_mlp else "plain"
+        if m.moe is not None:
+            mlp = f"MoE {m.moe.top_k}/{m.moe.num_experts} (not plannable yet)"
+        typer.echo(f"{name:16} {total_params(m) / 1e9:8.2f}B {active_params(m) / 1e9:8.2f}B {m.num_layers:>6} "
+                   f"{m.hidden_size:>6} {m.num_attention_heads:>5} {m.num_kv_heads:>4} {m.ffn_hidden_size:>6} "
+                   f"{m.vocab_size:>7}  {mlp}")
 
 
 @app.command()

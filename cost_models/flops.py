@@ -18,9 +18,18 @@ def norm_params(model: ModelSpec) -> int:
 
 
 def attention_weight_params(model: ModelSpec) -> int:
-    """W_Q (h x a·d), W_K and W_V (h x g·d each, GQA), W_O (a·d x h): 2·h·a·d + 2·h·g·d."""
-    h = model.hidden_size
-    return 2 * h * model.q_dim + 2 * h * model.kv_dim
+    """W_Q (h x a·d), W_K and W_V (h x g·d each, GQA), W_O (a·d x h): 2·h·a·d + 2·h·g·d.
+
+    Multi-head latent attention (DeepSeek-V3, arXiv 2412.19437 section 2.1.1): queries through a rank-r_q
+    bottleneck h·r_q + r_q·a·(d_nope + d_rope), keys and values through h·(r_kv + d_rope) + r_kv·a·(d_nope + d_v),
+    output a·d_v·h (the bottleneck norms are counted with the norms)."""
+    h, mla = model.hidden_size, model.mla
+    if mla is None:
+        return 2 * h * model.q_dim + 2 * h * model.kv_dim
+    a, qk = model.num_attention_heads, mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    q = h * mla.q_lora_rank + mla.q_lora_rank * a * qk if mla.q_lora_rank else h * a * qk
+    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)
+    return q + kv + a * mla.v_head_dim * h
 
 
 def mlp_weight_params(model: ModelSpec) -> int:
@@ -36,13 +45,55 @@ def decoder_bias_params(model: ModelSpec) -> int:
     return qkv + rest
 
 
+def attention_norm_params(model: ModelSpec) -> int:
+    """Norms inside attention: per-head query and key RMSNorms (Qwen3), MLA's bottleneck RMSNorms."""
+    extra = 2 * model.head_dim if model.qk_norm else 0
+    if model.mla is not None:
+        extra += model.mla.q_lora_rank + model.mla.kv_lora_rank
+    return extra
+
+
+def moe_mlp_params(model: ModelSpec, active: bool = False) -> int:
+    """A MoE MLP: router h·E (+ E score biases), E gated experts 3·h·f_e (top-k of them when `active`), and
+    the shared experts 3·h·f_s (Fedus et al. 2021; Mixtral, Qwen3-MoE, DeepSeek-V3 configs)."""
+    assert model.moe is not None
+    moe, h = model.moe, model.hidden_size
+    per_expert = (3 if model.gated_mlp else 2) * h * moe.ffn_hidden_size
+    experts = moe.top_k if active else moe.num_experts
+    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
+    return router + experts * per_expert + (3 if model.gated_mlp else 2) * h * moe.shared_ffn_hidden_size
+
+
+def decoder_params_at(model: ModelSpec, index: int, active: bool = False) -> int:
+    """Parameters of decoder layer `index` (MoE or dense MLP); `active` counts only the routed top-k."""
+    if model.moe is None or not model.moe.is_moe_layer(index):
+        return layer_params(model, LayerKind.DECODER)
+    dense_mlp = mlp_weight_params(model)
+    return layer_params(model, LayerKind.DECODER) - dense_mlp + moe_mlp_params(model, active)
+
+
+def mtp_params(model: ModelSpec, active: bool = False) -> int:
+    """DeepSeek-V3 multi-token prediction: per module two norms and a 2h x h projection before one decoder
+    layer (MoE when the model is), then a norm; embedding and output head are shared with the main model."""
+    h = model.hidden_size
+    per = 3 * norm_params(model) + 2 * h * h + decoder_params_at(model, model.num_layers, active)
+    return model.mtp_layers * per
+
+
+def active_params(model: ModelSpec) -> int:
+    """Parameters one token goes through (top-k experts only); equal to the total for dense models."""
+    return (layer_params(model, LayerKind.EMBEDDING) + layer_params(model, LayerKind.FINAL_NORM)
+            + layer_params(model, LayerKind.LM_HEAD)
+            + sum(decoder_params_at(model, i, active=True) for i in range(model.num_layers)))
+
+
 def layer_params(model: ModelSpec, kind: LayerKind) -> int:
     """Parameters of one layer of `kind` (the LM head is 0 when tied to the embedding)."""
     if kind is LayerKind.EMBEDDING:
         return (model.vocab_size + model.learned_positions) * model.hidden_size
     if kind is LayerKind.DECODER:
         return (attention_weight_params(model) + mlp_weight_params(model) + decoder_bias_params(model)
-                + 2 * norm_params(model))
+                + 2 * norm_params(model) + attention_norm_params(model))
     if kind is LayerKind.FINAL_NORM:
         return norm_params(model)
     if kind is LayerKind.LM_HEAD:
@@ -51,8 +102,11 @@ def layer_params(model: ModelSpec, kind: LayerKind) -> int:
 
 
 def total_params(model: ModelSpec) -> int:
-    """Sum over the layer chain: embedding + L decoder layers + final norm + (untied) LM head."""
-    return sum(layer_params(model, kind) for kind in model.layers())
+    """Sum over the layer chain: embedding + L decoder layers (all experts) + final norm + (untied) LM head
+    + multi-token-prediction modules."""
+    return (layer_params(model, LayerKind.EMBEDDING) + layer_params(model, LayerKind.FINAL_NORM)
+            + layer_params(model, LayerKind.LM_HEAD) + sum(decoder_params_at(model, i) for i in range(model.num_layers))
+            + mtp_params(model))
 
 
 def decoder_matmul_flops(model: ModelSpec, seq_len: int) -> float:

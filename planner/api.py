@@ -17,7 +17,7 @@ from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner.errors import InputError, LayoutError
 from planner.ilp import SolveOptions, Solver
-from planner.loaders import load_model
+from planner.loaders import load_model, require_dense
 from planner.planfile import Plan
 from planner.search import ProgressFn, search
 from planner.space import SearchSpec
@@ -60,6 +60,7 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     if gpus <= 0:
         raise InputError(f"--gpus must be a positive integer, got {gpus}")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
+    require_dense(model_spec)
     cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)
     if cluster.num_gpus != gpus:
         raise InputError(f"cluster has {cluster.num_gpus} GPUs but --gpus is {gpus}")

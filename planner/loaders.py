@@ -15,15 +15,23 @@ from typing import Any
 import yaml
 
 from planner.errors import InputError, SpecError
-from planner.specs import ModelSpec, Norm
+from planner.specs import MLASpec, ModelSpec, MoESpec, Norm
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                        "vocab_size", "gated_mlp", "tied_embeddings")
 OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "qkv_bias", "linear_bias",
-                       "learned_positions", "dropout", "published_params")
+                       "learned_positions", "dropout", "published_params", "published_active_params", "qk_norm",
+                       "mtp_layers", "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size",
+                       "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every", "moe_router_bias",
+                       "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim",
+                       "mla_v_head_dim")
 _INT_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size",
-             "num_kv_heads", "head_dim", "learned_positions")
-_BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout")
+             "num_kv_heads", "head_dim", "learned_positions", "mtp_layers", "moe_num_experts", "moe_top_k",
+             "moe_ffn_hidden_size", "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every",
+             "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim", "mla_v_head_dim")
+_BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout", "qk_norm", "moe_router_bias")
+_MOE_KEYS = ("moe_num_experts", "moe_top_k", "moe_ffn_hidden_size")
+_MLA_KEYS = ("mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim", "mla_v_head_dim")
 
 # Hugging Face model_type -> (gated MLP, norm, qkv bias, all-linear bias)
 _HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProxyType({
@@ -31,6 +39,9 @@ _HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProx
     "mistral": (True, Norm.RMSNORM, False, False),
     "qwen2": (True, Norm.RMSNORM, True, False),
     "qwen3": (True, Norm.RMSNORM, False, False),
+    "qwen3_moe": (True, Norm.RMSNORM, False, False),
+    "mixtral": (True, Norm.RMSNORM, False, False),
+    "deepseek_v3": (True, Norm.RMSNORM, False, False),
     "gemma": (True, Norm.RMSNORM, False, False),
     "gemma2": (True, Norm.RMSNORM, False, False),
     "olmo2": (True, Norm.RMSNORM, False, False),
@@ -38,7 +49,7 @@ _HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProx
     "gpt_neox": (False, Norm.LAYERNORM, True, True),
     "gpt2": (False, Norm.LAYERNORM, True, True),
 })
-_HF_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_HF_QK_NORM = frozenset({"qwen3", "qwen3_moe"})  # per-head query/key RMSNorm
 
 
 def _presets() -> dict[str, dict[str, Any]]:
@@ -51,10 +62,13 @@ def model_preset_names() -> list[str]:
     return list(_presets())
 
 
-def published_params(name: str) -> float | None:
-    """The total parameter count the preset's source publishes (None for user models)."""
+def published_params(name: str, active: bool = False) -> float | None:
+    """The total (or active) parameter count the preset's source publishes (None for user models)."""
     entry = _presets().get(name)
-    return None if entry is None else float(entry["published_params"])
+    if entry is None:
+        return None
+    key = "published_active_params" if active and "published_active_params" in entry else "published_params"
+    return float(entry[key])
 
 
 def model_from_mapping(data: Any, origin: str) -> ModelSpec:
@@ -86,6 +100,7 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             f"{origin}: hidden_size {data['hidden_size']} is not divisible by num_attention_heads "
             f"{heads}; give head_dim"
         )
+    moe, mla = _moe_mla(data, origin)
     try:
         return ModelSpec(
             name=str(data["name"]),
@@ -103,18 +118,42 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             linear_bias=data.get("linear_bias", False),
             learned_positions=data.get("learned_positions", 0),
             dropout=data.get("dropout", False),
+            qk_norm=data.get("qk_norm", False),
+            moe=moe,
+            mla=mla,
+            mtp_layers=data.get("mtp_layers", 0),
         )
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
 
 
+def _moe_mla(data: dict[str, Any], origin: str) -> tuple[MoESpec | None, MLASpec | None]:
+    """The optional MoE and MLA parts of a model mapping; each needs all of its required keys."""
+    moe = mla = None
+    if any(k in data for k in _MOE_KEYS):
+        if not all(k in data for k in _MOE_KEYS):
+            raise InputError(f"{origin}: a MoE model needs all of {list(_MOE_KEYS)}")
+        moe = MoESpec(num_experts=data["moe_num_experts"], top_k=data["moe_top_k"],
+                      ffn_hidden_size=data["moe_ffn_hidden_size"],
+                      shared_ffn_hidden_size=data.get("moe_shared_ffn_hidden_size", 0),
+                      first_dense_layers=data.get("moe_first_dense_layers", 0), every=data.get("moe_every", 1),
+                      router_bias=data.get("moe_router_bias", False))
+        if not 0 < moe.top_k <= moe.num_experts or moe.every < 1 or moe.ffn_hidden_size < 1:
+            raise InputError(f"{origin}: need 0 < moe_top_k <= moe_num_experts, moe_every >= 1 and "
+                             "moe_ffn_hidden_size >= 1")
+    if any(k in data for k in _MLA_KEYS):
+        if not all(k in data for k in _MLA_KEYS):
+            raise InputError(f"{origin}: an MLA model needs all of {list(_MLA_KEYS)}")
+        mla = MLASpec(data["mla_q_lora_rank"], data["mla_kv_lora_rank"], data["mla_qk_nope_head_dim"],
+                      data["mla_qk_rope_head_dim"], data["mla_v_head_dim"])
+    return moe, mla
+
+
 def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
-    """Hugging Face config.json (dense decoder families in _HF_FAMILIES) -> ModelSpec."""
+    """Hugging Face config.json (the decoder families in _HF_FAMILIES, MoE ones included) -> ModelSpec."""
     if not isinstance(config, dict):
         raise InputError(f"{origin}: expected a JSON object")
     kind = str(config.get("model_type"))
-    if any(config.get(k) for k in _HF_MOE_KEYS):
-        raise InputError(f"{origin}: mixture-of-experts configs are not supported yet (dense models only)")
     if kind not in _HF_FAMILIES:
         raise InputError(
             f"{origin}: model_type {kind!r} is not supported; supported: {', '.join(sorted(_HF_FAMILIES))}"
@@ -153,7 +192,45 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     }
     if config.get("head_dim"):
         mapping["head_dim"] = config["head_dim"]
+    mapping["qk_norm"] = kind in _HF_QK_NORM
+    mapping.update(_hf_moe_keys(config, kind, origin))
     return model_from_mapping(mapping, origin)
+
+
+def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, Any]:
+    """The model-YAML MoE/MLA keys of a Mixtral, Qwen3-MoE or DeepSeek-V3 config (empty for dense ones).
+
+    Field names and layer rules follow the transformers configuration classes: Mixtral routes every layer
+    (num_local_experts, num_experts_per_tok, experts as wide as intermediate_size); Qwen3-MoE routes layer i
+    when (i + 1) % decoder_sparse_step == 0; DeepSeek-V3 keeps the first first_k_dense_replace layers dense,
+    adds n_shared_experts shared experts and MLA, and num_nextn_predict_layers MTP modules."""
+    try:
+        if kind == "mixtral":
+            return {"moe_num_experts": config["num_local_experts"], "moe_top_k": config["num_experts_per_tok"],
+                    "moe_ffn_hidden_size": config["intermediate_size"]}
+        if kind == "qwen3_moe":
+            if config.get("mlp_only_layers"):
+                raise InputError(f"{origin}: mlp_only_layers is not supported; give a model YAML with "
+                                 "moe_first_dense_layers/moe_every instead")
+            return {"moe_num_experts": config["num_experts"], "moe_top_k": config["num_experts_per_tok"],
+                    "moe_ffn_hidden_size": config["moe_intermediate_size"],
+                    "moe_every": config.get("decoder_sparse_step", 1)}
+        if kind == "deepseek_v3":
+            if config.get("moe_layer_freq", 1) != 1:
+                raise InputError(f"{origin}: moe_layer_freq must be 1, got {config['moe_layer_freq']}")
+            return {"moe_num_experts": config["n_routed_experts"], "moe_top_k": config["num_experts_per_tok"],
+                    "moe_ffn_hidden_size": config["moe_intermediate_size"],
+                    "moe_shared_ffn_hidden_size": config.get("n_shared_experts", 0) * config["moe_intermediate_size"],
+                    "moe_first_dense_layers": config.get("first_k_dense_replace", 0),
+                    "moe_router_bias": config.get("topk_method", "noaux_tc") == "noaux_tc",
+                    "mla_q_lora_rank": config.get("q_lora_rank") or 0, "mla_kv_lora_rank": config["kv_lora_rank"],
+                    "mla_qk_nope_head_dim": config["qk_nope_head_dim"],
+                    "mla_qk_rope_head_dim": config["qk_rope_head_dim"], "mla_v_head_dim": config["v_head_dim"],
+                    "head_dim": config["qk_nope_head_dim"] + config["qk_rope_head_dim"],
+                    "mtp_layers": config.get("num_nextn_predict_layers", 0)}
+    except KeyError as exc:
+        raise InputError(f"{origin}: missing field {exc.args[0]!r} for model_type {kind!r}") from None
+    return {}
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -183,6 +260,17 @@ def load_model(name_or_path: str) -> ModelSpec:
     return model_from_mapping(data, str(path))
 
 
+def require_dense(model: ModelSpec) -> None:
+    """Refuse models the cost model does not price yet, rather than pricing them as dense ones."""
+    parts = [name for name, present in (("mixture-of-experts MLPs", model.moe is not None),
+                                         ("multi-head latent attention", model.mla is not None),
+                                         ("multi-token prediction", model.mtp_layers > 0)) if present]
+    if parts:
+        raise InputError(f"model {model.name!r} has {', '.join(parts)}: step-time and memory predictions "
+                         "cover dense decoders only so far (expert parallelism is not modelled yet); "
+                         "`meshplan models` shows its total and active parameter counts")
+
+
 def model_mapping(model: ModelSpec) -> dict[str, Any]:
     """The inverse of `model_from_mapping`: the model-YAML keys of `model`."""
     return {"name": model.name, "num_layers": model.num_layers, "hidden_size": model.hidden_size,
@@ -190,4 +278,5 @@ def model_mapping(model: ModelSpec) -> dict[str, Any]:
             "num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
             "gated_mlp": model.gated_mlp, "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
             "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias,
-            "learned_positions": model.learned_positions, "dropout": model.dropout}
+            "learned_positions": model.learned_positions, "dropout": model.dropout,
+            **({"qk_norm": True} if model.qk_norm else {})}

@@ -29,7 +29,7 @@ from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile, profile_mapping
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
-from planner.loaders import model_from_mapping, model_mapping
+from planner.loaders import model_from_mapping, model_mapping, require_dense
 from planner.report import layout_dict, prediction_dict
 from planner.search import Certificate, Ranked
 from planner.simulate import simulated_step_time
@@ -197,6 +197,7 @@ def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobS
     except jsonschema.ValidationError as exc:
         raise InputError(f"{origin}: {_where(exc)}: {exc.message.splitlines()[0]}") from None
     model = model_from_mapping(data["model"], f"{origin}: model")
+    require_dense(model)
     hw = data["hardware"]
     cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
     j = data["job"]

@@ -76,6 +76,35 @@ class LayerKind(str, Enum):
 
 
 @dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts MLPs: `num_experts` routed experts of width `ffn_hidden_size`, `top_k` per token,
+    plus shared experts of total width `shared_ffn_hidden_size`; the first `first_dense_layers` layers
+    stay dense, after them every `every`-th layer is MoE (1: all)."""
+
+    num_experts: int
+    top_k: int
+    ffn_hidden_size: int
+    shared_ffn_hidden_size: int = 0
+    first_dense_layers: int = 0
+    every: int = 1
+    router_bias: bool = False  # a per-expert bias on the router scores (DeepSeek-V3)
+
+    def is_moe_layer(self, index: int) -> bool:
+        return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.every == self.every - 1
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank query and key-value projections."""
+
+    q_lora_rank: int  # 0: full-rank query projection
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A dense decoder-only transformer.
 
@@ -99,6 +128,10 @@ class ModelSpec:
     linear_bias: bool = False
     learned_positions: int = 0
     dropout: bool = False
+    qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3)
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    mtp_layers: int = 0  # multi-token-prediction modules after the last layer (DeepSeek-V3)
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",

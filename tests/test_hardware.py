@@ -13,7 +13,7 @@ from hardware_profiles import HardwareOverrides, load_hardware, preset_names
 from planner.errors import InputError
 
 PRESETS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200-nvl72", "mi300x", "l40s",
-           "rtx4090", "v100-32gb"]
+           "rtx4090", "v100-32gb", "h800"]
 
 
 def test_all_issue_presets_exist() -> None:
@@ -34,6 +34,13 @@ def test_h100_figures_match_datasheet() -> None:
     c = load_hardware("h100-sxm", 8)
     assert (c.gpu.peak_bf16_tflops, c.gpu.hbm_gbs, c.scale_up.bandwidth_gbs * 2, c.scale_out.bandwidth_gbs * 8) == (
         989, 3350, 900, 400)
+
+
+def test_h800_is_h100_with_narrower_nvlink() -> None:
+    """H800: H100 compute and memory, NVLink 400 GB/s bidirectional, 8 x 400 Gb/s NICs per node."""
+    h800, h100 = load_hardware("h800", 16), load_hardware("h100-sxm", 16)
+    assert h800.gpu.peak_bf16_tflops == h100.gpu.peak_bf16_tflops and h800.gpu.memory_gib == h100.gpu.memory_gib
+    assert (h800.scale_up.bandwidth_gbs * 2, h800.scale_out.bandwidth_gbs * 8, h800.gpus_per_node) == (400, 400, 8)
 
 
 def test_overrides() -> None:

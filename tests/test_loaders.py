@@ -71,11 +71,61 @@ def test_hf_gpt2_config(tmp_path: Path) -> None:
     assert total_params(load_model(str(path))) == 124439808  # GPT-2 small, as counted by transformers
 
 
-def test_hf_moe_is_refused(tmp_path: Path) -> None:
+HF_MOE_CONFIGS = {
+    "mixtral-8x7b": {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
+                     "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+                     "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2,
+                     "tie_word_embeddings": False},
+    "qwen3-30b-a3b": {"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+                      "intermediate_size": 6144, "num_attention_heads": 32, "num_key_value_heads": 4,
+                      "head_dim": 128, "vocab_size": 151936, "num_experts": 128, "num_experts_per_tok": 8,
+                      "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": [],
+                      "tie_word_embeddings": False},
+    "deepseek-v3": {"model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168,
+                    "intermediate_size": 18432, "num_attention_heads": 128, "num_key_value_heads": 128,
+                    "vocab_size": 129280, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                    "moe_intermediate_size": 2048, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+                    "topk_method": "noaux_tc", "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+                    "tie_word_embeddings": False},
+}
+
+
+@pytest.mark.parametrize("preset", sorted(HF_MOE_CONFIGS))
+def test_hf_moe_configs_match_presets(tmp_path: Path, preset: str) -> None:
+    """The released configs' fields (transformers' Mixtral/Qwen3-MoE/DeepSeek-V3 classes) give the presets."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8}))
-    with pytest.raises(InputError, match="mixture-of-experts"):
+    path.write_text(json.dumps(HF_MOE_CONFIGS[preset]))
+    from_hf, ours = load_model(str(path)), load_model(preset)
+    assert from_hf.moe == ours.moe and from_hf.mla == ours.mla and from_hf.mtp_layers == ours.mtp_layers
+    assert total_params(from_hf) == total_params(ours)
+
+
+def test_hf_moe_missing_field_is_named(tmp_path: Path) -> None:
+    cfg = dict(HF_MOE_CONFIGS["mixtral-8x7b"])
+    del cfg["num_experts_per_tok"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="num_experts_per_tok"):
         load_model(str(path))
+
+
+def test_moe_yaml_needs_all_moe_keys(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128,
+                                    "num_attention_heads": 4, "vocab_size": 100, "gated_mlp": True,
+                                    "tied_embeddings": False, "moe_num_experts": 8}))
+    with pytest.raises(InputError, match="moe_top_k"):
+        load_model(str(path))
+
+
+def test_moe_models_are_refused_by_the_cost_model() -> None:
+    """Until expert parallelism is modelled, evaluate and plan refuse MoE/MLA models instead of pricing
+    them as dense ones."""
+    from planner import evaluate
+
+    with pytest.raises(InputError, match="mixture-of-experts MLPs, multi-head latent attention"):
+        evaluate("deepseek-v3", "h100-sxm", gpus=8, seq_len=4096, global_batch=8)
 
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True),
