@@ -212,7 +212,10 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
             if config.get("mlp_only_layers"):
                 raise InputError(f"{origin}: mlp_only_layers is not supported; give a model YAML with "
                                  "moe_first_dense_layers/moe_every instead")
-            return {"moe_num_experts": config["num_experts"], "moe_top_k": config["num_experts_per_tok"],
+            experts = config.get("num_experts", config.get("num_local_experts"))  # transformers 5 renamed it
+            if experts is None:
+                raise KeyError("num_experts")
+            return {"moe_num_experts": experts, "moe_top_k": config["num_experts_per_tok"],
                     "moe_ffn_hidden_size": config["moe_intermediate_size"],
                     "moe_every": config.get("decoder_sparse_step", 1)}
         if kind == "deepseek_v3":

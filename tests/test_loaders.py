@@ -63,6 +63,15 @@ def test_hf_qwen2_has_qkv_bias(tmp_path: Path) -> None:
     assert total_params(load_model(str(path))) == 7615616512  # Qwen2.5-7B model card
 
 
+def test_hf_qwen3_config_counts_qk_norms(tmp_path: Path) -> None:
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+           "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert total_params(load_model(str(path))) == 8190735360  # Qwen3-8B safetensors total
+
+
 def test_hf_gpt2_config(tmp_path: Path) -> None:
     cfg = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
            "n_positions": 1024, "vocab_size": 50257}

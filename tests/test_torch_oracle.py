@@ -37,3 +37,40 @@ def test_flop_counter_forward_backward(gated: bool, tied: bool, kv: int) -> None
         loss = nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
         loss.backward()
     assert counter.get_total_flops() == pytest.approx(batch * F.model_flops_per_sequence(m, seq), rel=1e-12)
+
+
+def _hf_moe_configs() -> dict[str, object]:
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (the [profile] extra)")
+    return {
+        "mixtral": transformers.MixtralConfig(
+            num_hidden_layers=2, hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=500, num_local_experts=4, num_experts_per_tok=2),
+        "qwen3_moe": transformers.Qwen3MoeConfig(
+            num_hidden_layers=4, hidden_size=128, intermediate_size=256, moe_intermediate_size=64, num_experts=8,
+            num_experts_per_tok=2, decoder_sparse_step=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            vocab_size=500, tie_word_embeddings=False),
+        "deepseek_v3": transformers.DeepseekV3Config(
+            num_hidden_layers=4, hidden_size=128, intermediate_size=256, moe_intermediate_size=32, n_routed_experts=8,
+            n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, num_attention_heads=4,
+            num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+            v_head_dim=16, vocab_size=500, n_group=2, topk_group=1),
+    }
+
+
+@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe", "deepseek_v3"])
+def test_moe_parameter_counts_equal_transformers_models(kind: str) -> None:
+    """transformers' own Mixtral, Qwen3-MoE (every second layer MoE) and DeepSeek-V3 (MLA, a dense first layer,
+    a shared expert) built on the meta device have exactly our count. transformers builds no MTP module, so
+    that is left out, and keeps DeepSeek's router score bias as a buffer, so that is added in."""
+    from transformers import AutoModelForCausalLM
+
+    from planner.loaders import model_from_hf_config
+
+    config = _hf_moe_configs()[kind]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    theirs = sum(p.numel() for p in model.parameters()) + sum(
+        b.numel() for name, b in model.named_buffers() if name.endswith("e_score_correction_bias"))
+    ours = model_from_hf_config(config.to_dict(), kind)  # type: ignore[attr-defined]
+    assert ours.moe is not None
+    assert F.total_params(ours) - F.mtp_params(ours) == theirs
