@@ -110,10 +110,33 @@ def total_params(model: ModelSpec) -> int:
 
 
 def decoder_matmul_flops(model: ModelSpec, seq_len: int) -> float:
-    """Forward FLOPs of one decoder layer for one sequence of length s:
+    """Forward FLOPs of one dense decoder layer for one sequence of length s:
     2·s·(attention + MLP weights) + 4·s²·a·d (QKᵀ and softmax·V over all s keys)."""
     weights = attention_weight_params(model) + mlp_weight_params(model)
-    return 2.0 * seq_len * weights + 4.0 * seq_len**2 * model.q_dim
+    return 2.0 * seq_len * weights + attention_core_flops(model, seq_len)
+
+
+def attention_core_flops(model: ModelSpec, seq_len: int) -> float:
+    """QKᵀ and softmax·V over all s keys, as dense matmuls count them: 2·s²·a·d_qk + 2·s²·a·d_v
+    (= 4·s²·a·d without MLA, whose query/key heads are d_nope + d_rope wide and value heads d_v)."""
+    if model.mla is None:
+        return 4.0 * seq_len**2 * model.q_dim
+    mla, a = model.mla, model.num_attention_heads
+    return 2.0 * seq_len**2 * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
+
+
+def decoder_matmul_flops_at(model: ModelSpec, index: int, seq_len: int) -> float:
+    """Forward FLOPs of decoder layer `index` for one sequence: 2·s·(attention weights + the MLP weights a
+    token goes through) + the attention core. In a MoE layer a token goes through the router (h·E), its
+    top-k experts and the shared experts; the count does not depend on how evenly the router spreads the
+    tokens, only the time does."""
+    if model.moe is None or not model.moe.is_moe_layer(index):
+        mlp = mlp_weight_params(model)
+    else:
+        moe = model.moe
+        mlp = (model.hidden_size * moe.num_experts + (3 if model.gated_mlp else 2) * model.hidden_size
+               * (moe.top_k * moe.ffn_hidden_size + moe.shared_ffn_hidden_size))
+    return 2.0 * seq_len * (attention_weight_params(model) + mlp) + attention_core_flops(model, seq_len)
 
 
 def layer_forward_flops(model: ModelSpec, kind: LayerKind, seq_len: int) -> float:
@@ -127,9 +150,13 @@ def layer_forward_flops(model: ModelSpec, kind: LayerKind, seq_len: int) -> floa
 
 def model_flops_per_sequence(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs of forward + backward for one sequence: 3 x forward (MFU convention: no
-    recomputation counted)."""
-    forward = (model.num_layers * layer_forward_flops(model, LayerKind.DECODER, seq_len)
-               + layer_forward_flops(model, LayerKind.LM_HEAD, seq_len))
+    recomputation counted; MoE layers count the routed top-k experts only, multi-token-prediction
+    modules are left out)."""
+    if model.moe is None:
+        decoders = model.num_layers * layer_forward_flops(model, LayerKind.DECODER, seq_len)
+    else:
+        decoders = sum(decoder_matmul_flops_at(model, i, seq_len) for i in range(model.num_layers))
+    forward = decoders + layer_forward_flops(model, LayerKind.LM_HEAD, seq_len)
     return 3.0 * forward
 
 
