@@ -421,15 +421,13 @@ def profile_layers(
         if device not in ("cpu", "cuda"):
             raise InputError(f"--device must be cpu or cuda, got {device!r}")
         try:
+            from cost_models.layerprofile import decoder_module, scaled, shard, table
             from cost_models.layerprofile import profile_layers as measure
-            from cost_models.layerprofile import scaled, table
         except ImportError:
             raise InputError("profiling needs torch: pip install -e '.[profile]'") from None
-        spec = scaled(load_model(model), scale)
-        rows = measure(spec, _int_list(tp, "--tp"), _int_list(mbs, "--mbs"), seq_len, device, repeats)
-        from cost_models.layerprofile import decoder_module, shard
-
-        built_with = decoder_module(shard(spec, _int_list(tp, "--tp")[0]))[1]
+        spec, tps = scaled(load_model(model), scale), _int_list(tp, "--tp")
+        rows = measure(spec, tps, _int_list(mbs, "--mbs"), seq_len, device, repeats)
+        built_with = decoder_module(shard(spec, tps[0]))[1]
         write_text_atomic(out, table(spec, rows, f"{device} ({built_with})"))
         for r in rows:
             typer.echo(f"{r.kind:9} tp {r.tp} mbs {r.mbs}: forward {r.forward_ms:8.3f} ms  "

@@ -32,9 +32,15 @@ def attention_weight_params(model: ModelSpec) -> int:
     return q + kv + a * mla.v_head_dim * h
 
 
+def mlp_params_of_width(model: ModelSpec, width: int) -> int:
+    """One MLP (or expert) of intermediate width f: gated MLPs (SwiGLU/GeGLU) have gate, up and down
+    projections, 3·h·f; plain MLPs 2·h·f."""
+    return (3 if model.gated_mlp else 2) * model.hidden_size * width
+
+
 def mlp_weight_params(model: ModelSpec) -> int:
-    """Gated MLPs (SwiGLU/GeGLU) have gate, up and down projections: 3·h·f; plain MLPs 2·h·f."""
-    return (3 if model.gated_mlp else 2) * model.hidden_size * model.ffn_hidden_size
+    """The dense MLP: 3·h·f gated, 2·h·f plain."""
+    return mlp_params_of_width(model, model.ffn_hidden_size)
 
 
 def decoder_bias_params(model: ModelSpec) -> int:
@@ -53,23 +59,44 @@ def attention_norm_params(model: ModelSpec) -> int:
     return extra
 
 
-def moe_mlp_params(model: ModelSpec, active: bool = False) -> int:
-    """A MoE MLP: router h·E (+ E score biases), E gated experts 3·h·f_e (top-k of them when `active`), and
-    the shared experts 3·h·f_s (Fedus et al. 2021; Mixtral, Qwen3-MoE, DeepSeek-V3 configs)."""
+def moe_matmul_params(model: ModelSpec, active: bool = False) -> int:
+    """The matrices of a MoE MLP: router h·E, E experts of width f_e (the top-k of them when `active`) and
+    the shared experts of total width f_s (Fedus et al. 2021; Mixtral, Qwen3-MoE, DeepSeek-V3 configs)."""
     assert model.moe is not None
-    moe, h = model.moe, model.hidden_size
-    per_expert = (3 if model.gated_mlp else 2) * h * moe.ffn_hidden_size
+    moe = model.moe
     experts = moe.top_k if active else moe.num_experts
-    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-    return router + experts * per_expert + (3 if model.gated_mlp else 2) * h * moe.shared_ffn_hidden_size
+    return (model.hidden_size * moe.num_experts + experts * mlp_params_of_width(model, moe.ffn_hidden_size)
+            + mlp_params_of_width(model, moe.shared_ffn_hidden_size))
+
+
+def moe_mlp_params(model: ModelSpec, active: bool = False) -> int:
+    """A MoE MLP's parameters: its matrices plus E router score biases when the model has them."""
+    assert model.moe is not None
+    return moe_matmul_params(model, active) + (model.moe.num_experts if model.moe.router_bias else 0)
+
+
+def decoder_layer_counts(model: ModelSpec) -> tuple[int, int]:
+    """(dense, MoE) decoder layers of the stack."""
+    n_moe = 0 if model.moe is None else sum(model.moe.is_moe_layer(i) for i in range(model.num_layers))
+    return model.num_layers - n_moe, n_moe
+
+
+def _moe_decoder_params(model: ModelSpec, active: bool) -> int:
+    return layer_params(model, LayerKind.DECODER) - mlp_weight_params(model) + moe_mlp_params(model, active)
 
 
 def decoder_params_at(model: ModelSpec, index: int, active: bool = False) -> int:
     """Parameters of decoder layer `index` (MoE or dense MLP); `active` counts only the routed top-k."""
     if model.moe is None or not model.moe.is_moe_layer(index):
         return layer_params(model, LayerKind.DECODER)
-    dense_mlp = mlp_weight_params(model)
-    return layer_params(model, LayerKind.DECODER) - dense_mlp + moe_mlp_params(model, active)
+    return _moe_decoder_params(model, active)
+
+
+def _decoder_stack_params(model: ModelSpec, active: bool) -> int:
+    """All decoder layers: the dense ones and the MoE ones (with every expert, or the top-k when `active`)."""
+    n_dense, n_moe = decoder_layer_counts(model)
+    moe = n_moe * _moe_decoder_params(model, active) if n_moe else 0
+    return n_dense * layer_params(model, LayerKind.DECODER) + moe
 
 
 def mtp_params(model: ModelSpec, active: bool = False) -> int:
@@ -80,11 +107,14 @@ def mtp_params(model: ModelSpec, active: bool = False) -> int:
     return model.mtp_layers * per
 
 
+def _outside_decoders(model: ModelSpec) -> int:
+    """Embedding, final norm and (untied) LM head."""
+    return sum(layer_params(model, kind) for kind in (LayerKind.EMBEDDING, LayerKind.FINAL_NORM, LayerKind.LM_HEAD))
+
+
 def active_params(model: ModelSpec) -> int:
     """Parameters one token goes through (top-k experts only); equal to the total for dense models."""
-    return (layer_params(model, LayerKind.EMBEDDING) + layer_params(model, LayerKind.FINAL_NORM)
-            + layer_params(model, LayerKind.LM_HEAD)
-            + sum(decoder_params_at(model, i, active=True) for i in range(model.num_layers)))
+    return _outside_decoders(model) + _decoder_stack_params(model, active=True)
 
 
 def layer_params(model: ModelSpec, kind: LayerKind) -> int:
@@ -104,9 +134,7 @@ def layer_params(model: ModelSpec, kind: LayerKind) -> int:
 def total_params(model: ModelSpec) -> int:
     """Sum over the layer chain: embedding + L decoder layers (all experts) + final norm + (untied) LM head
     + multi-token-prediction modules."""
-    return (layer_params(model, LayerKind.EMBEDDING) + layer_params(model, LayerKind.FINAL_NORM)
-            + layer_params(model, LayerKind.LM_HEAD) + sum(decoder_params_at(model, i) for i in range(model.num_layers))
-            + mtp_params(model))
+    return _outside_decoders(model) + _decoder_stack_params(model, active=False) + mtp_params(model)
 
 
 def decoder_matmul_flops(model: ModelSpec, seq_len: int) -> float:
@@ -125,18 +153,12 @@ def attention_core_flops(model: ModelSpec, seq_len: int) -> float:
     return 2.0 * seq_len**2 * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
 
 
-def decoder_matmul_flops_at(model: ModelSpec, index: int, seq_len: int) -> float:
-    """Forward FLOPs of decoder layer `index` for one sequence: 2·s·(attention weights + the MLP weights a
-    token goes through) + the attention core. In a MoE layer a token goes through the router (h·E), its
-    top-k experts and the shared experts; the count does not depend on how evenly the router spreads the
-    tokens, only the time does."""
-    if model.moe is None or not model.moe.is_moe_layer(index):
-        mlp = mlp_weight_params(model)
-    else:
-        moe = model.moe
-        mlp = (model.hidden_size * moe.num_experts + (3 if model.gated_mlp else 2) * model.hidden_size
-               * (moe.top_k * moe.ffn_hidden_size + moe.shared_ffn_hidden_size))
-    return 2.0 * seq_len * (attention_weight_params(model) + mlp) + attention_core_flops(model, seq_len)
+def moe_decoder_matmul_flops(model: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs of one MoE decoder layer for one sequence: 2·s·(attention weights + router h·E + the
+    top-k and shared experts a token goes through) + the attention core. The count does not depend on how
+    evenly the router spreads the tokens; only the time does."""
+    weights = attention_weight_params(model) + moe_matmul_params(model, active=True)
+    return 2.0 * seq_len * weights + attention_core_flops(model, seq_len)
 
 
 def layer_forward_flops(model: ModelSpec, kind: LayerKind, seq_len: int) -> float:
@@ -152,11 +174,9 @@ def model_flops_per_sequence(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs of forward + backward for one sequence: 3 x forward (MFU convention: no
     recomputation counted; MoE layers count the routed top-k experts only, multi-token-prediction
     modules are left out)."""
-    if model.moe is None:
-        decoders = model.num_layers * layer_forward_flops(model, LayerKind.DECODER, seq_len)
-    else:
-        decoders = sum(decoder_matmul_flops_at(model, i, seq_len) for i in range(model.num_layers))
-    forward = decoders + layer_forward_flops(model, LayerKind.LM_HEAD, seq_len)
+    n_dense, n_moe = decoder_layer_counts(model)
+    forward = (n_dense * decoder_matmul_flops(model, seq_len) + layer_forward_flops(model, LayerKind.LM_HEAD, seq_len)
+               + (n_moe * moe_decoder_matmul_flops(model, seq_len) if n_moe else 0.0))
     return 3.0 * forward
 
 

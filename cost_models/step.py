@@ -104,28 +104,47 @@ class Prediction:
     stages: tuple[StageCost, ...]
 
 
+def grad_sync_times(params: float, zero: ZeroStage, n: int, stride: int, cluster: ClusterSpec, grad_bytes: float,
+                    multi_rail: bool) -> tuple[float, float]:
+    """(gradient reduction, weight gather) seconds per step over n data-parallel ranks, unhidden:
+    ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated bf16 weights;
+    ZeRO-2 only gathers (its reduce-scatter runs per micro-batch); ZeRO-3 does both per module."""
+    if zero >= ZeroStage.WEIGHTS:
+        return 0.0, 0.0
+    reduce = 0.0
+    if zero is not ZeroStage.GRADIENTS:
+        kind = Collective.ALL_REDUCE if zero is ZeroStage.NONE else Collective.REDUCE_SCATTER
+        reduce = collective_time(kind, params * grad_bytes, n, stride, cluster, multi_rail)
+    gather = 0.0 if zero is ZeroStage.NONE else collective_time(
+        Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster, multi_rail)
+    return reduce, gather
+
+
 def dp_reduce_exposed(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-               bwd_last: float, fwd_first: float) -> float:
+                      bwd_last: float, fwd_first: float) -> float:
     """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage."""
-    n, stride, rails = layout.dp * layout.cp, layout.tp, job.runtime.multi_rail
-    grad_bytes = params * job.runtime.grad_reduce_bytes
     rt = job.runtime
-    if layout.zero is ZeroStage.NONE:
-        reduce = collective_time(Collective.ALL_REDUCE, grad_bytes, n, stride, cluster, rails)
-        gather = 0.0
-    elif layout.zero is ZeroStage.OPTIMIZER:
-        reduce = collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
-        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster, rails)
-    elif layout.zero is ZeroStage.GRADIENTS:  # gradients were reduce-scattered every micro-batch
-        reduce = 0.0
-        gather = collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster, rails)
-    else:
-        return 0.0
+    reduce, gather = grad_sync_times(params, layout.zero, layout.dp * layout.cp, layout.tp, cluster,
+                                     rt.grad_reduce_bytes, rt.multi_rail)
     gpu = cluster.gpu
     exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
     hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
     exposed_gather = gpu.exposed(gather, fwd_first) if hide_gather else gather
     return exposed_reduce + exposed_gather
+
+
+def optimizer_time(params: float, zero: ZeroStage, dp_ranks: int, cluster: ClusterSpec) -> float:
+    """Adam step over the parameters this GPU updates (its 1/dp_ranks share from ZeRO-1 on)."""
+    shard = dp_ranks if zero >= ZeroStage.OPTIMIZER else 1
+    return memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
+
+
+def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: Layout) -> float:
+    """One pipeline send/recv of one micro-batch's activations (bf16, sharded over tp and cp); 0 without PP."""
+    if layout.pp == 1:
+        return 0.0
+    nbytes = layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp
+    return p2p_time(nbytes, layout.tp * layout.cp * layout.dp, cluster)
 
 
 def sharded_dp_exposed(params: float, n_layers: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
@@ -209,6 +228,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Lay
                       embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs))
 
 
+def rank_params(model: ModelSpec, job: JobSpec, tp: int, pp: int) -> float:
+    """Parameters of one TP rank summed over all pipeline stages: decoder layers, embedding and head."""
+    return (model.num_layers * decoder_params(model, job, tp) + embedding_params(model, job, tp)
+            + head_params(model, job, tp, pp))
+
+
 def decoder_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
     """Parameters of one decoder layer on one TP rank: measured when the job has a cost table."""
     measured = job.runtime.measured
@@ -245,10 +270,9 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
     if times is None:
         times = layer_times(model, cluster, job, LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs,
                                                             layout.recompute))
-    p2p = p2p_time(layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp,
-                   layout.tp * layout.cp * layout.dp, cluster) if layout.pp > 1 else 0.0
     return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), decoder=times.decoder,
-                       decoder_full=times.decoder_full, embedding=times.embedding, head=times.head, p2p_s=p2p,
+                       decoder_full=times.decoder_full, embedding=times.embedding, head=times.head,
+                       p2p_s=pipeline_hop_time(model, job, cluster, layout),
                        decoder_params=decoder_params(model, job, layout.tp))
 
 
@@ -267,8 +291,7 @@ def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
     hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
     sharded = sharded_dp_exposed(params, n_layers, layout, job, cluster, time)
     dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
-    shard = layout.dp * layout.cp if layout.zero >= ZeroStage.OPTIMIZER else 1
-    opt = memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
+    opt = optimizer_time(params, layout.zero, layout.dp * layout.cp, cluster)
     states, acts, other = _stage_memory(model, job, layout, rank, n_layers, n_full, params,
                                         costs.num_microbatches, first, last)
     return StageCost(
@@ -319,7 +342,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     n_full = sum(layout.fully_recomputed(r, model.num_layers) for r in range(layout.pp))
     recompute_per_seq = n_full * F.decoder_matmul_flops(model, job.seq_len)
     if layout.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
-        recompute_per_seq += (model.num_layers - n_full) * 4.0 * job.seq_len**2 * model.q_dim
+        recompute_per_seq += (model.num_layers - n_full) * F.attention_core_flops(model, job.seq_len)
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)

@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 
 from cost_models import memory as M
-from cost_models.comm import Collective, collective_time, p2p_time
-from cost_models.compute import memory_time
+from cost_models.comm import p2p_time
 from cost_models.pipeline import pipeline_time
 from cost_models.profile import read_frame
 from cost_models.schedules import in_flight
-from cost_models.step import OPTIMIZER_BYTES_PER_PARAM
+from cost_models.step import grad_sync_times, optimizer_time
 from planner.errors import InfeasibleError, InputError
 from planner.partition import best_boundaries
 from planner.specs import GIB, ClusterSpec, Schedule, ZeroStage
@@ -145,27 +144,27 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
     pre_a, pre_w = np.concatenate([[0.0], np.cumsum(act)]), np.concatenate([[0.0], np.cumsum(params)])
     i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
     state = M.state_bytes(1.0, zero, dp, grad_bytes).total
-    fits = np.stack([(pre_w[j] - pre_w[i]) * state + in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1)
-                     * (pre_a[j] - pre_a[i]) + M.BUFFER_ALLOWANCE_GIB * GIB <= cap for s in range(pp)])
+
+    def stage_bytes(s: int, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | float:
+        """Bytes on stage s holding layers a..b-1: states, activations in flight, buffers."""
+        alive = in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1)
+        return (pre_w[b] - pre_w[a]) * state + alive * (pre_a[b] - pre_a[a]) + M.BUFFER_ALLOWANCE_GIB * GIB
+
+    fits = np.stack([stage_bytes(s, i, j) <= cap for s in range(pp)])
     split = best_split(cost, fits, m)
     if split is None:
         return None
     bounds = split[0]
-    times = [float(cost[s, a, b]) for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
     pairs = list(zip(bounds, bounds[1:], strict=False))
-    mem = [float(((pre_w[b] - pre_w[a]) * state + in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1) * (pre_a[b] - pre_a[a])
-                  + M.BUFFER_ALLOWANCE_GIB * GIB) / GIB) for s, (a, b) in enumerate(pairs)]
+    times = [float(cost[s, a, b]) for s, (a, b) in enumerate(pairs)]
+    mem = [float(stage_bytes(s, a, b)) / GIB for s, (a, b) in enumerate(pairs)]
     tail = 0.0
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in pairs:
         p = float(pre_w[b] - pre_w[a])
-        kind = Collective.ALL_REDUCE if zero is ZeroStage.NONE else Collective.REDUCE_SCATTER
-        comm = collective_time(kind, p * grad_bytes, dp, tp, cluster, True)
-        if zero is ZeroStage.OPTIMIZER:
-            comm += collective_time(Collective.ALL_GATHER, p * M.WEIGHT_BYTES, dp, tp, cluster, True)
-        shard = dp if zero is ZeroStage.OPTIMIZER else 1
-        tail = max(tail, comm + memory_time(p / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu))
+        comm = sum(grad_sync_times(p, zero, dp, tp, cluster, grad_bytes, True))
+        tail = max(tail, comm + optimizer_time(p, zero, dp, cluster))
     step = pipeline_time(times, m, 1, Schedule.ONE_F_ONE_B) + tail
-    layers = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+    layers = tuple(b - a for a, b in pairs)
     return ChainPlan(tp, pp, dp, mbs, zero, layers, tuple(times), tuple(mem), step, global_batch / step)
 
 

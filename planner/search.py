@@ -25,22 +25,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cost_models import memory as M
-from cost_models.comm import p2p_time
-from cost_models.compute import memory_time
 from cost_models.layer import LayerKnobs
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.step import (
-    OPTIMIZER_BYTES_PER_PARAM,
     LayerTimes,
     LayoutCosts,
     Prediction,
-    decoder_params,
     dp_reduce_exposed,
-    embedding_params,
     evaluate_layout,
-    head_params,
     layer_times,
     layout_costs,
+    optimizer_time,
+    pipeline_hop_time,
+    rank_params,
     sharded_dp_exposed,
     stage_cost,
 )
@@ -49,7 +46,7 @@ from planner.ilp import SolveOptions, Solver, solve_ilp
 from planner.partition import Split, SplitProblem, solve_dp
 from planner.simulate import simulated_step_time
 from planner.space import Candidate, SearchSpec, candidates
-from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule, ZeroStage
+from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +87,7 @@ class SearchResult:
 def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
     sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
-    params = (model.num_layers * decoder_params(model, job, c.tp) + embedding_params(model, job, c.tp)
-              + head_params(model, job, c.tp, c.pp))
+    params = rank_params(model, job, c.tp, c.pp)
     states = M.state_bytes(params / c.pp, c.zero, c.dp * c.cp, job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
 
@@ -139,16 +135,13 @@ class _LayerTimes:
         model, job, cluster = self.model, self.job, self.cluster
         times = self.get(c)
         layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, mbs=c.mbs, sp=c.sp, zero=c.zero, recompute=c.recompute)
-        hop = p2p_time(c.mbs * job.seq_len / c.cp * model.hidden_size * 2 / c.tp, c.tp * c.cp * c.dp,
-                       cluster) if c.pp > 1 else 0.0
+        hop = pipeline_hop_time(model, job, cluster, layout)
         layers = model.num_layers / c.pp
         avg = times.decoder.scaled(layers) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
-        params = (model.num_layers * decoder_params(model, job, c.tp) + embedding_params(model, job, c.tp)
-                  + head_params(model, job, c.tp, c.pp)) / c.pp
+        params = rank_params(model, job, c.tp, c.pp) / c.pp
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
-        shard = c.dp * c.cp if c.zero >= ZeroStage.OPTIMIZER else 1
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
-                + memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu))
+                + optimizer_time(params, c.zero, c.dp * c.cp, cluster))
         self._families[c] = (stage, hop, avg.backward, tail)
         return self._families[c]
 
@@ -295,8 +288,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
 
 def _no_fit_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pool: list[Candidate]) -> str:
     """Name the tightest resource and what would make the job fit."""
-    leanest = min(pool, key=lambda c: (_state_bound_bytes(model, job, c), c.sort_key()))
-    need = _state_bound_bytes(model, job, leanest) / GIB
+    need_bytes, _, leanest = min((_state_bound_bytes(model, job, c), c.sort_key(), c) for c in pool)
+    need = need_bytes / GIB
     cap = cluster.gpu.memory_gib
     spare = cap - M.BUFFER_ALLOWANCE_GIB
     if need <= cap:

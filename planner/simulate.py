@@ -10,9 +10,9 @@ as the closed form. Large pipelines are not simulated (the event loop is Python)
 
 from __future__ import annotations
 
-from cost_models.schedules import W_SHARE, program
+from cost_models.schedules import SPLIT_BACKWARD, W_SHARE, program
 from cost_models.simulator import Durations, SimResult, simulate
-from cost_models.step import Prediction, layout_costs
+from cost_models.step import Prediction, pipeline_hop_time
 from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 MAX_EVENTS = 200_000  # simulated ops x devices scanned per op
@@ -26,9 +26,9 @@ def pipeline_events(layout: Layout, num_microbatches: int) -> int:
 def durations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
               prediction: Prediction) -> Durations:
     chunks = layout.chunk_layers(model.num_layers)
-    split = layout.schedule.value == "zb-h1"
+    split = layout.schedule in SPLIT_BACKWARD
     fwd, bwd, wgt, act = [], [], [], []
-    p2p = layout_costs(model, cluster, job, layout).p2p_s
+    p2p = pipeline_hop_time(model, job, cluster, layout)
     for c, n_c in enumerate(chunks):
         stage = prediction.stages[c % layout.pp]
         t = stage.time
