@@ -100,7 +100,7 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict step time, throughput, MFU and per-GPU memory of one layout (given by flags or --plan)."""
-    from hardware_profiles import HardwareOverrides, load_hardware
+    from hardware_profiles import HardwareOverrides, apply_overrides, load_hardware
     from planner.api import make_layout, resolve
 
     def action() -> None:
@@ -110,8 +110,8 @@ def evaluate(
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
         if plan_file is not None:
             model_spec, cluster, job, layout = read_plan(plan_file)
-            if hardware is not None or overrides != HardwareOverrides():
-                cluster = load_hardware(hardware, cluster.num_gpus, overrides) if hardware else cluster
+            cluster = (load_hardware(hardware, cluster.num_gpus, overrides) if hardware
+                       else apply_overrides(cluster, overrides))
             layout.validate(model_spec, job, cluster.num_gpus)
             pred = evaluate_layout(model_spec, cluster, job, layout)
             _echo_prediction(model_spec, cluster, job, layout, pred, as_json)

@@ -178,7 +178,11 @@ def load_hardware(name_or_path: str, num_gpus: int,
     data, origin = _read(base)
     for frag in fragments:
         data = _merge(data, frag, origin)
-    cluster = parse_profile(data, origin, num_gpus=max(num_gpus, 1))
+    return apply_overrides(parse_profile(data, origin, num_gpus=max(num_gpus, 1)), overrides)
+
+
+def apply_overrides(cluster: ClusterSpec, overrides: HardwareOverrides) -> ClusterSpec:
+    """`cluster` with the command-line overrides applied (each checked to be positive)."""
     if overrides.memory_gib is not None:
         if overrides.memory_gib <= 0:
             raise InputError(f"--memory-gib must be positive, got {overrides.memory_gib}")

@@ -118,6 +118,18 @@ def test_cli_evaluate_plan_on_other_hardware(tmp_path: Path) -> None:
     assert a100["hardware"] == "a100-80gb" and a100["step_time_s"] > h100["step_time_s"]
 
 
+def test_cli_evaluate_plan_applies_overrides_to_its_own_profile(tmp_path: Path) -> None:
+    """--memory-gib / --inter-node-gbps without --hardware change the plan's embedded profile."""
+    out = tmp_path / "p.yaml"
+    assert runner.invoke(app, [*PLAN, "--out", str(out)]).exit_code == 0
+    base = json.loads(runner.invoke(app, ["evaluate", "--plan", str(out), "--json"]).output)
+    res = runner.invoke(app, ["evaluate", "--plan", str(out), "--memory-gib", "8", "--inter-node-gbps", "25",
+                              "--json"])
+    small = json.loads(res.output)
+    assert small["memory_capacity_gib"] == 8 and base["memory_capacity_gib"] != 8
+    assert small["step_time_s"] >= base["step_time_s"]
+
+
 def test_cli_fits_nowhere_exit_3() -> None:
     res = runner.invoke(app, ["plan", "--model", "llama3-405b", "--hardware", "rtx4090", "--gpus", "8", "--seq-len",
                               "8192", "--global-batch", "64"])
