@@ -78,3 +78,19 @@ def collective_time(kind: Collective, nbytes: float, size: int, stride: int, clu
 def p2p_time(nbytes: float, stride: int, cluster: ClusterSpec) -> float:
     """One pipeline send/recv between neighbouring stages `stride` GPUs apart."""
     return collective_time(Collective.SEND_RECV, nbytes, 2, stride, cluster)
+
+
+def all_to_all_time(nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
+    """One all-to-all in which every rank sends `nbytes` in all, an equal share to each of `size` ranks
+    (expert-parallel token dispatch). NCCL runs it as concurrent send/recv pairs: the (k − 1)/size share to
+    the group's members in the same scale-up domain goes over NVLink, the (size − k)/size share to the
+    others through the rank's own NIC (rail-optimised fabrics), both at once; each of the size − 1 peers
+    costs one latency of the slowest tier it uses."""
+    if nbytes <= 0 or size <= 1:
+        return 0.0
+    k = ranks_per_domain(cluster, size, stride)
+    inside = nbytes * (k - 1) / size / cluster.scale_up.bus_bytes_per_s
+    if k >= size:
+        return cluster.scale_up.latency_us * 1e-6 * (size - 1) + inside
+    outside = nbytes * (size - k) / size / cluster.scale_out.bus_bytes_per_s
+    return cluster.scale_out.latency_us * 1e-6 * (size - 1) + max(inside, outside)

@@ -14,13 +14,15 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
          backward the same; not overlapped with compute.
   CP     ring attention passes K and V blocks (2·T·g·d·2 bytes) cp − 1 times forward, K, V and
          their gradients backward; hidden behind the attention kernel when it is longer.
+  MoE    an MoE layer replaces the MLP by router, routed and shared experts and two all-to-alls each
+         way (`moe_mlp_time`); MLA replaces the QKV GEMMs by its low-rank projections (`attention_gemms`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
 from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
 from cost_models.memory import kv_heads_per_rank
 from planner.errors import LayoutError
@@ -40,19 +42,20 @@ class LayerTime:
     recompute: float = 0.0
     tp_comm: float = 0.0
     cp_comm: float = 0.0  # exposed part only
+    ep_comm: float = 0.0  # expert-parallel all-to-all (and expert-TP gathers), not overlapped
 
     @property
     def total(self) -> float:
-        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm
+        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
 
     def __add__(self, other: LayerTime) -> LayerTime:
         return LayerTime(self.forward + other.forward, self.backward + other.backward,
                          self.recompute + other.recompute, self.tp_comm + other.tp_comm,
-                         self.cp_comm + other.cp_comm)
+                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
 
     def scaled(self, k: float) -> LayerTime:
         return LayerTime(self.forward * k, self.backward * k, self.recompute * k, self.tp_comm * k,
-                         self.cp_comm * k)
+                         self.cp_comm * k, self.ep_comm * k)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class LayerKnobs:
     sp: bool
     mbs: int
     recompute: Recompute
+    ep: int = 1
+    etp: int = 1
 
 
 def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int, multi_rail: bool) -> float:
@@ -72,15 +77,16 @@ def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int,
 def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
                     ) -> tuple[float, float]:
     """(forward, backward) seconds of QKᵀ → softmax → ·V for the local heads."""
-    gpu, s, d = cluster.gpu, job.seq_len, model.head_dim
+    gpu, s = cluster.gpu, job.seq_len
+    d_qk, d_v = head_dims(model)
     heads = model.num_attention_heads / knobs.tp
     q_len = s / knobs.cp
     if job.runtime.attention is AttentionKernel.FLASH:
-        flops = 4.0 * knobs.mbs * heads * q_len * s * d * 0.5
+        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * 0.5
         return flash_attention_time(flops, gpu, job.dtype)
     batch = knobs.mbs * heads
-    scores = Gemm(q_len, s, d, batch)
-    values = Gemm(q_len, d, s, batch)
+    scores = Gemm(q_len, s, d_qk, batch)
+    values = Gemm(q_len, d_v, s, batch)
     f1, b1 = gemm_fwd_bwd_time(scores, gpu, job.dtype)
     f2, b2 = gemm_fwd_bwd_time(values, gpu, job.dtype)
     elements = batch * q_len * s
@@ -89,6 +95,94 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     fwd_bytes = elements * (4 + (5 if model.dropout else 0))
     bwd_bytes = elements * (6 + (5 if model.dropout else 0))
     return f1 + f2 + memory_time(fwd_bytes, gpu), b1 + b2 + memory_time(bwd_bytes, gpu)
+
+
+def head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query/key, value) width of one attention head: d and d, or MLA's d_nope + d_rope and d_v."""
+    if model.mla is None:
+        return model.head_dim, model.head_dim
+    return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
+
+
+def attention_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
+    """Projection GEMMs of the attention block on one TP rank: QKV and output projection; with MLA the
+    replicated down projections h -> r_q and h -> r_kv + d_rope, the split up projections r_q -> a·qk/t and
+    r_kv -> a·(d_nope + d_v)/t, and the output projection a·d_v/t -> h (DeepSeek-V3 section 2.1.1)."""
+    h, mla = model.hidden_size, model.mla
+    if mla is None:
+        q_local = model.q_dim / tp
+        kv_local = kv_heads_per_rank(model, tp) * model.head_dim
+        return Gemm(tokens, q_local + 2 * kv_local, h), Gemm(tokens, h, q_local)
+    heads = model.num_attention_heads / tp
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    q = ((Gemm(tokens, mla.q_lora_rank, h), Gemm(tokens, heads * qk, mla.q_lora_rank)) if mla.q_lora_rank
+         else (Gemm(tokens, heads * qk, h),))
+    return (*q, Gemm(tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h),
+            Gemm(tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
+            Gemm(tokens, h, heads * mla.v_head_dim))
+
+
+def mlp_gemms(model: ModelSpec, tokens: float, width: float) -> tuple[Gemm, Gemm]:
+    """FC1 (gate and up when gated) and FC2 of an MLP of local width `width` on `tokens` rows."""
+    h = model.hidden_size
+    return Gemm(tokens, (2 if model.gated_mlp else 1) * width, h), Gemm(tokens, h, width)
+
+
+def _gemms_time(gemms: tuple[Gemm, ...], cluster: ClusterSpec, job: JobSpec, repeat: float = 1.0,
+                ) -> tuple[float, float]:
+    fwd = bwd = 0.0
+    for g in gemms:
+        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, job.dtype)
+        fwd, bwd = fwd + repeat * gf, bwd + repeat * gb
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class MoETime:
+    """One MoE MLP per micro-batch: compute forward/backward and the forward's expert-parallel traffic."""
+
+    forward: float
+    backward: float
+    comm_forward: float  # dispatch + combine all-to-alls (+ expert-TP gather and scatter); backward repeats it
+
+
+def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float) -> MoETime:
+    """Router, routed experts and shared experts of one MoE layer on one GPU (Fedus et al. 2021; Megatron-core
+    MoE with the all-to-all token dispatcher and parallel folding).
+
+    The layer's T tokens reach it sequence-sharded (T·r per rank, r = 1/t with SP). Each rank routes its
+    tokens (router GEMM [T·r, h]x[h, E]), sends k copies of each to the ranks holding their experts
+    (all-to-all over the ep group; with etp > 1 the copies are all-gathered over the etp ranks that split
+    each expert) and combines the results the same way back. With balanced routing each rank then computes
+    k·T·r·etp copies over its E/ep experts, each a grouped GEMM of k·T·r·etp·ep/E rows against the expert's
+    f_e/etp-wide matrices; the busiest rank's load is `Runtime.moe_load_factor` x that (dropless skew or
+    capacity padding), and it sets the pace. Shared experts run as a dense MLP of width f_s/t on the T tokens.
+    Backward moves the same bytes again (gradients of the dispatched and combined tokens)."""
+    assert model.moe is not None
+    moe, h, gpu = model.moe, model.hidden_size, cluster.gpu
+    rt, t, ep, etp = job.runtime, knobs.tp, knobs.ep, knobs.etp
+    local = tokens / t if knobs.sp else tokens
+    load = rt.moe_load_factor
+    copies = local * moe.top_k * etp * load
+    local_experts = moe.num_experts / ep
+    fwd, bwd = _gemms_time((Gemm(local, moe.num_experts, h),), cluster, job)
+    ef, eb = _gemms_time(mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / etp), cluster, job,
+                         repeat=local_experts)
+    fwd, bwd = fwd + ef, bwd + eb
+    if moe.shared_ffn_hidden_size:
+        sf, sb = _gemms_time(mlp_gemms(model, tokens, moe.shared_ffn_hidden_size / t), cluster, job)
+        fwd, bwd = fwd + sf, bwd + sb
+    # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
+    # and writes the FC1 output; top-k and softmax over the fp32 router scores
+    act = (6 if model.gated_mlp else 4) * moe.ffn_hidden_size / etp
+    elementwise = memory_time(copies * (2 * 2 * 2 * h + act) + local * moe.num_experts * 4 * 3, gpu)
+    fwd, bwd = fwd + elementwise, bwd + ELEMENTWISE_BACKWARD * elementwise
+    sent = local * moe.top_k * load * h * 2  # bytes of routed copies one rank sends (bf16)
+    comm = 2 * all_to_all_time(sent, ep, etp, cluster)
+    if etp > 1:
+        comm += (collective_time(Collective.ALL_GATHER, sent * etp, etp, 1, cluster, rt.multi_rail)
+                 + collective_time(Collective.REDUCE_SCATTER, sent * etp, etp, 1, cluster, rt.multi_rail))
+    return MoETime(fwd, bwd, comm)
 
 
 def _measured_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, kind: str,
@@ -105,42 +199,53 @@ def _measured_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
     return LayerTime(row.forward_s, row.backward_s, tp_comm=(2 * tp if kind == "decoder" else tp))
 
 
-def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
+                       moe: bool = False) -> LayerTime:
+    """One decoder layer (with an MoE MLP when `moe`), one micro-batch, on one GPU."""
     if job.runtime.measured is not None:
+        if moe:
+            raise LayoutError("cost tables hold dense decoder layers; an MoE model needs the analytical model")
         return _measured_time(model, job, cluster, knobs, "decoder", 2)
-    gpu, dtype, t = cluster.gpu, job.dtype, knobs.tp
+    gpu, t = cluster.gpu, knobs.tp
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
     q_local = model.q_dim / t
     kv_local = kv_heads_per_rank(model, t) * model.head_dim
-    gemms = (Gemm(tokens, q_local + 2 * kv_local, h), Gemm(tokens, h, q_local),
-             Gemm(tokens, (2 if model.gated_mlp else 1) * f / t, h), Gemm(tokens, h, f / t))
-    fwd = bwd = 0.0
-    for g in gemms:
-        gf, gb = gemm_fwd_bwd_time(g, gpu, dtype)
-        fwd, bwd = fwd + gf, bwd + gb
-    core_f, core_b = _attention_core(model, job, cluster, knobs)
+    fwd, bwd = _gemms_time(attention_gemms(model, tokens, t), cluster, job)
     r = 1.0 / t if knobs.sp else 1.0
     hidden_bytes = (8 + 12 + (2 if model.dropout else 0)) * h * r
-    act_bytes = (6 if model.gated_mlp else 4) * f / t
     rope_bytes = 0.0 if model.learned_positions else 4 * (q_local + kv_local)
+    ep_fwd, mlp_collectives = 0.0, 1
+    if moe and model.moe is not None:
+        part = moe_mlp_time(model, job, cluster, knobs, tokens)
+        fwd, bwd, ep_fwd = fwd + part.forward, bwd + part.backward, part.comm_forward
+        mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
+        act_bytes = 0.0
+    else:
+        mf, mb = _gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
+        fwd, bwd = fwd + mf, bwd + mb
+        act_bytes = (6 if model.gated_mlp else 4) * f / t
+    core_f, core_b = _attention_core(model, job, cluster, knobs)
     elementwise = memory_time(tokens * (hidden_bytes + act_bytes + rope_bytes), gpu)
     fwd += core_f + elementwise
     bwd += core_b + ELEMENTWISE_BACKWARD * elementwise
     act_bytes_tp = tokens * h * 2
-    tp_fwd = _tp_comm(cluster, knobs, act_bytes_tp, 2, job.runtime.multi_rail)
+    tp_fwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
     cp_f = cp_b = 0.0
     if knobs.cp > 1:
-        block = 2 * tokens * kv_local * 2
+        d_qk, d_v = head_dims(model)
+        kv_width = (model.num_attention_heads / t * (d_qk + d_v) if model.mla is not None
+                    else 2 * kv_local)
+        block = tokens * kv_width * 2
         ring = (knobs.cp - 1) * p2p_time(block, knobs.tp, cluster)
         cp_f, cp_b = gpu.exposed(ring, core_f), gpu.exposed(2 * ring, core_b)
     if knobs.recompute is Recompute.FULL:
-        recompute, tp_re = fwd, tp_fwd
+        recompute, tp_re, ep_re = fwd, tp_fwd, ep_fwd
     elif knobs.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
-        recompute, tp_re = core_f, 0.0
+        recompute, tp_re, ep_re = core_f, 0.0, 0.0
     else:  # fused attention already recomputes its scores in backward
-        recompute, tp_re = 0.0, 0.0
-    return LayerTime(fwd, bwd, recompute, 2 * tp_fwd + tp_re, cp_f + cp_b)
+        recompute, tp_re, ep_re = 0.0, 0.0, 0.0
+    return LayerTime(fwd, bwd, recompute, 2 * tp_fwd + tp_re, cp_f + cp_b, 2 * ep_fwd + ep_re)
 
 
 def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:

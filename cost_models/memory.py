@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.flops import norm_params
+from cost_models.flops import mlp_params_of_width, norm_params
 from planner.specs import GIB, AttentionKernel, ModelSpec, Recompute, ZeroStage
 
 # CUDA context, cuBLAS/NCCL workspaces and caching-allocator slack, per GPU. A fixed allowance in
@@ -38,17 +38,44 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
     return max(1, model.num_kv_heads // tp)
 
 
-def decoder_params_per_rank(model: ModelSpec, tp: int) -> float:
-    """Weights of one decoder layer on one TP rank: column/row-parallel matrices are split, norms and
-    the biases added after a row-parallel matmul are replicated."""
-    h, f, d = model.hidden_size, model.ffn_hidden_size, model.head_dim
-    q_local, kv_local = model.q_dim / tp, kv_heads_per_rank(model, tp) * d
-    attn = h * q_local + 2 * h * kv_local + q_local * h
-    mlp = (3 if model.gated_mlp else 2) * h * f / tp
-    bias = (q_local + 2 * kv_local) if (model.qkv_bias or model.linear_bias) else 0.0
-    if model.linear_bias:
-        bias += (2 if model.gated_mlp else 1) * f / tp + 2 * h  # fc1 bias split; proj and fc2 biases not
-    return attn + mlp + bias + 2 * norm_params(model)
+def attention_params_per_rank(model: ModelSpec, tp: int) -> float:
+    """Attention weights of one TP rank. Column/row-parallel matrices are split; MLA's down projections
+    (h x r_q, h x (r_kv + d_rope)) and its bottleneck norms are replicated, as Megatron-core runs them."""
+    h, d, mla = model.hidden_size, model.head_dim, model.mla
+    qk_norms = 2 * d if model.qk_norm else 0
+    if mla is None:
+        q_local, kv_local = model.q_dim / tp, kv_heads_per_rank(model, tp) * d
+        bias = (q_local + 2 * kv_local) if (model.qkv_bias or model.linear_bias) else 0.0
+        return h * q_local + 2 * h * kv_local + q_local * h + bias + qk_norms
+    heads = model.num_attention_heads / tp
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    q = (h * mla.q_lora_rank + mla.q_lora_rank * heads * qk) if mla.q_lora_rank else h * heads * qk
+    kv = h * (mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.kv_lora_rank * heads * (mla.qk_nope_head_dim
+                                                                                      + mla.v_head_dim)
+    return q + kv + heads * mla.v_head_dim * h + mla.q_lora_rank + mla.kv_lora_rank + qk_norms
+
+
+def decoder_params_per_rank(model: ModelSpec, tp: int, moe: bool = False) -> float:
+    """Weights of one decoder layer on one TP rank that reduce over the dense data-parallel group: attention,
+    norms, biases and the MLP (dense layers) or the router and shared experts (MoE layers, shared experts
+    split over TP like a dense MLP); the routed experts are `expert_params_per_rank`."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    if moe and model.moe is not None:
+        mlp = h * model.moe.num_experts + mlp_params_of_width(model, model.moe.shared_ffn_hidden_size) / tp
+        mlp += model.moe.num_experts if model.moe.router_bias else 0
+    else:
+        mlp = mlp_params_of_width(model, f) / tp
+        if model.linear_bias:
+            mlp += (2 if model.gated_mlp else 1) * f / tp + 2 * h  # fc1 bias split; proj and fc2 biases not
+    return attention_params_per_rank(model, tp) + mlp + 2 * norm_params(model)
+
+
+def expert_params_per_rank(model: ModelSpec, ep: int, etp: int) -> float:
+    """Routed-expert weights of one MoE layer on one rank: E/ep experts, each split etp ways."""
+    if model.moe is None:
+        return 0.0
+    moe = model.moe
+    return moe.num_experts / ep * mlp_params_of_width(model, moe.ffn_hidden_size) / etp
 
 
 def embedding_params_per_rank(model: ModelSpec, tp: int) -> float:
@@ -83,11 +110,12 @@ def state_bytes(params: float, zero: ZeroStage, shard: int, grad_bytes: float) -
 
 
 def largest_module_params(model: ModelSpec, tp: int) -> float:
-    """The biggest weight matrix of a decoder layer on one TP rank (the ZeRO-3 gather unit)."""
+    """The biggest weight matrix of a decoder layer on one TP rank (the ZeRO-3 gather unit); an MoE layer's
+    routed experts are gathered as one grouped module per projection."""
     h, f = model.hidden_size, model.ffn_hidden_size
     qkv = h * (model.q_dim / tp + 2 * kv_heads_per_rank(model, tp) * model.head_dim)
     fc1 = (2 if model.gated_mlp else 1) * h * f / tp
-    return max(qkv, fc1, h * f / tp, model.q_dim * h / tp)
+    return max(qkv, fc1, h * f / tp, model.q_dim * h / tp, attention_params_per_rank(model, tp) / 3)
 
 
 def zero3_working_bytes(model: ModelSpec, tp: int, grad_bytes: float) -> float:
@@ -96,19 +124,57 @@ def zero3_working_bytes(model: ModelSpec, tp: int, grad_bytes: float) -> float:
     return 2 * unit * WEIGHT_BYTES + unit * grad_bytes
 
 
+def _attention_activation_per_token(model: ModelSpec, tp: int, r: float) -> float:
+    """Bytes per token the attention block keeps (without the s² scores): its norm input and QKV input
+    2·2h·r, Q, K, V and the attention output; MLA instead keeps its down-projection outputs, the
+    bottleneck norms' inputs and outputs (2·2·r_q, 2·2·r_kv), and Q, K, V of widths a·(d_nope + d_rope),
+    a·(d_nope + d_rope), a·d_v per rank."""
+    hidden = 2 * 2 * model.hidden_size * r
+    mla = model.mla
+    if mla is None:
+        q_local = model.q_dim / tp
+        kv_local = kv_heads_per_rank(model, tp) * model.head_dim
+        return hidden + 2 * (q_local + 2 * kv_local) + 2 * q_local
+    heads = model.num_attention_heads / tp
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    bottleneck = 2 * 2 * (mla.q_lora_rank + mla.kv_lora_rank) + 2 * mla.qk_rope_head_dim
+    return hidden + bottleneck + 2 * heads * (2 * qk + mla.v_head_dim) + 2 * heads * mla.v_head_dim
+
+
+def _mlp_activation_per_token(model: ModelSpec, width: float) -> float:
+    """FC1 output (gate and up, 4·f with a gated MLP) and FC2 input 2·f for an MLP of local width f."""
+    return (4 if model.gated_mlp else 2) * width + 2 * width
+
+
+def _moe_activation_per_token(model: ModelSpec, tp: int, r: float, etp: int, load: float) -> float:
+    """Bytes per token (of the layer's T tokens) an MoE MLP keeps on one rank: norm and router input 2·2h·r,
+    fp32 router probabilities 4·E·r; per routed copy (k·r per token, gathered over etp and scaled by the
+    busiest rank's load) the expert input 2h, its FC1 output and FC2 input of width f_e/etp and the expert
+    output the combine weights 2h; the shared experts as a dense MLP of width f_s/tp on gathered tokens."""
+    assert model.moe is not None
+    moe, h = model.moe, model.hidden_size
+    router = 2 * 2 * h * r + 4 * moe.num_experts * r
+    copies = moe.top_k * r * etp * load
+    routed = copies * (2 * h + _mlp_activation_per_token(model, moe.ffn_hidden_size / etp) + 2 * h)
+    shared = (2 * h + _mlp_activation_per_token(model, moe.shared_ffn_hidden_size / tp)
+              if moe.shared_ffn_hidden_size else 0.0)
+    return router + routed + shared
+
+
 def layer_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: int, sp: bool,
-                           recompute: Recompute, attention: AttentionKernel) -> float:
+                           recompute: Recompute, attention: AttentionKernel, moe: bool = False, etp: int = 1,
+                           load: float = 1.0) -> float:
     """Activation bytes one decoder layer keeps for backward, per micro-batch, on one GPU."""
     h, f, a = model.hidden_size, model.ffn_hidden_size, model.num_attention_heads
     tokens = mbs * seq_len / cp
     r = 1.0 / tp if sp else 1.0
     if recompute is Recompute.FULL:
         return tokens * 2 * h * r
-    q_local = model.q_dim / tp
-    kv_local = kv_heads_per_rank(model, tp) * model.head_dim
-    replicated = (2 * h + 2 * h) * 2 + (2 * h if model.dropout else 0)
-    sharded = 2 * (q_local + 2 * kv_local) + 2 * q_local + (4 if model.gated_mlp else 2) * f / tp + 2 * f / tp
-    per_token = replicated * r + sharded
+    per_token = _attention_activation_per_token(model, tp, r) + (2 * h * r if model.dropout else 0)
+    if moe and model.moe is not None:
+        per_token += _moe_activation_per_token(model, tp, r, etp, load)
+    else:
+        per_token += 2 * 2 * h * r + _mlp_activation_per_token(model, f / tp)
     if attention is AttentionKernel.UNFUSED:
         if recompute is Recompute.NONE:
             per_token += 5 * a / tp * seq_len  # scores of local queries against all s keys

@@ -20,12 +20,12 @@ Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.comm import Collective, collective_time, p2p_time
-from cost_models.compute import memory_time
+from cost_models.compute import Gemm, gemm_fwd_bwd_time, memory_time
 from cost_models.layer import LayerKnobs, LayerTime, decoder_layer_time, embedding_time, head_time
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.schedules import W_SHARE, in_flight
@@ -56,6 +56,7 @@ class StageCost:
     activations_gib: float  # stored decoder-layer activations at the stage's peak
     other_gib: float  # embedding/logits activations, recompute and ZeRO-3 working buffers
     buffers_gib: float
+    layers: StageLayers = field(default_factory=lambda: StageLayers())
 
     @property
     def compute_s(self) -> float:
@@ -76,6 +77,7 @@ class Breakdown:
     recompute_s: float
     tp_comm_s: float
     cp_comm_s: float
+    ep_comm_s: float
     pp_p2p_s: float
     sharded_dp_comm_s: float
     bubble_s: float
@@ -120,12 +122,49 @@ def grad_sync_times(params: float, zero: ZeroStage, n: int, stride: int, cluster
     return reduce, gather
 
 
-def dp_reduce_exposed(params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters of one pipeline rank by the group that reduces their gradients: `dense` over the dp·cp
+    data-parallel ranks, `expert` (routed experts) over the expert-data-parallel ranks."""
+
+    dense: float
+    expert: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+    def __add__(self, other: StageParams) -> StageParams:
+        return StageParams(self.dense + other.dense, self.expert + other.expert)
+
+    def scaled(self, k: float) -> StageParams:
+        return StageParams(self.dense * k, self.expert * k)
+
+
+def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, int, int], ...]:
+    """(parameters, ranks, stride) of each gradient-reduction group: dense over dp·cp (stride tp), experts
+    over tp·cp·dp/(etp·ep) (stride etp·ep on the folded expert mesh)."""
+    groups = ((params.dense, layout.dp * layout.cp, layout.tp),)
+    if params.expert:
+        groups += ((params.expert, layout.expert_dp, layout.etp * layout.ep),)
+    return groups
+
+
+def stage_states(params: StageParams, layout: Layout, grad_bytes: float) -> M.StateBytes:
+    """Weights, gradients and Adam state of a stage, each group sharded over its own data-parallel ranks."""
+    parts = [M.state_bytes(p, layout.zero, n, grad_bytes) for p, n, _ in _groups(params, layout)]
+    return M.StateBytes(sum(x.weights for x in parts), sum(x.gradients for x in parts),
+                        sum(x.optimizer for x in parts))
+
+
+def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                       bwd_last: float, fwd_first: float) -> float:
-    """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage."""
+    """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage, both groups."""
     rt = job.runtime
-    reduce, gather = grad_sync_times(params, layout.zero, layout.dp * layout.cp, layout.tp, cluster,
-                                     rt.grad_reduce_bytes, rt.multi_rail)
+    reduce = gather = 0.0
+    for p, n, stride in _groups(params, layout):
+        r, g = grad_sync_times(p, layout.zero, n, stride, cluster, rt.grad_reduce_bytes, rt.multi_rail)
+        reduce, gather = reduce + r, gather + g
     gpu = cluster.gpu
     exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
     hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
@@ -133,10 +172,15 @@ def dp_reduce_exposed(params: float, layout: Layout, job: JobSpec, cluster: Clus
     return exposed_reduce + exposed_gather
 
 
-def optimizer_time(params: float, zero: ZeroStage, dp_ranks: int, cluster: ClusterSpec) -> float:
-    """Adam step over the parameters this GPU updates (its 1/dp_ranks share from ZeRO-1 on)."""
-    shard = dp_ranks if zero >= ZeroStage.OPTIMIZER else 1
-    return memory_time(params / shard * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
+def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
+    """Adam over `local_params` parameters updated on one GPU: bandwidth-bound."""
+    return memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
+
+
+def optimizer_time(params: StageParams, layout: Layout, cluster: ClusterSpec) -> float:
+    """Adam step over the parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on)."""
+    local = sum(p / (n if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, n, _ in _groups(params, layout))
+    return adam_step_time(local, cluster)
 
 
 def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: Layout) -> float:
@@ -147,97 +191,140 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
     return p2p_time(nbytes, layout.tp * layout.cp * layout.dp, cluster)
 
 
-def sharded_dp_exposed(params: float, n_layers: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-                     time: LayerTime) -> float:
+def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+                       time: LayerTime) -> float:
     """Per micro-batch communication of sharded data parallelism not hidden by compute.
 
     ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (a sharded gradient
     buffer cannot accumulate unreduced gradients). ZeRO-3 also all-gathers the weights before each
     forward and backward (the recomputed forward reuses the backward's gather), module by module
-    (four weight matrices per decoder layer)."""
+    (four weight matrices per decoder layer). Expert weights do the same over their own group."""
     if layout.zero < ZeroStage.GRADIENTS:
         return 0.0
-    n, stride, gpu, rails = layout.dp * layout.cp, layout.tp, cluster.gpu, job.runtime.multi_rail
-    grad_bytes = params * job.runtime.grad_reduce_bytes
+    gpu, rails = cluster.gpu, job.runtime.multi_rail
     backward = time.backward + time.recompute
-    if layout.zero is ZeroStage.GRADIENTS:
-        return gpu.exposed(collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails), backward)
     units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
-    gather = units * collective_time(Collective.ALL_GATHER, params * M.WEIGHT_BYTES / units, n, stride, cluster, rails)
-    scatter = units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster, rails)
+    scatter = gather = 0.0
+    for p, n, stride in _groups(params, layout):
+        grad_bytes = p * job.runtime.grad_reduce_bytes
+        if layout.zero is ZeroStage.GRADIENTS:
+            scatter += collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
+            continue
+        gather += units * collective_time(Collective.ALL_GATHER, p * M.WEIGHT_BYTES / units, n, stride, cluster, rails)
+        scatter += units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster, rails)
+    if layout.zero is ZeroStage.GRADIENTS:
+        return gpu.exposed(scatter, backward)
     return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
 
 
-def _stage_memory(model: ModelSpec, job: JobSpec, layout: Layout, rank: int, n_layers: int, n_full: int,
-                  params: float, m: int, first: bool, last: bool) -> tuple[M.StateBytes, float, float]:
-    """(states, stored decoder activations, other activations and working buffers) in bytes;
-    `n_full` of the stage's layers are fully recomputed, the rest use the layout's granularity."""
+@dataclass(frozen=True)
+class StageLayers:
+    """Decoder layers of one pipeline rank by kind, and how many of each are fully recomputed."""
+
+    dense: int = 0
+    moe: int = 0
+    dense_full: int = 0
+    moe_full: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.moe
+
+    @property
+    def full(self) -> int:
+        return self.dense_full + self.moe_full
+
+    @staticmethod
+    def of(kinds: tuple[bool, ...], n_full: int) -> StageLayers:
+        """Counts for the layers with MoE flags `kinds` (in order), the first `n_full` fully recomputed."""
+        moe = sum(kinds)
+        moe_full = sum(kinds[:n_full])
+        return StageLayers(len(kinds) - moe, moe, n_full - moe_full, moe_full)
+
+
+def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, params: StageParams, first: bool,
+                  last: bool) -> tuple[M.StateBytes, float, float]:
+    """(states, stored decoder activations, other activations and working buffers) in bytes."""
+    model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
-
-    def per_layer(rc: Recompute) -> float:
-        return decoder_activation(model, job, layout.tp, layout.cp, layout.sp, b, rc)
-
-    states = M.state_bytes(params, layout.zero, layout.dp * layout.cp, rt.grad_reduce_bytes)
-    stored = (n_layers - n_full) * per_layer(layout.recompute) + n_full * per_layer(Recompute.FULL)
-    alive = in_flight(layout.schedule, rank, layout.pp, m, layout.vpp)
+    acts = costs.activations
+    states = stage_states(params, layout, rt.grad_reduce_bytes)
+    stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
+              + layers.full * acts.full)
+    alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
     activations = stored * alive
     in_flight_mb = math.ceil(alive)
     other = 0.0
     if first:
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
     if last:
-        other += M.logits_bytes(model, s, b, layout.tp, layout.cp)
-    if n_full:  # the layer being recomputed holds all its activations until its backward is done
-        other += per_layer(Recompute.NONE)
-    if layout.zero is ZeroStage.WEIGHTS and n_layers:
+        other += M.logits_bytes(model, s, b, layout.tp, layout.cp) * (1 + model.mtp_layers)
+        other += model.mtp_layers * (acts.moe if costs.mtp_moe else acts.dense) * in_flight_mb
+    if layers.full:  # the layer being recomputed holds all its activations until its backward is done
+        other += acts.moe if layers.moe_full else acts.dense
+    if layout.zero is ZeroStage.WEIGHTS and layers.total:
         other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes)
     return states, activations, other
 
 
 @dataclass(frozen=True)
-class LayoutCosts:
-    """What every stage of one layout shares: per-layer times (computed once), the pipeline hop and
-    the per-layer parameter count. `stage_cost` composes a stage from it."""
+class LayerActivations:
+    """Bytes one decoder layer stores per micro-batch: dense and MoE layers at the layout's recomputation,
+    and a fully recomputed layer (its input only)."""
 
-    model: ModelSpec
-    cluster: ClusterSpec
-    job: JobSpec
-    layout: Layout
-    num_microbatches: int
-    decoder: LayerTime
-    decoder_full: LayerTime  # the same layer fully recomputed
-    embedding: LayerTime
-    head: LayerTime
-    p2p_s: float  # one pipeline send/recv of one micro-batch
-    decoder_params: float  # per TP rank
+    dense: float
+    moe: float
+    full: float
 
 
 @dataclass(frozen=True)
 class LayerTimes:
-    """The four per-layer times a layout needs; they depend only on `LayerKnobs`."""
+    """The per-layer times a layout needs; they depend only on `LayerKnobs`. `head` includes the
+    multi-token-prediction modules; `moe`/`moe_full` are None for dense models."""
 
     decoder: LayerTime
     decoder_full: LayerTime
     embedding: LayerTime
     head: LayerTime
+    moe: LayerTime | None = None
+    moe_full: LayerTime | None = None
+
+
+def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+    """Multi-token-prediction modules (DeepSeek-V3 section 2.2): per module a [T, 2h]x[2h, h/t] projection of
+    the normed hidden state and next-token embedding, one decoder layer and the shared LM head again."""
+    if not model.mtp_layers:
+        return LayerTime()
+    tokens = knobs.mbs * job.seq_len / knobs.cp
+    gf, gb = gemm_fwd_bwd_time(Gemm(tokens, model.hidden_size / knobs.tp, 2 * model.hidden_size), cluster.gpu,
+                               job.dtype)
+    moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
+    one = (LayerTime(gf, gb) + decoder_layer_time(model, job, cluster, knobs, moe)
+           + head_time(model, job, cluster, knobs))
+    return one.scaled(model.mtp_layers)
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs) -> LayerTimes:
-    return LayerTimes(decoder_layer_time(model, job, cluster, knobs),
-                      decoder_layer_time(model, job, cluster, replace(knobs, recompute=Recompute.FULL)),
-                      embedding_time(model, job, cluster, knobs), head_time(model, job, cluster, knobs))
+    full = replace(knobs, recompute=Recompute.FULL)
+    moe = moe_full = None
+    if any(model.moe_layers()):
+        moe = decoder_layer_time(model, job, cluster, knobs, moe=True)
+        moe_full = decoder_layer_time(model, job, cluster, full, moe=True)
+    return LayerTimes(decoder_layer_time(model, job, cluster, knobs), decoder_layer_time(model, job, cluster, full),
+                      embedding_time(model, job, cluster, knobs),
+                      head_time(model, job, cluster, knobs) + mtp_time(model, job, cluster, knobs), moe, moe_full)
 
 
-def rank_params(model: ModelSpec, job: JobSpec, tp: int, pp: int) -> float:
-    """Parameters of one TP rank summed over all pipeline stages: decoder layers, embedding and head."""
-    return (model.num_layers * decoder_params(model, job, tp) + embedding_params(model, job, tp)
-            + head_params(model, job, tp, pp))
-
-
-def decoder_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
-    """Parameters of one decoder layer on one TP rank: measured when the job has a cost table."""
+def decoder_params(model: ModelSpec, job: JobSpec, tp: int, moe: bool = False) -> float:
+    """Parameters of one decoder layer on one TP rank reduced over the dense data-parallel group (for an MoE
+    layer without its routed experts): measured when the job has a cost table."""
     measured = job.runtime.measured
-    return measured.params("decoder", tp) if measured else M.decoder_params_per_rank(model, tp)
+    return measured.params("decoder", tp) if measured else M.decoder_params_per_rank(model, tp, moe)
+
+
+def layer_params(model: ModelSpec, job: JobSpec, tp: int, ep: int, etp: int, moe: bool) -> StageParams:
+    """One decoder layer's parameters on one rank, by reduction group."""
+    return StageParams(decoder_params(model, job, tp, moe), M.expert_params_per_rank(model, ep, etp) if moe else 0.0)
 
 
 def embedding_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
@@ -245,22 +332,76 @@ def embedding_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
     return measured.params("embedding", tp) if measured else M.embedding_params_per_rank(model, tp)
 
 
-def head_params(model: ModelSpec, job: JobSpec, tp: int, pp: int) -> float:
-    """LM head (and final norm) on the last stage."""
+def head_params(model: ModelSpec, job: JobSpec, tp: int, pp: int, ep: int = 1, etp: int = 1) -> StageParams:
+    """LM head and final norm on the last stage, with the multi-token-prediction modules (three norms, the
+    2h x h projection split over TP, one decoder layer each)."""
     measured = job.runtime.measured
     if measured:
-        return measured.params("lm_head", tp)
-    return M.lm_head_params_per_rank(model, tp, pp) + F.norm_params(model)
+        return StageParams(measured.params("lm_head", tp))
+    head = StageParams(M.lm_head_params_per_rank(model, tp, pp) + F.norm_params(model))
+    if model.mtp_layers:
+        moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
+        per = StageParams(3 * F.norm_params(model) + 2 * model.hidden_size**2 / tp) + layer_params(
+            model, job, tp, ep, etp, moe)
+        head = head + per.scaled(model.mtp_layers)
+    return head
+
+
+def rank_params(model: ModelSpec, job: JobSpec, tp: int, pp: int, ep: int = 1, etp: int = 1) -> StageParams:
+    """Parameters of one rank of the tp (and expert) mesh summed over all pipeline stages: decoder layers,
+    embedding, head and multi-token prediction."""
+    n_dense, n_moe = F.decoder_layer_counts(model)
+    layers = layer_params(model, job, tp, ep, etp, False).scaled(n_dense)
+    if n_moe:
+        layers = layers + layer_params(model, job, tp, ep, etp, True).scaled(n_moe)
+    return layers + StageParams(embedding_params(model, job, tp)) + head_params(model, job, tp, pp, ep, etp)
 
 
 def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: bool, mbs: int,
-                       recompute: Recompute) -> float:
+                       recompute: Recompute, moe: bool = False, etp: int = 1) -> float:
     """Bytes one decoder layer keeps per micro-batch: measured (no recomputation) when the job has a cost
     table, analytical otherwise; full recomputation keeps only the layer input either way."""
     measured = job.runtime.measured
     if measured and recompute is not Recompute.FULL:
         return measured.get("decoder", tp, mbs).activation_bytes
-    return M.layer_activation_bytes(model, job.seq_len, mbs, tp, cp, sp, recompute, job.runtime.attention)
+    return M.layer_activation_bytes(model, job.seq_len, mbs, tp, cp, sp, recompute, job.runtime.attention, moe, etp,
+                                    job.runtime.moe_load_factor)
+
+
+@dataclass(frozen=True)
+class LayoutCosts:
+    """What every stage of one layout shares: per-layer times (computed once), the pipeline hop, per-layer
+    parameters and activations by layer kind. `stage_cost` composes a stage from it."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    layout: Layout
+    num_microbatches: int
+    times: LayerTimes
+    p2p_s: float  # one pipeline send/recv of one micro-batch
+    dense_params: StageParams  # one dense decoder layer on one rank
+    moe_params: StageParams  # one MoE decoder layer on one rank
+    activations: LayerActivations
+    kinds: tuple[bool, ...]  # per decoder layer: MoE or not
+    mtp_moe: bool  # the multi-token-prediction layer has an MoE MLP
+
+    def uniform(self, n: int, n_full: int) -> StageLayers:
+        """Counts for `n` layers of a homogeneous stack (all dense or all MoE), `n_full` recomputed."""
+        if self.kinds and all(self.kinds):
+            return StageLayers(moe=n, moe_full=n_full)
+        return StageLayers(dense=n, dense_full=n_full)
+
+    def layer_time(self, layers: StageLayers) -> LayerTime:
+        t = self.times
+        time = t.decoder.scaled(layers.dense - layers.dense_full) + t.decoder_full.scaled(layers.dense_full)
+        if layers.moe:
+            assert t.moe is not None and t.moe_full is not None
+            time = time + t.moe.scaled(layers.moe - layers.moe_full) + t.moe_full.scaled(layers.moe_full)
+        return time
+
+    def layer_params(self, layers: StageLayers) -> StageParams:
+        return self.dense_params.scaled(layers.dense) + self.moe_params.scaled(layers.moe)
 
 
 def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
@@ -268,53 +409,70 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
     """Everything the stages of `layout` share; `times` may come from a cache (they depend only on the
     layout's LayerKnobs)."""
     if times is None:
-        times = layer_times(model, cluster, job, LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs,
-                                                            layout.recompute))
-    return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), decoder=times.decoder,
-                       decoder_full=times.decoder_full, embedding=times.embedding, head=times.head,
+        times = layer_times(model, cluster, job, layout_knobs(layout))
+    t, ep, etp = layout.tp, layout.ep, layout.etp
+
+    def act(rc: Recompute, moe: bool) -> float:
+        return decoder_activation(model, job, t, layout.cp, layout.sp, layout.mbs, rc, moe, etp)
+
+    kinds = model.moe_layers()
+    has_moe = any(kinds)
+    acts = LayerActivations(act(layout.recompute, False), act(layout.recompute, True) if has_moe else 0.0,
+                            act(Recompute.FULL, False))
+    return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), times,
                        p2p_s=pipeline_hop_time(model, job, cluster, layout),
-                       decoder_params=decoder_params(model, job, layout.tp))
+                       dense_params=layer_params(model, job, t, ep, etp, False),
+                       moe_params=layer_params(model, job, t, ep, etp, True) if has_moe else StageParams(0.0),
+                       activations=acts, kinds=kinds,
+                       mtp_moe=model.moe is not None and model.moe.is_moe_layer(model.num_layers))
 
 
-def stage_cost(costs: LayoutCosts, rank: int, n_layers: int, n_full: int,
+def layout_knobs(layout: Layout) -> LayerKnobs:
+    return LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute, layout.ep, layout.etp)
+
+
+def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
                layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
-    """Pipeline rank `rank` holding `n_layers` decoder layers, `n_full` of them fully recomputed."""
+    """Pipeline rank `rank` holding `layers` (decoder layers by kind, some fully recomputed)."""
     model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
     first, last = rank == 0, rank == layout.pp - 1
-    time = costs.decoder.scaled(n_layers - n_full) + costs.decoder_full.scaled(n_full)
-    params = costs.decoder_params * n_layers
+    time = costs.layer_time(layers)
+    params = costs.layer_params(layers)
     if first:
-        time, params = time + costs.embedding, params + embedding_params(model, job, layout.tp)
+        time, params = time + costs.times.embedding, params + StageParams(embedding_params(model, job, layout.tp))
     if last:
-        time = time + costs.head
-        params += head_params(model, job, layout.tp, layout.pp)
+        time = time + costs.times.head
+        params = params + head_params(model, job, layout.tp, layout.pp, layout.ep, layout.etp)
     hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
-    sharded = sharded_dp_exposed(params, n_layers, layout, job, cluster, time)
+    sharded = sharded_dp_exposed(params, layers.total, layout, job, cluster, time)
     dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
-    opt = optimizer_time(params, layout.zero, layout.dp * layout.cp, cluster)
-    states, acts, other = _stage_memory(model, job, layout, rank, n_layers, n_full, params,
-                                        costs.num_microbatches, first, last)
+    opt = optimizer_time(params, layout, cluster)
+    states, acts, other = _stage_memory(costs, rank, layers, params, first, last)
     return StageCost(
-        pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=n_layers,
+        pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
         has_embedding=first, has_lm_head=last, time=time, p2p_s=hops * costs.p2p_s,
         sharded_dp_exposed_s=sharded, dp_exposed_s=dp, optimizer_s=opt,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB)
+        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
+
+
+def rank_layer_ids(layout: Layout, num_layers: int) -> list[list[int]]:
+    """Decoder layer indices held by each pipeline rank, over all its model chunks, in order."""
+    chunk_layers = layout.chunk_layers(num_layers)
+    starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
+    return [[i for c in range(rank, len(chunk_layers), layout.pp)
+             for i in range(starts[c], starts[c] + chunk_layers[c])] for rank in range(layout.pp)]
 
 
 def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
                     times: LayerTimes | None = None) -> Prediction:
     """Predict step time, throughput and per-GPU memory of `layout` (validated by the caller)."""
     costs = layout_costs(model, cluster, job, layout, times)
-    chunk_layers = layout.chunk_layers(model.num_layers)
-    starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
     stages: list[StageCost] = []
-    for rank in range(layout.pp):
-        mine = range(rank, len(chunk_layers), layout.pp)
-        ids = [i for c in mine for i in range(starts[c], starts[c] + chunk_layers[c])]
-        stages.append(stage_cost(costs, rank, len(ids), layout.fully_recomputed(rank, model.num_layers),
-                                 (min(ids, default=-1), max(ids, default=-1))))
+    for rank, ids in enumerate(rank_layer_ids(layout, model.num_layers)):
+        layers = StageLayers.of(tuple(costs.kinds[i] for i in ids), layout.fully_recomputed(rank, model.num_layers))
+        stages.append(stage_cost(costs, rank, layers, (min(ids, default=-1), max(ids, default=-1))))
     return _predict(model, cluster, job, layout, stages, costs.num_microbatches)
 
 
@@ -334,13 +492,16 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     t = worst.time
     breakdown = Breakdown(
         compute_s=m * (t.forward + t.backward), recompute_s=m * t.recompute, tp_comm_s=m * t.tp_comm,
-        cp_comm_s=m * t.cp_comm, pp_p2p_s=m * worst.p2p_s, sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
+        cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
+        sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
         bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
         embedding_sync_s=emb_sync)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
-    n_full = sum(layout.fully_recomputed(r, model.num_layers) for r in range(layout.pp))
-    recompute_per_seq = n_full * F.decoder_matmul_flops(model, job.seq_len)
+    n_full = sum(s.layers.full for s in stages)
+    recompute_per_seq = sum(s.layers.dense_full for s in stages) * F.decoder_matmul_flops(model, job.seq_len)
+    if model.moe is not None:
+        recompute_per_seq += sum(s.layers.moe_full for s in stages) * F.moe_decoder_matmul_flops(model, job.seq_len)
     if layout.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
         recompute_per_seq += (model.num_layers - n_full) * F.attention_core_flops(model, job.seq_len)
     hw_flops = model_flops + recompute_per_seq * job.global_batch

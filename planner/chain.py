@@ -24,7 +24,7 @@ from cost_models.comm import p2p_time
 from cost_models.pipeline import pipeline_time
 from cost_models.profile import read_frame
 from cost_models.schedules import in_flight
-from cost_models.step import grad_sync_times, optimizer_time
+from cost_models.step import adam_step_time, grad_sync_times
 from planner.errors import InfeasibleError, InputError
 from planner.partition import best_boundaries
 from planner.specs import GIB, ClusterSpec, Schedule, ZeroStage
@@ -162,7 +162,7 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
     for a, b in pairs:
         p = float(pre_w[b] - pre_w[a])
         comm = sum(grad_sync_times(p, zero, dp, tp, cluster, grad_bytes, True))
-        tail = max(tail, comm + optimizer_time(p, zero, dp, cluster))
+        tail = max(tail, comm + adam_step_time(p / (dp if zero >= ZeroStage.OPTIMIZER else 1), cluster))
     step = pipeline_time(times, m, 1, Schedule.ONE_F_ONE_B) + tail
     layers = tuple(b - a for a, b in pairs)
     return ChainPlan(tp, pp, dp, mbs, zero, layers, tuple(times), tuple(mem), step, global_batch / step)

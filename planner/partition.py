@@ -201,3 +201,113 @@ def brute_force(p: SplitProblem) -> Split | None:
         if best is None or split.objective < best.objective:
             best = split
     return best
+
+
+@dataclass(frozen=True)
+class KindSplitProblem:
+    """The split problem for a stack whose layers differ in kind (dense and MoE MLPs): layer l has kind
+    kinds[l] and each kind its own per-layer time and memory. Stage s holding layers [i, j), the first r of
+    them fully recomputed (Megatron-LM's block method), costs
+        T_s = t0_s + Σ_l t1[k_l] + Σ_{first r} tr[k_l]
+        M_s = m0_s + Σ_l m1[s][k_l] − Σ_{first r} mr[s][k_l] + transient·[r > 0]  <=  capacity,
+    where the sums run over the segment's layers; r is the fewest that fit. The objective is that of
+    `SplitProblem`, solved over segments by the same bottleneck scan and min-plus DP."""
+
+    kinds: tuple[int, ...]
+    num_microbatches: int
+    t0: tuple[float, ...]  # per stage
+    t1: tuple[float, ...]  # per kind
+    tr: tuple[float, ...]  # per kind
+    m0: tuple[float, ...]  # per stage
+    m1: tuple[tuple[float, ...], ...]  # per stage, per kind
+    mr: tuple[tuple[float, ...], ...]  # per stage, per kind
+    transient: float
+    capacity: float
+    partial_recompute: bool
+    w0: tuple[float, ...] = ()  # zero-bubble schedules: per stage
+    w1: tuple[float, ...] = ()  # per kind
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.t0)
+
+
+def _prefix(values: tuple[float, ...], kinds: np.ndarray) -> np.ndarray:
+    """P[l] = Σ_{l' < l} values[kinds[l']], for l = 0..L."""
+    return np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float)[kinds])])
+
+
+def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """time[s, i, j], sum-term cost[s, i, j] and recomputed layers[s, i, j] for segments [i, j) (∞ where
+    stage s cannot hold them or j <= i)."""
+    kinds = np.asarray(p.kinds, dtype=int)
+    width = p.num_layers + 1
+    i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
+    nonempty = j > i
+    time_prefix, rec_prefix = _prefix(p.t1, kinds), _prefix(p.tr, kinds)
+    base_time = time_prefix[j] - time_prefix[i]
+    times = np.full((p.num_stages, width, width), np.inf)
+    sums = np.full_like(times, np.inf)
+    recs = np.zeros_like(times)
+    for s in range(p.num_stages):
+        mem_prefix = _prefix(p.m1[s], kinds)
+        plain = p.m0[s] + mem_prefix[j] - mem_prefix[i]
+        r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+        if p.partial_recompute:
+            saved = _prefix(p.mr[s], kinds)
+            need = plain + p.transient - p.capacity
+            # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
+            ends = np.stack([np.searchsorted(saved, saved[row] + need[row] - _EPS, side="left")
+                             for row in range(width)])
+            ok = np.isinf(r) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need - _EPS)
+            r = np.where(ok, np.maximum(ends - i, 1), r)
+        r = np.where(nonempty, r, np.inf)
+        finite = np.isfinite(r)
+        r_int = np.where(finite, r, 0).astype(int)
+        extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
+        t = np.where(finite, p.t0[s] + base_time + extra, np.inf)
+        times[s], recs[s] = t, np.where(finite, r, 0)
+        hidden = 0.0
+        if p.w0 and s < p.num_stages - 1:
+            w_prefix = _prefix(p.w1, kinds)
+            hidden = p.w0[s] + w_prefix[j] - w_prefix[i]
+        sums[s] = t - hidden
+    return times, sums, recs
+
+
+def _kind_split(p: KindSplitProblem, times: np.ndarray, sums: np.ndarray, recs: np.ndarray,
+                bounds: list[int]) -> Split:
+    pairs = list(zip(bounds, bounds[1:], strict=False))
+    stage_times = tuple(float(times[s, a, b]) for s, (a, b) in enumerate(pairs))
+    total = sum(float(sums[s, a, b]) for s, (a, b) in enumerate(pairs))
+    objective = (p.num_microbatches - 1) * max(stage_times) + total
+    return Split(tuple(b - a for a, b in pairs), tuple(int(recs[s, a, b]) for s, (a, b) in enumerate(pairs)),
+                 stage_times, objective)
+
+
+def solve_kinds(p: KindSplitProblem) -> Split | None:
+    """The exact split of a stack with layers of several kinds, or None when no split fits."""
+    times, sums, recs = kind_segment_tables(p)
+    allowed = np.isfinite(times)
+    found = best_boundaries(times, sums, allowed, p.num_microbatches)
+    if found is None:
+        return None
+    return _kind_split(p, times, sums, recs, found[0])
+
+
+def brute_force_kinds(p: KindSplitProblem) -> Split | None:
+    """Every split of a layer-kind problem enumerated (small problems only): the DP's reference."""
+    times, sums, recs = kind_segment_tables(p)
+    best: Split | None = None
+    for cuts in combinations(range(1, p.num_layers), p.num_stages - 1):
+        bounds = [0, *cuts, p.num_layers]
+        if any(not np.isfinite(times[s, a, b]) for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))):
+            continue
+        split = _kind_split(p, times, sums, recs, bounds)
+        if best is None or split.objective < best.objective:
+            best = split
+    return best

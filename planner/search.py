@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.layer import LayerKnobs
 from cost_models.schedules import W_SHARE, in_flight
@@ -31,19 +32,22 @@ from cost_models.step import (
     LayerTimes,
     LayoutCosts,
     Prediction,
+    StageLayers,
     dp_reduce_exposed,
     evaluate_layout,
     layer_times,
     layout_costs,
     optimizer_time,
     pipeline_hop_time,
+    rank_layer_ids,
     rank_params,
     sharded_dp_exposed,
     stage_cost,
+    stage_states,
 )
 from planner.errors import InfeasibleError
 from planner.ilp import SolveOptions, Solver, solve_ilp
-from planner.partition import Split, SplitProblem, solve_dp
+from planner.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.simulate import simulated_step_time
 from planner.space import Candidate, SearchSpec, candidates
 from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule
@@ -87,9 +91,15 @@ class SearchResult:
 def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
     sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
-    params = rank_params(model, job, c.tp, c.pp)
-    states = M.state_bytes(params / c.pp, c.zero, c.dp * c.cp, job.runtime.grad_reduce_bytes)
+    params = rank_params(model, job, c.tp, c.pp, c.ep, c.etp).scaled(1 / c.pp)
+    states = stage_states(params, _family_layout(c), job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+
+
+def _family_layout(c: Candidate) -> Layout:
+    """The candidate as a layout with one model chunk per rank and 1F1B (what its bounds are priced on)."""
+    return Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, mbs=c.mbs, sp=c.sp, zero=c.zero, recompute=c.recompute,
+                  ep=c.ep, etp=c.etp)
 
 
 class _LayerTimes:
@@ -102,7 +112,7 @@ class _LayerTimes:
         self._families: dict[Candidate, tuple[float, float, float, float]] = {}
 
     def get(self, c: Candidate) -> LayerTimes:
-        knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute)
+        knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp)
         if knobs not in self._cache:
             self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs)
         return self._cache[knobs]
@@ -134,14 +144,17 @@ class _LayerTimes:
             return self._families[c]
         model, job, cluster = self.model, self.job, self.cluster
         times = self.get(c)
-        layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, mbs=c.mbs, sp=c.sp, zero=c.zero, recompute=c.recompute)
+        layout = _family_layout(c)
         hop = pipeline_hop_time(model, job, cluster, layout)
         layers = model.num_layers / c.pp
-        avg = times.decoder.scaled(layers) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
-        params = rank_params(model, job, c.tp, c.pp) / c.pp
+        n_dense, n_moe = F.decoder_layer_counts(model)
+        avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
+        if times.moe is not None:
+            avg = avg + times.moe.scaled(n_moe / c.pp)
+        params = rank_params(model, job, c.tp, c.pp, c.ep, c.etp).scaled(1 / c.pp)
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
-                + optimizer_time(params, c.zero, c.dp * c.cp, cluster))
+                + optimizer_time(params, layout, cluster))
         self._families[c] = (stage, hop, avg.backward, tail)
         return self._families[c]
 
@@ -155,11 +168,11 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
     two = min(2, model.num_layers)
 
     def at(rank: int, n: int, f: int) -> tuple[float, float, float]:
-        st = stage_cost(costs, rank, n, n if full_base else f)
+        st = stage_cost(costs, rank, costs.uniform(n, n if full_base else f))
         return st.compute_s, st.activations_gib * GIB, (st.peak_memory_gib - st.activations_gib) * GIB
 
     def weight_grad(rank: int, n: int) -> float:
-        return W_SHARE * stage_cost(costs, rank, n, n if full_base else 0).time.backward
+        return W_SHARE * stage_cost(costs, rank, costs.uniform(n, n if full_base else 0)).time.backward
 
     t0, m0, m1, mr, w0 = [], [], [], [], []
     t1 = tr = transient = w1 = 0.0
@@ -184,6 +197,58 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
         partial_recompute=partial_recompute and not full_base, w0=tuple(w0), w1=w1)
 
 
+def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplitProblem:
+    """The layer-kind split model (dense and MoE layers) read off the cost model: every rank's stage priced
+    empty, with one layer of each kind and with that layer fully recomputed; the differences are the
+    per-layer coefficients (exposed ZeRO-2/3 traffic is linearised, and the full model re-checks the split)."""
+    layout = costs.layout
+    full_base = layout.recompute is Recompute.FULL
+
+    def at(rank: int, layers: StageLayers) -> tuple[float, float, float]:
+        st = stage_cost(costs, rank, layers)
+        return st.compute_s, st.peak_memory_gib * GIB, st.time.backward
+
+    kinds = (StageLayers(dense=1, dense_full=int(full_base)), StageLayers(moe=1, moe_full=int(full_base)))
+    fulls = (StageLayers(dense=1, dense_full=1), StageLayers(moe=1, moe_full=1))
+    t0, m0, m1, mr, w0 = [], [], [], [], []
+    t1: list[float] = []
+    tr: list[float] = []
+    w1: list[float] = []
+    transient = 0.0
+    for rank in range(layout.pp):
+        base_t, base_m, base_b = at(rank, StageLayers())
+        t0.append(base_t)
+        m0.append(base_m)
+        w0.append(W_SHARE * base_b)
+        row_m, row_r = [], []
+        t1, tr, w1 = [], [], []
+        for one, full in zip(kinds, fulls, strict=True):
+            time1, mem1, back1 = at(rank, one)
+            time_f, mem_f, _ = at(rank, full)
+            t1.append(max(time1 - base_t, 1e-12))
+            tr.append(max(time_f - time1, 0.0))
+            w1.append(W_SHARE * (back1 - base_b))
+            row_m.append(mem1 - base_m)
+            # a recomputed layer's own transient copy is priced once per stage, not per layer
+            transient = max(transient, costs.activations.moe if one.moe else costs.activations.dense)
+            row_r.append(0.0 if full_base else max(mem1 - (mem_f - transient), 0.0))
+        m1.append(tuple(row_m))
+        mr.append(tuple(row_r))
+    zero_bubble = layout.schedule is Schedule.ZB_H1
+    return KindSplitProblem(
+        kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches, t0=tuple(t0),
+        t1=tuple(t1), tr=tuple(tr), m0=tuple(m0), m1=tuple(m1), mr=tuple(mr), transient=transient,
+        capacity=costs.cluster.gpu.memory_gib * GIB, partial_recompute=partial_recompute and not full_base,
+        w0=tuple(w0) if zero_bubble else (), w1=tuple(w1) if zero_bubble else ())
+
+
+def rank_layers_of(costs: LayoutCosts, rank: int) -> StageLayers:
+    """The layers `rank` holds in the cost's layout (its own split, or the balanced one)."""
+    layout, model = costs.layout, costs.model
+    ids = rank_layer_ids(layout, model.num_layers)[rank]
+    return StageLayers.of(tuple(costs.kinds[i] for i in ids), layout.fully_recomputed(rank, model.num_layers))
+
+
 ProgressFn = Callable[[int, int], None]
 
 
@@ -203,18 +268,24 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
     same cost model: the split solver optimises the pipeline term, the full model also prices the step's
     tail (gradient reduction, optimizer), so the plan is never slower than the plain even split."""
     balanced = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
-                      recompute=c.recompute, schedule=c.schedule)
+                      recompute=c.recompute, schedule=c.schedule, ep=c.ep, etp=c.etp)
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times)
     if c.vpp > 1 or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight, check it first
-        first = stage_cost(costs, 0, balanced.rank_layers(model.num_layers)[0],
-                           balanced.fully_recomputed(0, model.num_layers))
+        first = stage_cost(costs, 0, rank_layers_of(costs, 0))
         if first.peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
         layouts = [balanced]
+    elif model.heterogeneous:  # dense and MoE layers: exact DP over segments (the MILP covers uniform stacks)
+        split: Split | None = solve_kinds(kind_split_problem(costs, spec.partial_recompute))
+        if split is None:
+            return _Priced(None, True, gap, optimal)
+        solved = replace(balanced, stage_layers=split.layers,
+                         recompute_layers=split.recompute if any(split.recompute) else None)
+        layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
     else:
         problem = split_problem(costs, spec.partial_recompute)
-        split: Split | None = solve_dp(problem)
+        split = solve_dp(problem)
         if solver is not Solver.DP and split is not None:
             result = solve_ilp(problem, solver, options, hint=split)
             split, gap, optimal = result.split, result.gap, result.optimal

@@ -13,6 +13,8 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
   zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
   schedule  interleaved 1F1B with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
+  ep, etp   MoE models only: ep divides the experts, etp is 1 or tp, etp·ep divides tp·cp·dp
+            (`expert_options`); dense models 1 and 1.
 Dominated choices are not generated unless pinned, and the reason is a property of the cost model:
   - ZeRO-0 when dp·cp > 1: ZeRO-1 moves fewer bytes (reduce-scatter of fp32 gradients + all-gather of
     bf16 weights < all-reduce of fp32 gradients), updates fewer parameters and holds less state;
@@ -55,6 +57,9 @@ class SearchSpec:
     partial_recompute: bool = True  # per-stage counts of fully recomputed layers
     uneven_split: bool = True  # solve the layer split; False: only layouts whose layers split evenly
     top_k: int = 5
+    ep: int | None = None
+    etp: int | None = None
+    max_ep: int | None = None  # e.g. 1 for a launcher without expert parallelism
 
 
 @dataclass(frozen=True)
@@ -71,10 +76,13 @@ class Candidate:
     recompute: Recompute
     sp: bool
     schedule: Schedule = Schedule.ONE_F_ONE_B
+    ep: int = 1
+    etp: int = 1
 
     def sort_key(self) -> tuple[int, ...]:
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
-                list(Recompute).index(self.recompute), int(self.sp), list(Schedule).index(self.schedule))
+                list(Recompute).index(self.recompute), int(self.sp), list(Schedule).index(self.schedule),
+                self.ep, self.etp)
 
 
 def schedules_for(pp: int, vpp: int, spec: SearchSpec) -> list[Schedule]:
@@ -140,6 +148,18 @@ def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> lis
     return _pinned(spec.vpp, vpps)
 
 
+def expert_options(model: ModelSpec, tp: int, inner: int, sp: bool, spec: SearchSpec) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a stage of `inner` = tp·cp·dp ranks: ep divides the experts, etp is 1 or tp (each
+    expert whole, or split like the dense layers), etp·ep divides the stage's ranks, and ep > 1 with tp > 1
+    needs SP. Dense models have (1, 1) only."""
+    if model.moe is None:
+        return [(1, 1)] if spec.ep in (None, 1) and spec.etp in (None, 1) else []
+    etps = _pinned(spec.etp, sorted({1, tp}) if spec.etp is None else [spec.etp])
+    eps = _pinned(spec.ep, [e for e in _divisors(model.moe.num_experts) if spec.max_ep is None or e <= spec.max_ep])
+    return [(e, t) for t in etps for e in eps if inner % (e * t) == 0 and model.moe.ffn_hidden_size % t == 0
+            and not (e > 1 and tp > 1 and not sp)]
+
+
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
     """Every valid degree tuple, in a fixed order."""
     flash = job.runtime.attention is AttentionKernel.FLASH
@@ -159,4 +179,5 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
                 continue
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
                 for schedule in schedules_for(pp, vpp, spec):
-                    yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule)
+                    for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
+                        yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp)

@@ -92,6 +92,10 @@ class MoESpec:
     def is_moe_layer(self, index: int) -> bool:
         return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.every == self.every - 1
 
+    def layer_kinds(self, num_layers: int) -> tuple[bool, ...]:
+        """Per decoder layer: True where its MLP is a mixture of experts."""
+        return tuple(self.is_moe_layer(i) for i in range(num_layers))
+
 
 @dataclass(frozen=True)
 class MLASpec:
@@ -106,7 +110,8 @@ class MLASpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense decoder-only transformer.
+    """A decoder-only transformer: dense, or with mixture-of-experts MLPs (`moe`), multi-head latent
+    attention (`mla`) and multi-token-prediction modules.
 
     `head_dim` defaults to hidden/heads and `num_kv_heads` to heads (MHA) in the loaders; here both
     are explicit. `learned_positions` is the size of a learned position table (GPT-2/3 style), 0 for
@@ -154,6 +159,15 @@ class ModelSpec:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per decoder layer: True where its MLP is a mixture of experts (all False for dense models)."""
+        return self.moe.layer_kinds(self.num_layers) if self.moe else (False,) * self.num_layers
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether decoder layers differ in kind (dense and MoE MLPs in one stack)."""
+        return len(set(self.moe_layers())) > 1
 
     def layers(self) -> tuple[LayerKind, ...]:
         """The model as the ordered chain of layers that pipeline stages cut."""
@@ -267,6 +281,23 @@ class Runtime:
     grad_reduce_bytes: int = 4  # fp32 gradient buckets (Megatron with bf16)
     multi_rail: bool = True  # collectives spread over all NICs of a group's members in a node (NCCL >= 2.12)
     measured: MeasuredCosts | None = None  # a profiled cost table replaces the analytical compute times
+    # Mixture of experts: None routes dropless; a factor c pads every expert's buffer to c x its mean load
+    # (GShard capacity, Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity).
+    moe_capacity_factor: float | None = None
+    # dropless routing: tokens on the busiest expert-parallel rank over the mean (1.0: perfectly balanced)
+    moe_load_imbalance: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
+            raise SpecError(f"moe capacity factor must be >= 1 (it pads buffers), got {self.moe_capacity_factor}")
+        if self.moe_load_imbalance < 1.0:
+            raise SpecError(f"moe load imbalance must be >= 1 (busiest rank over the mean), got "
+                            f"{self.moe_load_imbalance}")
+
+    @property
+    def moe_load_factor(self) -> float:
+        """Tokens the busiest expert rank computes and exchanges, over the balanced mean."""
+        return self.moe_capacity_factor if self.moe_capacity_factor is not None else self.moe_load_imbalance
 
 
 @dataclass(frozen=True)
@@ -294,7 +325,11 @@ class Layout:
     `stage_layers` optionally gives the number of decoder layers on each of the pp·vpp model chunks
     (in pipeline order); by default they are spread evenly, remainder to the middle chunks.
     `recompute_layers` optionally gives, per pipeline rank, how many of its decoder layers are fully
-    recomputed (Megatron-LM's block method); the others use `recompute`.
+    recomputed (Megatron-LM's block method: the first ones of the rank); the others use `recompute`.
+
+    Mixture-of-experts layers fold their own mesh over the same GPUs (Megatron-core's MoE parallel
+    folding): the tp·cp·dp ranks of a pipeline stage become etp·ep·edp, experts are split over `ep`
+    ranks and each expert's matrices over `etp`; expert gradients reduce over edp = tp·cp·dp/(etp·ep).
     """
 
     tp: int = 1
@@ -309,6 +344,13 @@ class Layout:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     stage_layers: tuple[int, ...] | None = None
     recompute_layers: tuple[int, ...] | None = None
+    ep: int = 1
+    etp: int = 1
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same expert shard and reduce its gradients: tp·cp·dp / (etp·ep)."""
+        return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
 
     @property
     def world(self) -> int:
@@ -334,7 +376,7 @@ class Layout:
     def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
         """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
         enforces, REFERENCE.md section 2)."""
-        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs"):
+        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "ep", "etp"):
             if getattr(self, name) < 1:
                 raise LayoutError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.world != num_gpus:
@@ -351,6 +393,7 @@ class Layout:
             )
         if self.sp and self.tp == 1:
             raise LayoutError("sequence parallelism needs tp > 1")
+        self._validate_experts(model)
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
         if job.global_batch % (self.mbs * self.dp):
@@ -391,6 +434,24 @@ class Layout:
                     f"recompute_layers {list(self.recompute_layers)} needs one count per pp rank, each between 0 "
                     f"and that rank's layers {list(per_rank)}"
                 )
+
+    def _validate_experts(self, model: ModelSpec) -> None:
+        if model.moe is None:
+            if self.ep > 1 or self.etp > 1:
+                raise LayoutError(f"ep {self.ep} and etp {self.etp} need a mixture-of-experts model; "
+                                  f"{model.name!r} is dense (use ep 1, etp 1)")
+            return
+        moe = model.moe
+        if moe.num_experts % self.ep:
+            raise LayoutError(f"experts {moe.num_experts} not divisible by ep {self.ep}")
+        if moe.ffn_hidden_size % self.etp:
+            raise LayoutError(f"expert width {moe.ffn_hidden_size} not divisible by etp {self.etp}")
+        inner = self.tp * self.cp * self.dp
+        if inner % (self.ep * self.etp):
+            raise LayoutError(f"etp {self.etp} * ep {self.ep} must divide tp * cp * dp = {inner} (the ranks of "
+                              "one pipeline stage, which the expert layers fold into etp x ep x expert-dp)")
+        if self.ep > 1 and self.tp > 1 and not self.sp:
+            raise LayoutError("expert parallelism with tp > 1 needs sequence parallelism (--sp)")
 
     def rank_layers(self, num_layers: int) -> tuple[int, ...]:
         """Decoder layers held by each pipeline rank (all its model chunks)."""
