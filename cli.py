@@ -70,6 +70,14 @@ GpusPerNode = Annotated[int | None, typer.Option(help="Override the profile's GP
 InterNode = Annotated[float | None, typer.Option(help="Override scale-out bandwidth per GPU, Gbit/s.")]
 MemoryGib = Annotated[float | None, typer.Option(help="Override GPU memory, GiB.")]
 Attention = Annotated[AttentionKernel, typer.Option(help="Attention kernel the framework runs.")]
+CapacityFactor = Annotated[float | None, typer.Option(
+    min=1.0, help="MoE: pad every expert's buffer to this x its mean load (default: dropless routing).")]
+LoadImbalance = Annotated[float, typer.Option(
+    min=1.0, help="MoE dropless routing: tokens on the busiest expert rank over the mean.")]
+
+
+def _runtime(attention: AttentionKernel, capacity: float | None, imbalance: float) -> Runtime:
+    return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance)
 
 
 @app.command()
@@ -86,6 +94,8 @@ def evaluate(
     pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages (model chunks) per rank.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE models).")] = 1,
+    etp: Annotated[int | None, typer.Option(help="Expert tensor-parallel degree (MoE models; default 1).")] = None,
     mbs: Annotated[int, typer.Option(help="Micro-batch size in sequences.")] = 1,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
@@ -94,6 +104,8 @@ def evaluate(
                                                            "with --vpp > 1).")] = None,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
+    moe_capacity_factor: CapacityFactor = None,
+    moe_load_imbalance: LoadImbalance = 1.0,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -120,9 +132,10 @@ def evaluate(
             raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
-                          runtime=Runtime(attention=attention), overrides=overrides)
+                          runtime=_runtime(attention, moe_capacity_factor, moe_load_imbalance),
+                          overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
-                             recompute=recompute, schedule=schedule)
+                             recompute=recompute, schedule=schedule, ep=ep, etp=etp)
         pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
         _echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
 
@@ -149,6 +162,8 @@ def plan(
     pp: Annotated[int | None, typer.Option(help="Pin pipeline parallelism.")] = None,
     cp: Annotated[int | None, typer.Option(help="Pin context parallelism.")] = None,
     vpp: Annotated[int | None, typer.Option(help="Pin virtual stages per rank.")] = None,
+    ep: Annotated[int | None, typer.Option(help="Pin expert parallelism (MoE models).")] = None,
+    etp: Annotated[int | None, typer.Option(help="Pin expert tensor parallelism (MoE models).")] = None,
     mbs: Annotated[int | None, typer.Option(help="Pin the micro-batch size.")] = None,
     zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
     recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
@@ -168,6 +183,8 @@ def plan(
                                                      "between runs).")] = False,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
+    moe_capacity_factor: CapacityFactor = None,
+    moe_load_imbalance: LoadImbalance = 1.0,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -189,8 +206,9 @@ def plan(
                 _plan_chain(costs, hardware, gpus, batch, HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
                             top_k, out, as_json)
                 return
-        model_spec, runtime, limits = model_and_costs(model, costs, seq_len, Runtime(attention=attention))
-        spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
+        model_spec, runtime, limits = model_and_costs(model, costs, seq_len,
+                                                      _runtime(attention, moe_capacity_factor, moe_load_imbalance))
+        spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
                           partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)
         if limits:

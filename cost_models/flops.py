@@ -77,7 +77,7 @@ def moe_mlp_params(model: ModelSpec, active: bool = False) -> int:
 
 def decoder_layer_counts(model: ModelSpec) -> tuple[int, int]:
     """(dense, MoE) decoder layers of the stack."""
-    n_moe = 0 if model.moe is None else sum(model.moe.is_moe_layer(i) for i in range(model.num_layers))
+    n_moe = 0 if model.moe is None else model.moe.count_moe_layers(model.num_layers)
     return model.num_layers - n_moe, n_moe
 
 

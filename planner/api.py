@@ -17,7 +17,7 @@ from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner.errors import InputError, LayoutError
 from planner.ilp import SolveOptions, Solver
-from planner.loaders import load_model, require_dense
+from planner.loaders import load_model
 from planner.planfile import Plan
 from planner.search import ProgressFn, search
 from planner.space import SearchSpec
@@ -60,7 +60,6 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     if gpus <= 0:
         raise InputError(f"--gpus must be a positive integer, got {gpus}")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
-    require_dense(model_spec)
     cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)
     if cluster.num_gpus != gpus:
         raise InputError(f"cluster has {cluster.num_gpus} GPUs but --gpus is {gpus}")
@@ -72,11 +71,11 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
 def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mbs: int = 1,
                 sp: bool | None = None, zero: int | ZeroStage = 0, recompute: Recompute | str = "none",
                 schedule: Schedule | str | None = None,
-                stage_layers: tuple[int, ...] | None = None) -> Layout:
+                stage_layers: tuple[int, ...] | None = None, ep: int = 1, etp: int | None = None) -> Layout:
     """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp.
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
-    interleaved 1F1B when vpp > 1, else 1F1B."""
+    interleaved 1F1B when vpp > 1, else 1F1B; etp (MoE models) to 1, each expert whole on its rank."""
     gpus = problem.cluster.num_gpus
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("mbs", mbs)):
         if value < 1:
@@ -90,7 +89,7 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
     layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=mbs,
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
                     recompute=_enum(Recompute, recompute, "--recompute"), schedule=sched,
-                    stage_layers=stage_layers)
+                    stage_layers=stage_layers, ep=ep, etp=1 if etp is None else etp)
     layout.validate(problem.model, problem.job, gpus)
     return layout
 
@@ -98,13 +97,14 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
 def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
              global_batch: int, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mbs: int = 1,
              sp: bool | None = None, zero: int = 0, recompute: Recompute | str = "none",
-             dtype: Dtype | str = Dtype.BF16, schedule: Schedule | str | None = None,
-             runtime: Runtime = Runtime(), overrides: HardwareOverrides = HardwareOverrides()) -> Prediction:
+             dtype: Dtype | str = Dtype.BF16, schedule: Schedule | str | None = None, ep: int = 1,
+             etp: int | None = None, runtime: Runtime = Runtime(),
+             overrides: HardwareOverrides = HardwareOverrides()) -> Prediction:
     """Predict step time, throughput, MFU and per-GPU memory of one given layout."""
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides)
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
-                         recompute=recompute, schedule=schedule)
+                         recompute=recompute, schedule=schedule, ep=ep, etp=etp)
     return evaluate_layout(problem.model, problem.cluster, problem.job, layout)
 
 

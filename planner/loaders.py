@@ -263,17 +263,6 @@ def load_model(name_or_path: str) -> ModelSpec:
     return model_from_mapping(data, str(path))
 
 
-def require_dense(model: ModelSpec) -> None:
-    """Refuse models the cost model does not price yet, rather than pricing them as dense ones."""
-    parts = [name for name, present in (("mixture-of-experts MLPs", model.moe is not None),
-                                         ("multi-head latent attention", model.mla is not None),
-                                         ("multi-token prediction", model.mtp_layers > 0)) if present]
-    if parts:
-        raise InputError(f"model {model.name!r} has {', '.join(parts)}: step-time and memory predictions "
-                         "cover dense decoders only so far (expert parallelism is not modelled yet); "
-                         "`meshplan models` shows its total and active parameter counts")
-
-
 def model_mapping(model: ModelSpec) -> dict[str, Any]:
     """The inverse of `model_from_mapping`: the model-YAML keys of `model`."""
     return {"name": model.name, "num_layers": model.num_layers, "hidden_size": model.hidden_size,

@@ -261,8 +261,7 @@ def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np
             saved = _prefix(p.mr[s], kinds)
             need = plain + p.transient - p.capacity
             # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
-            ends = np.stack([np.searchsorted(saved, saved[row] + need[row] - _EPS, side="left")
-                             for row in range(width)])
+            ends = np.searchsorted(saved, saved[:, None] + need - _EPS, side="left")
             ok = np.isinf(r) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need - _EPS)
             r = np.where(ok, np.maximum(ends - i, 1), r)
         r = np.where(nonempty, r, np.inf)
@@ -293,7 +292,17 @@ def solve_kinds(p: KindSplitProblem) -> Split | None:
     """The exact split of a stack with layers of several kinds, or None when no split fits."""
     times, sums, recs = kind_segment_tables(p)
     allowed = np.isfinite(times)
-    found = best_boundaries(times, sums, allowed, p.num_microbatches)
+    bounds = np.unique(times[allowed])
+    if not len(bounds) or least_sum(sums, allowed) is None:
+        return None
+    lo, hi = 0, len(bounds) - 1
+    while lo < hi:  # the smallest bottleneck that admits a split
+        mid = (lo + hi) // 2
+        if least_sum(sums, allowed & (times <= bounds[mid] * (1 + _EPS))) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    found = best_boundaries(times, sums, allowed, p.num_microbatches, start=float(bounds[lo]))
     if found is None:
         return None
     return _kind_split(p, times, sums, recs, found[0])

@@ -29,7 +29,7 @@ from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile, profile_mapping
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
-from planner.loaders import model_from_mapping, model_mapping, require_dense
+from planner.loaders import model_from_mapping, model_mapping
 from planner.report import layout_dict, prediction_dict
 from planner.search import Certificate, Ranked
 from planner.simulate import simulated_step_time
@@ -101,8 +101,9 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
         "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "dtype": job.dtype.value,
                 "attention": job.runtime.attention.value, "overlap_grad_reduce": job.runtime.overlap_grad_reduce,
                 "overlap_param_gather": job.runtime.overlap_param_gather,
-                "grad_reduce_bytes": job.runtime.grad_reduce_bytes},
-        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": 1, "sp": layout.sp,
+                "grad_reduce_bytes": job.runtime.grad_reduce_bytes, **_moe_job(plan.model, job)},
+        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
+                        **({"etp": layout.etp} if plan.model.moe is not None else {}), "sp": layout.sp,
                         "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,
                         "schedule_runs_on": list(LAUNCHERS[layout.schedule]),
                         "layers_per_chunk": list(layout.chunk_layers(plan.model.num_layers))},
@@ -123,6 +124,14 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
         "alternatives": [_summary(r) for r in plan.alternatives],
         "costs": _costs_dict(job.runtime.measured),
     }
+
+
+def _moe_job(model: ModelSpec, job: JobSpec) -> dict[str, Any]:
+    """Routing assumptions of an MoE plan (absent for dense models, whose files stay as they were)."""
+    if model.moe is None:
+        return {}
+    return {"moe_capacity_factor": job.runtime.moe_capacity_factor,
+            "moe_load_imbalance": job.runtime.moe_load_imbalance}
 
 
 def _costs_dict(measured: MeasuredCosts | None) -> dict[str, Any] | None:
@@ -184,6 +193,7 @@ def layout_from_dict(data: dict[str, Any], origin: str) -> Layout:
     full = rec["full_layers_per_stage"]
     recompute = Recompute(rec["granularity"])
     return Layout(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], vpp=par["vpp"],
+                  ep=par.get("ep", 1), etp=par.get("etp", 1),
                   mbs=data["batching"]["micro_batch_size"], sp=par["sp"], zero=ZeroStage(par["zero_stage"]),
                   recompute=recompute, schedule=Schedule(par["schedule"]),
                   stage_layers=tuple(par["layers_per_chunk"]),
@@ -197,7 +207,6 @@ def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobS
     except jsonschema.ValidationError as exc:
         raise InputError(f"{origin}: {_where(exc)}: {exc.message.splitlines()[0]}") from None
     model = model_from_mapping(data["model"], f"{origin}: model")
-    require_dense(model)
     hw = data["hardware"]
     cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
     j = data["job"]
@@ -206,7 +215,9 @@ def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobS
                                   overlap_grad_reduce=j["overlap_grad_reduce"],
                                   overlap_param_gather=j["overlap_param_gather"],
                                   grad_reduce_bytes=j["grad_reduce_bytes"],
-                                  measured=_costs_from(data.get("costs"))))
+                                  measured=_costs_from(data.get("costs")),
+                                  moe_capacity_factor=j.get("moe_capacity_factor"),
+                                  moe_load_imbalance=j.get("moe_load_imbalance", 1.0)))
     layout = layout_from_dict(data, origin)
     try:
         layout.validate(model, job, cluster.num_gpus)
@@ -258,6 +269,6 @@ def load_plan(path: str | Path) -> Plan:
         lay = alt["layout"]
         other = Layout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], vpp=lay["vpp"], mbs=lay["mbs"],
                        sp=lay["sp"], zero=ZeroStage(lay["zero_stage"]), recompute=Recompute(lay["recompute"]),
-                       schedule=Schedule(lay["schedule"]))
+                       schedule=Schedule(lay["schedule"]), ep=lay.get("ep", 1), etp=lay.get("etp", 1))
         alternatives.append(ranked(other))
     return Plan(model, cluster, job, best, tuple(alternatives), cert)

@@ -13,9 +13,11 @@ if TYPE_CHECKING:
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
+    """The layout's degrees; ep and etp only where they are not 1 (dense plans keep their form)."""
+    experts = {"ep": layout.ep, "etp": layout.etp} if layout.ep > 1 or layout.etp > 1 else {}
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "vpp": layout.vpp,
             "mbs": layout.mbs, "sp": layout.sp, "zero_stage": int(layout.zero),
-            "recompute": layout.recompute.value, "schedule": layout.schedule.value}
+            "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts}
 
 
 def prediction_dict(pred: Prediction) -> dict[str, Any]:
@@ -83,11 +85,13 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
     return "\n".join(lines)
 
 
-def _layout_line(layout: Layout) -> str:
+def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
+    """One-line form of a layout: degrees, ZeRO stage, recomputation, schedule (and ep/etp for MoE)."""
     rec = layout.recompute.value
-    if layout.recompute_layers:
+    if layout.recompute_layers and with_split_recompute:
         rec += f"+full{list(layout.recompute_layers)}"
-    return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} vpp{layout.vpp} mbs{layout.mbs} "
+    experts = f"ep{layout.ep} etp{layout.etp} " if layout.ep > 1 or layout.etp > 1 else ""
+    return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} {experts}vpp{layout.vpp} mbs{layout.mbs} "
             f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}"
             + (f" {layout.schedule.value}" if layout.pp > 1 else ""))
 
@@ -105,7 +109,7 @@ def plan_table(plan: Plan) -> str:
         p = r.prediction
         sim = f"{r.simulated_step_time_s:9.3f}" if r.simulated_step_time_s is not None else f"{'-':>9}"
         lines.append(f"  {i + 1:>2} {p.step_time_s:9.3f} {sim} {p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} "
-                     f"{p.peak_memory_gib:9.1f}  {_layout_line(r.layout)}")
+                     f"{p.peak_memory_gib:9.1f}  {layout_line(r.layout)}")
     cert = plan.certificate
     if cert is not None:
         verdict = "optimal within the modelled space" if cert.optimal else f"gap {100 * cert.gap:.2f} % left"

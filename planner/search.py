@@ -33,6 +33,7 @@ from cost_models.step import (
     LayoutCosts,
     Prediction,
     StageLayers,
+    StageParams,
     dp_reduce_exposed,
     evaluate_layout,
     layer_times,
@@ -88,10 +89,10 @@ class SearchResult:
     certificate: Certificate
 
 
-def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate) -> float:
+def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate, params: StageParams | None = None) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
     sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
-    params = rank_params(model, job, c.tp, c.pp, c.ep, c.etp).scaled(1 / c.pp)
+    params = (params or rank_params(model, job, c.tp, c.pp, c.ep, c.etp)).scaled(1 / c.pp)
     states = stage_states(params, _family_layout(c), job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
 
@@ -110,6 +111,14 @@ class _LayerTimes:
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
         self._families: dict[Candidate, tuple[float, float, float, float]] = {}
+        self._params: dict[tuple[int, int, int, int], StageParams] = {}
+
+    def params(self, c: Candidate) -> StageParams:
+        """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
+        key = (c.tp, c.pp, c.ep, c.etp)
+        if key not in self._params:
+            self._params[key] = rank_params(self.model, self.job, c.tp, c.pp, c.ep, c.etp)
+        return self._params[key]
 
     def get(self, c: Candidate) -> LayerTimes:
         knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp)
@@ -151,7 +160,7 @@ class _LayerTimes:
         avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
         if times.moe is not None:
             avg = avg + times.moe.scaled(n_moe / c.pp)
-        params = rank_params(model, job, c.tp, c.pp, c.ep, c.etp).scaled(1 / c.pp)
+        params = self.params(c).scaled(1 / c.pp)
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
                 + optimizer_time(params, layout, cluster))
@@ -315,7 +324,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         raise InfeasibleError(
             f"no valid layout for {cluster.num_gpus} GPUs: the global batch {job.global_batch} must split into "
             "dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp (check the pins)")
-    fitting = [c for c in pool if _state_bound_bytes(model, job, c) <= capacity]
+    fitting = [c for c in pool if _state_bound_bytes(model, job, c, layer_times.params(c)) <= capacity]
     pruned_memory = len(pool) - len(fitting)
     if not fitting:
         raise InfeasibleError(_no_fit_message(model, cluster, job, pool))

@@ -92,6 +92,10 @@ class MoESpec:
     def is_moe_layer(self, index: int) -> bool:
         return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.every == self.every - 1
 
+    def count_moe_layers(self, num_layers: int) -> int:
+        """MoE layers among the first `num_layers`: every `every`-th after the dense ones."""
+        return max(0, num_layers - self.first_dense_layers) // self.every
+
     def layer_kinds(self, num_layers: int) -> tuple[bool, ...]:
         """Per decoder layer: True where its MLP is a mixture of experts."""
         return tuple(self.is_moe_layer(i) for i in range(num_layers))

@@ -21,6 +21,7 @@ from hardware_profiles import HardwareOverrides
 from planner.api import plan
 from planner.errors import InfeasibleError, InputError
 from planner.planfile import Plan
+from planner.report import layout_line
 from planner.space import SearchSpec
 from planner.specs import Dtype, Runtime
 
@@ -62,8 +63,7 @@ def _row(value: Any, result: Plan | None, problem: str = "") -> dict[str, Any]:
     return {"value": value, "fits": True, "step_time_s": pred.step_time_s, "tokens_per_s": pred.tokens_per_s,
             "tokens_per_s_per_gpu": pred.tokens_per_s / result.cluster.num_gpus, "mfu": pred.mfu,
             "peak_memory_gib": pred.peak_memory_gib,
-            "layout": f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} vpp{lay.vpp} mbs{lay.mbs} zero{int(lay.zero)} "
-                      f"{lay.recompute.value} {lay.schedule.value}", "note": ""}
+            "layout": layout_line(lay, with_split_recompute=False), "note": ""}
 
 
 def _change(varied: Varied, raw: str) -> tuple[Any, dict[str, Any]]:

@@ -128,15 +128,6 @@ def test_moe_yaml_needs_all_moe_keys(tmp_path: Path) -> None:
         load_model(str(path))
 
 
-def test_moe_models_are_refused_by_the_cost_model() -> None:
-    """Until expert parallelism is modelled, evaluate and plan refuse MoE/MLA models instead of pricing
-    them as dense ones."""
-    from planner import evaluate
-
-    with pytest.raises(InputError, match="mixture-of-experts MLPs, multi-head latent attention"):
-        evaluate("deepseek-v3", "h100-sxm", gpus=8, seq_len=4096, global_batch=8)
-
-
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True),
                     st.text(max_size=8))
 values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
