@@ -146,6 +146,21 @@ class MoETime:
     comm_forward: float  # dispatch + combine all-to-alls (+ expert-TP gather and scatter); backward repeats it
 
 
+def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 1.0) -> list[tuple[Gemm, float]]:
+    """(GEMM, how many) of one MoE MLP on one rank (see `moe_mlp_time`): the router on the rank's T·r tokens,
+    per local expert FC1 and FC2 on its share of the k·T·r·etp·load routed copies, the shared experts."""
+    assert model.moe is not None
+    moe, t = model.moe, knobs.tp
+    local = tokens / t if knobs.sp else tokens
+    copies = local * moe.top_k * knobs.etp * load
+    local_experts = moe.num_experts / knobs.ep
+    out = [(Gemm(local, moe.num_experts, model.hidden_size), 1.0)]
+    out += [(g, local_experts) for g in mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / knobs.etp)]
+    if moe.shared_ffn_hidden_size:
+        out += [(g, 1.0) for g in mlp_gemms(model, tokens, moe.shared_ffn_hidden_size / t)]
+    return out
+
+
 def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float) -> MoETime:
     """Router, routed experts and shared experts of one MoE layer on one GPU (Fedus et al. 2021; Megatron-core
     MoE with the all-to-all token dispatcher and parallel folding).
@@ -164,14 +179,10 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     local = tokens / t if knobs.sp else tokens
     load = rt.moe_load_factor
     copies = local * moe.top_k * etp * load
-    local_experts = moe.num_experts / ep
-    fwd, bwd = _gemms_time((Gemm(local, moe.num_experts, h),), cluster, job)
-    ef, eb = _gemms_time(mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / etp), cluster, job,
-                         repeat=local_experts)
-    fwd, bwd = fwd + ef, bwd + eb
-    if moe.shared_ffn_hidden_size:
-        sf, sb = _gemms_time(mlp_gemms(model, tokens, moe.shared_ffn_hidden_size / t), cluster, job)
-        fwd, bwd = fwd + sf, bwd + sb
+    fwd = bwd = 0.0
+    for gemm, repeat in moe_gemms(model, knobs, tokens, load):
+        gf, gb = gemm_fwd_bwd_time(gemm, gpu, job.dtype)
+        fwd, bwd = fwd + repeat * gf, bwd + repeat * gb
     # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
     # and writes the FC1 output; top-k and softmax over the fp32 router scores
     act = (6 if model.gated_mlp else 4) * moe.ffn_hidden_size / etp

@@ -47,7 +47,7 @@ CAPABILITIES: dict[Target, SearchSpec] = {
     Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
                                       schedule_choices=TITAN_SCHEDULES),
     Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
-                                 schedule_choices=(Schedule.ONE_F_ONE_B,)),
+                                 schedule_choices=(Schedule.ONE_F_ONE_B,), max_ep=1, etp=1),
     Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
 }
 COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
@@ -89,7 +89,8 @@ def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
     return replace(spec, zero_choices=cap.zero_choices, schedule_choices=cap.schedule_choices,
                    partial_recompute=spec.partial_recompute and cap.partial_recompute,
                    uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
-                   vpp=spec.vpp if spec.vpp is not None else cap.vpp)
+                   vpp=spec.vpp if spec.vpp is not None else cap.vpp, max_ep=cap.max_ep,
+                   etp=spec.etp if spec.etp is not None else cap.etp)
 
 
 __all__ = ["CAPABILITIES", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]

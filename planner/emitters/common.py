@@ -61,8 +61,9 @@ def describe(plan: Plan) -> str:
 
 
 def layout_summary(lay: Layout) -> str:
-    return (f"tp {lay.tp}, pp {lay.pp}, dp {lay.dp}, cp {lay.cp}, vpp {lay.vpp}, mbs {lay.mbs}, ZeRO-{int(lay.zero)}, "
-            f"recompute {lay.recompute.value}")
+    experts = f"ep {lay.ep}, etp {lay.etp}, " if lay.ep > 1 or lay.etp > 1 else ""
+    return (f"tp {lay.tp}, pp {lay.pp}, dp {lay.dp}, cp {lay.cp}, {experts}vpp {lay.vpp}, mbs {lay.mbs}, "
+            f"ZeRO-{int(lay.zero)}, recompute {lay.recompute.value}")
 
 
 __all__ = ["LaunchFacts", "Recompute", "UnsupportedPlanError", "ZeroStage", "describe", "facts", "partial_recompute"]

@@ -20,6 +20,10 @@ from planner.specs import AttentionKernel, Recompute, Schedule, ZeroStage
 def config(plan: Plan) -> dict[str, Any]:
     lay, job = plan.best.layout, plan.job
     f = facts(plan)
+    if lay.ep > 1 or lay.etp > 1:
+        raise UnsupportedPlanError(f"DeepSpeed's config has no expert parallelism (ep {lay.ep}, etp {lay.etp}: it is "
+                                   "set in the model code, deepspeed.moe.layer.MoE(ep_size=...)); the nearest plan "
+                                   "runs ep 1")
     if lay.cp > 1:
         raise UnsupportedPlanError(f"DeepSpeed's config has no context parallelism (cp {lay.cp}); the nearest plan "
                                    "runs cp 1 (re-plan with --no-cp)")

@@ -5,7 +5,9 @@ Rules (REFERENCE.md section 2): DP comes from the world size; 1F1B without VPP, 
 even split needs nothing, uneven first/last stages use --decoder-first/last-pipeline-num-layers, any
 other split (and any split with VPP that is not even) --pipeline-model-parallel-layout; partial
 recomputation is the block method with one count for every stage; ZeRO-1 is the distributed optimizer,
-ZeRO-2/3 Megatron-FSDP.
+ZeRO-2/3 Megatron-FSDP. MoE models get their experts, routing (all-to-all dispatcher, grouped GEMMs, the
+capacity factor when the plan pads to one), --moe-layer-freq for dense/MoE mixes, expert parallelism and
+MTP; MLA models their low-rank dimensions.
 """
 
 from __future__ import annotations
@@ -42,6 +44,64 @@ def _model_args(plan: Plan) -> list[tuple[str, object]]:
             args.append(("--add-qkv-bias", None))
     if not m.dropout:
         args += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+    if m.qk_norm:
+        args.append(("--qk-layernorm", None))
+    return args + _mla_args(plan) + _moe_args(plan)
+
+
+def _mla_args(plan: Plan) -> list[tuple[str, object]]:
+    """Multi-head latent attention: --qk-head-dim is the no-rope part of a query/key head, --qk-pos-emb-head-dim
+    its rotary part."""
+    mla = plan.model.mla
+    if mla is None:
+        return []
+    args: list[tuple[str, object]] = [("--multi-latent-attention", None)]
+    if mla.q_lora_rank:
+        args.append(("--q-lora-rank", mla.q_lora_rank))
+    return args + [("--kv-lora-rank", mla.kv_lora_rank), ("--qk-head-dim", mla.qk_nope_head_dim),
+                   ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim), ("--v-head-dim", mla.v_head_dim)]
+
+
+def moe_layer_pattern(kinds: tuple[bool, ...]) -> str:
+    """--moe-layer-freq as the Python list expression Megatron evaluates: 1 for an MoE layer, 0 for a dense one,
+    one '[k]*n' term per run of equal layers (e.g. '[0]*3+[1]*58'), or '([0]*(s-1)+[1])*n' for a periodic stack."""
+    flags = [int(k) for k in kinds]
+    for period in range(1, len(flags) // 2 + 1):
+        if len(flags) % period == 0 and flags == flags[:period] * (len(flags) // period) and period < len(flags):
+            if period > 1:
+                return f"({moe_layer_pattern(tuple(bool(f) for f in flags[:period]))})*{len(flags) // period}"
+            break
+    runs: list[tuple[int, int]] = []
+    for flag in flags:
+        if runs and runs[-1][0] == flag:
+            runs[-1] = (flag, runs[-1][1] + 1)
+        else:
+            runs.append((flag, 1))
+    return "+".join(f"[{flag}]*{n}" for flag, n in runs)
+
+
+def _moe_args(plan: Plan) -> list[tuple[str, object]]:
+    """Experts, routing and the token dispatcher the cost model assumes (all-to-all, grouped GEMMs), expert
+    parallelism, and multi-token prediction."""
+    m, lay, rt = plan.model, plan.best.layout, plan.job.runtime
+    args: list[tuple[str, object]] = []
+    if m.moe is not None:
+        moe = m.moe
+        args += [("--num-experts", moe.num_experts), ("--moe-router-topk", moe.top_k),
+                 ("--moe-ffn-hidden-size", moe.ffn_hidden_size)]
+        if moe.shared_ffn_hidden_size:
+            args.append(("--moe-shared-expert-intermediate-size", moe.shared_ffn_hidden_size))
+        if not all(m.moe_layers()):
+            args.append(("--moe-layer-freq", moe_layer_pattern(m.moe_layers())))
+        if moe.router_bias:
+            args.append(("--moe-router-enable-expert-bias", None))
+        args += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+        if rt.moe_capacity_factor is not None:
+            args += [("--moe-expert-capacity-factor", rt.moe_capacity_factor),
+                     ("--moe-pad-expert-input-to-capacity", None)]
+        args += [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp)]
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", m.mtp_layers))
     return args
 
 
@@ -62,15 +122,15 @@ def _pipeline_args(plan: Plan) -> list[tuple[str, object]]:
     if lay.vpp == 1 and len(set(middle)) <= 1 and (lay.pp == 2 or middle[0] != 0):
         return args + [("--decoder-first-pipeline-num-layers", chunks[0]),
                        ("--decoder-last-pipeline-num-layers", chunks[-1])]
-    return args + [("--pipeline-model-parallel-layout", pipeline_layout(chunks))]
+    return args + [("--pipeline-model-parallel-layout", pipeline_layout(chunks, plan.model.mtp_layers))]
 
 
-def pipeline_layout(chunks: tuple[int, ...]) -> str:
-    """Megatron's layout string: chunks in pipeline order separated by '|', embedding 'E' first, loss
-    'L' last, 't*n' for n decoder layers."""
+def pipeline_layout(chunks: tuple[int, ...], mtp_layers: int = 0) -> str:
+    """Megatron's layout string: chunks in pipeline order separated by '|', embedding 'E' first, the
+    multi-token-prediction layers 'm' and the loss 'L' last, 't*n' for n decoder layers."""
     parts = [f"t*{n}" if n > 1 else "t" * n for n in chunks]
     parts[0] = "E" + parts[0]
-    parts[-1] = parts[-1] + "L"
+    parts[-1] = parts[-1] + "m" * mtp_layers + "L"
     return "|".join(parts)
 
 

@@ -25,13 +25,15 @@ def model_fields(plan: Plan) -> dict[str, Any]:
         "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
         "context_parallel_size": lay.cp, "sequence_parallel": lay.sp,
     }
+    if plan.model.moe is not None:
+        fields.update(expert_model_parallel_size=lay.ep, expert_tensor_parallel_size=lay.etp)
     if lay.pp > 1 and not f.uniform_chunks:
         middle = f.chunks[1:-1]
         if lay.vpp == 1 and len(set(middle)) <= 1:
             fields.update(num_layers_in_first_pipeline_stage=f.chunks[0],
                           num_layers_in_last_pipeline_stage=f.chunks[-1])
         else:
-            fields.update(pipeline_model_parallel_layout=pipeline_layout(f.chunks),
+            fields.update(pipeline_model_parallel_layout=pipeline_layout(f.chunks, plan.model.mtp_layers),
                           virtual_pipeline_model_parallel_size=None)
     block = partial_recompute(plan)
     if block is not None:

@@ -17,7 +17,10 @@ from planner.specs import Dtype, Recompute, Schedule, ZeroStage
 
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B"}
 FLAVORS = {"llama3-8b": ("llama3", "8B", "llama3_8b"), "llama3-70b": ("llama3", "70B", "llama3_70b"),
-           "llama3-405b": ("llama3", "405B", "llama3_405b")}
+           "llama3-405b": ("llama3", "405B", "llama3_405b"),
+           "deepseek-v3": ("deepseek_v3", "671B", "deepseek_v3_671b"),
+           "qwen3-30b-a3b": ("qwen3", "30B-A3B", "qwen3_30b_a3b"),
+           "qwen3-235b-a22b": ("qwen3", "235B-A22B", "qwen3_235b_a22b")}
 
 
 def model_parts(plan: Plan) -> list[list[str]]:
@@ -54,6 +57,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "data_parallel_shard_degree": lay.dp if sharded else 1,
         "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
     }
+    if model.moe is not None:
+        parallelism.update(expert_parallel_degree=lay.ep, expert_tensor_parallel_degree=lay.etp)
     if sharded:
         parallelism["fsdp_reshard_after_forward"] = "always" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
@@ -102,8 +107,8 @@ def emit_cli(plan: Plan) -> str:
     """Overrides for torchtitan 0.3.x, which reads no TOML: one `--section.key value` per line. The split is
     stated as layers per (virtual) stage, so only even splits can be expressed this way."""
     model, f = plan.model, facts(plan)
-    _, _, config = FLAVORS.get(model.name, ("llama3", model.name, model.name.replace("-", "_")))
-    lines = ["--module llama3", f"--config {config}"]
+    module, _, config = FLAVORS.get(model.name, ("llama3", model.name, model.name.replace("-", "_")))
+    lines = [f"--module {module}", f"--config {config}"]
     for section, values in sections(plan).items():
         if section in ("job", "model"):
             continue
