@@ -271,4 +271,21 @@ def model_mapping(model: ModelSpec) -> dict[str, Any]:
             "gated_mlp": model.gated_mlp, "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
             "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias,
             "learned_positions": model.learned_positions, "dropout": model.dropout,
-            **({"qk_norm": True} if model.qk_norm else {})}
+            **({"qk_norm": True} if model.qk_norm else {}), **_moe_mla_mapping(model)}
+
+
+def _moe_mla_mapping(model: ModelSpec) -> dict[str, Any]:
+    """The optional MoE, MLA and multi-token-prediction keys (absent for dense models)."""
+    out: dict[str, Any] = {"mtp_layers": model.mtp_layers} if model.mtp_layers else {}
+    if model.moe is not None:
+        moe = model.moe
+        out.update(moe_num_experts=moe.num_experts, moe_top_k=moe.top_k, moe_ffn_hidden_size=moe.ffn_hidden_size,
+                   moe_shared_ffn_hidden_size=moe.shared_ffn_hidden_size,
+                   moe_first_dense_layers=moe.first_dense_layers, moe_every=moe.every,
+                   moe_router_bias=moe.router_bias)
+    if model.mla is not None:
+        mla = model.mla
+        out.update(mla_q_lora_rank=mla.q_lora_rank, mla_kv_lora_rank=mla.kv_lora_rank,
+                   mla_qk_nope_head_dim=mla.qk_nope_head_dim, mla_qk_rope_head_dim=mla.qk_rope_head_dim,
+                   mla_v_head_dim=mla.v_head_dim)
+    return out
