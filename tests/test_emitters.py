@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from planner import plan
-from planner.emitters import CAPABILITIES, Target, UnsupportedPlanError, emit
+from planner.emitters import CAPABILITIES, Emitted, Target, UnsupportedPlanError, emit
 from planner.emitters.megatron import arguments
 from planner.planfile import Plan
 from planner.space import SearchSpec
+from planner.specs import Schedule
 
 GOLDEN = Path(__file__).parent / "golden"
 FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
@@ -31,7 +32,33 @@ def cases() -> dict[str, Plan]:
         "llama3-70b_pp_vpp_cp": plan("llama3-70b", "h100-sxm", gpus=256, seq_len=32768, global_batch=64,
                                      spec=SearchSpec(tp=8, pp=4, cp=2, vpp=5, zero=1, top_k=1)),
         "llama3-405b_16384xh100": plan("llama3-405b", "h100-sxm", gpus=16384, seq_len=8192, global_batch=2048),
+        "deepseek-v3_2048xh800": plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360,
+                                      spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=1,
+                                                      schedule=Schedule.ONE_F_ONE_B, partial_recompute=False)),
+        "qwen3-30b-a3b_32xh100": plan("qwen3-30b-a3b", "h100-sxm", gpus=32, seq_len=4096, global_batch=256,
+                                      spec=SearchSpec(tp=2, pp=2, ep=4, etp=2, zero=1, top_k=1,
+                                                      schedule=Schedule.ONE_F_ONE_B)),
     }
+
+
+@cache
+def emitted(case: str, target: Target) -> Emitted | UnsupportedPlanError:
+    """emit() of a case, computed once per run (a fallback for MoE cases searches again, which takes seconds)."""
+    try:
+        return emit(cases()[case], target)
+    except UnsupportedPlanError as exc:
+        return exc
+
+
+def emit_case(case: str, target: Target) -> Emitted:
+    out = emitted(case, target)
+    if isinstance(out, UnsupportedPlanError):
+        raise out
+    return out
+
+
+CASES = ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100", "deepseek-v3_2048xh800",
+         "qwen3-30b-a3b_32xh100"]
 
 
 SUFFIX = {Target.MEGATRON: "sh", Target.TORCHTITAN: "toml", Target.TORCHTITAN_CLI: "args", Target.DEEPSPEED: "json",
@@ -39,11 +66,11 @@ SUFFIX = {Target.MEGATRON: "sh", Target.TORCHTITAN: "toml", Target.TORCHTITAN_CL
 
 
 @pytest.mark.parametrize("target", list(Target))
-@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+@pytest.mark.parametrize("case", CASES)
 def test_golden(case: str, target: Target) -> None:
     """Regenerate with MESHPLAN_UPDATE_GOLDEN=1 after a deliberate change, and review the diff."""
     try:
-        text = emit(cases()[case], target).text
+        text = emit_case(case, target).text
     except UnsupportedPlanError as exc:  # the refusal is behaviour too
         text = f"UNSUPPORTED: {exc}\n"
     path = GOLDEN / f"{case}.{target.value}.{SUFFIX[target]}"
@@ -76,9 +103,9 @@ def test_unsupported_is_named_and_strict_refuses() -> None:
 
 def test_substitute_respects_capabilities() -> None:
     for target, spec in CAPABILITIES.items():
-        for p in cases().values():
+        for case in CASES:
             try:
-                out = emit(p, target)
+                out = emit_case(case, target)
             except UnsupportedPlanError as exc:
                 assert "no layout" in str(exc) and "can run fits this job" in str(exc)
                 continue
@@ -114,11 +141,29 @@ def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
         if args["--recompute-granularity"] == "full":
             cfg["recompute_method"] = args["--recompute-method"]
             cfg["recompute_num_layers"] = args["--recompute-num-layers"]
+    moe_fields = {"--num-experts": "num_moe_experts", "--moe-router-topk": "moe_router_topk",
+                  "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+                  "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
+                  "--expert-model-parallel-size": "expert_model_parallel_size",
+                  "--expert-tensor-parallel-size": "expert_tensor_parallel_size", "--mtp-num-layers": "mtp_num_layers",
+                  "--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_head_dim",
+                  "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim", "--v-head-dim": "v_head_dim",
+                  "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
+                  "--moe-router-score-function": "moe_router_score_function"}
+    cfg.update({field: args[flag] for flag, field in moe_fields.items() if flag in args})
+    switches = {"--moe-grouped-gemm": "moe_grouped_gemm",
+                "--moe-router-enable-expert-bias": "moe_router_enable_expert_bias", "--qk-layernorm": "qk_layernorm",
+                "--multi-latent-attention": "multi_latent_attention"}
+    cfg.update({field: True for flag, field in switches.items() if flag in args})
+    cfg["add_bias_linear"] = "--disable-bias-linear" not in args
+    if "--moe-layer-freq" in args:  # the list expression Megatron evaluates
+        cfg["moe_layer_freq"] = eval(args["--moe-layer-freq"], {"__builtins__": {}})  # noqa: S307
+        assert cfg["moe_layer_freq"] == [int(k) for k in m.moe_layers()]
     batch = dict(gbs=args["--global-batch-size"], mbs=args["--micro-batch-size"], dp=lay.dp * 1)
     return cfg, batch
 
 
-@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+@pytest.mark.parametrize("case", CASES)
 def test_megatron_core_accepts(case: str) -> None:
     pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
@@ -134,16 +179,19 @@ def test_megatron_core_accepts(case: str) -> None:
     layout = cfg.get("pipeline_model_parallel_layout")
     if layout is not None:
         parsed = PipelineParallelLayerLayout(layout, p.best.layout.pp)
-        parsed.validate_layer_layout(p.model.num_layers, None)
+        parsed.validate_layer_layout(p.model.num_layers, p.model.mtp_layers or None)
         chunks = [sum(1 for x in stage if x.name == "decoder") for vpp in zip(*parsed.layout, strict=True)
                   for stage in vpp]
         assert tuple(chunks) == p.best.layout.chunk_layers(p.model.num_layers)
-    TransformerConfig(**{k: v for k, v in cfg.items() if v is not None})
+    config_class = TransformerConfig
+    if cfg.pop("multi_latent_attention", False):
+        from megatron.core.transformer.transformer_config import MLATransformerConfig as config_class
+    config_class(**{k: v for k, v in cfg.items() if v is not None})
     init_num_microbatches_calculator(0, None, batch["gbs"], batch["mbs"], batch["dp"], False)
     destroy_num_microbatches_calculator()
 
 
-@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+@pytest.mark.parametrize("case", CASES)
 def test_torchtitan_accepts(tmp_path: Path, case: str) -> None:
     pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
@@ -152,12 +200,15 @@ def test_torchtitan_accepts(tmp_path: Path, case: str) -> None:
 
     p = cases()[case]
     path = tmp_path / "job.toml"
-    path.write_text(emit(p, Target.TORCHTITAN).text)
+    out = emit_case(case, Target.TORCHTITAN)
+    path.write_text(out.text)
     job = ConfigManager().parse_args(["--job.config_file", str(path)])
     par = job.parallelism
     dims = ParallelDims(par.data_parallel_replicate_degree, par.data_parallel_shard_degree,
                         par.context_parallel_degree, par.tensor_parallel_degree, par.pipeline_parallel_degree,
-                        1, 1, p.cluster.num_gpus)
+                        par.expert_parallel_degree, par.expert_tensor_parallel_degree, p.cluster.num_gpus)
+    if p.model.moe is not None and out.note is None:
+        assert (par.expert_parallel_degree, par.expert_tensor_parallel_degree) == (p.best.layout.ep, p.best.layout.etp)
     assert dims.world_size == p.cluster.num_gpus
     assert job.training.global_batch_size == p.job.global_batch and job.training.seq_len == p.job.seq_len
     if par.pipeline_parallel_degree > 1:
@@ -166,13 +217,13 @@ def test_torchtitan_accepts(tmp_path: Path, case: str) -> None:
         assert sum(len([n for n in part if n.startswith("layers.")]) for part in parts) == p.model.num_layers
 
 
-@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+@pytest.mark.parametrize("case", CASES)
 def test_torchtitan_cli_names_exist_in_job_config(case: str) -> None:
     """The 0.3.x override keys are checked against 0.2.2's dataclasses (0.3.x itself needs a newer torch)."""
     pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
     from torchtitan.config.job_config import JobConfig
 
-    text = emit(cases()[case], Target.TORCHTITAN_CLI).text
+    text = emit_case(case, Target.TORCHTITAN_CLI).text
     sections = {f.name: f.type for f in dataclasses.fields(JobConfig)}
     for line in text.splitlines():
         if not line.startswith("--") or line.startswith(("--module", "--config")):
@@ -182,7 +233,7 @@ def test_torchtitan_cli_names_exist_in_job_config(case: str) -> None:
         assert section in sections and key in {f.name for f in dataclasses.fields(cls)}, line
 
 
-@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-405b_16384xh100", "llama3-70b_pp_vpp_cp"])
+@pytest.mark.parametrize("case", CASES)
 def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
@@ -198,7 +249,7 @@ def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if not dist.is_initialized():
         dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
     try:
-        out = emit(cases()[case], Target.DEEPSPEED)
+        out = emit_case(case, Target.DEEPSPEED)
     except UnsupportedPlanError as exc:
         pytest.skip(f"DeepSpeed cannot run this job at all: {exc}")
     cfg = json.loads(out.text)
@@ -225,7 +276,7 @@ def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert dp == lay.dp
 
 
-@pytest.mark.parametrize("case", ["llama3-8b_8xh100", "llama3-70b_pp_vpp_cp", "llama3-405b_16384xh100"])
+@pytest.mark.parametrize("case", CASES)
 def test_nemo_names_are_megatron_core_fields(case: str) -> None:
     pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
@@ -234,7 +285,7 @@ def test_nemo_names_are_megatron_core_fields(case: str) -> None:
 
     model_fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
-    for line in emit(cases()[case], Target.NEMO).text.splitlines():
+    for line in emit_case(case, Target.NEMO).text.splitlines():
         key = line.split("=")[0]
         if key.startswith(("cfg.model.", "trainer.strategy.", "model.config.")) and not key.endswith("seq_length"):
             assert key.rsplit(".", 1)[1] in model_fields, key

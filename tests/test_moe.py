@@ -187,7 +187,7 @@ def test_layer_kind_split_equals_brute_force(seed: int) -> None:
 @cache
 def _published_plan() -> Plan:
     return run_plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360,
-                    spec=SearchSpec(tp=1, pp=16, ep=64, zero=1, mbs=1, top_k=2))
+                    spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=2))
 
 
 def test_deepseek_v3_published_layout_fits_and_the_plan_is_at_least_as_fast() -> None:

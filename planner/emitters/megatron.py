@@ -26,7 +26,7 @@ def _model_args(plan: Plan) -> list[tuple[str, object]]:
     args: list[tuple[str, object]] = [
         ("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size), ("--ffn-hidden-size", m.ffn_hidden_size),
         ("--num-attention-heads", m.num_attention_heads)]
-    if m.head_dim * m.num_attention_heads != m.hidden_size:
+    if m.head_dim * m.num_attention_heads != m.hidden_size and m.mla is None:  # MLA states its own head widths
         args.append(("--kv-channels", m.head_dim))
     if m.num_kv_heads != m.num_attention_heads:
         args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
@@ -93,8 +93,8 @@ def _moe_args(plan: Plan) -> list[tuple[str, object]]:
             args.append(("--moe-shared-expert-intermediate-size", moe.shared_ffn_hidden_size))
         if not all(m.moe_layers()):
             args.append(("--moe-layer-freq", moe_layer_pattern(m.moe_layers())))
-        if moe.router_bias:
-            args.append(("--moe-router-enable-expert-bias", None))
+        if moe.router_bias:  # aux-loss-free balancing (DeepSeek-V3) runs on sigmoid scores
+            args += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
         args += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
         if rt.moe_capacity_factor is not None:
             args += [("--moe-expert-capacity-factor", rt.moe_capacity_factor),

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Megatron-LM launch for deepseek-v3 on 2048 x h800: tp 1, pp 16, dp 128, cp 1, ep 64, etp 1, vpp 1, mbs 1, ZeRO-1, recompute full; predicted 60.346 s/step, MFU 14.5 %
+# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
+# World size 2048 = 256 node(s) x 8 GPUs; DP is derived by Megatron-LM.
+MEGATRON_ARGS=(
+  --num-layers 61
+  --hidden-size 7168
+  --ffn-hidden-size 18432
+  --num-attention-heads 128
+  --seq-length 4096
+  --max-position-embeddings 4096
+  --position-embedding-type rope
+  --normalization RMSNorm
+  --vocab-size 129280
+  --swiglu
+  --untie-embeddings-and-output-weights
+  --disable-bias-linear
+  --attention-dropout 0.0
+  --hidden-dropout 0.0
+  --multi-latent-attention
+  --q-lora-rank 1536
+  --kv-lora-rank 512
+  --qk-head-dim 128
+  --qk-pos-emb-head-dim 64
+  --v-head-dim 128
+  --num-experts 256
+  --moe-router-topk 8
+  --moe-ffn-hidden-size 2048
+  --moe-shared-expert-intermediate-size 2048
+  --moe-layer-freq '[0]*3+[1]*58'
+  --moe-router-score-function sigmoid
+  --moe-router-enable-expert-bias
+  --moe-token-dispatcher-type alltoall
+  --moe-grouped-gemm
+  --expert-model-parallel-size 64
+  --expert-tensor-parallel-size 1
+  --mtp-num-layers 1
+  --tensor-model-parallel-size 1
+  --pipeline-model-parallel-size 16
+  --decoder-first-pipeline-num-layers 3
+  --decoder-last-pipeline-num-layers 2
+  --context-parallel-size 1
+  --micro-batch-size 1
+  --global-batch-size 15360
+  --recompute-granularity full
+  --recompute-method uniform
+  --recompute-num-layers 1
+  --use-distributed-optimizer
+  --overlap-grad-reduce
+  --overlap-param-gather
+  --bf16
+  --attention-backend flash
+)
+
+torchrun --nnodes 256 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
+  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
+  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"
