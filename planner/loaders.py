@@ -42,6 +42,7 @@ _HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProx
     "qwen3_moe": (True, Norm.RMSNORM, False, False),
     "mixtral": (True, Norm.RMSNORM, False, False),
     "deepseek_v3": (True, Norm.RMSNORM, False, False),
+    "llama4_text": (True, Norm.RMSNORM, False, False),
     "gemma": (True, Norm.RMSNORM, False, False),
     "gemma2": (True, Norm.RMSNORM, False, False),
     "olmo2": (True, Norm.RMSNORM, False, False),
@@ -153,6 +154,8 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     """Hugging Face config.json (the decoder families in _HF_FAMILIES, MoE ones included) -> ModelSpec."""
     if not isinstance(config, dict):
         raise InputError(f"{origin}: expected a JSON object")
+    if config.get("model_type") == "llama4" and isinstance(config.get("text_config"), dict):
+        config = {"model_type": "llama4_text", **config["text_config"]}  # the text stack; the vision tower apart
     kind = str(config.get("model_type"))
     if kind not in _HF_FAMILIES:
         raise InputError(
@@ -203,8 +206,21 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
     Field names and layer rules follow the transformers configuration classes: Mixtral routes every layer
     (num_local_experts, num_experts_per_tok, experts as wide as intermediate_size); Qwen3-MoE routes layer i
     when (i + 1) % decoder_sparse_step == 0; DeepSeek-V3 keeps the first first_k_dense_replace layers dense,
-    adds n_shared_experts shared experts and MLA, and num_nextn_predict_layers MTP modules."""
+    adds n_shared_experts shared experts and MLA, and num_nextn_predict_layers MTP modules; Llama 4 alternates
+    dense layers of width intermediate_size_mlp with MoE layers (every interleave_moe_layer_step-th, experts of
+    width intermediate_size and one shared expert as wide)."""
     try:
+        if kind == "llama4_text":
+            step = config.get("interleave_moe_layer_step", 1)
+            layers = config["num_hidden_layers"]
+            expected = list(range(step - 1, layers, step))
+            if config.get("moe_layers") not in (None, expected):
+                raise InputError(f"{origin}: moe_layers must be every interleave_moe_layer_step-th layer "
+                                 f"({expected[:4]}...); give a model YAML for other patterns")
+            return {"moe_num_experts": config["num_local_experts"], "moe_top_k": config["num_experts_per_tok"],
+                    "moe_ffn_hidden_size": config["intermediate_size"],
+                    "moe_shared_ffn_hidden_size": config["intermediate_size"], "moe_every": step,
+                    "ffn_hidden_size": config["intermediate_size_mlp"]}
         if kind == "mixtral":
             return {"moe_num_experts": config["num_local_experts"], "moe_top_k": config["num_experts_per_tok"],
                     "moe_ffn_hidden_size": config["intermediate_size"]}

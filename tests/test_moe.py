@@ -25,7 +25,7 @@ from planner.planfile import Plan, load_plan, plan_to_dict, save_plan
 from planner.space import SearchSpec
 from planner.specs import GIB, JobSpec, Layout, Recompute, Runtime, ZeroStage
 
-MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"]
+MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "llama4-maverick"]
 JOB = JobSpec(seq_len=4096, global_batch=64)
 
 

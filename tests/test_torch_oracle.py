@@ -54,13 +54,18 @@ def _hf_moe_configs() -> dict[str, object]:
             n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, num_attention_heads=4,
             num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
             v_head_dim=16, vocab_size=500, n_group=2, topk_group=1),
+        "llama4_text": transformers.Llama4TextConfig(
+            num_hidden_layers=4, hidden_size=128, intermediate_size=64, intermediate_size_mlp=256, num_local_experts=4,
+            num_experts_per_tok=1, interleave_moe_layer_step=2, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=32, vocab_size=500, tie_word_embeddings=False, use_qk_norm=False),
     }
 
 
-@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe", "deepseek_v3", "llama4_text"])
 def test_moe_parameter_counts_equal_transformers_models(kind: str) -> None:
-    """transformers' own Mixtral, Qwen3-MoE (every second layer MoE) and DeepSeek-V3 (MLA, a dense first layer,
-    a shared expert) built on the meta device have exactly our count. transformers builds no MTP module, so
+    """transformers' own Mixtral, Qwen3-MoE (every second layer MoE), DeepSeek-V3 (MLA, a dense first layer,
+    a shared expert) and Llama 4's text stack (dense and MoE layers alternating, each MLP its own width) built
+    on the meta device have exactly our count. transformers builds no MTP module, so
     that is left out, and keeps DeepSeek's router score bias as a buffer, so that is added in."""
     from transformers import AutoModelForCausalLM
 
@@ -76,7 +81,7 @@ def test_moe_parameter_counts_equal_transformers_models(kind: str) -> None:
     assert F.total_params(ours) - F.mtp_params(ours) == theirs
 
 
-@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe", "deepseek_v3"])
+@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe", "deepseek_v3", "llama4_text"])
 def test_moe_flops_equal_flop_counter_on_transformers_models(kind: str) -> None:
     """Forward + backward FLOPs of transformers' MoE models equal 3 x our forward count exactly, whatever the
     (random) router does: only the routed top-k experts, the shared expert, the router and MLA's factored
@@ -98,4 +103,10 @@ def test_moe_flops_equal_flop_counter_on_transformers_models(kind: str) -> None:
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids, labels=ids).loss.backward()
     ours = model_from_hf_config(config.to_dict(), kind)  # type: ignore[attr-defined]
-    assert counter.get_total_flops() == pytest.approx(batch * F.model_flops_per_sequence(ours, seq), rel=1e-12)
+    expected = batch * F.model_flops_per_sequence(ours, seq)
+    if kind == "llama4_text":  # transformers runs every Llama 4 expert on every token, scores masked to zero
+        assert ours.moe is not None
+        unrouted = ours.moe.num_experts - ours.moe.top_k
+        expected += (3 * 2 * batch * seq * unrouted * F.mlp_params_of_width(ours, ours.moe.ffn_hidden_size)
+                     * F.decoder_layer_counts(ours)[1])
+    assert counter.get_total_flops() == pytest.approx(expected, rel=1e-12)
