@@ -107,9 +107,50 @@ def mtp_params(model: ModelSpec, active: bool = False) -> int:
     return model.mtp_layers * per
 
 
+def projector_params(model: ModelSpec) -> int:
+    """The vision-to-language projector: a biased MLP h_v -> p -> h (GELU between), or one biased linear map."""
+    vision = model.vision
+    if vision is None:
+        return 0
+    h, p = model.hidden_size, vision.projector_hidden
+    if not p:
+        return vision.hidden_size * h + h
+    return vision.hidden_size * p + p + p * h + h
+
+
+def vision_params(model: ModelSpec) -> int:
+    """A CLIP-style vision encoder and its projector: patch embedding 3·p²·h_v (no bias), class token h_v,
+    learned positions tokens·h_v, LayerNorms before and after the encoder, its layers, the projector."""
+    vision = model.vision
+    if vision is None:
+        return 0
+    encoder = vision.as_model()
+    h = vision.hidden_size
+    embed = 3 * vision.patch_size**2 * h + int(vision.class_token) * h + vision.tokens * h
+    return (embed + 2 * 2 * h + vision.num_layers * layer_params(encoder, LayerKind.DECODER)
+            + projector_params(model))
+
+
+def vision_forward_flops(model: ModelSpec) -> float:
+    """Forward FLOPs of the vision encoder and projector for one sample: per image the patch embedding
+    2·patches·3p²·h_v, every encoder layer on all tokens (attention core counted in full, as for the decoder),
+    and the projector on the patch tokens."""
+    vision = model.vision
+    if vision is None:
+        return 0.0
+    encoder = vision.as_model()
+    patches, tokens = vision.patches, vision.tokens
+    projector = projector_params(model) - (vision.projector_hidden + model.hidden_size if vision.projector_hidden
+                                           else model.hidden_size)  # biases are not matmuls
+    per_image = (2.0 * patches * 3 * vision.patch_size**2 * vision.hidden_size
+                 + vision.num_layers * decoder_matmul_flops(encoder, tokens) + 2.0 * patches * projector)
+    return vision.images * per_image
+
+
 def _outside_decoders(model: ModelSpec) -> int:
-    """Embedding, final norm and (untied) LM head."""
-    return sum(layer_params(model, kind) for kind in (LayerKind.EMBEDDING, LayerKind.FINAL_NORM, LayerKind.LM_HEAD))
+    """Embedding, final norm, (untied) LM head and the vision encoder with its projector."""
+    return sum(layer_params(model, kind) for kind in (LayerKind.EMBEDDING, LayerKind.FINAL_NORM,
+                                                       LayerKind.LM_HEAD)) + vision_params(model)
 
 
 def active_params(model: ModelSpec) -> int:
@@ -173,10 +214,10 @@ def layer_forward_flops(model: ModelSpec, kind: LayerKind, seq_len: int) -> floa
 def model_flops_per_sequence(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs of forward + backward for one sequence: 3 x forward (MFU convention: no
     recomputation counted; MoE layers count the routed top-k experts only, multi-token-prediction
-    modules are left out)."""
+    modules are left out; a vision encoder counts its images)."""
     n_dense, n_moe = decoder_layer_counts(model)
     forward = (n_dense * decoder_matmul_flops(model, seq_len) + layer_forward_flops(model, LayerKind.LM_HEAD, seq_len)
-               + (n_moe * moe_decoder_matmul_flops(model, seq_len) if n_moe else 0.0))
+               + (n_moe * moe_decoder_matmul_flops(model, seq_len) if n_moe else 0.0) + vision_forward_flops(model))
     return 3.0 * forward
 
 

@@ -82,7 +82,7 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     heads = model.num_attention_heads / knobs.tp
     q_len = s / knobs.cp
     if job.runtime.attention is AttentionKernel.FLASH:
-        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * 0.5
+        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * (0.5 if model.causal else 1.0)
         return flash_attention_time(flops, gpu, job.dtype)
     batch = knobs.mbs * heads
     scores = Gemm(q_len, s, d_qk, batch)
@@ -269,6 +269,27 @@ def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
     t = memory_time(nbytes, cluster.gpu)
     tp = _tp_comm(cluster, knobs, tokens * h * 2, 1, job.runtime.multi_rail)
     return LayerTime(forward=t, backward=2 * t, tp_comm=tp)
+
+
+def vision_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+    """The vision encoder and projector for one micro-batch (first stage): the patch embedding as a GEMM
+    [images·patches, 3·p²]x[3·p², h_v], the encoder's layers priced as bidirectional transformer layers on
+    images·tokens rows (TP like the language model, no context parallelism: images are not split), and the
+    projector MLP on the patch tokens (the class token is dropped)."""
+    vision = model.vision
+    if vision is None:
+        return LayerTime()
+    encoder = vision.as_model()
+    images = knobs.mbs * vision.images
+    vjob = JobSpec(seq_len=vision.tokens, global_batch=1, dtype=job.dtype, runtime=job.runtime)
+    vknobs = LayerKnobs(knobs.tp, 1, knobs.sp, images, knobs.recompute)
+    rows = images * vision.patches
+    width = vision.projector_hidden or model.hidden_size
+    gemms = [Gemm(rows, vision.hidden_size, 3 * vision.patch_size**2), Gemm(rows, width / knobs.tp, vision.hidden_size)]
+    if vision.projector_hidden:
+        gemms.append(Gemm(rows, model.hidden_size, width / knobs.tp))
+    fwd, bwd = _gemms_time(tuple(gemms), cluster, job)
+    return LayerTime(fwd, bwd) + decoder_layer_time(encoder, vjob, cluster, vknobs).scaled(vision.num_layers)
 
 
 def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.flops import mlp_params_of_width, norm_params
+from cost_models.flops import mlp_params_of_width, norm_params, projector_params
 from planner.specs import GIB, AttentionKernel, ModelSpec, Recompute, ZeroStage
 
 # CUDA context, cuBLAS/NCCL workspaces and caching-allocator slack, per GPU. A fixed allowance in
@@ -197,3 +197,33 @@ def embedding_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int
 
 def to_gib(num_bytes: float) -> float:
     return num_bytes / GIB
+
+
+def vision_params_per_rank(model: ModelSpec, tp: int) -> float:
+    """The vision encoder and projector on one TP rank of the first stage: encoder layers split like decoder
+    layers, patch embedding, class token, positions and the two outer LayerNorms replicated, projector weights
+    split (column then row parallel) with their biases replicated."""
+    vision = model.vision
+    if vision is None:
+        return 0.0
+    h = vision.hidden_size
+    replicated = 3 * vision.patch_size**2 * h + int(vision.class_token) * h + vision.tokens * h + 4 * h
+    biases = (vision.projector_hidden + model.hidden_size) if vision.projector_hidden else model.hidden_size
+    projector = (projector_params(model) - biases) / tp + biases
+    layers = vision.num_layers * decoder_params_per_rank(vision.as_model(), tp)
+    return layers + replicated + projector
+
+
+def vision_activation_bytes(model: ModelSpec, mbs: int, tp: int, sp: bool, recompute: Recompute,
+                            attention: AttentionKernel) -> float:
+    """Bytes the vision encoder and projector keep per micro-batch: every encoder layer on images·tokens
+    (as a decoder layer would, bidirectional), and the projector's input, GELU input and output and second
+    input (2·h_v + 3·2·p/t per patch token)."""
+    vision = model.vision
+    if vision is None:
+        return 0.0
+    images = mbs * vision.images
+    per_layer = layer_activation_bytes(vision.as_model(), vision.tokens, images, tp, 1, sp, recompute, attention)
+    width = vision.projector_hidden or model.hidden_size
+    projector = images * vision.patches * (2 * vision.hidden_size + 3 * 2 * width / tp)
+    return vision.num_layers * per_layer + projector

@@ -26,7 +26,14 @@ from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import Gemm, gemm_fwd_bwd_time, memory_time
-from cost_models.layer import LayerKnobs, LayerTime, decoder_layer_time, embedding_time, head_time
+from cost_models.layer import (
+    LayerKnobs,
+    LayerTime,
+    decoder_layer_time,
+    embedding_time,
+    head_time,
+    vision_time,
+)
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.schedules import W_SHARE, in_flight
 from planner.specs import GIB, AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, ZeroStage
@@ -144,10 +151,10 @@ class StageParams:
 def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, int, int], ...]:
     """(parameters, ranks, stride) of each gradient-reduction group: dense over dp·cp (stride tp), experts
     over tp·cp·dp/(etp·ep) (stride etp·ep on the folded expert mesh)."""
-    groups = ((params.dense, layout.dp * layout.cp, layout.tp),)
+    dense = (params.dense, layout.dp * layout.cp, layout.tp)
     if params.expert:
-        groups += ((params.expert, layout.expert_dp, layout.etp * layout.ep),)
-    return groups
+        return dense, (params.expert, layout.expert_dp, layout.etp * layout.ep)
+    return (dense,)
 
 
 def stage_states(params: StageParams, layout: Layout, grad_bytes: float) -> M.StateBytes:
@@ -257,6 +264,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, params: St
     other = 0.0
     if first:
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
+        other += costs.activations.vision * in_flight_mb
     if last:
         other += M.logits_bytes(model, s, b, layout.tp, layout.cp) * (1 + model.mtp_layers)
         other += model.mtp_layers * (acts.moe if costs.mtp_moe else acts.dense) * in_flight_mb
@@ -275,6 +283,7 @@ class LayerActivations:
     dense: float
     moe: float
     full: float
+    vision: float = 0.0  # the vision encoder and projector (first stage), per micro-batch
 
 
 @dataclass(frozen=True)
@@ -311,7 +320,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Lay
         moe = decoder_layer_time(model, job, cluster, knobs, moe=True)
         moe_full = decoder_layer_time(model, job, cluster, full, moe=True)
     return LayerTimes(decoder_layer_time(model, job, cluster, knobs), decoder_layer_time(model, job, cluster, full),
-                      embedding_time(model, job, cluster, knobs),
+                      embedding_time(model, job, cluster, knobs) + vision_time(model, job, cluster, knobs),
                       head_time(model, job, cluster, knobs) + mtp_time(model, job, cluster, knobs), moe, moe_full)
 
 
@@ -328,8 +337,11 @@ def layer_params(model: ModelSpec, job: JobSpec, tp: int, ep: int, etp: int, moe
 
 
 def embedding_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
+    """The first stage's extra parameters: the embedding (and a vision encoder with its projector)."""
     measured = job.runtime.measured
-    return measured.params("embedding", tp) if measured else M.embedding_params_per_rank(model, tp)
+    if measured:
+        return measured.params("embedding", tp)
+    return M.embedding_params_per_rank(model, tp) + M.vision_params_per_rank(model, tp)
 
 
 def head_params(model: ModelSpec, job: JobSpec, tp: int, pp: int, ep: int = 1, etp: int = 1) -> StageParams:
@@ -418,7 +430,9 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
     kinds = model.moe_layers()
     has_moe = any(kinds)
     acts = LayerActivations(act(layout.recompute, False), act(layout.recompute, True) if has_moe else 0.0,
-                            act(Recompute.FULL, False))
+                            act(Recompute.FULL, False),
+                            M.vision_activation_bytes(model, layout.mbs, t, layout.sp, layout.recompute,
+                                                      job.runtime.attention))
     return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), times,
                        p2p_s=pipeline_hop_time(model, job, cluster, layout),
                        dense_params=layer_params(model, job, t, ep, etp, False),

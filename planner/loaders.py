@@ -6,6 +6,7 @@ This is the only module of the planner that handles raw dicts from files. Every 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from planner.errors import InputError, SpecError
-from planner.specs import MLASpec, ModelSpec, MoESpec, Norm
+from planner.specs import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                        "vocab_size", "gated_mlp", "tied_embeddings")
@@ -24,13 +25,21 @@ OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "qkv_bias", "linear_b
                        "mtp_layers", "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size",
                        "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every", "moe_router_bias",
                        "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim",
-                       "mla_v_head_dim")
+                       "mla_v_head_dim", "vision_num_layers", "vision_hidden_size", "vision_ffn_hidden_size",
+                       "vision_num_attention_heads", "vision_image_size", "vision_patch_size",
+                       "vision_projector_hidden", "vision_class_token", "vision_images")
 _INT_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size",
              "num_kv_heads", "head_dim", "learned_positions", "mtp_layers", "moe_num_experts", "moe_top_k",
              "moe_ffn_hidden_size", "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every",
-             "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim", "mla_v_head_dim")
-_BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout", "qk_norm", "moe_router_bias")
+             "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim", "mla_v_head_dim",
+             "vision_num_layers", "vision_hidden_size", "vision_ffn_hidden_size", "vision_num_attention_heads",
+             "vision_image_size", "vision_patch_size", "vision_projector_hidden", "vision_images")
+_BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout", "qk_norm", "moe_router_bias",
+              "vision_class_token")
 _MOE_KEYS = ("moe_num_experts", "moe_top_k", "moe_ffn_hidden_size")
+_VISION_KEYS = ("vision_num_layers", "vision_hidden_size", "vision_ffn_hidden_size", "vision_num_attention_heads",
+                "vision_image_size", "vision_patch_size", "vision_projector_hidden")
+_VISION_OPTIONAL = ("vision_class_token", "vision_images")
 _MLA_KEYS = ("mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim", "mla_v_head_dim")
 
 # Hugging Face model_type -> (gated MLP, norm, qkv bias, all-linear bias)
@@ -123,7 +132,26 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             moe=moe,
             mla=mla,
             mtp_layers=data.get("mtp_layers", 0),
+            vision=_vision(data, origin),
         )
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+
+
+def _vision(data: dict[str, Any], origin: str) -> VisionSpec | None:
+    """The optional vision encoder of a model mapping; it needs all of its required keys."""
+    if not any(k in data for k in _VISION_KEYS + _VISION_OPTIONAL):
+        return None
+    missing = [k for k in _VISION_KEYS if k not in data]
+    if missing:
+        raise InputError(f"{origin}: a vision-language model needs all of {list(_VISION_KEYS)}; missing {missing}")
+    try:
+        return VisionSpec(num_layers=data["vision_num_layers"], hidden_size=data["vision_hidden_size"],
+                          ffn_hidden_size=data["vision_ffn_hidden_size"],
+                          num_attention_heads=data["vision_num_attention_heads"],
+                          image_size=data["vision_image_size"], patch_size=data["vision_patch_size"],
+                          projector_hidden=data["vision_projector_hidden"],
+                          class_token=data.get("vision_class_token", True), images=data.get("vision_images", 1))
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
 
@@ -154,6 +182,8 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     """Hugging Face config.json (the decoder families in _HF_FAMILIES, MoE ones included) -> ModelSpec."""
     if not isinstance(config, dict):
         raise InputError(f"{origin}: expected a JSON object")
+    if config.get("model_type") == "llava":
+        return _llava(config, origin)
     if config.get("model_type") == "llama4" and isinstance(config.get("text_config"), dict):
         config = {"model_type": "llama4_text", **config["text_config"]}  # the text stack; the vision tower apart
     kind = str(config.get("model_type"))
@@ -198,6 +228,27 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     mapping["qk_norm"] = kind in _HF_QK_NORM
     mapping.update(_hf_moe_keys(config, kind, origin))
     return model_from_mapping(mapping, origin)
+
+
+def _llava(config: dict[str, Any], origin: str) -> ModelSpec:
+    """LLaVA (transformers' LlavaConfig): a CLIP vision tower (vision_config), a two-layer projector to the
+    language model's width and the language model (text_config, Llama when it names no model_type)."""
+    text, vision = config.get("text_config"), config.get("vision_config")
+    if not isinstance(text, dict) or not isinstance(vision, dict):
+        raise InputError(f"{origin}: a llava config needs text_config and vision_config objects")
+    language = model_from_hf_config({"model_type": "llama", **text}, origin)
+    try:
+        spec = VisionSpec(num_layers=vision["num_hidden_layers"], hidden_size=vision["hidden_size"],
+                          ffn_hidden_size=vision["intermediate_size"],
+                          num_attention_heads=vision["num_attention_heads"],
+                          image_size=vision["image_size"], patch_size=vision["patch_size"],
+                          projector_hidden=language.hidden_size)
+    except KeyError as exc:
+        raise InputError(f"{origin}: vision_config is missing {exc.args[0]!r}") from None
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+    name = config.get("_name_or_path") or language.name
+    return dataclasses.replace(language, name=str(name), vision=spec)
 
 
 def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, Any]:
@@ -299,6 +350,13 @@ def _moe_mla_mapping(model: ModelSpec) -> dict[str, Any]:
                    moe_shared_ffn_hidden_size=moe.shared_ffn_hidden_size,
                    moe_first_dense_layers=moe.first_dense_layers, moe_every=moe.every,
                    moe_router_bias=moe.router_bias)
+    if model.vision is not None:
+        v = model.vision
+        out.update(vision_num_layers=v.num_layers, vision_hidden_size=v.hidden_size,
+                   vision_ffn_hidden_size=v.ffn_hidden_size, vision_num_attention_heads=v.num_attention_heads,
+                   vision_image_size=v.image_size, vision_patch_size=v.patch_size,
+                   vision_projector_hidden=v.projector_hidden, vision_class_token=v.class_token,
+                   vision_images=v.images)
     if model.mla is not None:
         mla = model.mla
         out.update(mla_q_lora_rank=mla.q_lora_rank, mla_kv_lora_rank=mla.kv_lora_rank,

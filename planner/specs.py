@@ -113,9 +113,56 @@ class MLASpec:
 
 
 @dataclass(frozen=True)
+class VisionSpec:
+    """A vision encoder in front of the language model (LLaVA-style): a ViT of `num_layers` pre-norm layers
+    (LayerNorm, biased linears, GELU MLP, bidirectional attention) over `tokens` patch tokens per image
+    (a class token included when `class_token`), `images` images per sample, then a projector MLP to the
+    language model's width (hidden width `projector_hidden`, 0 for a single linear map)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+    projector_hidden: int
+    class_token: bool = True
+    images: int = 1  # per sample (sequence)
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "image_size",
+                     "patch_size", "images"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise SpecError(f"vision encoder: {name} must be a positive integer, got {value!r}")
+        if self.image_size % self.patch_size or self.hidden_size % self.num_attention_heads:
+            raise SpecError("vision encoder: image_size must be a multiple of patch_size and hidden_size of the heads")
+        if self.projector_hidden < 0:
+            raise SpecError(f"vision encoder: projector_hidden must be >= 0 (0: one linear map), got "
+                            f"{self.projector_hidden}")
+
+    @property
+    def patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the encoder runs on per image."""
+        return self.patches + int(self.class_token)
+
+    def as_model(self) -> ModelSpec:
+        """The encoder's layers as a (bidirectional) transformer stack the layer cost model can price."""
+        return ModelSpec(name="vision-encoder", num_layers=self.num_layers, hidden_size=self.hidden_size,
+                         ffn_hidden_size=self.ffn_hidden_size, num_attention_heads=self.num_attention_heads,
+                         num_kv_heads=self.num_attention_heads, head_dim=self.hidden_size // self.num_attention_heads,
+                         vocab_size=1, gated_mlp=False, tied_embeddings=True, norm=Norm.LAYERNORM, qkv_bias=True,
+                         linear_bias=True, learned_positions=self.tokens, causal=False)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer: dense, or with mixture-of-experts MLPs (`moe`), multi-head latent
-    attention (`mla`) and multi-token-prediction modules.
+    attention (`mla`), multi-token-prediction modules and a vision encoder in front (`vision`).
 
     `head_dim` defaults to hidden/heads and `num_kv_heads` to heads (MHA) in the loaders; here both
     are explicit. `learned_positions` is the size of a learned position table (GPT-2/3 style), 0 for
@@ -141,6 +188,8 @@ class ModelSpec:
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     mtp_layers: int = 0  # multi-token-prediction modules after the last layer (DeepSeek-V3)
+    vision: VisionSpec | None = None  # a vision encoder and projector on the first pipeline stage (VLMs)
+    causal: bool = True  # causal self-attention (False for encoders: every query sees every key)
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
@@ -397,6 +446,9 @@ class Layout:
             )
         if self.sp and self.tp == 1:
             raise LayoutError("sequence parallelism needs tp > 1")
+        if model.vision is not None and model.vision.num_attention_heads % self.tp:
+            raise LayoutError(f"vision encoder heads {model.vision.num_attention_heads} not divisible by tp {self.tp} "
+                              "(the encoder is split like the language model)")
         self._validate_experts(model)
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
