@@ -74,10 +74,14 @@ CapacityFactor = Annotated[float | None, typer.Option(
     min=1.0, help="MoE: pad every expert's buffer to this x its mean load (default: dropless routing).")]
 LoadImbalance = Annotated[float, typer.Option(
     min=1.0, help="MoE dropless routing: tokens on the busiest expert rank over the mean.")]
+CommOverlap = Annotated[bool, typer.Option(
+    "--moe-comm-overlap", help="MoE: hide expert all-to-alls behind another micro-batch's compute (Megatron-LM "
+                               "--overlap-moe-expert-parallel-comm, DualPipe).")]
 
 
-def _runtime(attention: AttentionKernel, capacity: float | None, imbalance: float) -> Runtime:
-    return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance)
+def _runtime(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool) -> Runtime:
+    return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance,
+                   moe_comm_overlap=overlap)
 
 
 @app.command()
@@ -106,6 +110,7 @@ def evaluate(
     attention: Attention = AttentionKernel.FLASH,
     moe_capacity_factor: CapacityFactor = None,
     moe_load_imbalance: LoadImbalance = 1.0,
+    moe_comm_overlap: CommOverlap = False,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -132,7 +137,7 @@ def evaluate(
             raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
-                          runtime=_runtime(attention, moe_capacity_factor, moe_load_imbalance),
+                          runtime=_runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap),
                           overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp)
@@ -185,6 +190,7 @@ def plan(
     attention: Attention = AttentionKernel.FLASH,
     moe_capacity_factor: CapacityFactor = None,
     moe_load_imbalance: LoadImbalance = 1.0,
+    moe_comm_overlap: CommOverlap = False,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -206,8 +212,8 @@ def plan(
                 _plan_chain(costs, hardware, gpus, batch, HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
                             top_k, out, as_json)
                 return
-        model_spec, runtime, limits = model_and_costs(model, costs, seq_len,
-                                                      _runtime(attention, moe_capacity_factor, moe_load_imbalance))
+        runtime = _runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap)
+        model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
                           partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)

@@ -15,7 +15,8 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
   CP     ring attention passes K and V blocks (2·T·g·d·2 bytes) cp − 1 times forward, K, V and
          their gradients backward; hidden behind the attention kernel when it is longer.
   MoE    an MoE layer replaces the MLP by router, routed and shared experts and two all-to-alls each
-         way (`moe_mlp_time`); MLA replaces the QKV GEMMs by its low-rank projections (`attention_gemms`).
+         way (`moe_mlp_time`), exposed unless `Runtime.moe_comm_overlap` pairs them with another
+         micro-batch's compute; MLA replaces the QKV GEMMs by its low-rank projections (`attention_gemms`).
 """
 
 from __future__ import annotations
@@ -256,7 +257,10 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         recompute, tp_re, ep_re = core_f, 0.0, 0.0
     else:  # fused attention already recomputes its scores in backward
         recompute, tp_re, ep_re = 0.0, 0.0, 0.0
-    return LayerTime(fwd, bwd, recompute, 2 * tp_fwd + tp_re, cp_f + cp_b, 2 * ep_fwd + ep_re)
+    ep = 2 * ep_fwd + ep_re
+    if job.runtime.moe_comm_overlap:  # hidden behind another micro-batch's attention and MLP, as far as it goes
+        ep = gpu.exposed(ep, fwd + bwd + recompute)
+    return LayerTime(fwd, bwd, recompute, 2 * tp_fwd + tp_re, cp_f + cp_b, ep)
 
 
 def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:

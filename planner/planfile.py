@@ -131,7 +131,7 @@ def _moe_job(model: ModelSpec, job: JobSpec) -> dict[str, Any]:
     if model.moe is None:
         return {}
     return {"moe_capacity_factor": job.runtime.moe_capacity_factor,
-            "moe_load_imbalance": job.runtime.moe_load_imbalance}
+            "moe_load_imbalance": job.runtime.moe_load_imbalance, "moe_comm_overlap": job.runtime.moe_comm_overlap}
 
 
 def _costs_dict(measured: MeasuredCosts | None) -> dict[str, Any] | None:
@@ -217,7 +217,8 @@ def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobS
                                   grad_reduce_bytes=j["grad_reduce_bytes"],
                                   measured=_costs_from(data.get("costs")),
                                   moe_capacity_factor=j.get("moe_capacity_factor"),
-                                  moe_load_imbalance=j.get("moe_load_imbalance", 1.0)))
+                                  moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
+                                  moe_comm_overlap=j.get("moe_comm_overlap", False)))
     layout = layout_from_dict(data, origin)
     try:
         layout.validate(model, job, cluster.num_gpus)

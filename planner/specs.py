@@ -339,6 +339,9 @@ class Runtime:
     moe_capacity_factor: float | None = None
     # dropless routing: tokens on the busiest expert-parallel rank over the mean (1.0: perfectly balanced)
     moe_load_imbalance: float = 1.0
+    # expert all-to-alls of one micro-batch run beside another's compute (Megatron-LM
+    # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off: they sit on the critical path
+    moe_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:

@@ -236,3 +236,15 @@ def test_model_keys_round_trip(name: str) -> None:
 
     model = load_model(name)
     assert model_from_mapping(model_mapping(model), "test") == model
+
+
+def test_all_to_all_overlap_hides_part_of_the_traffic() -> None:
+    """With the overlap on, the all-to-all is exposed only beyond the compute it runs beside, and never below
+    (1 − overlap efficiency) of itself."""
+    model, cluster, job, layout = _deepseek(PUBLISHED)
+    knobs = LayerKnobs(tp=1, cp=1, sp=False, mbs=1, recompute=Recompute.FULL, ep=64)
+    plain = decoder_layer_time(model, job, cluster, knobs, moe=True)
+    hidden = decoder_layer_time(model, replace(job, runtime=Runtime(moe_comm_overlap=True)), cluster, knobs, moe=True)
+    compute = plain.forward + plain.backward + plain.recompute
+    assert hidden.ep_comm == pytest.approx(cluster.gpu.exposed(plain.ep_comm, compute))
+    assert (1 - cluster.gpu.overlap_efficiency) * plain.ep_comm <= hidden.ep_comm < plain.ep_comm

@@ -100,6 +100,13 @@ def _moe_args(plan: Plan) -> list[tuple[str, object]]:
             args += [("--moe-expert-capacity-factor", rt.moe_capacity_factor),
                      ("--moe-pad-expert-input-to-capacity", None)]
         args += [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp)]
+        if rt.moe_comm_overlap and lay.ep > 1:
+            if lay.pp > 1 and lay.vpp == 1:
+                raise UnsupportedPlanError(
+                    "Megatron-LM overlaps expert all-to-alls (--overlap-moe-expert-parallel-comm) only without a "
+                    f"pipeline or with virtual stages; this plan runs pp {lay.pp} with vpp 1: re-plan with --vpp 2 "
+                    "or more, or without --moe-comm-overlap")
+            args += [("--overlap-moe-expert-parallel-comm", None), ("--delay-wgrad-compute", None)]
     if m.mtp_layers:
         args.append(("--mtp-num-layers", m.mtp_layers))
     return args
