@@ -25,6 +25,9 @@ CASES = [
     ("llama3-70b", "h100-sxm", 1024, 8192, 1024),
     ("gpt3-175b", "a100-80gb", 1024, 2048, 1536),
     ("llama3-405b", "h100-sxm", 16384, 8192, 2048),
+    ("mixtral-8x7b", "h100-sxm", 256, 4096, 1024),
+    ("llama4-maverick", "h100-sxm", 256, 8192, 512),
+    ("deepseek-v3", "h800", 2048, 4096, 15360),
 ]
 
 
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    print(f"{'case':50} {'median s':>8} {'candidates':>10} {'priced':>7} {'pruned mem':>10} {'pruned time':>11}  best")
+    print(f"{'case':52} {'median s':>8} {'candidates':>10} {'priced':>7} {'pruned mem':>10} {'pruned time':>11}  best")
     for model, hw, gpus, seq, batch in CASES:
         times = []
         for _ in range(args.repeat):
@@ -41,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - start)
         c, lay = plan.certificate, plan.best.layout
         assert c is not None
-        best = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} vpp{lay.vpp} mbs{lay.mbs} zero{int(lay.zero)} "
+        experts = f"ep{lay.ep} etp{lay.etp} " if lay.ep > 1 or lay.etp > 1 else ""
+        best = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} {experts}vpp{lay.vpp} mbs{lay.mbs} "
+                f"zero{int(lay.zero)} "
                 f"{lay.recompute.value}, MFU {100 * plan.best.prediction.mfu:.1f} %")
         name = f"{model} on {gpus} x {hw} (s={seq}, B={batch})"
-        print(f"{name:50} {statistics.median(times):8.2f} {c.candidates:10} {c.evaluated:7} {c.pruned_memory:10} "
+        print(f"{name:52} {statistics.median(times):8.2f} {c.candidates:10} {c.evaluated:7} {c.pruned_memory:10} "
               f"{c.pruned_time:11}  {best}")
     return 0
 
