@@ -356,8 +356,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
               for r in ranked]
     ranked = [r for _, r in sorted(enumerate(ranked), key=lambda ir: (ir[1].step_time_s, ir[0]))]
     cert = Certificate(
-        method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
-               "discrete-event pipeline simulator", solver=solver,
+        method=("enumerate + memory/time bounds (best-first) + exact stage split"
+                + (" (layer kinds differ: split by the segment DP whatever the solver)" if model.heterogeneous
+                   and solver is not Solver.DP else "")
+                + "; top-k re-ranked by the discrete-event pipeline simulator"), solver=solver,
         candidates=len(pool), evaluated=evaluated, pruned_memory=pruned_memory,
         pruned_time=len(fitting) - evaluated, infeasible=infeasible, solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)
