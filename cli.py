@@ -501,7 +501,11 @@ def models() -> None:
         m = load_model(name)
         mlp = "gated" if m.gated_mlp else "plain"
         if m.moe is not None:
-            mlp = f"MoE {m.moe.top_k}/{m.moe.num_experts} (not plannable yet)"
+            n_dense = m.num_layers - m.moe.count_moe_layers(m.num_layers)
+            mlp = f"MoE top-{m.moe.top_k} of {m.moe.num_experts}" + (f", {n_dense} dense layers" if n_dense else "")
+        extras = [x for x, present in (("MLA", m.mla is not None), (f"MTP {m.mtp_layers}", m.mtp_layers > 0),
+                                       ("vision encoder", m.vision is not None)) if present]
+        mlp += "".join(f", {x}" for x in extras)
         typer.echo(f"{name:16} {total_params(m) / 1e9:8.2f}B {active_params(m) / 1e9:8.2f}B {m.num_layers:>6} "
                    f"{m.hidden_size:>6} {m.num_attention_heads:>5} {m.num_kv_heads:>4} {m.ffn_hidden_size:>6} "
                    f"{m.vocab_size:>7}  {mlp}")
