@@ -278,7 +278,7 @@ def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np
     return times, sums, recs
 
 
-def _kind_split(p: KindSplitProblem, times: np.ndarray, sums: np.ndarray, recs: np.ndarray,
+def kind_split(p: KindSplitProblem, times: np.ndarray, sums: np.ndarray, recs: np.ndarray,
                 bounds: list[int]) -> Split:
     pairs = list(zip(bounds, bounds[1:], strict=False))
     stage_times = tuple(float(times[s, a, b]) for s, (a, b) in enumerate(pairs))
@@ -305,7 +305,7 @@ def solve_kinds(p: KindSplitProblem) -> Split | None:
     found = best_boundaries(times, sums, allowed, p.num_microbatches, start=float(bounds[lo]))
     if found is None:
         return None
-    return _kind_split(p, times, sums, recs, found[0])
+    return kind_split(p, times, sums, recs, found[0])
 
 
 def brute_force_kinds(p: KindSplitProblem) -> Split | None:
@@ -316,7 +316,7 @@ def brute_force_kinds(p: KindSplitProblem) -> Split | None:
         bounds = [0, *cuts, p.num_layers]
         if any(not np.isfinite(times[s, a, b]) for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))):
             continue
-        split = _kind_split(p, times, sums, recs, bounds)
+        split = kind_split(p, times, sums, recs, bounds)
         if best is None or split.objective < best.objective:
             best = split
     return best

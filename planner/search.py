@@ -48,6 +48,7 @@ from cost_models.step import (
 )
 from planner.errors import InfeasibleError
 from planner.ilp import SolveOptions, Solver, solve_ilp
+from planner.ilp_kinds import solve_kinds_ilp
 from planner.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.simulate import simulated_step_time
 from planner.space import Candidate, SearchSpec, candidates
@@ -285,8 +286,12 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
         if first.peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
         layouts = [balanced]
-    elif model.heterogeneous:  # dense and MoE layers: exact DP over segments (the MILP covers uniform stacks)
-        split: Split | None = solve_kinds(kind_split_problem(costs, spec.partial_recompute))
+    elif model.heterogeneous:  # dense and MoE layers: exact DP over segments, or the per-layer MILP
+        kinds = kind_split_problem(costs, spec.partial_recompute)
+        split: Split | None = solve_kinds(kinds)
+        if solver is not Solver.DP and split is not None:
+            result = solve_kinds_ilp(kinds, solver, options, hint=split)
+            split, gap, optimal = result.split, result.gap, result.optimal
         if split is None:
             return _Priced(None, True, gap, optimal)
         solved = replace(balanced, stage_layers=split.layers,
@@ -356,10 +361,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
               for r in ranked]
     ranked = [r for _, r in sorted(enumerate(ranked), key=lambda ir: (ir[1].step_time_s, ir[0]))]
     cert = Certificate(
-        method=("enumerate + memory/time bounds (best-first) + exact stage split"
-                + (" (layer kinds differ: split by the segment DP whatever the solver)" if model.heterogeneous
-                   and solver is not Solver.DP else "")
-                + "; top-k re-ranked by the discrete-event pipeline simulator"), solver=solver,
+        method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
+               "discrete-event pipeline simulator", solver=solver,
         candidates=len(pool), evaluated=evaluated, pruned_memory=pruned_memory,
         pruned_time=len(fitting) - evaluated, infeasible=infeasible, solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)

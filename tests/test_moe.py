@@ -248,3 +248,17 @@ def test_all_to_all_overlap_hides_part_of_the_traffic() -> None:
     compute = plain.forward + plain.backward + plain.recompute
     assert hidden.ep_comm == pytest.approx(cluster.gpu.exposed(plain.ep_comm, compute))
     assert (1 - cluster.gpu.overlap_efficiency) * plain.ep_comm <= hidden.ep_comm < plain.ep_comm
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_layer_kind_milp_equals_brute_force(seed: int) -> None:
+    """The per-layer MILP (HiGHS and CP-SAT) finds the DP's optimum on the same instances."""
+    from planner.ilp_kinds import solve_cpsat_kinds, solve_highs_kinds
+
+    p = _kind_instance(seed)
+    ref = brute_force_kinds(p)
+    highs, cpsat = solve_highs_kinds(p).split, solve_cpsat_kinds(p).split
+    assert (ref is None) == (highs is None) == (cpsat is None)
+    if ref is not None:
+        for other in (highs, cpsat):
+            assert other is not None and other.objective == pytest.approx(ref.objective, rel=1e-9)
