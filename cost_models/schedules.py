@@ -8,11 +8,19 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
   interleaved, v       T = (m + (p − 1)/v)(F + B)                  in flight: p + (p − 1)/v micro-batches (d = 0)
   ZB-H1                T = m(F + B) + (p − 1)(F + B_in)            in flight: p − d, plus the weight-gradient
                                                                    share of one more (d < p − 1)
+  ZB-V (2 chunks)      T = m(F + B) + (p − 1)·max(f, b) + (p − 2)·max(f − b, 0)     in flight: p on every rank
+                       with f = F/2 and b = B_in/2 the per-chunk forward and input-gradient times, for m >= 2p − 1
+                       and f <= 2b (found exactly by the simulator on this order; beyond it the simulator rules)
 Interleaved needs m % p == 0. ZB-H1 (Qi et al. 2023) splits backward into input gradient B_in and
 weight gradient W; here a device runs a W whenever it would otherwise wait and keeps at most p − d − 1
 pending, so the weight gradients fill the cooldown bubble and memory stays that of 1F1B. The paper's
 hand-placed ZB-H1 also trims the warm-up side, to (p − 1)(F + B_in − W); this simpler policy does not
 claim that.
+ZB-V (Qi et al. 2024, section 6) places two chunks per rank as a V (chunk k on rank k, then rank 2p − 1 − k:
+the first rank holds the embedding and the loss) and fixes every F, B and W in the order
+torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBubble"): 2(p − d) − 1
+forwards of the down chunk, d pairs of up/down forwards, p − d up-chunk F/B/W triples, then F-B-W on
+either chunk in turn, and a cool-down that drains the input gradients before the weight gradients.
 """
 
 from __future__ import annotations
@@ -27,12 +35,15 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
     Schedule.ONE_F_ONE_B: ("Megatron-LM", "torchtitan (1F1B)", "DeepSpeed", "NeMo"),
     Schedule.INTERLEAVED_1F1B: ("Megatron-LM (with VPP)", "torchtitan (Interleaved1F1B)", "NeMo"),
     Schedule.ZB_H1: ("torchtitan (ZeroBubble schedules of torch.distributed.pipelining)",),
+    Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
 }
-SPLIT_BACKWARD = {Schedule.ZB_H1}
+SPLIT_BACKWARD = {Schedule.ZB_H1, Schedule.ZB_V}
 
 
-def placement(pp: int, vpp: int) -> tuple[int, ...]:
-    """Device of each model chunk, in model order (chunk k on device k mod pp)."""
+def placement(pp: int, vpp: int, schedule: Schedule = Schedule.INTERLEAVED_1F1B) -> tuple[int, ...]:
+    """Device of each model chunk, in model order: chunk k on device k mod pp, or a V for ZB-V."""
+    if schedule is Schedule.ZB_V:
+        return tuple(k if k < pp else 2 * pp - 1 - k for k in range(2 * pp))
     return tuple(k % pp for k in range(pp * vpp))
 
 
@@ -44,7 +55,16 @@ def closed_form(schedule: Schedule, pp: int, m: int, vpp: int, forward: float, b
         return (m + pp - 1) * (f + b)
     if schedule is Schedule.INTERLEAVED_1F1B:
         return (m + (pp - 1) / vpp) * (f + b)
+    if schedule is Schedule.ZB_V:
+        return m * (f + b) + zbv_bubble(pp, f / 2, b_in / 2)
     return m * (f + b) + (pp - 1) * (f + b_in)  # ZB-H1
+
+
+def zbv_bubble(pp: int, chunk_forward: float, chunk_input_grad: float) -> float:
+    """Idle time ZB-V adds to m(F + B) on uniform stages (per-chunk times; valid while forward <= 2 x input
+    gradient, which backward >= forward always gives)."""
+    f, b = chunk_forward, chunk_input_grad
+    return (pp - 1) * max(f, b) + (pp - 2) * max(f - b, 0.0)
 
 
 def _one_f_one_b(device: int, pp: int, m: int, warmup: int, fwd: list[Op], bwd: list[Op]) -> tuple[Op, ...]:
@@ -58,6 +78,8 @@ def in_flight(schedule: Schedule, device: int, pp: int, m: int, vpp: int) -> flo
     """Micro-batches of this device's activations alive at its peak (in units of the whole stage)."""
     if schedule is Schedule.GPIPE:
         return float(m)
+    if schedule is Schedule.ZB_V:  # 2p chunk activations at the peak of every rank
+        return float(min(pp, m))
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return min(2 * (pp - device - 1) + (vpp - 1) * pp + 1, vpp * m) / vpp
     base = float(min(m, pp - device))
@@ -66,8 +88,54 @@ def in_flight(schedule: Schedule, device: int, pp: int, m: int, vpp: int) -> flo
     return base
 
 
+def _zbv_order(device: int, pp: int, m: int) -> tuple[Op, ...]:
+    """ZB-V's order on `device` (see the module docstring); built for max(m, 2p − 1) micro-batches, as torch
+    does, then restricted to the m that exist."""
+    down, up = device, 2 * pp - 1 - device
+    total = max(m, 2 * pp - 1)
+    ops: list[Op] = []
+    count = {(OpKind.F, down): 0, (OpKind.F, up): 0, (OpKind.B, down): 0, (OpKind.B, up): 0,
+             (OpKind.W, down): 0, (OpKind.W, up): 0}
+
+    def emit(kind: OpKind, chunk: int) -> None:
+        ops.append(Op(kind, count[(kind, chunk)], chunk))
+        count[(kind, chunk)] += 1
+
+    def triple(chunk: int) -> None:  # input gradient, then weight gradient of the same micro-batch
+        emit(OpKind.B, chunk)
+        emit(OpKind.W, chunk)
+
+    for _ in range(2 * (pp - device) - 1):
+        emit(OpKind.F, down)
+    for _ in range(device):
+        emit(OpKind.F, up)
+        emit(OpKind.F, down)
+    for _ in range(pp - device):
+        emit(OpKind.F, up)
+        triple(up)
+    while count[(OpKind.F, up)] < count[(OpKind.F, down)] or count[(OpKind.F, down)] < total:
+        if count[(OpKind.F, down)] < total:
+            emit(OpKind.F, down)
+        triple(down)
+        emit(OpKind.F, up)
+        triple(up)
+    for _ in range(device):
+        emit(OpKind.B, down)
+        emit(OpKind.B, up)
+    for _ in range(pp - device):
+        emit(OpKind.B, down)
+        emit(OpKind.W, down)
+    for chunk in (up, down):
+        while count[(OpKind.W, chunk)] < count[(OpKind.B, chunk)]:
+            emit(OpKind.W, chunk)
+    return tuple(op for op in ops if op.microbatch < m)
+
+
 def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
     """The per-device op orders of `schedule`."""
+    if schedule is Schedule.ZB_V:
+        return Program(pp, placement(pp, 2, schedule), tuple(_zbv_order(d, pp, m) for d in range(pp)),
+                       split_backward=True, explicit_w=True)
     v = vpp if schedule is Schedule.INTERLEAVED_1F1B else 1
     place = placement(pp, v)
     orders = []

@@ -7,7 +7,8 @@ schedules, weight-gradient (W) work of (micro-batch, model chunk) pairs; chunks 
   B(mb, c) after B(mb, c + 1) (plus the hop) and after F(mb, c); the last chunk's B after its own F;
   W(mb, c) after B(mb, c).
 W ops that a schedule marks deferrable run when their device would otherwise wait, or when more than
-`max_pending_w` are pending (zero-bubble schedules, Qi et al. 2023). Memory: F allocates the chunk's
+`max_pending_w` are pending (zero-bubble schedules, Qi et al. 2023); a program with `explicit_w` places every
+W in its orders instead (ZB-V). Memory: F allocates the chunk's
 activations, B frees all of them, or (1 − w_share) when a W follows, and W the rest.
 """
 
@@ -40,6 +41,7 @@ class Program:
     orders: tuple[tuple[Op, ...], ...]  # per device, F and B ops (and W ops when not deferrable)
     split_backward: bool  # B is input-gradient only; a W per (mb, chunk) follows
     max_pending_w: tuple[int, ...] = ()  # per device, deferrable W's allowed to wait (split_backward only)
+    explicit_w: bool = False  # the orders place every W themselves (none is deferred)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def simulate(program: Program, durations: Durations) -> SimResult:
         clock[device] = end
         done[op] = end
         events.append(Event(device, op, start, end))
-        if op.kind is OpKind.B and program.split_backward:
+        if op.kind is OpKind.B and program.split_backward and not program.explicit_w:
             pending_w[device].append(Op(OpKind.W, op.microbatch, op.chunk))
 
     remaining = sum(len(q) for q in queues)

@@ -449,15 +449,16 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
                layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
     """Pipeline rank `rank` holding `layers` (decoder layers by kind, some fully recomputed)."""
     model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
-    first, last = rank == 0, rank == layout.pp - 1
+    first, last = rank == layout.chunk_rank(0), rank == layout.chunk_rank(layout.pp * layout.vpp - 1)
     time = costs.layer_time(layers)
     params = costs.layer_params(layers)
     if first:
         time, params = time + costs.times.embedding, params + StageParams(embedding_params(model, job, layout.tp))
     if last:
         time = time + costs.times.head
-        params = params + head_params(model, job, layout.tp, layout.pp, layout.ep, layout.etp)
-    hops = (2 * layout.vpp - (1 if first else 0) - (1 if last else 0)) if layout.pp > 1 else 0
+        # a tied head shares the embedding when both sit on this rank (no pipeline, or ZB-V's first rank)
+        params = params + head_params(model, job, layout.tp, 1 if first else layout.pp, layout.ep, layout.etp)
+    hops = pipeline_hops(layout, rank)
     sharded = sharded_dp_exposed(params, layers.total, layout, job, cluster, time)
     dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
     opt = optimizer_time(params, layout, cluster)
@@ -471,12 +472,23 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
         other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
 
 
+def pipeline_hops(layout: Layout, rank: int) -> int:
+    """Sends and receives of activations (or their gradients) `rank` makes per micro-batch and direction: one
+    into each of its chunks from a chunk on another rank, one out of it to the next chunk on another rank."""
+    chunks = layout.pp * layout.vpp
+    hops = 0
+    for c in layout.rank_chunks(rank):
+        hops += c > 0 and layout.chunk_rank(c - 1) != rank
+        hops += c < chunks - 1 and layout.chunk_rank(c + 1) != rank
+    return hops
+
+
 def rank_layer_ids(layout: Layout, num_layers: int) -> list[list[int]]:
     """Decoder layer indices held by each pipeline rank, over all its model chunks, in order."""
     chunk_layers = layout.chunk_layers(num_layers)
     starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
-    return [[i for c in range(rank, len(chunk_layers), layout.pp)
-             for i in range(starts[c], starts[c] + chunk_layers[c])] for rank in range(layout.pp)]
+    return [[i for c in layout.rank_chunks(rank) for i in range(starts[c], starts[c] + chunk_layers[c])]
+            for rank in range(layout.pp)]
 
 
 def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
@@ -493,11 +505,11 @@ def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
 def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
              stages: list[StageCost], m: int) -> Prediction:
     per_mb = [s.compute_s for s in stages]
-    hidden = [W_SHARE * s.time.backward for s in stages]  # weight gradients ZB-H1 moves into the cooldown
-    pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule, hidden)
+    hidden = [W_SHARE * s.time.backward for s in stages]  # weight gradients zero-bubble schedules move around
+    pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule, hidden, [s.time.forward for s in stages])
     tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
     emb_sync = 0.0
-    if model.tied_embeddings and layout.pp > 1:
+    if model.tied_embeddings and layout.chunk_rank(0) != layout.chunk_rank(layout.pp * layout.vpp - 1):
         nbytes = model.vocab_size * model.hidden_size / layout.tp * job.runtime.grad_reduce_bytes
         emb_sync = collective_time(Collective.ALL_REDUCE, nbytes, 2,
                                    layout.tp * layout.cp * layout.dp * (layout.pp - 1), cluster)

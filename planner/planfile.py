@@ -71,7 +71,7 @@ def _stages(ranked: Ranked) -> list[dict[str, Any]]:
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
     out = []
     for s in pred.stages:
-        mine = [c for c in range(s.pp_rank, len(chunks), layout.pp) if chunks[c]]
+        mine = [c for c in layout.rank_chunks(s.pp_rank) if chunks[c]]
         out.append({
             "pp_rank": s.pp_rank, "first_layer": s.first_layer, "last_layer": s.last_layer,
             "num_layers": s.num_layers, "layer_ranges": [[starts[c], starts[c] + chunks[c] - 1] for c in mine],

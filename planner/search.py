@@ -116,9 +116,10 @@ class _LayerTimes:
 
     def params(self, c: Candidate) -> StageParams:
         """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
-        key = (c.tp, c.pp, c.ep, c.etp)
+        head_pp = 1 if c.schedule is Schedule.ZB_V else c.pp  # ZB-V keeps a tied head beside the embedding
+        key = (c.tp, head_pp, c.ep, c.etp)
         if key not in self._params:
-            self._params[key] = rank_params(self.model, self.job, c.tp, c.pp, c.ep, c.etp)
+            self._params[key] = rank_params(self.model, self.job, c.tp, head_pp, c.ep, c.etp)
         return self._params[key]
 
     def get(self, c: Candidate) -> LayerTimes:
@@ -140,9 +141,13 @@ class _LayerTimes:
         the average stage's gradient reduction and optimizer step. Exposed communication is convex in
         (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
         Recomputation chosen by the split only adds time."""
-        stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B))
+        family = Schedule.ZB_V if c.schedule is Schedule.ZB_V else Schedule.ONE_F_ONE_B  # (ZB-V: tied head shared)
+        stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=family))
         m = self.job.global_batch // (c.dp * c.mbs)
-        stage += (2 * c.pp * c.vpp - 2) * hop / c.pp
+        hops = 4 * c.pp - 4 if c.schedule is Schedule.ZB_V else 2 * c.pp * c.vpp - 2  # all ranks' sends and receives
+        stage += hops * hop / c.pp
+        if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
+            return stage * m + tail
         hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
         return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
 

@@ -30,7 +30,7 @@ def durations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layo
     fwd, bwd, wgt, act = [], [], [], []
     p2p = pipeline_hop_time(model, job, cluster, layout)
     for c, n_c in enumerate(chunks):
-        stage = prediction.stages[c % layout.pp]
+        stage = prediction.stages[layout.chunk_rank(c)]
         t = stage.time
         compute = t.forward + t.backward + t.recompute
         share = n_c / stage.num_layers if stage.num_layers else 1.0 / layout.vpp

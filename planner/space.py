@@ -12,7 +12,7 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
        micro-batches % pp == 0)
   zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
-  schedule  interleaved 1F1B with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
+  schedule  interleaved 1F1B or ZB-V (vpp 2) with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
   ep, etp   MoE models only: ep divides the experts, etp is 1 or tp, etp·ep divides tp·cp·dp
             (`expert_options`); dense models 1 and 1.
 Dominated choices are not generated unless pinned, and the reason is a property of the cost model:
@@ -85,12 +85,16 @@ class Candidate:
                 self.ep, self.etp)
 
 
-def schedules_for(pp: int, vpp: int, spec: SearchSpec) -> list[Schedule]:
-    """Schedules for a (pp, vpp): interleaved exactly when vpp > 1; with one chunk per rank 1F1B and
-    ZB-H1 (GPipe is as fast as 1F1B and keeps all m micro-batches in memory: generated only when
-    pinned); without a pipeline only 1F1B, which then means no schedule at all."""
+def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
+    """Schedules for a (pp, vpp): interleaved when vpp > 1 and the micro-batches divide by pp, ZB-V with two
+    chunks per rank and at least 2p − 1 micro-batches; with one chunk per rank 1F1B and ZB-H1 (GPipe is as
+    fast as 1F1B and keeps all m micro-batches in memory: generated only when pinned); without a pipeline
+    only 1F1B, which then means no schedule at all."""
+    m = microbatches
     if vpp > 1:
-        options = [Schedule.INTERLEAVED_1F1B]
+        options = [Schedule.INTERLEAVED_1F1B] if m is None or m % pp == 0 else []
+        if vpp == 2 and (m is None or m >= 2 * pp - 1):
+            options.append(Schedule.ZB_V)
     elif pp == 1:
         options = [Schedule.ONE_F_ONE_B]
     else:
@@ -140,11 +144,15 @@ def _meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
 
 
 def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> list[int]:
-    """1, and 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0)."""
+    """1, 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0), and 2 for ZB-V
+    (m >= 2p − 1)."""
     vpps = [1]
     if pp > 1 and microbatches % pp == 0:
         vpps += [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)
                  if spec.uneven_split or model.num_layers % (pp * v) == 0]
+    elif pp > 1 and microbatches >= 2 * pp - 1 and model.num_layers >= 2 * pp and (
+            spec.uneven_split or model.num_layers % (2 * pp) == 0):
+        vpps.append(2)
     return _pinned(spec.vpp, vpps)
 
 
@@ -178,6 +186,6 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
             if sp and tp == 1:
                 continue
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
-                for schedule in schedules_for(pp, vpp, spec):
+                for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
                     for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
                         yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp)

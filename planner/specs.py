@@ -44,6 +44,7 @@ class Schedule(str, Enum):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved-1f1b"
     ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023)
+    ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
 
 
 class ZeroStage(IntEnum):
@@ -419,8 +420,19 @@ class Layout:
     def num_microbatches(self, job: JobSpec) -> int:
         return job.global_batch // (self.mbs * self.dp)
 
+    def chunk_rank(self, chunk: int) -> int:
+        """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or a V for ZB-V (chunk k on
+        rank k going down, then back up: rank 2·pp − 1 − k)."""
+        if self.schedule is Schedule.ZB_V:
+            return chunk if chunk < self.pp else 2 * self.pp - 1 - chunk
+        return chunk % self.pp
+
+    def rank_chunks(self, rank: int) -> tuple[int, ...]:
+        """The model chunks of `rank`, in model order."""
+        return tuple(c for c in range(self.pp * self.vpp) if self.chunk_rank(c) == rank)
+
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Decoder layers per model chunk, in pipeline order (chunk k lives on pp rank k % pp)."""
+        """Decoder layers per model chunk, in pipeline order (chunk k lives on rank `chunk_rank(k)`)."""
         if self.stage_layers is not None:
             return self.stage_layers
         chunks = self.pp * self.vpp
@@ -460,10 +472,16 @@ class Layout:
                 f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
             )
         m = self.num_microbatches(job)
-        if (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
-            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others vpp 1; got "
+        if self.schedule is Schedule.ZB_V:
+            if self.vpp != 2 or self.pp == 1:
+                raise LayoutError(f"zb-v runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
+                                  f"{self.vpp}, pp {self.pp}")
+            if m < 2 * self.pp - 1:
+                raise LayoutError(f"zb-v needs at least 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
+        elif (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
+            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v) vpp 1; got "
                               f"{self.schedule.value} with vpp {self.vpp}")
-        if self.vpp > 1:
+        if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:
             if self.pp == 1:
                 raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
             if m % self.pp:
@@ -515,7 +533,7 @@ class Layout:
     def rank_layers(self, num_layers: int) -> tuple[int, ...]:
         """Decoder layers held by each pipeline rank (all its model chunks)."""
         chunks = self.chunk_layers(num_layers)
-        return tuple(sum(chunks[c] for c in range(rank, len(chunks), self.pp)) for rank in range(self.pp))
+        return tuple(sum(chunks[c] for c in self.rank_chunks(rank)) for rank in range(self.pp))
 
     def fully_recomputed(self, rank: int, num_layers: int) -> int:
         """Decoder layers of `rank` whose whole forward is recomputed in backward."""

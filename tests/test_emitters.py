@@ -31,7 +31,10 @@ def cases() -> dict[str, Plan]:
         "llama3-8b_8xh100": plan("llama3-8b", "h100-sxm", gpus=8, seq_len=8192, global_batch=64),
         "llama3-70b_pp_vpp_cp": plan("llama3-70b", "h100-sxm", gpus=256, seq_len=32768, global_batch=64,
                                      spec=SearchSpec(tp=8, pp=4, cp=2, vpp=5, zero=1, top_k=1)),
-        "llama3-405b_16384xh100": plan("llama3-405b", "h100-sxm", gpus=16384, seq_len=8192, global_batch=2048),
+        # restricted to Megatron's schedules, so that the Megatron-LM checks below see the plan itself
+        "llama3-405b_16384xh100": plan("llama3-405b", "h100-sxm", gpus=16384, seq_len=8192, global_batch=2048,
+                                       spec=SearchSpec(schedule_choices=(Schedule.ONE_F_ONE_B,
+                                                                         Schedule.INTERLEAVED_1F1B))),
         "deepseek-v3_2048xh800": plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360,
                                       spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=1,
                                                       schedule=Schedule.ONE_F_ONE_B, partial_recompute=False)),

@@ -13,7 +13,7 @@ from cost_models.simulator import Durations, Program, simulate
 from planner.specs import Schedule
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
-         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1)]
+         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_V, 2)]
 
 
 def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations:
@@ -30,6 +30,8 @@ def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations
 def test_simulator_equals_closed_form(schedule: Schedule, vpp: int, pp: int, m: int, f: float, b: float) -> None:
     if schedule is Schedule.INTERLEAVED_1F1B and m % pp:
         pytest.skip("interleaving needs micro-batches divisible by pp")
+    if schedule is Schedule.ZB_V and m < 2 * pp - 1:
+        pytest.skip("zb-v needs at least 2p - 1 micro-batches")
     prog = program(schedule, pp, m, vpp)
     result = simulate(prog, _durations(prog, f, b))
     assert result.makespan == pytest.approx(closed_form(schedule, pp, m, vpp, f, b), rel=1e-12)
@@ -41,7 +43,7 @@ def test_orders_of_schedules() -> None:
     """GPipe = 1F1B in time but m micro-batches in memory; interleaving and ZB-H1 cut the bubble."""
     pp, m = 8, 16
     t = {s: closed_form(s, pp, m, v, 1.0, 2.0) for s, v in CASES}
-    assert t[Schedule.GPIPE] == t[Schedule.ONE_F_ONE_B] > t[Schedule.ZB_H1]
+    assert t[Schedule.GPIPE] == t[Schedule.ONE_F_ONE_B] > t[Schedule.ZB_H1] > t[Schedule.ZB_V]
     assert t[Schedule.ONE_F_ONE_B] > t[Schedule.INTERLEAVED_1F1B]
     assert in_flight(Schedule.GPIPE, 0, pp, m, 1) > in_flight(Schedule.ONE_F_ONE_B, 0, pp, m, 1)
 
@@ -80,3 +82,22 @@ def test_deadlock_is_reported() -> None:
                   False)
     with pytest.raises(ValueError, match="deadlocks"):
         simulate(bad, Durations((1.0, 1.0), (1.0, 1.0), (0.0, 0.0), (1.0, 1.0)))
+
+
+@pytest.mark.parametrize("pp,m", [(2, 3), (2, 8), (4, 7), (4, 16), (8, 15), (8, 40), (4, 5)])
+def test_zbv_order_is_torchs(pp: int, m: int) -> None:
+    """Our ZB-V order is the one torch.distributed.pipelining's ScheduleZBVZeroBubble computes for each rank
+    (torchtitan's "ZBVZeroBubble"): same forward, input-gradient and weight-gradient actions in the same order."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch is not installed (the [profile] extra)")
+    from types import SimpleNamespace
+
+    from cost_models.simulator import OpKind
+
+    kinds = {"F": OpKind.F, "I": OpKind.B, "W": OpKind.W}
+    ours = program(Schedule.ZB_V, pp, m, 2)
+    for rank in range(pp):
+        fake = SimpleNamespace(pp_group_size=pp, _n_microbatches=m, num_stages=2 * pp)
+        actions = schedules.ScheduleZBVZeroBubble._calculate_single_rank_operations(fake, rank)
+        theirs = [(kinds[a.computation_type.value], a.microbatch_index, a.stage_index) for a in actions if a]
+        assert [(op.kind, op.microbatch, op.chunk) for op in ours.orders[rank]] == theirs

@@ -40,7 +40,7 @@ EMITTERS: dict[Target, Callable[[Plan], str]] = {
 }
 # What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
 MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
-TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
+TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_V)
 CAPABILITIES: dict[Target, SearchSpec] = {
     Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
     Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, schedule_choices=TITAN_SCHEDULES),

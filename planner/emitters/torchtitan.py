@@ -3,7 +3,8 @@
 Mapping: ZeRO-0 is DDP (data_parallel_replicate_degree = dp); ZeRO-3 is FSDP2 resharding after forward
 (data_parallel_shard_degree = dp), ZeRO-2 FSDP2 without resharding; torchtitan has no ZeRO-1. The stage
 split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i, norm, output, the
-module names of torchtitan's decoder models). Schedules: "1F1B", "Interleaved1F1B". Recomputation:
+module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble" (its
+stages in model order; torchtitan places them as a V itself). Recomputation:
 activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
 """
 
@@ -15,7 +16,8 @@ from planner.emitters.common import UnsupportedPlanError, describe, facts
 from planner.planfile import Plan
 from planner.specs import Dtype, Recompute, Schedule, ZeroStage
 
-SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B"}
+SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
+             Schedule.ZB_V: "ZBVZeroBubble"}
 FLAVORS = {"llama3-8b": ("llama3", "8B", "llama3_8b"), "llama3-70b": ("llama3", "70B", "llama3_70b"),
            "llama3-405b": ("llama3", "405B", "llama3_405b"),
            "deepseek-v3": ("deepseek_v3", "671B", "deepseek_v3_671b"),
@@ -62,7 +64,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if sharded:
         parallelism["fsdp_reshard_after_forward"] = "always" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
-        parallelism.update(pipeline_parallel_schedule=SCHEDULES[lay.schedule],  # GPipe, 1F1B, Interleaved1F1B
+        parallelism.update(pipeline_parallel_schedule=SCHEDULES[lay.schedule],  # its stages in model order
                            pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
     checkpoint: dict[str, Any] = {"mode": mode}
