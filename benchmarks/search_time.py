@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         assert c is not None
         experts = f"ep{lay.ep} etp{lay.etp} " if lay.ep > 1 or lay.etp > 1 else ""
         best = (f"tp{lay.tp} pp{lay.pp} dp{lay.dp} cp{lay.cp} {experts}vpp{lay.vpp} mbs{lay.mbs} "
-                f"zero{int(lay.zero)} "
-                f"{lay.recompute.value}, MFU {100 * plan.best.prediction.mfu:.1f} %")
+                f"zero{int(lay.zero)} {lay.recompute.value} {lay.schedule.value}, "
+                f"MFU {100 * plan.best.prediction.mfu:.1f} %")
         name = f"{model} on {gpus} x {hw} (s={seq}, B={batch})"
         print(f"{name:52} {statistics.median(times):8.2f} {c.candidates:10} {c.evaluated:7} {c.pruned_memory:10} "
               f"{c.pruned_time:11}  {best}")
