@@ -264,6 +264,14 @@ def rank_layers_of(costs: LayoutCosts, rank: int) -> StageLayers:
     return StageLayers.of(tuple(costs.kinds[i] for i in ids), layout.fully_recomputed(rank, model.num_layers))
 
 
+def v_chunks(per_rank: tuple[int, ...]) -> tuple[int, ...]:
+    """ZB-V chunk sizes in model order from per-rank layer counts: rank r's down chunk gets half (rounded
+    down), its up chunk the rest; down chunks run ranks 0..p−1, up chunks back from p−1 to 0."""
+    down = [n // 2 for n in per_rank]
+    up = [n - n // 2 for n in per_rank]
+    return tuple(down + up[::-1])
+
+
 ProgressFn = Callable[[int, int], None]
 
 
@@ -279,14 +287,17 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
            solver: Solver, options: SolveOptions, times: LayerTimes) -> _Priced:
     """Split and price one candidate; ranked is None when nothing fits.
 
-    With 1F1B the solved split competes with the balanced split (Megatron-LM's default), priced by the
-    same cost model: the split solver optimises the pipeline term, the full model also prices the step's
-    tail (gradient reduction, optimizer), so the plan is never slower than the plain even split."""
+    With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
+    by the same cost model: the split solver optimises the pipeline term, the full model also prices the
+    step's tail (gradient reduction, optimizer), so the plan is never slower than the plain even split.
+    ZB-V on a uniform stack is split the same way per rank (a rank's cost depends only on how many layers it
+    holds), each rank's layers then halved between its two chunks; other multi-chunk layouts stay balanced."""
     balanced = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
                       recompute=c.recompute, schedule=c.schedule, ep=c.ep, etp=c.etp)
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times)
-    if c.vpp > 1 or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight, check it first
+    zbv_split = c.schedule is Schedule.ZB_V and not model.heterogeneous
+    if (c.vpp > 1 and not zbv_split) or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight
         first = stage_cost(costs, 0, rank_layers_of(costs, 0))
         if first.peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
@@ -310,7 +321,8 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
             split, gap, optimal = result.split, result.gap, result.optimal
         if split is None:
             return _Priced(None, True, gap, optimal)
-        solved = replace(balanced, stage_layers=split.layers,
+        chunks = v_chunks(split.layers) if c.schedule is Schedule.ZB_V else split.layers
+        solved = replace(balanced, stage_layers=chunks,
                          recompute_layers=split.recompute if any(split.recompute) else None)
         layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
     best: Ranked | None = None

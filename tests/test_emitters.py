@@ -25,16 +25,19 @@ GOLDEN = Path(__file__).parent / "golden"
 FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
 
 
+# the dense cases keep to Megatron's schedules, so that the Megatron-LM checks below see the plans themselves
+MEGATRON_RUNS = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
+
+
 @cache
 def cases() -> dict[str, Plan]:
     return {
-        "llama3-8b_8xh100": plan("llama3-8b", "h100-sxm", gpus=8, seq_len=8192, global_batch=64),
+        "llama3-8b_8xh100": plan("llama3-8b", "h100-sxm", gpus=8, seq_len=8192, global_batch=64,
+                                 spec=SearchSpec(schedule_choices=MEGATRON_RUNS)),
         "llama3-70b_pp_vpp_cp": plan("llama3-70b", "h100-sxm", gpus=256, seq_len=32768, global_batch=64,
                                      spec=SearchSpec(tp=8, pp=4, cp=2, vpp=5, zero=1, top_k=1)),
-        # restricted to Megatron's schedules, so that the Megatron-LM checks below see the plan itself
         "llama3-405b_16384xh100": plan("llama3-405b", "h100-sxm", gpus=16384, seq_len=8192, global_batch=2048,
-                                       spec=SearchSpec(schedule_choices=(Schedule.ONE_F_ONE_B,
-                                                                         Schedule.INTERLEAVED_1F1B))),
+                                       spec=SearchSpec(schedule_choices=MEGATRON_RUNS)),
         "deepseek-v3_2048xh800": plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360,
                                       spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=1,
                                                       schedule=Schedule.ONE_F_ONE_B, partial_recompute=False)),

@@ -101,3 +101,21 @@ def test_zbv_order_is_torchs(pp: int, m: int) -> None:
         actions = schedules.ScheduleZBVZeroBubble._calculate_single_rank_operations(fake, rank)
         theirs = [(kinds[a.computation_type.value], a.microbatch_index, a.stage_index) for a in actions if a]
         assert [(op.kind, op.microbatch, op.chunk) for op in ours.orders[rank]] == theirs
+
+
+def test_zbv_split_unloads_the_first_rank() -> None:
+    """ZB-V puts the embedding and the LM head on rank 0: the per-rank split gives it fewer layers, beats the
+    balanced chunks, halves each rank's layers over its two chunks, and the simulator runs the result."""
+    from planner import plan as run_plan
+    from planner.search import v_chunks
+    from planner.space import SearchSpec
+
+    result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64,
+                      spec=SearchSpec(pp=16, schedule=Schedule.ZB_V, top_k=3))
+    lay = result.best.layout
+    assert lay.schedule is Schedule.ZB_V and lay.stage_layers is not None
+    per_rank = lay.rank_layers(32)
+    assert per_rank[0] < max(per_rank) and lay.stage_layers == v_chunks(per_rank)
+    balanced = [r for r in result.alternatives if r.layout.stage_layers is None]
+    assert all(result.best.step_time_s < r.step_time_s for r in balanced)
+    assert result.best.simulated_step_time_s is not None
