@@ -109,18 +109,20 @@ def state_bytes(params: float, zero: ZeroStage, shard: int, grad_bytes: float) -
     return StateBytes(w, g, o)
 
 
-def largest_module_params(model: ModelSpec, tp: int) -> float:
-    """The biggest weight matrix of a decoder layer on one TP rank (the ZeRO-3 gather unit); an MoE layer's
-    routed experts are gathered as one grouped module per projection."""
+def largest_module_params(model: ModelSpec, tp: int, ep: int = 1, etp: int = 1) -> float:
+    """The biggest weight matrix of a decoder layer on one rank (the ZeRO-3 gather unit); an MoE layer's
+    local routed experts are gathered as one grouped module per projection (E/ep experts, width f_e/etp)."""
     h, f = model.hidden_size, model.ffn_hidden_size
+    gate = 2 if model.gated_mlp else 1
     qkv = h * (model.q_dim / tp + 2 * kv_heads_per_rank(model, tp) * model.head_dim)
-    fc1 = (2 if model.gated_mlp else 1) * h * f / tp
-    return max(qkv, fc1, h * f / tp, model.q_dim * h / tp, attention_params_per_rank(model, tp) / 3)
+    fc1 = gate * h * f / tp
+    experts = (model.moe.num_experts / ep * gate * h * model.moe.ffn_hidden_size / etp) if model.moe else 0.0
+    return max(qkv, fc1, h * f / tp, model.q_dim * h / tp, attention_params_per_rank(model, tp) / 3, experts)
 
 
-def zero3_working_bytes(model: ModelSpec, tp: int, grad_bytes: float) -> float:
+def zero3_working_bytes(model: ModelSpec, tp: int, grad_bytes: float, ep: int = 1, etp: int = 1) -> float:
     """Gathered weights of the current and the prefetched module, plus one module's full gradient."""
-    unit = largest_module_params(model, tp)
+    unit = largest_module_params(model, tp, ep, etp)
     return 2 * unit * WEIGHT_BYTES + unit * grad_bytes
 
 

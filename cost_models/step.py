@@ -271,7 +271,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, params: St
     if layers.full:  # the layer being recomputed holds all its activations until its backward is done
         other += acts.moe if layers.moe_full else acts.dense
     if layout.zero is ZeroStage.WEIGHTS and layers.total:
-        other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes)
+        other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes, layout.ep, layout.etp)
     return states, activations, other
 
 
