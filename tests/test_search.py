@@ -145,3 +145,32 @@ def test_job_spec_runtime_changes_the_answer() -> None:
     assert {c.recompute.value for c in candidates(pr_flash.model, pr_flash.cluster, pr_flash.job,
                                                   SearchSpec())} == {"none", "full"}
     assert isinstance(pr.job, JobSpec)
+
+
+TINY_DEEPSEEK = {"name": "tiny-deepseek", "num_layers": 12, "hidden_size": 1024, "ffn_hidden_size": 4096,
+                 "num_attention_heads": 16, "head_dim": 96, "vocab_size": 32000, "gated_mlp": True,
+                 "tied_embeddings": False, "moe_num_experts": 16, "moe_top_k": 4, "moe_ffn_hidden_size": 512,
+                 "moe_shared_ffn_hidden_size": 512, "moe_first_dense_layers": 2, "moe_router_bias": True,
+                 "mla_q_lora_rank": 384, "mla_kv_lora_rank": 256, "mla_qk_nope_head_dim": 64,
+                 "mla_qk_rope_head_dim": 32, "mla_v_head_dim": 64, "mtp_layers": 1}
+
+
+@pytest.mark.parametrize("case", [(TINY_DEEPSEEK, "a100-40gb", 16, 4096, 64, 4), ("qwen3-30b-a3b", "h100-sxm", 16,
+                                                                                    4096, 32, 2)])
+def test_moe_search_equals_exhaustive_pricing(case: tuple) -> None:
+    """With expert degrees in the space and dense/MoE stacks split by the segment DP, best-first pruning still
+    loses nothing."""
+    from planner.loaders import model_from_mapping
+
+    model, hw, gpus, seq, batch, pp = case
+    spec_model = model_from_mapping(model, "test") if isinstance(model, dict) else model
+    pr = resolve(spec_model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    spec = SearchSpec(pp=pp, top_k=1)
+    times = _LayerTimes(pr.model, pr.cluster, pr.job)
+    priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
+              for c in candidates(pr.model, pr.cluster, pr.job, spec)]
+    best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
+    result = search(pr.model, pr.cluster, pr.job, spec)
+    assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
+    assert result.certificate.optimal and result.certificate.pruned_time > 0
+    assert any(p.ranked is not None and p.ranked.layout.ep > 1 for p in priced)
