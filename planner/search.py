@@ -244,9 +244,10 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
             tr.append(max(time_f - time1, 0.0))
             w1.append(W_SHARE * (back1 - base_b))
             row_m.append(mem1 - base_m)
-            # a recomputed layer's own transient copy is priced once per stage, not per layer
-            transient = max(transient, costs.activations.moe if one.moe else costs.activations.dense)
-            row_r.append(0.0 if full_base else max(mem1 - (mem_f - transient), 0.0))
+            # the recomputed layer's transient copy is priced once per stage (the largest kind's), not per layer
+            own = costs.activations.moe if one.moe else costs.activations.dense
+            transient = max(transient, own)
+            row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
         m1.append(tuple(row_m))
         mr.append(tuple(row_r))
     zero_bubble = layout.schedule is Schedule.ZB_H1
