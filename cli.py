@@ -79,9 +79,15 @@ CommOverlap = Annotated[bool, typer.Option(
                                "--overlap-moe-expert-parallel-comm, DualPipe).")]
 
 
-def _runtime(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool) -> Runtime:
+DedupDispatch = Annotated[bool, typer.Option(
+    "--moe-dedup-dispatch", help="MoE: send a token once to each remote node holding its experts and forward it "
+                                 "over NVLink (DeepEP; Megatron-LM's flex dispatcher).")]
+
+
+def _runtime(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool,
+             dedup: bool) -> Runtime:
     return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance,
-                   moe_comm_overlap=overlap)
+                   moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
 
 
 @app.command()
@@ -111,6 +117,7 @@ def evaluate(
     moe_capacity_factor: CapacityFactor = None,
     moe_load_imbalance: LoadImbalance = 1.0,
     moe_comm_overlap: CommOverlap = False,
+    moe_dedup_dispatch: DedupDispatch = False,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -137,7 +144,8 @@ def evaluate(
             raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
-                          runtime=_runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap),
+                          runtime=_runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
+                           moe_dedup_dispatch),
                           overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp)
@@ -191,6 +199,7 @@ def plan(
     moe_capacity_factor: CapacityFactor = None,
     moe_load_imbalance: LoadImbalance = 1.0,
     moe_comm_overlap: CommOverlap = False,
+    moe_dedup_dispatch: DedupDispatch = False,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -212,7 +221,8 @@ def plan(
                 _plan_chain(costs, hardware, gpus, batch, HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
                             top_k, out, as_json)
                 return
-        runtime = _runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap)
+        runtime = _runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
+                           moe_dedup_dispatch)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,

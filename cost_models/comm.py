@@ -21,6 +21,7 @@ the conservative end of what NCCL achieves; it reproduces the ZeRO-3 scaling of 
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 from planner.specs import ClusterSpec, LinkSpec
@@ -94,3 +95,25 @@ def all_to_all_time(nbytes: float, size: int, stride: int, cluster: ClusterSpec)
         return cluster.scale_up.latency_us * 1e-6 * (size - 1) + inside
     outside = nbytes * (size - k) / size / cluster.scale_out.bus_bytes_per_s
     return cluster.scale_out.latency_us * 1e-6 * (size - 1) + max(inside, outside)
+
+
+def dedup_dispatch_time(token_bytes: float, copies: int, size: int, stride: int, cluster: ClusterSpec,
+                        domain_limit: int = 0) -> float:
+    """One deduplicated dispatch (or combine) of `token_bytes` worth of tokens per rank, each routed to
+    `copies` experts spread over `size` ranks (DeepEP, DeepSeek-V3 section 3.2.2): a token crosses to every
+    remote scale-up domain holding one of its experts once, through the rank's NIC, and is then delivered to
+    the experts' GPUs over NVLink. With D domains in the group and uniform routing a token touches
+    D·(1 − (1 − 1/D)^k) of them, at most `domain_limit` (node-limited routing; 0: none), (D − 1)/D of them
+    remote; every copy not on the source GPU crosses NVLink once, (size − 1)/size of k."""
+    if token_bytes <= 0 or size <= 1:
+        return 0.0
+    local = ranks_per_domain(cluster, size, stride)
+    inside = token_bytes * copies * (size - 1) / size / cluster.scale_up.bus_bytes_per_s
+    if local >= size:
+        return cluster.scale_up.latency_us * 1e-6 * (size - 1) + inside
+    domains = math.ceil(size / local)
+    touched = domains * (1 - (1 - 1 / domains) ** copies)
+    if domain_limit:
+        touched = min(touched, domain_limit)
+    outside = token_bytes * touched * (domains - 1) / domains / cluster.scale_out.bus_bytes_per_s
+    return cluster.scale_out.latency_us * 1e-6 * (domains - 1 + local - 1) + max(inside, outside)

@@ -23,7 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
+from cost_models.comm import (
+    Collective,
+    all_to_all_time,
+    collective_time,
+    dedup_dispatch_time,
+    p2p_time,
+    ranks_per_domain,
+)
 from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
 from cost_models.memory import kv_heads_per_rank
 from planner.errors import LayoutError
@@ -162,6 +169,25 @@ def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 
     return out
 
 
+def node_limit(model: ModelSpec, ep: int, etp: int, cluster: ClusterSpec) -> int:
+    """Scale-up domains a token may reach under group-limited routing (0: no limit). Experts sit on the ep
+    ranks in order, so each of the D domains the group spans holds E/D experts and each routing group E/G:
+    with whole groups per domain (G % D == 0) a token reaches at most min(group limit, D) domains
+    (DeepSeek-V3: 8 groups on 8 nodes, 4 per token); with each group spread over D/G domains, at most
+    group limit x D/G; otherwise the groups give no bound."""
+    moe = model.moe
+    if moe is None or not moe.group_top_k:
+        return 0
+    domains = -(-ep // ranks_per_domain(cluster, ep, etp))
+    if domains <= 1:
+        return 0
+    if moe.groups % domains == 0:
+        return min(moe.group_top_k, domains)
+    if domains % moe.groups == 0:
+        return moe.group_top_k * (domains // moe.groups)
+    return 0
+
+
 def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float) -> MoETime:
     """Router, routed experts and shared experts of one MoE layer on one GPU (Fedus et al. 2021; Megatron-core
     MoE with the all-to-all token dispatcher and parallel folding).
@@ -190,7 +216,11 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     elementwise = memory_time(copies * (2 * 2 * 2 * h + act) + local * moe.num_experts * 4 * 3, gpu)
     fwd, bwd = fwd + elementwise, bwd + ELEMENTWISE_BACKWARD * elementwise
     sent = local * moe.top_k * load * h * 2  # bytes of routed copies one rank sends (bf16)
-    comm = 2 * all_to_all_time(sent, ep, etp, cluster)
+    if rt.moe_dedup_dispatch:
+        comm = 2 * dedup_dispatch_time(local * load * h * 2, moe.top_k, ep, etp, cluster,
+                                       node_limit(model, ep, etp, cluster))
+    else:
+        comm = 2 * all_to_all_time(sent, ep, etp, cluster)
     if etp > 1:
         comm += (collective_time(Collective.ALL_GATHER, sent * etp, etp, 1, cluster, rt.multi_rail)
                  + collective_time(Collective.REDUCE_SCATTER, sent * etp, etp, 1, cluster, rt.multi_rail))

@@ -24,14 +24,16 @@ OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "qkv_bias", "linear_b
                        "learned_positions", "dropout", "published_params", "published_active_params", "qk_norm",
                        "mtp_layers", "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size",
                        "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every", "moe_router_bias",
-                       "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim",
+                       "moe_groups", "moe_group_top_k", "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim",
+                       "mla_qk_rope_head_dim",
                        "mla_v_head_dim", "vision_num_layers", "vision_hidden_size", "vision_ffn_hidden_size",
                        "vision_num_attention_heads", "vision_image_size", "vision_patch_size",
                        "vision_projector_hidden", "vision_class_token", "vision_images")
 _INT_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size",
              "num_kv_heads", "head_dim", "learned_positions", "mtp_layers", "moe_num_experts", "moe_top_k",
              "moe_ffn_hidden_size", "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every",
-             "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim", "mla_qk_rope_head_dim", "mla_v_head_dim",
+             "moe_groups", "moe_group_top_k", "mla_q_lora_rank", "mla_kv_lora_rank", "mla_qk_nope_head_dim",
+             "mla_qk_rope_head_dim", "mla_v_head_dim",
              "vision_num_layers", "vision_hidden_size", "vision_ffn_hidden_size", "vision_num_attention_heads",
              "vision_image_size", "vision_patch_size", "vision_projector_hidden", "vision_images")
 _BOOL_KEYS = ("gated_mlp", "tied_embeddings", "qkv_bias", "linear_bias", "dropout", "qk_norm", "moe_router_bias",
@@ -166,10 +168,14 @@ def _moe_mla(data: dict[str, Any], origin: str) -> tuple[MoESpec | None, MLASpec
                       ffn_hidden_size=data["moe_ffn_hidden_size"],
                       shared_ffn_hidden_size=data.get("moe_shared_ffn_hidden_size", 0),
                       first_dense_layers=data.get("moe_first_dense_layers", 0), every=data.get("moe_every", 1),
-                      router_bias=data.get("moe_router_bias", False))
+                      router_bias=data.get("moe_router_bias", False), groups=data.get("moe_groups", 1),
+                      group_top_k=data.get("moe_group_top_k", 0))
         if not 0 < moe.top_k <= moe.num_experts or moe.every < 1 or moe.ffn_hidden_size < 1:
             raise InputError(f"{origin}: need 0 < moe_top_k <= moe_num_experts, moe_every >= 1 and "
                              "moe_ffn_hidden_size >= 1")
+        if moe.groups < 1 or moe.num_experts % moe.groups or not 0 <= moe.group_top_k <= moe.groups:
+            raise InputError(f"{origin}: moe_groups must divide moe_num_experts and 0 <= moe_group_top_k <= "
+                             f"moe_groups, got {moe.groups} and {moe.group_top_k}")
     if any(k in data for k in _MLA_KEYS):
         if not all(k in data for k in _MLA_KEYS):
             raise InputError(f"{origin}: an MLA model needs all of {list(_MLA_KEYS)}")
@@ -293,6 +299,8 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
                     "moe_shared_ffn_hidden_size": config.get("n_shared_experts", 0) * config["moe_intermediate_size"],
                     "moe_first_dense_layers": config.get("first_k_dense_replace", 0),
                     "moe_router_bias": config.get("topk_method", "noaux_tc") == "noaux_tc",
+                    **({"moe_groups": config["n_group"], "moe_group_top_k": config["topk_group"]}
+                       if config.get("n_group", 1) > 1 and config.get("topk_group") else {}),
                     "mla_q_lora_rank": config.get("q_lora_rank") or 0, "mla_kv_lora_rank": config["kv_lora_rank"],
                     "mla_qk_nope_head_dim": config["qk_nope_head_dim"],
                     "mla_qk_rope_head_dim": config["qk_rope_head_dim"], "mla_v_head_dim": config["v_head_dim"],
@@ -350,6 +358,8 @@ def _moe_mla_mapping(model: ModelSpec) -> dict[str, Any]:
                    moe_shared_ffn_hidden_size=moe.shared_ffn_hidden_size,
                    moe_first_dense_layers=moe.first_dense_layers, moe_every=moe.every,
                    moe_router_bias=moe.router_bias)
+        if moe.group_top_k:
+            out.update(moe_groups=moe.groups, moe_group_top_k=moe.group_top_k)
     if model.vision is not None:
         v = model.vision
         out.update(vision_num_layers=v.num_layers, vision_hidden_size=v.hidden_size,

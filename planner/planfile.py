@@ -131,7 +131,8 @@ def _moe_job(model: ModelSpec, job: JobSpec) -> dict[str, Any]:
     if model.moe is None:
         return {}
     return {"moe_capacity_factor": job.runtime.moe_capacity_factor,
-            "moe_load_imbalance": job.runtime.moe_load_imbalance, "moe_comm_overlap": job.runtime.moe_comm_overlap}
+            "moe_load_imbalance": job.runtime.moe_load_imbalance, "moe_comm_overlap": job.runtime.moe_comm_overlap,
+            "moe_dedup_dispatch": job.runtime.moe_dedup_dispatch}
 
 
 def _costs_dict(measured: MeasuredCosts | None) -> dict[str, Any] | None:
@@ -218,7 +219,8 @@ def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobS
                                   measured=_costs_from(data.get("costs")),
                                   moe_capacity_factor=j.get("moe_capacity_factor"),
                                   moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
-                                  moe_comm_overlap=j.get("moe_comm_overlap", False)))
+                                  moe_comm_overlap=j.get("moe_comm_overlap", False),
+                                  moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)))
     layout = layout_from_dict(data, origin)
     try:
         layout.validate(model, job, cluster.num_gpus)

@@ -89,6 +89,8 @@ class MoESpec:
     first_dense_layers: int = 0
     every: int = 1
     router_bias: bool = False  # a per-expert bias on the router scores (DeepSeek-V3)
+    groups: int = 1  # experts form this many routing groups ...
+    group_top_k: int = 0  # ... of which a token may use this many (0: no limit; DeepSeek-V3: 4 of 8)
 
     def is_moe_layer(self, index: int) -> bool:
         return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.every == self.every - 1
@@ -343,10 +345,15 @@ class Runtime:
     # expert all-to-alls of one micro-batch run beside another's compute (Megatron-LM
     # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off: they sit on the critical path
     moe_comm_overlap: bool = False
+    # DeepEP-style dispatch: a token crosses to each remote scale-up domain holding its experts once and is
+    # forwarded over NVLink there (Megatron's flex dispatcher with the deepep backend); off: one copy per expert
+    moe_dedup_dispatch: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
             raise SpecError(f"moe capacity factor must be >= 1 (it pads buffers), got {self.moe_capacity_factor}")
+        if self.moe_dedup_dispatch and self.moe_capacity_factor is not None:
+            raise SpecError("deduplicated (DeepEP) dispatch routes dropless: it cannot pad to a capacity factor")
         if self.moe_load_imbalance < 1.0:
             raise SpecError(f"moe load imbalance must be >= 1 (busiest rank over the mean), got "
                             f"{self.moe_load_imbalance}")

@@ -155,9 +155,12 @@ def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
                   "--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_head_dim",
                   "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim", "--v-head-dim": "v_head_dim",
                   "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
-                  "--moe-router-score-function": "moe_router_score_function"}
+                  "--moe-router-score-function": "moe_router_score_function",
+                  "--moe-router-num-groups": "moe_router_num_groups",
+                  "--moe-router-group-topk": "moe_router_group_topk",
+                  "--moe-flex-dispatcher-backend": "moe_flex_dispatcher_backend"}
     cfg.update({field: args[flag] for flag, field in moe_fields.items() if flag in args})
-    switches = {"--moe-grouped-gemm": "moe_grouped_gemm",
+    switches = {"--moe-grouped-gemm": "moe_grouped_gemm", "--moe-router-pre-softmax": "moe_router_pre_softmax",
                 "--moe-router-enable-expert-bias": "moe_router_enable_expert_bias", "--qk-layernorm": "qk_layernorm",
                 "--multi-latent-attention": "multi_latent_attention"}
     cfg.update({field: True for flag, field in switches.items() if flag in args})

@@ -95,7 +95,8 @@ HF_MOE_CONFIGS = {
                     "vocab_size": 129280, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
                     "moe_intermediate_size": 2048, "first_k_dense_replace": 3, "moe_layer_freq": 1,
                     "topk_method": "noaux_tc", "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-                    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "num_nextn_predict_layers": 1, "n_group": 8,
+                    "topk_group": 4,
                     "tie_word_embeddings": False},
 }
 

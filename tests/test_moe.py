@@ -262,3 +262,30 @@ def test_layer_kind_milp_equals_brute_force(seed: int) -> None:
     if ref is not None:
         for other in (highs, cpsat):
             assert other is not None and other.objective == pytest.approx(ref.objective, rel=1e-9)
+
+
+def test_deduplicated_dispatch_crosses_each_node_once() -> None:
+    """DeepEP-style dispatch: a token goes once to each remote node holding its experts; with 8 nodes and
+    k = 8 uniformly routed copies that is 8(1 − (7/8)^8)·7/8 ≈ 4.6 NIC crossings instead of 7, and DeepSeek-V3's
+    group-limited routing (4 of 8 groups, one group per node at EP64) caps it at 4·7/8 = 3.5."""
+    from cost_models.comm import dedup_dispatch_time
+    from cost_models.layer import node_limit
+
+    cluster = load_hardware("h800", 2048)
+    out, up = cluster.scale_out, cluster.scale_up
+    nbytes = 64e6
+    alpha = out.latency_us * 1e-6 * (7 + 7)
+    touched = 8 * (1 - (7 / 8) ** 8)
+    assert dedup_dispatch_time(nbytes, 8, 64, 1, cluster) == pytest.approx(
+        alpha + nbytes * touched * 7 / 8 / out.bus_bytes_per_s)
+    limited = dedup_dispatch_time(nbytes, 8, 64, 1, cluster, 4)
+    assert limited == pytest.approx(alpha + nbytes * 3.5 / out.bus_bytes_per_s)
+    inside = dedup_dispatch_time(nbytes, 8, 8, 1, cluster)
+    assert inside == pytest.approx(7 * up.latency_us * 1e-6 + nbytes * 8 * 7 / 8 / up.bus_bytes_per_s)
+    model = load_model("deepseek-v3")
+    assert [node_limit(model, ep, 1, cluster) for ep in (8, 16, 64)] == [0, 2, 4]
+    plain = evaluate_layout(*_deepseek(PUBLISHED))
+    dedup = evaluate_layout(*_deepseek(PUBLISHED, Runtime(moe_dedup_dispatch=True)))
+    assert dedup.breakdown.ep_comm_s < 0.6 * plain.breakdown.ep_comm_s
+    with pytest.raises(SpecError, match="cannot pad to a capacity factor"):
+        Runtime(moe_dedup_dispatch=True, moe_capacity_factor=1.25)

@@ -95,7 +95,15 @@ def _moe_args(plan: Plan) -> list[tuple[str, object]]:
             args.append(("--moe-layer-freq", moe_layer_pattern(m.moe_layers())))
         if moe.router_bias:  # aux-loss-free balancing (DeepSeek-V3) runs on sigmoid scores
             args += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
-        args += [("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+        if moe.top_k == 1:  # a softmax over one chosen score has no gradient: Megatron routes top-1 pre-softmax
+            args.append(("--moe-router-pre-softmax", None))
+        if moe.group_top_k:
+            args += [("--moe-router-num-groups", moe.groups), ("--moe-router-group-topk", moe.group_top_k)]
+        if rt.moe_dedup_dispatch:
+            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+        else:
+            args.append(("--moe-token-dispatcher-type", "alltoall"))
+        args.append(("--moe-grouped-gemm", None))
         if rt.moe_capacity_factor is not None:
             args += [("--moe-expert-capacity-factor", rt.moe_capacity_factor),
                      ("--moe-pad-expert-input-to-capacity", None)]

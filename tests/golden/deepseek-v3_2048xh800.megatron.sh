@@ -30,6 +30,8 @@ MEGATRON_ARGS=(
   --moe-layer-freq '[0]*3+[1]*58'
   --moe-router-score-function sigmoid
   --moe-router-enable-expert-bias
+  --moe-router-num-groups 8
+  --moe-router-group-topk 4
   --moe-token-dispatcher-type alltoall
   --moe-grouped-gemm
   --expert-model-parallel-size 64
