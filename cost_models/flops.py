@@ -107,28 +107,39 @@ def mtp_params(model: ModelSpec, active: bool = False) -> int:
     return model.mtp_layers * per
 
 
+def projector_weights_and_biases(model: ModelSpec) -> tuple[int, int]:
+    """The vision-to-language projector's (weights, biases): a biased MLP h_v -> p -> h (GELU between), or one
+    biased linear map h_v -> h."""
+    vision = model.vision
+    if vision is None:
+        return 0, 0
+    h, p = model.hidden_size, vision.projector_hidden
+    if not p:
+        return vision.hidden_size * h, h
+    return vision.hidden_size * p + p * h, p + h
+
+
 def projector_params(model: ModelSpec) -> int:
-    """The vision-to-language projector: a biased MLP h_v -> p -> h (GELU between), or one biased linear map."""
+    return sum(projector_weights_and_biases(model))
+
+
+def vision_outer_params(model: ModelSpec) -> int:
+    """What a CLIP-style encoder holds outside its layers: patch embedding 3·p²·h_v (no bias), class token h_v,
+    learned positions tokens·h_v, LayerNorms before and after the layers."""
     vision = model.vision
     if vision is None:
         return 0
-    h, p = model.hidden_size, vision.projector_hidden
-    if not p:
-        return vision.hidden_size * h + h
-    return vision.hidden_size * p + p + p * h + h
+    h = vision.hidden_size
+    return 3 * vision.patch_size**2 * h + int(vision.class_token) * h + vision.tokens * h + 2 * 2 * h
 
 
 def vision_params(model: ModelSpec) -> int:
-    """A CLIP-style vision encoder and its projector: patch embedding 3·p²·h_v (no bias), class token h_v,
-    learned positions tokens·h_v, LayerNorms before and after the encoder, its layers, the projector."""
+    """A CLIP-style vision encoder and its projector: the parts outside the layers, its layers, the projector."""
     vision = model.vision
     if vision is None:
         return 0
-    encoder = vision.as_model()
-    h = vision.hidden_size
-    embed = 3 * vision.patch_size**2 * h + int(vision.class_token) * h + vision.tokens * h
-    return (embed + 2 * 2 * h + vision.num_layers * layer_params(encoder, LayerKind.DECODER)
-            + projector_params(model))
+    layers = vision.num_layers * layer_params(vision.as_model(), LayerKind.DECODER)
+    return vision_outer_params(model) + layers + projector_params(model)
 
 
 def vision_forward_flops(model: ModelSpec) -> float:
@@ -140,8 +151,7 @@ def vision_forward_flops(model: ModelSpec) -> float:
         return 0.0
     encoder = vision.as_model()
     patches, tokens = vision.patches, vision.tokens
-    projector = projector_params(model) - (vision.projector_hidden + model.hidden_size if vision.projector_hidden
-                                           else model.hidden_size)  # biases are not matmuls
+    projector = projector_weights_and_biases(model)[0]  # biases are not matmuls
     per_image = (2.0 * patches * 3 * vision.patch_size**2 * vision.hidden_size
                  + vision.num_layers * decoder_matmul_flops(encoder, tokens) + 2.0 * patches * projector)
     return vision.images * per_image

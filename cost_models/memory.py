@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.flops import mlp_params_of_width, norm_params, projector_params
+from cost_models.flops import mlp_params_of_width, norm_params, projector_weights_and_biases, vision_outer_params
 from planner.specs import GIB, AttentionKernel, ModelSpec, Recompute, ZeroStage
 
 # CUDA context, cuBLAS/NCCL workspaces and caching-allocator slack, per GPU. A fixed allowance in
@@ -83,9 +83,10 @@ def embedding_params_per_rank(model: ModelSpec, tp: int) -> float:
     return model.vocab_size * model.hidden_size / tp + model.learned_positions * model.hidden_size
 
 
-def lm_head_params_per_rank(model: ModelSpec, tp: int, pp: int) -> float:
-    """Output projection on the last stage; a tied head still keeps its own copy when pp > 1."""
-    if model.tied_embeddings and pp == 1:
+def lm_head_params_per_rank(model: ModelSpec, tp: int, beside_embedding: bool) -> float:
+    """Output projection on the head's rank; a tied head keeps its own copy unless the embedding is on that
+    rank too."""
+    if model.tied_embeddings and beside_embedding:
         return 0.0
     return model.vocab_size * model.hidden_size / tp
 
@@ -208,12 +209,9 @@ def vision_params_per_rank(model: ModelSpec, tp: int) -> float:
     vision = model.vision
     if vision is None:
         return 0.0
-    h = vision.hidden_size
-    replicated = 3 * vision.patch_size**2 * h + int(vision.class_token) * h + vision.tokens * h + 4 * h
-    biases = (vision.projector_hidden + model.hidden_size) if vision.projector_hidden else model.hidden_size
-    projector = (projector_params(model) - biases) / tp + biases
+    weights, biases = projector_weights_and_biases(model)
     layers = vision.num_layers * decoder_params_per_rank(vision.as_model(), tp)
-    return layers + replicated + projector
+    return layers + vision_outer_params(model) + weights / tp + biases
 
 
 def vision_activation_bytes(model: ModelSpec, mbs: int, tp: int, sp: bool, recompute: Recompute,

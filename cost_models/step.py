@@ -331,7 +331,7 @@ def decoder_params(model: ModelSpec, job: JobSpec, tp: int, moe: bool = False) -
     return measured.params("decoder", tp) if measured else M.decoder_params_per_rank(model, tp, moe)
 
 
-def layer_params(model: ModelSpec, job: JobSpec, tp: int, ep: int, etp: int, moe: bool) -> StageParams:
+def one_layer_params(model: ModelSpec, job: JobSpec, tp: int, ep: int, etp: int, moe: bool) -> StageParams:
     """One decoder layer's parameters on one rank, by reduction group."""
     return StageParams(decoder_params(model, job, tp, moe), M.expert_params_per_rank(model, ep, etp) if moe else 0.0)
 
@@ -344,29 +344,32 @@ def embedding_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
     return M.embedding_params_per_rank(model, tp) + M.vision_params_per_rank(model, tp)
 
 
-def head_params(model: ModelSpec, job: JobSpec, tp: int, pp: int, ep: int = 1, etp: int = 1) -> StageParams:
+def head_params(model: ModelSpec, job: JobSpec, tp: int, beside_embedding: bool, ep: int = 1,
+                etp: int = 1) -> StageParams:
     """LM head and final norm on the last stage, with the multi-token-prediction modules (three norms, the
     2h x h projection split over TP, one decoder layer each)."""
     measured = job.runtime.measured
     if measured:
         return StageParams(measured.params("lm_head", tp))
-    head = StageParams(M.lm_head_params_per_rank(model, tp, pp) + F.norm_params(model))
+    head = StageParams(M.lm_head_params_per_rank(model, tp, beside_embedding) + F.norm_params(model))
     if model.mtp_layers:
         moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
-        per = StageParams(3 * F.norm_params(model) + 2 * model.hidden_size**2 / tp) + layer_params(
+        per = StageParams(3 * F.norm_params(model) + 2 * model.hidden_size**2 / tp) + one_layer_params(
             model, job, tp, ep, etp, moe)
         head = head + per.scaled(model.mtp_layers)
     return head
 
 
-def rank_params(model: ModelSpec, job: JobSpec, tp: int, pp: int, ep: int = 1, etp: int = 1) -> StageParams:
+def rank_params(model: ModelSpec, job: JobSpec, tp: int, head_beside_embedding: bool, ep: int = 1,
+                etp: int = 1) -> StageParams:
     """Parameters of one rank of the tp (and expert) mesh summed over all pipeline stages: decoder layers,
     embedding, head and multi-token prediction."""
     n_dense, n_moe = F.decoder_layer_counts(model)
-    layers = layer_params(model, job, tp, ep, etp, False).scaled(n_dense)
+    layers = one_layer_params(model, job, tp, ep, etp, False).scaled(n_dense)
     if n_moe:
-        layers = layers + layer_params(model, job, tp, ep, etp, True).scaled(n_moe)
-    return layers + StageParams(embedding_params(model, job, tp)) + head_params(model, job, tp, pp, ep, etp)
+        layers = layers + one_layer_params(model, job, tp, ep, etp, True).scaled(n_moe)
+    return (layers + StageParams(embedding_params(model, job, tp))
+            + head_params(model, job, tp, head_beside_embedding, ep, etp))
 
 
 def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: bool, mbs: int,
@@ -412,7 +415,7 @@ class LayoutCosts:
             time = time + t.moe.scaled(layers.moe - layers.moe_full) + t.moe_full.scaled(layers.moe_full)
         return time
 
-    def layer_params(self, layers: StageLayers) -> StageParams:
+    def stage_params(self, layers: StageLayers) -> StageParams:
         return self.dense_params.scaled(layers.dense) + self.moe_params.scaled(layers.moe)
 
 
@@ -435,8 +438,8 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
                                                       job.runtime.attention))
     return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), times,
                        p2p_s=pipeline_hop_time(model, job, cluster, layout),
-                       dense_params=layer_params(model, job, t, ep, etp, False),
-                       moe_params=layer_params(model, job, t, ep, etp, True) if has_moe else StageParams(0.0),
+                       dense_params=one_layer_params(model, job, t, ep, etp, False),
+                       moe_params=one_layer_params(model, job, t, ep, etp, True) if has_moe else StageParams(0.0),
                        activations=acts, kinds=kinds,
                        mtp_moe=model.moe is not None and model.moe.is_moe_layer(model.num_layers))
 
@@ -449,15 +452,14 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
                layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
     """Pipeline rank `rank` holding `layers` (decoder layers by kind, some fully recomputed)."""
     model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
-    first, last = rank == layout.chunk_rank(0), rank == layout.chunk_rank(layout.pp * layout.vpp - 1)
+    first, last = rank == layout.embedding_rank, rank == layout.head_rank
     time = costs.layer_time(layers)
-    params = costs.layer_params(layers)
+    params = costs.stage_params(layers)
     if first:
         time, params = time + costs.times.embedding, params + StageParams(embedding_params(model, job, layout.tp))
     if last:
         time = time + costs.times.head
-        # a tied head shares the embedding when both sit on this rank (no pipeline, or ZB-V's first rank)
-        params = params + head_params(model, job, layout.tp, 1 if first else layout.pp, layout.ep, layout.etp)
+        params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
     hops = pipeline_hops(layout, rank)
     sharded = sharded_dp_exposed(params, layers.total, layout, job, cluster, time)
     dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
@@ -491,14 +493,20 @@ def rank_layer_ids(layout: Layout, num_layers: int) -> list[list[int]]:
             for rank in range(layout.pp)]
 
 
+def rank_stage_layers(costs: LayoutCosts, rank: int, ids: list[int]) -> StageLayers:
+    """Rank `rank`'s decoder layers `ids` by kind, the first ones fully recomputed as the layout says."""
+    return StageLayers.of(tuple(costs.kinds[i] for i in ids),
+                          costs.layout.fully_recomputed(rank, costs.model.num_layers))
+
+
 def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
                     times: LayerTimes | None = None) -> Prediction:
     """Predict step time, throughput and per-GPU memory of `layout` (validated by the caller)."""
     costs = layout_costs(model, cluster, job, layout, times)
     stages: list[StageCost] = []
     for rank, ids in enumerate(rank_layer_ids(layout, model.num_layers)):
-        layers = StageLayers.of(tuple(costs.kinds[i] for i in ids), layout.fully_recomputed(rank, model.num_layers))
-        stages.append(stage_cost(costs, rank, layers, (min(ids, default=-1), max(ids, default=-1))))
+        stages.append(stage_cost(costs, rank, rank_stage_layers(costs, rank, ids),
+                                 (min(ids, default=-1), max(ids, default=-1))))
     return _predict(model, cluster, job, layout, stages, costs.num_microbatches)
 
 
@@ -509,7 +517,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule, hidden, [s.time.forward for s in stages])
     tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
     emb_sync = 0.0
-    if model.tied_embeddings and layout.chunk_rank(0) != layout.chunk_rank(layout.pp * layout.vpp - 1):
+    if model.tied_embeddings and not layout.head_beside_embedding:
         nbytes = model.vocab_size * model.hidden_size / layout.tp * job.runtime.grad_reduce_bytes
         emb_sync = collective_time(Collective.ALL_REDUCE, nbytes, 2,
                                    layout.tp * layout.cp * layout.dp * (layout.pp - 1), cluster)

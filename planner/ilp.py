@@ -49,6 +49,38 @@ class IlpResult:
     solve_time_s: float
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a solver run left: whether it found a solution, whether it proved it optimal (or, with none
+    found, proved there is none), and the relative gap it reports."""
+
+    found: bool
+    proven: bool
+    gap: float
+
+
+def run_cpsat(model: cp_model.CpModel, options: SolveOptions) -> tuple[cp_model.CpSolver, Outcome]:
+    """Solve `model` with CP-SAT under the options; the solver holds the values."""
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = options.time_limit_s
+    solver.parameters.num_workers = options.threads
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return solver, Outcome(False, status == cp_model.INFEASIBLE, 0.0)
+    bound, value = solver.best_objective_bound, solver.objective_value
+    gap = 0.0 if status == cp_model.OPTIMAL else abs(value - bound) / max(abs(value), 1.0)
+    return solver, Outcome(True, status == cp_model.OPTIMAL, gap)
+
+
+def run_highs(prob: pulp.LpProblem, variables: list[pulp.LpVariable], options: SolveOptions) -> Outcome:
+    """Solve `prob` with HiGHS to optimality (or the time limit); found only when `variables` have values."""
+    status = pulp.LpStatus[prob.solve(pulp.HiGHS(msg=False, gapRel=1e-9, gapAbs=0.0,
+                                                 timeLimit=options.time_limit_s, threads=options.threads))]
+    if status != "Optimal" or any(v.value() is None for v in variables):
+        return Outcome(False, status == "Infeasible", 0.0)
+    return Outcome(True, True, 0.0)
+
+
 def _split_from(p: SplitProblem, layers: list[int]) -> Split:
     """Recompute times from the exact tables so every method reports the same numbers."""
     times, recs = stage_tables(p)
@@ -94,17 +126,9 @@ def build_cpsat(p: SplitProblem, hint: Split | None = None) -> tuple[cp_model.Cp
 def solve_cpsat(p: SplitProblem, options: SolveOptions = SolveOptions(), hint: Split | None = None) -> IlpResult:
     start = time.perf_counter()
     model, n = build_cpsat(p, hint)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = options.time_limit_s
-    solver.parameters.num_workers = options.threads
-    status = solver.solve(model)
-    elapsed = time.perf_counter() - start
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return IlpResult(None, status == cp_model.INFEASIBLE, 0.0, elapsed)
-    layers = [int(solver.value(v)) for v in n]
-    bound, value = solver.best_objective_bound, solver.objective_value
-    gap = 0.0 if status == cp_model.OPTIMAL else abs(value - bound) / max(abs(value), 1.0)
-    return IlpResult(_split_from(p, layers), status == cp_model.OPTIMAL, gap, elapsed)
+    solver, out = run_cpsat(model, options)
+    split = _split_from(p, [int(solver.value(v)) for v in n]) if out.found else None
+    return IlpResult(split, out.proven, out.gap, time.perf_counter() - start)
 
 
 def build_highs(p: SplitProblem) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
@@ -130,13 +154,9 @@ def build_highs(p: SplitProblem) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]
 def solve_highs(p: SplitProblem, options: SolveOptions = SolveOptions()) -> IlpResult:
     start = time.perf_counter()
     prob, n = build_highs(p)
-    status = prob.solve(pulp.HiGHS(msg=False, gapRel=1e-9, gapAbs=0.0, timeLimit=options.time_limit_s,
-                                   threads=options.threads))
-    elapsed = time.perf_counter() - start
-    if pulp.LpStatus[status] != "Optimal" or any(v.value() is None for v in n):
-        return IlpResult(None, pulp.LpStatus[status] == "Infeasible", 0.0, elapsed)
-    layers = [int(round(v.value())) for v in n]
-    return IlpResult(_split_from(p, layers), True, 0.0, elapsed)
+    out = run_highs(prob, n, options)
+    split = _split_from(p, [int(round(v.value())) for v in n]) if out.found else None
+    return IlpResult(split, out.proven, out.gap, time.perf_counter() - start)
 
 
 def solve_ilp(p: SplitProblem, solver: Solver, options: SolveOptions = SolveOptions(),
@@ -148,5 +168,5 @@ def solve_ilp(p: SplitProblem, solver: Solver, options: SolveOptions = SolveOpti
     raise ValueError(f"{solver.value} is not an integer-programming solver")
 
 
-__all__ = ["IlpResult", "Solver", "SolveOptions", "build_cpsat", "build_highs", "solve_cpsat", "solve_highs",
-           "solve_ilp"]
+__all__ = ["IlpResult", "Outcome", "Solver", "SolveOptions", "build_cpsat", "build_highs", "run_cpsat", "run_highs",
+           "solve_cpsat", "solve_highs", "solve_ilp"]

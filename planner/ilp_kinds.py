@@ -27,7 +27,7 @@ from typing import Any
 import pulp
 from ortools.sat.python import cp_model
 
-from planner.ilp import NS, IlpResult, SolveOptions, Solver
+from planner.ilp import NS, IlpResult, SolveOptions, Solver, run_cpsat, run_highs
 from planner.partition import KindSplitProblem, Split, kind_segment_tables, kind_split
 
 
@@ -93,12 +93,9 @@ def solve_highs_kinds(p: KindSplitProblem, options: SolveOptions | None = None) 
         w0, w1 = _hidden(p, s)
         stage_sums.append(t - w0 - pulp.lpSum(x[s][i] * w1[kinds[i]] for i in range(L)))
     prob += (p.num_microbatches - 1) * bottleneck + pulp.lpSum(stage_sums)
-    status = prob.solve(pulp.HiGHS(msg=False, gapRel=1e-9, gapAbs=0.0, timeLimit=options.time_limit_s,
-                                   threads=options.threads))
-    elapsed = time.perf_counter() - start
-    if pulp.LpStatus[status] != "Optimal" or any(v.value() is None for row in x for v in row):
-        return IlpResult(None, pulp.LpStatus[status] == "Infeasible", 0.0, elapsed)
-    return IlpResult(_read(p, [[float(v.value()) for v in row] for row in x]), True, 0.0, elapsed)
+    out = run_highs(prob, [v for row in x for v in row], options)
+    placed = _read(p, [[float(v.value()) for v in row] for row in x]) if out.found else None
+    return IlpResult(placed, out.proven, out.gap, time.perf_counter() - start)
 
 
 def solve_cpsat_kinds(p: KindSplitProblem, options: SolveOptions | None = None,
@@ -141,17 +138,9 @@ def solve_cpsat_kinds(p: KindSplitProblem, options: SolveOptions | None = None,
             for layer in range(L):
                 model.add_hint(x[s][layer], first <= layer < first + n)
             first += n
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = options.time_limit_s
-    solver.parameters.num_workers = options.threads
-    status = solver.solve(model)
-    elapsed = time.perf_counter() - start
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return IlpResult(None, status == cp_model.INFEASIBLE, 0.0, elapsed)
-    bound, value = solver.best_objective_bound, solver.objective_value
-    gap = 0.0 if status == cp_model.OPTIMAL else abs(value - bound) / max(abs(value), 1.0)
-    placed = [[float(solver.value(v)) for v in row] for row in x]
-    return IlpResult(_read(p, placed), status == cp_model.OPTIMAL, gap, elapsed)
+    solver, out = run_cpsat(model, options)
+    placed = _read(p, [[float(solver.value(v)) for v in row] for row in x]) if out.found else None
+    return IlpResult(placed, out.proven, out.gap, time.perf_counter() - start)
 
 
 def solve_kinds_ilp(p: KindSplitProblem, solver: Solver, options: SolveOptions | None = None,

@@ -40,8 +40,10 @@ from cost_models.step import (
     layout_costs,
     optimizer_time,
     pipeline_hop_time,
+    pipeline_hops,
     rank_layer_ids,
     rank_params,
+    rank_stage_layers,
     sharded_dp_exposed,
     stage_cost,
     stage_states,
@@ -90,18 +92,15 @@ class SearchResult:
     certificate: Certificate
 
 
-def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate, params: StageParams | None = None) -> float:
+def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate, cache: _LayerTimes | None = None) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
     sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
-    params = (params or rank_params(model, job, c.tp, c.pp, c.ep, c.etp)).scaled(1 / c.pp)
-    states = stage_states(params, _family_layout(c), job.runtime.grad_reduce_bytes)
+    layout = c.layout()
+    beside = layout.head_beside_embedding
+    params = cache.params(c, beside) if cache else rank_params(model, job, c.tp, beside, c.ep, c.etp)
+    params = params.scaled(1 / c.pp)
+    states = stage_states(params, layout, job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
-
-
-def _family_layout(c: Candidate) -> Layout:
-    """The candidate as a layout with one model chunk per rank and 1F1B (what its bounds are priced on)."""
-    return Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, mbs=c.mbs, sp=c.sp, zero=c.zero, recompute=c.recompute,
-                  ep=c.ep, etp=c.etp)
 
 
 class _LayerTimes:
@@ -111,16 +110,23 @@ class _LayerTimes:
         self.model, self.cluster, self.job = model, cluster, job
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
-        self._families: dict[Candidate, tuple[float, float, float, float]] = {}
-        self._params: dict[tuple[int, int, int, int], StageParams] = {}
+        self._families: dict[tuple[Candidate, bool], tuple[float, float, float, float]] = {}
+        self._params: dict[tuple[int, bool, int, int], StageParams] = {}
+        self._hops: dict[tuple[int, int, Schedule], int] = {}
 
-    def params(self, c: Candidate) -> StageParams:
+    def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
         """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
-        head_pp = 1 if c.schedule is Schedule.ZB_V else c.pp  # ZB-V keeps a tied head beside the embedding
-        key = (c.tp, head_pp, c.ep, c.etp)
+        key = (c.tp, head_beside_embedding, c.ep, c.etp)
         if key not in self._params:
-            self._params[key] = rank_params(self.model, self.job, c.tp, head_pp, c.ep, c.etp)
+            self._params[key] = rank_params(self.model, self.job, c.tp, head_beside_embedding, c.ep, c.etp)
         return self._params[key]
+
+    def hops(self, layout: Layout) -> int:
+        """Sends and receives of all ranks per micro-batch and direction (they depend on pp, vpp, schedule)."""
+        key = (layout.pp, layout.vpp, layout.schedule)
+        if key not in self._hops:
+            self._hops[key] = sum(pipeline_hops(layout, r) for r in range(layout.pp))
+        return self._hops[key]
 
     def get(self, c: Candidate) -> LayerTimes:
         knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp)
@@ -141,37 +147,39 @@ class _LayerTimes:
         the average stage's gradient reduction and optimizer step. Exposed communication is convex in
         (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
         Recomputation chosen by the split only adds time."""
-        family = Schedule.ZB_V if c.schedule is Schedule.ZB_V else Schedule.ONE_F_ONE_B  # (ZB-V: tied head shared)
-        stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=family))
+        layout = c.layout()
+        stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B),
+                                                  layout.head_beside_embedding)
         m = self.job.global_batch // (c.dp * c.mbs)
-        hops = 4 * c.pp - 4 if c.schedule is Schedule.ZB_V else 2 * c.pp * c.vpp - 2  # all ranks' sends and receives
-        stage += hops * hop / c.pp
+        stage += self.hops(layout) * hop / c.pp
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
             return stage * m + tail
         hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
         return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
 
-    def _family(self, c: Candidate) -> tuple[float, float, float, float]:
-        """What the bound needs that does not depend on vpp or the schedule: the average stage's time
-        (without pipeline sends), one send, its backward, and the tail priced with the widest overlap
-        window (vpp 1), itself a lower bound for any vpp since exposure only grows as windows shrink."""
-        if c in self._families:
-            return self._families[c]
+    def _family(self, c: Candidate, head_beside_embedding: bool) -> tuple[float, float, float, float]:
+        """What the bound needs that does not depend on vpp or the schedule (but for where the head sits):
+        the average stage's time (without pipeline sends), one send, its backward, and the tail priced with
+        the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
+        windows shrink."""
+        key = (c, head_beside_embedding)
+        if key in self._families:
+            return self._families[key]
         model, job, cluster = self.model, self.job, self.cluster
         times = self.get(c)
-        layout = _family_layout(c)
+        layout = c.layout()
         hop = pipeline_hop_time(model, job, cluster, layout)
         layers = model.num_layers / c.pp
         n_dense, n_moe = F.decoder_layer_counts(model)
         avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
         if times.moe is not None:
             avg = avg + times.moe.scaled(n_moe / c.pp)
-        params = self.params(c).scaled(1 / c.pp)
+        params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
                 + optimizer_time(params, layout, cluster))
-        self._families[c] = (stage, hop, avg.backward, tail)
-        return self._families[c]
+        self._families[key] = (stage, hop, avg.backward, tail)
+        return self._families[key]
 
 
 def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
@@ -258,13 +266,6 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
         w0=tuple(w0) if zero_bubble else (), w1=tuple(w1) if zero_bubble else ())
 
 
-def rank_layers_of(costs: LayoutCosts, rank: int) -> StageLayers:
-    """The layers `rank` holds in the cost's layout (its own split, or the balanced one)."""
-    layout, model = costs.layout, costs.model
-    ids = rank_layer_ids(layout, model.num_layers)[rank]
-    return StageLayers.of(tuple(costs.kinds[i] for i in ids), layout.fully_recomputed(rank, model.num_layers))
-
-
 def v_chunks(per_rank: tuple[int, ...]) -> tuple[int, ...]:
     """ZB-V chunk sizes in model order from per-rank layer counts: rank r's down chunk gets half (rounded
     down), its up chunk the rest; down chunks run ranks 0..p−1, up chunks back from p−1 to 0."""
@@ -284,6 +285,25 @@ class _Priced:
     optimal: bool
 
 
+def _solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver,
+                 options: SolveOptions) -> tuple[Split | None, float, bool]:
+    """(split, gap, optimal): the exact per-stage split of the layout's layers, by the DP or, when asked, the
+    MILP seeded with it; stacks whose layers differ in kind take the segment DP and the per-layer MILP."""
+    if costs.model.heterogeneous:
+        kinds = kind_split_problem(costs, spec.partial_recompute)
+        split = solve_kinds(kinds)
+        if solver is Solver.DP or split is None:
+            return split, 0.0, True
+        result = solve_kinds_ilp(kinds, solver, options, hint=split)
+    else:
+        problem = split_problem(costs, spec.partial_recompute)
+        split = solve_dp(problem)
+        if solver is Solver.DP or split is None:
+            return split, 0.0, True
+        result = solve_ilp(problem, solver, options, hint=split)
+    return result.split, result.gap, result.optimal
+
+
 def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
            solver: Solver, options: SolveOptions, times: LayerTimes) -> _Priced:
     """Split and price one candidate; ranked is None when nothing fits.
@@ -293,33 +313,17 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
     step's tail (gradient reduction, optimizer), so the plan is never slower than the plain even split.
     ZB-V on a uniform stack is split the same way per rank (a rank's cost depends only on how many layers it
     holds), each rank's layers then halved between its two chunks; other multi-chunk layouts stay balanced."""
-    balanced = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, vpp=c.vpp, mbs=c.mbs, sp=c.sp, zero=c.zero,
-                      recompute=c.recompute, schedule=c.schedule, ep=c.ep, etp=c.etp)
+    balanced = c.layout()
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times)
     zbv_split = c.schedule is Schedule.ZB_V and not model.heterogeneous
     if (c.vpp > 1 and not zbv_split) or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight
-        first = stage_cost(costs, 0, rank_layers_of(costs, 0))
-        if first.peak_memory_gib > cluster.gpu.memory_gib:
+        ids = rank_layer_ids(balanced, model.num_layers)[0]
+        if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
         layouts = [balanced]
-    elif model.heterogeneous:  # dense and MoE layers: exact DP over segments, or the per-layer MILP
-        kinds = kind_split_problem(costs, spec.partial_recompute)
-        split: Split | None = solve_kinds(kinds)
-        if solver is not Solver.DP and split is not None:
-            result = solve_kinds_ilp(kinds, solver, options, hint=split)
-            split, gap, optimal = result.split, result.gap, result.optimal
-        if split is None:
-            return _Priced(None, True, gap, optimal)
-        solved = replace(balanced, stage_layers=split.layers,
-                         recompute_layers=split.recompute if any(split.recompute) else None)
-        layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
     else:
-        problem = split_problem(costs, spec.partial_recompute)
-        split = solve_dp(problem)
-        if solver is not Solver.DP and split is not None:
-            result = solve_ilp(problem, solver, options, hint=split)
-            split, gap, optimal = result.split, result.gap, result.optimal
+        split, gap, optimal = _solve_split(costs, spec, solver, options)
         if split is None:
             return _Priced(None, True, gap, optimal)
         chunks = v_chunks(split.layers) if c.schedule is Schedule.ZB_V else split.layers
@@ -347,7 +351,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         raise InfeasibleError(
             f"no valid layout for {cluster.num_gpus} GPUs: the global batch {job.global_batch} must split into "
             "dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp (check the pins)")
-    fitting = [c for c in pool if _state_bound_bytes(model, job, c, layer_times.params(c)) <= capacity]
+    fitting = [c for c in pool if _state_bound_bytes(model, job, c, layer_times) <= capacity]
     pruned_memory = len(pool) - len(fitting)
     if not fitting:
         raise InfeasibleError(_no_fit_message(model, cluster, job, pool))

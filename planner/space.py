@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
 
-from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute, Schedule, ZeroStage
+from planner.specs import AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule, ZeroStage
 
 MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16
@@ -78,6 +78,11 @@ class Candidate:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     ep: int = 1
     etp: int = 1
+
+    def layout(self) -> Layout:
+        """The candidate as a layout with balanced chunks (the split comes later)."""
+        return Layout(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vpp=self.vpp, mbs=self.mbs, sp=self.sp,
+                      zero=self.zero, recompute=self.recompute, schedule=self.schedule, ep=self.ep, etp=self.etp)
 
     def sort_key(self) -> tuple[int, ...]:
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
@@ -162,7 +167,7 @@ def expert_options(model: ModelSpec, tp: int, inner: int, sp: bool, spec: Search
     needs SP. Dense models have (1, 1) only."""
     if model.moe is None:
         return [(1, 1)] if spec.ep in (None, 1) and spec.etp in (None, 1) else []
-    etps = _pinned(spec.etp, sorted({1, tp}) if spec.etp is None else [spec.etp])
+    etps = sorted({1, tp}) if spec.etp is None else [spec.etp]
     eps = _pinned(spec.ep, [e for e in _divisors(model.moe.num_experts) if spec.max_ep is None or e <= spec.max_ep])
     return [(e, t) for t in etps for e in eps if inner % (e * t) == 0 and model.moe.ffn_hidden_size % t == 0
             and not (e > 1 and tp > 1 and not sp)]

@@ -434,6 +434,20 @@ class Layout:
             return chunk if chunk < self.pp else 2 * self.pp - 1 - chunk
         return chunk % self.pp
 
+    @property
+    def embedding_rank(self) -> int:
+        return self.chunk_rank(0)
+
+    @property
+    def head_rank(self) -> int:
+        """The rank of the last chunk: LM head, loss and multi-token prediction."""
+        return self.chunk_rank(self.pp * self.vpp - 1)
+
+    @property
+    def head_beside_embedding(self) -> bool:
+        """Embedding and LM head on one rank (no pipeline, or ZB-V): a tied head needs no copy or sync."""
+        return self.embedding_rank == self.head_rank
+
     def rank_chunks(self, rank: int) -> tuple[int, ...]:
         """The model chunks of `rank`, in model order."""
         return tuple(c for c in range(self.pp * self.vpp) if self.chunk_rank(c) == rank)

@@ -34,13 +34,13 @@ def test_rank_parameters_add_up_to_the_model(name: str) -> None:
     """One rank's parameters with no sharding are the whole model; sharded, the routed experts split
     exactly over ep x etp and the rest over tp (replicated norms, router and MLA down projections aside)."""
     model = load_model(name)
-    whole = rank_params(model, JOB, 1, 1)
+    whole = rank_params(model, JOB, 1, True)
     assert whole.total == pytest.approx(F.total_params(model), rel=1e-12)
     n_dense, n_moe = F.decoder_layer_counts(model)
     experts = n_moe + (model.mtp_layers if model.moe and model.moe.is_moe_layer(model.num_layers) else 0)
     assert whole.expert == experts * model.moe.num_experts * F.mlp_params_of_width(model, model.moe.ffn_hidden_size)
     for ep, etp in ((2, 1), (8, 2)):
-        part = rank_params(model, JOB, 2, 1, ep, etp)
+        part = rank_params(model, JOB, 2, True, ep, etp)
         assert part.expert * ep * etp == pytest.approx(whole.expert)
         assert whole.dense / 2 < part.dense < whole.dense
 
@@ -118,7 +118,7 @@ def test_expert_state_shards_over_expert_data_parallel_ranks() -> None:
     costs = layout_costs(model, cluster, job, layout)
     layers = StageLayers(moe=4, moe_full=4)
     st = stage_cost(costs, 5, layers)
-    params = costs.layer_params(layers)
+    params = costs.stage_params(layers)
     assert layout.expert_dp == 2
     expected = M.ADAM_STATE_BYTES * (params.dense / 128 + params.expert / 2)
     assert st.optimizer_state_gib * GIB == pytest.approx(expected)

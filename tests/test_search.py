@@ -14,6 +14,7 @@ import yaml
 
 from hardware_profiles import load_hardware
 from planner import InfeasibleError, plan, resolve
+from planner.api import Problem
 from planner.ilp import SolveOptions, Solver
 from planner.search import _LayerTimes, _price, search
 from planner.space import SearchSpec, candidates
@@ -27,8 +28,11 @@ SMALL = [("llama3-8b", "h100-sxm", 8, 4096, 32), ("llama2-13b", "a100-40gb", 16,
 def test_search_equals_exhaustive_pricing(case: tuple) -> None:
     """Best-first pruning loses nothing: the same best as pricing every candidate."""
     model, hw, gpus, seq, batch = case
-    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
-    spec = SearchSpec(top_k=1)
+    _check_against_exhaustive(resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch), SearchSpec(top_k=1))
+
+
+def _check_against_exhaustive(pr: Problem, spec: SearchSpec) -> list:
+    """Price every candidate; the pruned search must find the same best. Returns the priced candidates."""
     times = _LayerTimes(pr.model, pr.cluster, pr.job)
     priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
               for c in candidates(pr.model, pr.cluster, pr.job, spec)]
@@ -36,6 +40,7 @@ def test_search_equals_exhaustive_pricing(case: tuple) -> None:
     result = search(pr.model, pr.cluster, pr.job, spec)
     assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
     assert result.certificate.optimal and result.certificate.pruned_time > 0
+    return priced
 
 
 @pytest.mark.parametrize("solver", [Solver.CPSAT, Solver.HIGHS])
@@ -164,13 +169,6 @@ def test_moe_search_equals_exhaustive_pricing(case: tuple) -> None:
 
     model, hw, gpus, seq, batch, pp = case
     spec_model = model_from_mapping(model, "test") if isinstance(model, dict) else model
-    pr = resolve(spec_model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
-    spec = SearchSpec(pp=pp, top_k=1)
-    times = _LayerTimes(pr.model, pr.cluster, pr.job)
-    priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
-              for c in candidates(pr.model, pr.cluster, pr.job, spec)]
-    best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
-    result = search(pr.model, pr.cluster, pr.job, spec)
-    assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
-    assert result.certificate.optimal and result.certificate.pruned_time > 0
+    priced = _check_against_exhaustive(resolve(spec_model, hw, gpus=gpus, seq_len=seq, global_batch=batch),
+                                       SearchSpec(pp=pp, top_k=1))
     assert any(p.ranked is not None and p.ranked.layout.ep > 1 for p in priced)
