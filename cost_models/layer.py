@@ -21,6 +21,7 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cost_models.comm import (
@@ -136,13 +137,18 @@ def mlp_gemms(model: ModelSpec, tokens: float, width: float) -> tuple[Gemm, Gemm
     return Gemm(tokens, (2 if model.gated_mlp else 1) * width, h), Gemm(tokens, h, width)
 
 
-def _gemms_time(gemms: tuple[Gemm, ...], cluster: ClusterSpec, job: JobSpec, repeat: float = 1.0,
-                ) -> tuple[float, float]:
+def _counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec, job: JobSpec,
+                        ) -> tuple[float, float]:
+    """(forward, backward) seconds of GEMMs each run `count` times as separate kernels."""
     fwd = bwd = 0.0
-    for g in gemms:
+    for g, count in gemms:
         gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, job.dtype)
-        fwd, bwd = fwd + repeat * gf, bwd + repeat * gb
+        fwd, bwd = fwd + count * gf, bwd + count * gb
     return fwd, bwd
+
+
+def _gemms_time(gemms: Iterable[Gemm], cluster: ClusterSpec, job: JobSpec) -> tuple[float, float]:
+    return _counted_gemms_time(((g, 1.0) for g in gemms), cluster, job)
 
 
 @dataclass(frozen=True)
@@ -154,13 +160,20 @@ class MoETime:
     comm_forward: float  # dispatch + combine all-to-alls (+ expert-TP gather and scatter); backward repeats it
 
 
+def routed_rows(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float) -> tuple[float, float]:
+    """(tokens a rank routes, routed copies it computes): T·r of the layer's T tokens (r = 1/t under SP), and
+    k·T·r·etp·load copies (gathered over the etp ranks, scaled to the busiest rank's load)."""
+    assert model.moe is not None
+    local = tokens / knobs.tp if knobs.sp else tokens
+    return local, local * model.moe.top_k * knobs.etp * load
+
+
 def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 1.0) -> list[tuple[Gemm, float]]:
     """(GEMM, how many) of one MoE MLP on one rank (see `moe_mlp_time`): the router on the rank's T·r tokens,
     per local expert FC1 and FC2 on its share of the k·T·r·etp·load routed copies, the shared experts."""
     assert model.moe is not None
     moe, t = model.moe, knobs.tp
-    local = tokens / t if knobs.sp else tokens
-    copies = local * moe.top_k * knobs.etp * load
+    local, copies = routed_rows(model, knobs, tokens, load)
     local_experts = moe.num_experts / knobs.ep
     out = [(Gemm(local, moe.num_experts, model.hidden_size), 1.0)]
     out += [(g, local_experts) for g in mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / knobs.etp)]
@@ -202,14 +215,10 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     Backward moves the same bytes again (gradients of the dispatched and combined tokens)."""
     assert model.moe is not None
     moe, h, gpu = model.moe, model.hidden_size, cluster.gpu
-    rt, t, ep, etp = job.runtime, knobs.tp, knobs.ep, knobs.etp
-    local = tokens / t if knobs.sp else tokens
+    rt, ep, etp = job.runtime, knobs.ep, knobs.etp
     load = rt.moe_load_factor
-    copies = local * moe.top_k * etp * load
-    fwd = bwd = 0.0
-    for gemm, repeat in moe_gemms(model, knobs, tokens, load):
-        gf, gb = gemm_fwd_bwd_time(gemm, gpu, job.dtype)
-        fwd, bwd = fwd + repeat * gf, bwd + repeat * gb
+    local, copies = routed_rows(model, knobs, tokens, load)
+    fwd, bwd = _counted_gemms_time(moe_gemms(model, knobs, tokens, load), cluster, job)
     # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
     # and writes the FC1 output; top-k and softmax over the fp32 router scores
     act = (6 if model.gated_mlp else 4) * moe.ffn_hidden_size / etp

@@ -449,8 +449,10 @@ class Layout:
         return self.embedding_rank == self.head_rank
 
     def rank_chunks(self, rank: int) -> tuple[int, ...]:
-        """The model chunks of `rank`, in model order."""
-        return tuple(c for c in range(self.pp * self.vpp) if self.chunk_rank(c) == rank)
+        """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
+        if self.schedule is Schedule.ZB_V:
+            return rank, 2 * self.pp - 1 - rank
+        return tuple(range(rank, self.pp * self.vpp, self.pp))
 
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
         """Decoder layers per model chunk, in pipeline order (chunk k lives on rank `chunk_rank(k)`)."""

@@ -119,3 +119,13 @@ def test_zbv_split_unloads_the_first_rank() -> None:
     balanced = [r for r in result.alternatives if r.layout.stage_layers is None]
     assert all(result.best.step_time_s < r.step_time_s for r in balanced)
     assert result.best.simulated_step_time_s is not None
+
+
+@pytest.mark.parametrize("pp,vpp,schedule", [(4, 1, Schedule.ONE_F_ONE_B), (4, 3, Schedule.INTERLEAVED_1F1B),
+                                             (5, 2, Schedule.ZB_V), (1, 1, Schedule.ONE_F_ONE_B)])
+def test_rank_chunks_inverts_chunk_rank(pp: int, vpp: int, schedule: Schedule) -> None:
+    from planner.specs import Layout
+
+    lay = Layout(pp=pp, vpp=vpp, schedule=schedule)
+    for rank in range(pp):
+        assert lay.rank_chunks(rank) == tuple(c for c in range(pp * vpp) if lay.chunk_rank(c) == rank)
