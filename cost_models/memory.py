@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.flops import mlp_params_of_width, norm_params, projector_weights_and_biases, vision_outer_params
-from planner.specs import GIB, AttentionKernel, ModelSpec, Recompute, ZeroStage
+from planner.specs import AttentionKernel, ModelSpec, Recompute, ZeroStage
 
 # CUDA context, cuBLAS/NCCL workspaces and caching-allocator slack, per GPU. A fixed allowance in
 # the range the PyTorch and Megatron-LM memory reports show for such runs (1.5-3 GiB).
@@ -196,11 +196,6 @@ def embedding_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int
     if not model.dropout:
         return 0.0
     return mbs * seq_len / cp * model.hidden_size / (tp if sp else 1)
-
-
-def to_gib(num_bytes: float) -> float:
-    return num_bytes / GIB
-
 
 def vision_params_per_rank(model: ModelSpec, tp: int) -> float:
     """The vision encoder and projector on one TP rank of the first stage: encoder layers split like decoder

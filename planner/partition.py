@@ -250,6 +250,10 @@ def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np
     nonempty = j > i
     time_prefix, rec_prefix = _prefix(p.t1, kinds), _prefix(p.tr, kinds)
     base_time = time_prefix[j] - time_prefix[i]
+    weight_grads = 0.0
+    if p.w0:  # zero-bubble: the weight-gradient time of a segment, hidden by every stage but the last
+        w_prefix = _prefix(p.w1, kinds)
+        weight_grads = w_prefix[j] - w_prefix[i]
     times = np.full((p.num_stages, width, width), np.inf)
     sums = np.full_like(times, np.inf)
     recs = np.zeros_like(times)
@@ -270,11 +274,7 @@ def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np
         extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
         t = np.where(finite, p.t0[s] + base_time + extra, np.inf)
         times[s], recs[s] = t, np.where(finite, r, 0)
-        hidden = 0.0
-        if p.w0 and s < p.num_stages - 1:
-            w_prefix = _prefix(p.w1, kinds)
-            hidden = p.w0[s] + w_prefix[j] - w_prefix[i]
-        sums[s] = t - hidden
+        sums[s] = t - (p.w0[s] + weight_grads if p.w0 and s < p.num_stages - 1 else 0.0)
     return times, sums, recs
 
 
