@@ -54,7 +54,7 @@ from planner.ilp_kinds import solve_kinds_ilp
 from planner.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.simulate import simulated_step_time
 from planner.space import Candidate, SearchSpec, candidates
-from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule
+from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule, check_expert_degrees
 
 log = logging.getLogger(__name__)
 
@@ -344,13 +344,15 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     """The fastest layouts that fit (best first), with the search's certificate."""
     start = time.perf_counter()
     spec, options = spec or SearchSpec(), options or SolveOptions()
+    check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
     layer_times = _LayerTimes(model, cluster, job)
     capacity = cluster.gpu.memory_gib * GIB
     pool = list(candidates(model, cluster, job, spec))
     if not pool:
         raise InfeasibleError(
             f"no valid layout for {cluster.num_gpus} GPUs: the global batch {job.global_batch} must split into "
-            "dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp (check the pins)")
+            "dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp"
+            + ("; etp x ep must divide tp x cp x dp" if model.moe is not None else "") + " (check the pins)")
     fitting = [c for c in pool if _state_bound_bytes(model, job, c, layer_times) <= capacity]
     pruned_memory = len(pool) - len(fitting)
     if not fitting:

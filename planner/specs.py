@@ -382,6 +382,19 @@ class JobSpec:
         return self.seq_len * self.global_batch
 
 
+def check_expert_degrees(model: ModelSpec, ep: int, etp: int) -> None:
+    """The expert-parallel rules that depend on the model alone (Layout.validate adds the mesh's)."""
+    if model.moe is None:
+        if ep > 1 or etp > 1:
+            raise LayoutError(f"ep {ep} and etp {etp} need a mixture-of-experts model; {model.name!r} is dense "
+                              "(use ep 1, etp 1)")
+        return
+    if model.moe.num_experts % ep:
+        raise LayoutError(f"experts {model.moe.num_experts} not divisible by ep {ep}")
+    if model.moe.ffn_hidden_size % etp:
+        raise LayoutError(f"expert width {model.moe.ffn_hidden_size} not divisible by etp {etp}")
+
+
 @dataclass(frozen=True)
 class Layout:
     """A parallel layout. Placement on the GPU mesh is TP innermost, then CP, DP, PP outermost.
@@ -536,16 +549,9 @@ class Layout:
                 )
 
     def _validate_experts(self, model: ModelSpec) -> None:
+        check_expert_degrees(model, self.ep, self.etp)
         if model.moe is None:
-            if self.ep > 1 or self.etp > 1:
-                raise LayoutError(f"ep {self.ep} and etp {self.etp} need a mixture-of-experts model; "
-                                  f"{model.name!r} is dense (use ep 1, etp 1)")
             return
-        moe = model.moe
-        if moe.num_experts % self.ep:
-            raise LayoutError(f"experts {moe.num_experts} not divisible by ep {self.ep}")
-        if moe.ffn_hidden_size % self.etp:
-            raise LayoutError(f"expert width {moe.ffn_hidden_size} not divisible by etp {self.etp}")
         inner = self.tp * self.cp * self.dp
         if inner % (self.ep * self.etp):
             raise LayoutError(f"etp {self.etp} * ep {self.ep} must divide tp * cp * dp = {inner} (the ranks of "
