@@ -7,6 +7,8 @@ Per-stage times t_i (forward + backward of one micro-batch, all chunks of the ra
                    cooldown hides (cost_models.schedules)
 - ZB-V:            T = m·max_i t_i + the uniform bubble of cost_models.schedules.zbv_bubble on the largest
                    per-chunk forward and input-gradient times (the simulator re-prices uneven stages)
+- wave, v chunks:  T = m·max_i t_i + cost_models.schedules.wave_bubble on the largest per-chunk forward and
+                   backward times (the slowest chunk paces every hand-off; the simulator re-prices)
 Each reduces to the uniform closed form of cost_models.schedules, which the discrete-event simulator
 reproduces (tests/test_schedules.py); for uneven stages the simulator stays the reference.
 """
@@ -15,14 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cost_models.schedules import W_SHARE, zbv_bubble
+from cost_models.schedules import W_SHARE, wave_bubble, zbv_bubble
 from planner.specs import Schedule
 
 
 def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int, schedule: Schedule,
                   hidden_weight_grad: Sequence[float] = (), forward_times: Sequence[float] = ()) -> float:
     """Time from the first forward to the last backward of one step. ZB-V also needs each stage's forward
-    time (`forward_times`) and weight-gradient time (`hidden_weight_grad`)."""
+    time (`forward_times`) and weight-gradient time (`hidden_weight_grad`), the wave its forward time."""
     if not stage_times:
         return 0.0
     m, worst, total = num_microbatches, max(stage_times), sum(stage_times)
@@ -30,6 +32,9 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int,
         chunk_f = max(f / 2 for f in forward_times)
         chunk_b = max((t - f - w) / 2 for t, f, w in zip(stage_times, forward_times, hidden_weight_grad, strict=True))
         return m * worst + zbv_bubble(len(stage_times), chunk_f, chunk_b)
+    if schedule is Schedule.WAVE:
+        chunk = max(max(f, t - f) for t, f in zip(stage_times, forward_times, strict=True)) / vpp
+        return m * worst + wave_bubble(len(stage_times), vpp, chunk, chunk)
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return (m - 1.0 / vpp) * worst + total / vpp
     if schedule is Schedule.ZB_H1:
@@ -40,11 +45,13 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int,
 def bubble_fraction(schedule: Schedule, pp: int, num_microbatches: int, vpp: int) -> float:
     """Idle share of an ideal uniform pipeline relative to its busy time: (p − 1)/m for GPipe and 1F1B,
     (p − 1)/(v·m) interleaved, (p − 1)(1 − W/t)/m for ZB-H1 with W = W_SHARE of the backward (t = F + B,
-    B = 2F), (p − 1)/(6m) for ZB-V."""
+    B = 2F), (p − 1)/(6m) for ZB-V, 4(p − 1)/(3·v·m) for the wave."""
     if schedule is Schedule.INTERLEAVED_1F1B:
         return (pp - 1) / (vpp * num_microbatches)
     if schedule is Schedule.ZB_H1:
         return (pp - 1) * (1 - W_SHARE * 2 / 3) / num_microbatches
     if schedule is Schedule.ZB_V:  # per-chunk forward f and input gradient (1 − W_SHARE)·2f: both f/2 here
         return zbv_bubble(pp, 0.5, (1 - W_SHARE) * 2 * 0.5) / (3 * num_microbatches)
+    if schedule is Schedule.WAVE:  # per-chunk forward 1/v and backward 2/v of a stage's F + B = 3
+        return wave_bubble(pp, vpp, 1 / vpp, 2 / vpp) / (3 * num_microbatches)
     return (pp - 1) / num_microbatches

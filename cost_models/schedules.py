@@ -11,6 +11,8 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
   ZB-V (2 chunks)      T = m(F + B) + (p − 1)·max(f, b) + (p − 2)·max(f − b, 0)     in flight: p on every rank
                        with f = F/2 and b = B_in/2 the per-chunk forward and input-gradient times, for m >= 2p − 1
                        and f <= 2b (found exactly by the simulator on this order; beyond it the simulator rules)
+  wave, v = 2W chunks  T = m(F + B) + 2(p − 1)·max(F, B)/v                  in flight: Σ over the rank's chunks
+                       exact for m >= v·p, an upper bound from 2p          c of min(v·p − c, m), over v
 Interleaved needs m % p == 0. ZB-H1 (Qi et al. 2023) splits backward into input gradient B_in and
 weight gradient W; here a device runs a W whenever it would otherwise wait and keeps at most p − d − 1
 pending, so the weight gradients fill the cooldown bubble and memory stays that of 1F1B. The paper's
@@ -21,12 +23,19 @@ the first rank holds the embedding and the loss) and fixes every F, B and W in t
 torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBubble"): 2(p − d) − 1
 forwards of the down chunk, d pairs of up/down forwards, p − d up-chunk F/B/W triples, then F-B-W on
 either chunk in turn, and a cool-down that drains the input gradients before the weight gradients.
+The wave (Hanayo, Liu et al. SC'23) places 2W chunks per rank in W waves, each down the ranks and back up
+(`planner.specs.wave_rank`): a micro-batch turns at either end without a send, and embedding and loss share rank
+0. Hanayo's own runtime order is not reproduced here (its paper's figures are not to hand); this order is
+meshplan's: every rank runs its chunks' F and B (backward not split) in the order a 1F1B pipeline of one
+chunk per device over all v·p chunks reaches them in unit time slots (`wave_slot`; ties: backward first, then
+the later chunk). Its bubble 2(p − 1)·B/v is the interleaved one, (p − 1)(F + B)/v, when B = F and larger when
+B > F; it makes fewer sends than interleaving and every rank holds about W·p + 1/2 stages of activations.
 """
 
 from __future__ import annotations
 
 from cost_models.simulator import Op, OpKind, Program
-from planner.specs import Schedule
+from planner.specs import Schedule, wave_rank
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)
 
@@ -36,14 +45,19 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
     Schedule.INTERLEAVED_1F1B: ("Megatron-LM (with VPP)", "torchtitan (Interleaved1F1B)", "NeMo"),
     Schedule.ZB_H1: ("torchtitan (ZeroBubble schedules of torch.distributed.pipelining)",),
     Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
+    Schedule.WAVE: ("none of the four natively (torch.distributed.pipelining's _PipelineScheduleRuntime can run its "
+                    "action list)",),
 }
 SPLIT_BACKWARD = {Schedule.ZB_H1, Schedule.ZB_V}
 
 
 def placement(pp: int, vpp: int, schedule: Schedule = Schedule.INTERLEAVED_1F1B) -> tuple[int, ...]:
-    """Device of each model chunk, in model order: chunk k on device k mod pp, or a V for ZB-V."""
+    """Device of each model chunk, in model order: chunk k on device k mod pp, or sweeps down and back up for
+    ZB-V (two) and the wave (vpp)."""
     if schedule is Schedule.ZB_V:
-        return tuple(k if k < pp else 2 * pp - 1 - k for k in range(2 * pp))
+        return tuple(wave_rank(k, pp) for k in range(2 * pp))
+    if schedule is Schedule.WAVE:
+        return tuple(wave_rank(k, pp) for k in range(pp * vpp))
     return tuple(k % pp for k in range(pp * vpp))
 
 
@@ -57,6 +71,8 @@ def closed_form(schedule: Schedule, pp: int, m: int, vpp: int, forward: float, b
         return (m + (pp - 1) / vpp) * (f + b)
     if schedule is Schedule.ZB_V:
         return m * (f + b) + zbv_bubble(pp, f / 2, b_in / 2)
+    if schedule is Schedule.WAVE:
+        return m * (f + b) + wave_bubble(pp, vpp, f / vpp, b / vpp)
     return m * (f + b) + (pp - 1) * (f + b_in)  # ZB-H1
 
 
@@ -65,6 +81,31 @@ def zbv_bubble(pp: int, chunk_forward: float, chunk_input_grad: float) -> float:
     gradient, which backward >= forward always gives)."""
     f, b = chunk_forward, chunk_input_grad
     return (pp - 1) * max(f, b) + (pp - 2) * max(f - b, 0.0)
+
+
+def wave_bubble(pp: int, vpp: int, chunk_forward: float, chunk_backward: float) -> float:
+    """Idle time the wave order adds to m(F + B) on uniform stages, from per-chunk times: 2(p − 1)·max(f, b).
+    Exact (the simulator on this order) for m >= v·p with b >= f; from 2p micro-batches an upper bound."""
+    return 2 * (pp - 1) * max(chunk_forward, chunk_backward)
+
+
+def wave_slot(op: Op, chunks: int) -> int:
+    """Unit time slot at which a 1F1B pipeline of `chunks` devices, one chunk each and every op one slot long,
+    starts `op` (Narayanan et al. 2021 with F = B): chunk s's warm-up forwards run at s + i, its later forwards
+    at s + 2i, its backwards at 2·chunks − 1 − s + 2i."""
+    s, i = op.chunk, op.microbatch
+    if op.kind is OpKind.B:
+        return 2 * chunks - 1 - s + 2 * i
+    return s + i if i < chunks - s else s + 2 * i
+
+
+def _wave_order(device: int, pp: int, m: int, vpp: int) -> tuple[Op, ...]:
+    """The wave's order on `device` (module docstring): its chunks' ops by `wave_slot`, backward first on a tie
+    (it frees memory), then the later chunk."""
+    chunks = pp * vpp
+    mine = [c for c in range(chunks) if wave_rank(c, pp) == device]
+    ops = [Op(kind, i, c) for c in mine for kind in (OpKind.F, OpKind.B) for i in range(m)]
+    return tuple(sorted(ops, key=lambda op: (wave_slot(op, chunks), op.kind is OpKind.F, -op.chunk)))
 
 
 def _one_f_one_b(device: int, pp: int, m: int, warmup: int, fwd: list[Op], bwd: list[Op]) -> tuple[Op, ...]:
@@ -80,6 +121,9 @@ def in_flight(schedule: Schedule, device: int, pp: int, m: int, vpp: int) -> flo
         return float(m)
     if schedule is Schedule.ZB_V:  # 2p chunk activations at the peak of every rank
         return float(min(pp, m))
+    if schedule is Schedule.WAVE:  # each chunk peaks as its own 1F1B stage would, all at once (the simulator's peaks)
+        chunks = pp * vpp
+        return sum(min(chunks - c, m) for c in range(chunks) if wave_rank(c, pp) == device) / vpp
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return min(2 * (pp - device - 1) + (vpp - 1) * pp + 1, vpp * m) / vpp
     base = float(min(m, pp - device))
@@ -136,6 +180,9 @@ def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
     if schedule is Schedule.ZB_V:
         return Program(pp, placement(pp, 2, schedule), tuple(_zbv_order(d, pp, m) for d in range(pp)),
                        split_backward=True, explicit_w=True)
+    if schedule is Schedule.WAVE:
+        return Program(pp, placement(pp, vpp, schedule), tuple(_wave_order(d, pp, m, vpp) for d in range(pp)),
+                       split_backward=False)
     v = vpp if schedule is Schedule.INTERLEAVED_1F1B else 1
     place = placement(pp, v)
     orders = []

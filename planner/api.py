@@ -75,7 +75,7 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
     """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp.
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
-    interleaved 1F1B when vpp > 1, else 1F1B (zb-v implies vpp 2); etp (MoE models) to 1, each expert whole
+    interleaved 1F1B when vpp > 1, else 1F1B (zb-v and wave imply vpp 2); etp (MoE models) to 1, each expert whole
     on its rank."""
     gpus = problem.cluster.num_gpus
     for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("mbs", mbs)):
@@ -87,8 +87,8 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
         raise InputError(f"--zero must be one of 0, 1, 2, 3, got {zero}")
     sched = _enum(Schedule, schedule, "--schedule") if schedule is not None else (
         Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
-    if sched is Schedule.ZB_V and vpp == 1:
-        vpp = 2  # ZB-V always runs two chunks per rank
+    if sched in (Schedule.ZB_V, Schedule.WAVE) and vpp == 1:
+        vpp = 2  # ZB-V always runs two chunks per rank; a wave without --vpp is one wave
     layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=mbs,
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
                     recompute=_enum(Recompute, recompute, "--recompute"), schedule=sched,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.layer import LayerKnobs
-from cost_models.schedules import W_SHARE, in_flight
+from cost_models.schedules import W_SHARE, in_flight, wave_bubble
 from cost_models.step import (
     LayerTimes,
     LayoutCosts,
@@ -54,7 +54,17 @@ from planner.ilp_kinds import solve_kinds_ilp
 from planner.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.simulate import simulated_step_time
 from planner.space import Candidate, SearchSpec, candidates
-from planner.specs import GIB, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule, check_expert_degrees
+from planner.specs import (
+    GIB,
+    WAVE_PLACED,
+    ClusterSpec,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Recompute,
+    Schedule,
+    check_expert_degrees,
+)
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +164,8 @@ class _LayerTimes:
         stage += self.hops(layout) * hop / c.pp
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
             return stage * m + tail
+        if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
+            return stage * m + wave_bubble(c.pp, c.vpp, 0.0, backward / c.vpp) + tail
         hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
         return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
 
@@ -266,12 +278,17 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
         w0=tuple(w0) if zero_bubble else (), w1=tuple(w1) if zero_bubble else ())
 
 
-def v_chunks(per_rank: tuple[int, ...]) -> tuple[int, ...]:
-    """ZB-V chunk sizes in model order from per-rank layer counts: rank r's down chunk gets half (rounded
-    down), its up chunk the rest; down chunks run ranks 0..p−1, up chunks back from p−1 to 0."""
-    down = [n // 2 for n in per_rank]
-    up = [n - n // 2 for n in per_rank]
-    return tuple(down + up[::-1])
+def v_chunks(per_rank: tuple[int, ...], vpp: int = 2) -> tuple[int, ...]:
+    """Chunk sizes in model order, for chunks placed in sweeps down and back up the ranks (ZB-V, the wave), from
+    per-rank layer counts: rank r's n layers shared evenly over its vpp chunks, the later sweeps taking the
+    remainder (ZB-V: the down chunk gets half rounded down, the up chunk the rest)."""
+    pp = len(per_rank)
+    sizes = [0] * (pp * vpp)
+    for rank, n in enumerate(per_rank):
+        base, extra = divmod(n, vpp)
+        for j in range(vpp):
+            sizes[j * pp + (rank if j % 2 == 0 else pp - 1 - rank)] = base + (j >= vpp - extra)
+    return tuple(sizes)
 
 
 ProgressFn = Callable[[int, int], None]
@@ -311,13 +328,13 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
     by the same cost model: the split solver optimises the pipeline term, the full model also prices the
     step's tail (gradient reduction, optimizer), so the plan is never slower than the plain even split.
-    ZB-V on a uniform stack is split the same way per rank (a rank's cost depends only on how many layers it
-    holds), each rank's layers then halved between its two chunks; other multi-chunk layouts stay balanced."""
+    ZB-V and the wave on a uniform stack are split the same way per rank (a rank's cost depends only on how many
+    layers it holds), each rank's layers then shared over its chunks; other multi-chunk layouts stay balanced."""
     balanced = c.layout()
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times)
-    zbv_split = c.schedule is Schedule.ZB_V and not model.heterogeneous
-    if (c.vpp > 1 and not zbv_split) or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight
+    per_rank_split = c.schedule in WAVE_PLACED and not model.heterogeneous
+    if (c.vpp > 1 and not per_rank_split) or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight
         ids = rank_layer_ids(balanced, model.num_layers)[0]
         if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
@@ -326,7 +343,7 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
         split, gap, optimal = _solve_split(costs, spec, solver, options)
         if split is None:
             return _Priced(None, True, gap, optimal)
-        chunks = v_chunks(split.layers) if c.schedule is Schedule.ZB_V else split.layers
+        chunks = v_chunks(split.layers, c.vpp) if c.schedule in WAVE_PLACED else split.layers
         solved = replace(balanced, stage_layers=chunks,
                          recompute_layers=split.recompute if any(split.recompute) else None)
         layouts = [solved] if model.num_layers < c.pp else [solved, balanced]

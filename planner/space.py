@@ -12,7 +12,8 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
        micro-batches % pp == 0)
   zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
-  schedule  interleaved 1F1B or ZB-V (vpp 2) with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
+  schedule  interleaved 1F1B, ZB-V (vpp 2) or the wave (1 or 2 waves: vpp 2 or 4, more when vpp is pinned)
+            with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
   ep, etp   MoE models only: ep divides the experts, etp is 1 or tp, etp·ep divides tp·cp·dp
             (`expert_options`); dense models 1 and 1.
 Dominated choices are not generated unless pinned, and the reason is a property of the cost model:
@@ -32,6 +33,7 @@ from planner.specs import AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSp
 
 MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16
+SEARCHED_WAVES = 2  # the wave's memory grows by p stages of activations per wave while its bubble halves
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ class Candidate:
 
 def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
     """Schedules for a (pp, vpp): interleaved when vpp > 1 and the micro-batches divide by pp, ZB-V with two
-    chunks per rank and at least 2p − 1 micro-batches; with one chunk per rank 1F1B and ZB-H1 (GPipe is as
+    chunks per rank and at least 2p − 1 micro-batches, the wave with an even vpp (up to SEARCHED_WAVES waves
+    unless vpp is pinned) and at least 2p micro-batches; with one chunk per rank 1F1B and ZB-H1 (GPipe is as
     fast as 1F1B and keeps all m micro-batches in memory: generated only when pinned); without a pipeline
     only 1F1B, which then means no schedule at all."""
     m = microbatches
@@ -100,6 +103,8 @@ def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None 
         options = [Schedule.INTERLEAVED_1F1B] if m is None or m % pp == 0 else []
         if vpp == 2 and (m is None or m >= 2 * pp - 1):
             options.append(Schedule.ZB_V)
+        if vpp % 2 == 0 and (vpp <= 2 * SEARCHED_WAVES or spec.vpp == vpp) and (m is None or m >= 2 * pp):
+            options.append(Schedule.WAVE)
     elif pp == 1:
         options = [Schedule.ONE_F_ONE_B]
     else:
@@ -149,15 +154,18 @@ def _meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
 
 
 def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> list[int]:
-    """1, 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0), and 2 for ZB-V
-    (m >= 2p − 1)."""
+    """1, 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0), else 2 for ZB-V
+    (m >= 2p − 1) and the even vpps of the wave (m >= 2p)."""
     vpps = [1]
-    if pp > 1 and microbatches % pp == 0:
-        vpps += [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)
-                 if spec.uneven_split or model.num_layers % (pp * v) == 0]
-    elif pp > 1 and microbatches >= 2 * pp - 1 and model.num_layers >= 2 * pp and (
-            spec.uneven_split or model.num_layers % (2 * pp) == 0):
-        vpps.append(2)
+    if pp < 2:
+        return _pinned(spec.vpp, vpps)
+    fits = [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)
+            if spec.uneven_split or model.num_layers % (pp * v) == 0]
+    if microbatches % pp == 0:
+        vpps += fits
+    else:
+        vpps += [v for v in fits if (v == 2 and microbatches >= 2 * pp - 1)
+                 or (v % 2 == 0 and microbatches >= 2 * pp and (v <= 2 * SEARCHED_WAVES or spec.vpp == v))]
     return _pinned(spec.vpp, vpps)
 
 

@@ -45,6 +45,17 @@ class Schedule(str, Enum):
     INTERLEAVED_1F1B = "interleaved-1f1b"
     ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023)
     ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
+    WAVE = "wave"  # chunks placed as waves down and back up the ranks (Hanayo, Liu et al. SC'23), unsplit backward
+
+
+WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.WAVE})  # chunk k on rank k going down, then back up, ...
+
+
+def wave_rank(chunk: int, pp: int) -> int:
+    """Rank of model chunk `chunk` when chunks sweep down the ranks and back up in turn: sweep j = chunk // pp
+    runs ranks 0..pp−1 when j is even and pp−1..0 when odd (ZB-V's V is two sweeps, a wave of W waves 2W)."""
+    sweep, offset = divmod(chunk, pp)
+    return offset if sweep % 2 == 0 else pp - 1 - offset
 
 
 class ZeroStage(IntEnum):
@@ -441,10 +452,10 @@ class Layout:
         return job.global_batch // (self.mbs * self.dp)
 
     def chunk_rank(self, chunk: int) -> int:
-        """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or a V for ZB-V (chunk k on
-        rank k going down, then back up: rank 2·pp − 1 − k)."""
-        if self.schedule is Schedule.ZB_V:
-            return chunk if chunk < self.pp else 2 * self.pp - 1 - chunk
+        """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or sweeps down and back up for
+        ZB-V and the wave (`wave_rank`: ZB-V's chunk k on rank k going down, then rank 2·pp − 1 − k)."""
+        if self.schedule in WAVE_PLACED:
+            return wave_rank(chunk, self.pp)
         return chunk % self.pp
 
     @property
@@ -458,13 +469,13 @@ class Layout:
 
     @property
     def head_beside_embedding(self) -> bool:
-        """Embedding and LM head on one rank (no pipeline, or ZB-V): a tied head needs no copy or sync."""
+        """Embedding and LM head on one rank (no pipeline, ZB-V, the wave): a tied head needs no copy or sync."""
         return self.embedding_rank == self.head_rank
 
     def rank_chunks(self, rank: int) -> tuple[int, ...]:
         """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
-        if self.schedule is Schedule.ZB_V:
-            return rank, 2 * self.pp - 1 - rank
+        if self.schedule in WAVE_PLACED:
+            return tuple(j * self.pp + (rank if j % 2 == 0 else self.pp - 1 - rank) for j in range(self.vpp))
         return tuple(range(rank, self.pp * self.vpp, self.pp))
 
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
@@ -514,9 +525,15 @@ class Layout:
                                   f"{self.vpp}, pp {self.pp}")
             if m < 2 * self.pp - 1:
                 raise LayoutError(f"zb-v needs at least 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
+        elif self.schedule is Schedule.WAVE:
+            if self.vpp % 2 or self.pp == 1:
+                raise LayoutError(f"the wave schedule runs waves down and back up the ranks: it needs an even vpp "
+                                  f"(2 per wave) and pp > 1, got vpp {self.vpp}, pp {self.pp}")
+            if m < 2 * self.pp:
+                raise LayoutError(f"the wave schedule needs at least 2 * pp = {2 * self.pp} micro-batches, got {m}")
         elif (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
-            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v) vpp 1; got "
-                              f"{self.schedule.value} with vpp {self.vpp}")
+            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v and wave) vpp 1;"
+                              f" got {self.schedule.value} with vpp {self.vpp}")
         if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:
             if self.pp == 1:
                 raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")

@@ -300,3 +300,18 @@ def test_nemo_names_are_megatron_core_fields(case: str) -> None:
             assert key.rsplit(".", 1)[1] in model_fields, key
         if key.startswith("cfg.ddp."):
             assert key.rsplit(".", 1)[1] in ddp_fields, key
+
+
+def test_wave_plan_is_refused_by_name_and_substituted() -> None:
+    """No launcher runs the wave schedule: each says so by name under --strict, and otherwise writes the
+    fastest layout among its own schedules."""
+    p = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+             spec=SearchSpec(pp=4, zero=0, schedule=Schedule.WAVE, top_k=1))
+    assert p.best.layout.schedule is Schedule.WAVE
+    for target, text in ((Target.TORCHTITAN, "torchtitan has no wave schedule"),
+                         (Target.MEGATRON, "Megatron-LM has no wave schedule")):
+        with pytest.raises(UnsupportedPlanError, match=text):
+            emit(p, target, strict=True)
+    relaxed = emit(p, Target.TORCHTITAN)
+    assert relaxed.note is not None and "wave" in relaxed.note and "the fastest layout it can run" in relaxed.note
+    assert "pipeline_parallel_degree" in relaxed.text

@@ -39,12 +39,29 @@ def test_simulator_equals_closed_form(schedule: Schedule, vpp: int, pp: int, m: 
     assert list(result.peak_activation) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("vpp,pp,m", [(2, 2, 4), (2, 3, 7), (2, 4, 8), (2, 4, 16), (2, 8, 16), (2, 8, 24),
+                                      (4, 2, 8), (4, 3, 13), (4, 4, 16), (6, 2, 12)])
+@pytest.mark.parametrize("f,b", [(1.0, 2.0), (1.0, 3.0), (2.0, 2.0)])
+def test_wave_simulator_equals_closed_form(vpp: int, pp: int, m: int, f: float, b: float) -> None:
+    """From v·p micro-batches on, the wave's closed form is its simulated step, and its in-flight formula the
+    simulated peaks (below that, `test_wave_below_vp_microbatches`)."""
+    prog = program(Schedule.WAVE, pp, m, vpp)
+    result = simulate(prog, _durations(prog, f, b))
+    assert result.makespan == pytest.approx(closed_form(Schedule.WAVE, pp, m, vpp, f, b), rel=1e-12)
+    expected = [in_flight(Schedule.WAVE, d, pp, m, vpp) for d in range(pp)]
+    assert list(result.peak_activation) == pytest.approx(expected, rel=1e-12)
+
+
 def test_orders_of_schedules() -> None:
     """GPipe = 1F1B in time but m micro-batches in memory; interleaving and ZB-H1 cut the bubble."""
     pp, m = 8, 16
-    t = {s: closed_form(s, pp, m, v, 1.0, 2.0) for s, v in CASES}
-    assert t[Schedule.GPIPE] == t[Schedule.ONE_F_ONE_B] > t[Schedule.ZB_H1] > t[Schedule.ZB_V]
-    assert t[Schedule.ONE_F_ONE_B] > t[Schedule.INTERLEAVED_1F1B]
+    t = {(s, v): closed_form(s, pp, m, v, 1.0, 2.0) for s, v in [*CASES, (Schedule.WAVE, 2), (Schedule.WAVE, 4)]}
+    assert t[Schedule.GPIPE, 1] == t[Schedule.ONE_F_ONE_B, 1] > t[Schedule.ZB_H1, 1] > t[Schedule.ZB_V, 2]
+    assert t[Schedule.ONE_F_ONE_B, 1] > t[Schedule.WAVE, 2] > t[Schedule.INTERLEAVED_1F1B, 2]
+    assert t[Schedule.WAVE, 2] > t[Schedule.WAVE, 4]
+    # with B = F the wave's bubble is the interleaved one; it holds less than interleaving's first stage
+    assert closed_form(Schedule.WAVE, pp, m, 2, 1.0, 1.0) == closed_form(Schedule.INTERLEAVED_1F1B, pp, m, 2, 1.0, 1.0)
+    assert in_flight(Schedule.WAVE, 0, pp, m, 2) < in_flight(Schedule.INTERLEAVED_1F1B, 0, pp, m, 2)
     assert in_flight(Schedule.GPIPE, 0, pp, m, 1) > in_flight(Schedule.ONE_F_ONE_B, 0, pp, m, 1)
 
 
@@ -122,10 +139,84 @@ def test_zbv_split_unloads_the_first_rank() -> None:
 
 
 @pytest.mark.parametrize("pp,vpp,schedule", [(4, 1, Schedule.ONE_F_ONE_B), (4, 3, Schedule.INTERLEAVED_1F1B),
-                                             (5, 2, Schedule.ZB_V), (1, 1, Schedule.ONE_F_ONE_B)])
+                                             (5, 2, Schedule.ZB_V), (1, 1, Schedule.ONE_F_ONE_B),
+                                             (3, 2, Schedule.WAVE), (4, 6, Schedule.WAVE)])
 def test_rank_chunks_inverts_chunk_rank(pp: int, vpp: int, schedule: Schedule) -> None:
     from planner.specs import Layout
 
     lay = Layout(pp=pp, vpp=vpp, schedule=schedule)
     for rank in range(pp):
         assert lay.rank_chunks(rank) == tuple(c for c in range(pp * vpp) if lay.chunk_rank(c) == rank)
+
+
+@pytest.mark.parametrize("vpp", [2, 4, 6])
+@pytest.mark.parametrize("pp", [2, 3, 5])
+def test_wave_below_vp_microbatches(pp: int, vpp: int) -> None:
+    """From 2p up to v·p micro-batches the wave's closed form bounds the simulated step from above (so the
+    search never prefers it on a bubble it does not have); at every m its order runs without deadlock and
+    its activation peaks are the closed form's."""
+    for m in range(1, vpp * pp + 1):
+        prog = program(Schedule.WAVE, pp, m, vpp)
+        for f, b in ((1.0, 2.0), (1.0, 1.0), (1.0, 3.0)):
+            result = simulate(prog, _durations(prog, f, b))
+            if m >= 2 * pp:
+                assert result.makespan <= closed_form(Schedule.WAVE, pp, m, vpp, f, b) * (1 + 1e-12)
+            assert list(result.peak_activation) == pytest.approx([in_flight(Schedule.WAVE, d, pp, m, vpp)
+                                                                  for d in range(pp)], rel=1e-12)
+
+
+@pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 13), (8, 16)])
+def test_wave_order_runs_in_torch(pp: int, m: int) -> None:
+    """torch.distributed.pipelining's own checks accept the wave's order as an action list: its validator
+    infers the wave placement from it (chunk k on rank k going down, 2p − 1 − k coming back), and its runtime's
+    lowering adds the sends and receives and dry-runs the result without a deadlock."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch is not installed (the [profile] extra)")
+    from cost_models.simulator import OpKind
+
+    kinds = {OpKind.F: schedules._ComputationType.FORWARD, OpKind.B: schedules._ComputationType.FULL_BACKWARD}
+    ours = program(Schedule.WAVE, pp, m, 2)
+    actions = {rank: [schedules._Action(op.chunk, kinds[op.kind], op.microbatch) for op in order]
+               for rank, order in enumerate(ours.orders)}
+    mapping = schedules._validate_schedule(actions, pp, 2 * pp, m)
+    assert tuple(mapping[c] for c in range(2 * pp)) == ours.placement
+    with_comms = schedules._add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=2 * pp)
+    schedules._simulate_comms_compute(with_comms, lambda s: mapping[s], 2 * pp)
+
+
+def test_wave_chunks_and_layout_rules() -> None:
+    """A wave layout needs an even vpp, pp > 1 and 2p micro-batches; its per-rank split is shared over the
+    rank's chunks in wave order (ZB-V's halving is the two-chunk case)."""
+    from planner.loaders import load_model
+    from planner.search import v_chunks
+    from planner.specs import JobSpec, Layout, LayoutError
+
+    per_rank = (3, 5, 4, 7)
+    sizes = v_chunks(per_rank, 4)
+    lay = Layout(pp=4, vpp=4, schedule=Schedule.WAVE, stage_layers=sizes)
+    assert lay.rank_layers(sum(per_rank)) == per_rank
+    assert all(max(sizes[c] for c in lay.rank_chunks(r)) - min(sizes[c] for c in lay.rank_chunks(r)) <= 1
+               for r in range(4))
+    assert v_chunks(per_rank, 2) == (1, 2, 2, 3, 4, 2, 3, 2)  # down halves rounded down, up the rest
+    model = load_model("llama3-8b")
+    with pytest.raises(LayoutError, match="even vpp"):
+        Layout(pp=4, dp=2, vpp=3, schedule=Schedule.WAVE).validate(model, JobSpec(seq_len=4096, global_batch=16), 8)
+    with pytest.raises(LayoutError, match="at least 2 \\* pp = 8 micro-batches"):
+        Layout(pp=4, dp=2, vpp=2, schedule=Schedule.WAVE).validate(model, JobSpec(seq_len=4096, global_batch=14), 8)
+
+
+def test_wave_search_splits_per_rank_and_simulates() -> None:
+    """A pinned wave is searched with one or two waves, its uniform stack split exactly per rank (rank 0
+    carries embedding and head) and shared over each rank's chunks, and its finalists are simulated."""
+    from planner import plan as run_plan
+    from planner.search import v_chunks
+    from planner.space import SearchSpec
+
+    result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64,
+                      spec=SearchSpec(pp=8, schedule=Schedule.WAVE, top_k=4))
+    assert {r.layout.vpp for r in (result.best, *result.alternatives)} <= {2, 4}
+    lay = result.best.layout
+    assert lay.schedule is Schedule.WAVE and lay.stage_layers is not None
+    per_rank = lay.rank_layers(32)
+    assert per_rank[0] < max(per_rank) and lay.stage_layers == v_chunks(per_rank, lay.vpp)
+    assert result.best.simulated_step_time_s is not None

@@ -49,6 +49,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         raise UnsupportedPlanError(
             f"torchtitan cannot recompute {list(lay.recompute_layers)} layers per stage; the nearest plan uses "
             "full recomputation everywhere (--recompute full) or none (--no-partial-recompute)")
+    if lay.schedule is Schedule.WAVE and lay.pp > 1:
+        raise UnsupportedPlanError("torchtitan has no wave schedule (its action-list runtime could run the order, "
+                                   "but it places chunks as a V only for ZBVZeroBubble and DualPipeV, and meshplan "
+                                   "writes no action list); the nearest plan uses one of its own schedules")
     if lay.schedule not in SCHEDULES and lay.pp > 1:
         raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
