@@ -328,12 +328,14 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
     by the same cost model: the split solver optimises the pipeline term, the full model also prices the
     step's tail (gradient reduction, optimizer), so the plan is never slower than the plain even split.
-    ZB-V and the wave on a uniform stack are split the same way per rank (a rank's cost depends only on how many
-    layers it holds), each rank's layers then shared over its chunks; other multi-chunk layouts stay balanced."""
+    ZB-V and the wave are split the same way per rank (on a uniform stack a rank's cost depends only on how many
+    layers it holds), each rank's layers then shared over its chunks; on a stack of mixed kinds the wave's chunks
+    hold other kinds than the one-chunk split assumed, so there the split is a candidate that the cost model
+    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced."""
     balanced = c.layout()
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times)
-    per_rank_split = c.schedule in WAVE_PLACED and not model.heterogeneous
+    per_rank_split = c.schedule in WAVE_PLACED
     if (c.vpp > 1 and not per_rank_split) or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight
         ids = rank_layer_ids(balanced, model.num_layers)[0]
         if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:

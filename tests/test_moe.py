@@ -302,3 +302,23 @@ def test_expert_pins_the_model_rules_out_are_named() -> None:
     with pytest.raises(InfeasibleError, match="etp x ep must divide tp x cp x dp"):
         run_plan("mixtral-8x7b", "h100-sxm", gpus=8, seq_len=4096, global_batch=8, spec=SearchSpec(ep=8, etp=2,
                                                                                                    tp=1))
+
+
+def test_v_placed_split_of_a_mixed_stack_competes_with_balanced_chunks() -> None:
+    """On Llama 4's alternating dense/MoE stack a ZB-V layout is also offered the per-rank split (rank 0 holds
+    embedding and head, so it gets fewer layers); the cost model prices it as the chunks really fall and it
+    beats the balanced chunks here."""
+    from planner.specs import Schedule
+
+    result = run_plan("llama4-maverick", "h100-sxm", gpus=256, seq_len=8192, global_batch=512,
+                      spec=SearchSpec(pp=4, tp=1, cp=4, ep=64, schedule=Schedule.ZB_V, top_k=1))
+    best = result.best
+    assert best.layout.stage_layers is not None
+    per_rank = best.layout.rank_layers(48)
+    assert per_rank[0] < max(per_rank)
+    balanced = make_layout(resolve("llama4-maverick", "h100-sxm", gpus=256, seq_len=8192, global_batch=512),
+                           tp=1, pp=4, cp=4, vpp=2, mbs=best.layout.mbs, zero=int(best.layout.zero), ep=64,
+                           schedule="zb-v", recompute=best.layout.recompute.value)
+    model, hw = load_model("llama4-maverick"), load_hardware("h100-sxm", 256)
+    assert best.prediction.step_time_s < evaluate_layout(model, hw, JobSpec(seq_len=8192, global_batch=512),
+                                                         balanced).step_time_s
