@@ -45,7 +45,9 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
     Schedule.INTERLEAVED_1F1B: ("Megatron-LM (with VPP)", "torchtitan (Interleaved1F1B)", "NeMo"),
     Schedule.ZB_H1: ("torchtitan (ZeroBubble schedules of torch.distributed.pipelining)",),
     Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
-    Schedule.WAVE: ("none of the four (meshplan writes no action list for torch.distributed.pipelining's runtime)",),
+    Schedule.WAVE: ("torchtitan with one wave (ZBVZeroBubble's V placement, running the action list of meshplan emit "
+                    "--to torch-actions)",
+                    "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
 }
 SPLIT_BACKWARD = {Schedule.ZB_H1, Schedule.ZB_V}
 

@@ -2,13 +2,14 @@
 
 Targets: megatron (Megatron-LM arguments as a bash array + the torchrun line), torchtitan (TOML for
 torchtitan 0.2.x), torchtitan-cli (override list for torchtitan 0.3.x), deepspeed (ds_config.json),
-nemo (NeMo-Run and Megatron-Bridge overrides).
+nemo (NeMo-Run and Megatron-Bridge overrides), torch-actions (the pipeline's op order as the action list
+torch.distributed.pipelining's runtime reads; torchtitan runs one-wave plans from it).
 
 Each emitter raises `UnsupportedPlanError` for a plan its launcher cannot express, naming what is
 unsupported. `emit` then (unless strict) searches the plan's own job again within what that launcher
 can run (`CAPABILITIES`) and emits that layout instead, saying so in the result's `note`, in the file's
 header where the format has comments, and with the predicted cost of the change: never a silently
-different configuration.
+different configuration. An action list is only ever the plan's own (it pairs with the plan's layout).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from planner.emitters import deepspeed, megatron, nemo, torchtitan
+from planner.emitters import actions, deepspeed, megatron, nemo, torchtitan
 from planner.emitters.common import UnsupportedPlanError, layout_summary
 from planner.errors import InfeasibleError
 from planner.planfile import Plan
@@ -32,11 +33,12 @@ class Target(str, Enum):
     TORCHTITAN_CLI = "torchtitan-cli"
     DEEPSPEED = "deepspeed"
     NEMO = "nemo"
+    TORCH_ACTIONS = "torch-actions"
 
 
 EMITTERS: dict[Target, Callable[[Plan], str]] = {
     Target.MEGATRON: megatron.emit, Target.TORCHTITAN: torchtitan.emit_toml, Target.TORCHTITAN_CLI: torchtitan.emit_cli,
-    Target.DEEPSPEED: deepspeed.emit, Target.NEMO: nemo.emit,
+    Target.DEEPSPEED: deepspeed.emit, Target.NEMO: nemo.emit, Target.TORCH_ACTIONS: actions.emit,
 }
 # What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
 MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
@@ -49,6 +51,8 @@ CAPABILITIES: dict[Target, SearchSpec] = {
     Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
                                  schedule_choices=(Schedule.ONE_F_ONE_B,), max_ep=1, etp=1),
     Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
+    Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B,
+                                                       Schedule.ZB_V, Schedule.WAVE)),
 }
 COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
 
@@ -69,7 +73,7 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
     try:
         return Emitted(EMITTERS[target](plan), None)
     except UnsupportedPlanError as exc:
-        if strict:
+        if strict or target is Target.TORCH_ACTIONS:
             raise
         reason = str(exc)
     try:

@@ -4,7 +4,9 @@ Mapping: ZeRO-0 is DDP (data_parallel_replicate_degree = dp); ZeRO-3 is FSDP2 re
 (data_parallel_shard_degree = dp), ZeRO-2 FSDP2 without resharding; torchtitan has no ZeRO-1. The stage
 split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i, norm, output, the
 module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble" (its
-stages in model order; torchtitan places them as a V itself). Recomputation:
+stages in model order; torchtitan places them as a V itself). A one-wave plan (the wave with two chunks per
+rank) names "ZBVZeroBubble" for that V placement and `pipeline_parallel_schedule_csv` for its op order, the action
+list `meshplan emit --to torch-actions` writes, which torch's _PipelineScheduleRuntime then runs. Recomputation:
 activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
 """
 
@@ -16,6 +18,7 @@ from planner.emitters.common import UnsupportedPlanError, describe, facts
 from planner.planfile import Plan
 from planner.specs import Dtype, Recompute, Schedule, ZeroStage
 
+ACTIONS_FILE = "pipeline_actions.csv"  # the one-wave plan's op order: meshplan emit PLAN --to torch-actions
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
              Schedule.ZB_V: "ZBVZeroBubble"}
 FLAVORS = {"llama3-8b": ("llama3", "8B", "llama3_8b"), "llama3-70b": ("llama3", "70B", "llama3_70b"),
@@ -49,11 +52,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         raise UnsupportedPlanError(
             f"torchtitan cannot recompute {list(lay.recompute_layers)} layers per stage; the nearest plan uses "
             "full recomputation everywhere (--recompute full) or none (--no-partial-recompute)")
-    if lay.schedule is Schedule.WAVE and lay.pp > 1:
-        raise UnsupportedPlanError("torchtitan has no wave schedule (its action-list runtime could run the order, "
-                                   "but it places chunks as a V only for ZBVZeroBubble and DualPipeV, and meshplan "
-                                   "writes no action list); the nearest plan uses one of its own schedules")
-    if lay.schedule not in SCHEDULES and lay.pp > 1:
+    if lay.schedule is Schedule.WAVE and lay.pp > 1 and lay.vpp != 2:
+        raise UnsupportedPlanError(f"torchtitan places chunks as a V only two per rank (ZBVZeroBubble, DualPipeV): it "
+                                   f"cannot place a wave of vpp {lay.vpp}; the nearest plan uses one wave (--vpp 2) or "
+                                   "one of its own schedules")
+    if lay.schedule not in (*SCHEDULES, Schedule.WAVE) and lay.pp > 1:
         raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
     name, flavor, _ = FLAVORS.get(model.name, ("llama3", model.name, model.name))
@@ -68,8 +71,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if sharded:
         parallelism["fsdp_reshard_after_forward"] = "always" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
-        parallelism.update(pipeline_parallel_schedule=SCHEDULES[lay.schedule],  # its stages in model order
+        wave = lay.schedule is Schedule.WAVE  # a V of stages (ZBVZeroBubble's placement) running the action list
+        parallelism.update(pipeline_parallel_schedule=SCHEDULES[Schedule.ZB_V if wave else lay.schedule],
                            pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
+        if wave:
+            parallelism["pipeline_parallel_schedule_csv"] = ACTIONS_FILE
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
     checkpoint: dict[str, Any] = {"mode": mode}
     if mode == "selective":
@@ -102,6 +108,9 @@ def emit_toml(plan: Plan) -> str:
     lines = ["# torchtitan 0.2.x job file written by meshplan", f"# {describe(plan)}",
              f"# torchrun --nnodes {facts(plan).nodes} --nproc-per-node {facts(plan).gpus_per_node} "
              "-m torchtitan.train --job.config_file THIS_FILE", ""]
+    if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
+        lines[3:3] = [f"# the wave's op order, read from {ACTIONS_FILE} in the working directory: "
+                      f"meshplan emit PLAN --to torch-actions --out {ACTIONS_FILE}"]
     for section, values in sections(plan).items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
@@ -113,6 +122,10 @@ def emit_cli(plan: Plan) -> str:
     """Overrides for torchtitan 0.3.x, which reads no TOML: one `--section.key value` per line. The split is
     stated as layers per (virtual) stage, so only even splits can be expressed this way."""
     model, f = plan.model, facts(plan)
+    if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
+        raise UnsupportedPlanError("the torchtitan 0.3 target is not checked against a 0.3 release for an action-list "
+                                   "option, so the wave is written for the 0.2 TOML target only; the nearest plan "
+                                   "uses one of torchtitan's own schedules")
     module, _, config = FLAVORS.get(model.name, ("llama3", model.name, model.name.replace("-", "_")))
     lines = [f"--module {module}", f"--config {config}"]
     for section, values in sections(plan).items():
