@@ -12,7 +12,8 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
        micro-batches % pp == 0)
   zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
-  schedule  interleaved 1F1B, ZB-V (vpp 2) or the wave (1 or 2 waves: vpp 2 or 4, more when vpp is pinned)
+  schedule  interleaved 1F1B, ZB-V (vpp 2) or the wave (1 or 2 waves, `max_waves`: vpp 2 or 4; its memory
+            grows by p stages of activations per wave while its bubble halves; more when vpp is pinned)
             with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
   ep, etp   MoE models only: ep divides the experts, etp is 1 or tp, etp·ep divides tp·cp·dp
             (`expert_options`); dense models 1 and 1.
@@ -33,7 +34,6 @@ from planner.specs import AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSp
 
 MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16
-SEARCHED_WAVES = 2  # the wave's memory grows by p stages of activations per wave while its bubble halves
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class SearchSpec:
     ep: int | None = None
     etp: int | None = None
     max_ep: int | None = None  # e.g. 1 for a launcher without expert parallelism
+    max_waves: int = 2  # waves the wave schedule may run unless vpp is pinned (torchtitan places one)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class Candidate:
 
 def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
     """Schedules for a (pp, vpp): interleaved when vpp > 1 and the micro-batches divide by pp, ZB-V with two
-    chunks per rank and at least 2p − 1 micro-batches, the wave with an even vpp (up to SEARCHED_WAVES waves
+    chunks per rank and at least 2p − 1 micro-batches, the wave with an even vpp (up to `max_waves` waves
     unless vpp is pinned) and at least 2p micro-batches; with one chunk per rank 1F1B and ZB-H1 (GPipe is as
     fast as 1F1B and keeps all m micro-batches in memory: generated only when pinned); without a pipeline
     only 1F1B, which then means no schedule at all."""
@@ -103,7 +104,7 @@ def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None 
         options = [Schedule.INTERLEAVED_1F1B] if m is None or m % pp == 0 else []
         if vpp == 2 and (m is None or m >= 2 * pp - 1):
             options.append(Schedule.ZB_V)
-        if vpp % 2 == 0 and (vpp <= 2 * SEARCHED_WAVES or spec.vpp == vpp) and (m is None or m >= 2 * pp):
+        if vpp % 2 == 0 and (vpp <= 2 * spec.max_waves or spec.vpp == vpp) and (m is None or m >= 2 * pp):
             options.append(Schedule.WAVE)
     elif pp == 1:
         options = [Schedule.ONE_F_ONE_B]
@@ -165,7 +166,7 @@ def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> lis
         vpps += fits
     else:
         vpps += [v for v in fits if (v == 2 and microbatches >= 2 * pp - 1)
-                 or (v % 2 == 0 and microbatches >= 2 * pp and (v <= 2 * SEARCHED_WAVES or spec.vpp == v))]
+                 or (v % 2 == 0 and microbatches >= 2 * pp and (v <= 2 * spec.max_waves or spec.vpp == v))]
     return _pinned(spec.vpp, vpps)
 
 

@@ -344,3 +344,16 @@ def test_wave_plans_for_torchtitan_and_the_action_list(tmp_path: Path) -> None:
     flat = plan("llama3-8b", "h100-sxm", gpus=8, seq_len=4096, global_batch=16, spec=SearchSpec(pp=1, top_k=1))
     with pytest.raises(UnsupportedPlanError, match="no pipeline"):
         emit(flat, Target.TORCH_ACTIONS)
+
+
+def test_planning_for_torchtitan_keeps_to_one_wave() -> None:
+    """`--launcher torchtitan` may plan the wave, but only the one wave torchtitan can place (vpp 2)."""
+    from planner.emitters import for_launcher
+
+    spec = for_launcher(SearchSpec(pp=4, zero=2, schedule=Schedule.WAVE, top_k=5), Target.TORCHTITAN)
+    result = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, spec=spec)
+    ranked = (result.best, *result.alternatives)
+    assert {r.layout.schedule for r in ranked} == {Schedule.WAVE} and {r.layout.vpp for r in ranked} == {2}
+    free = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                spec=SearchSpec(pp=4, zero=2, schedule=Schedule.WAVE, top_k=5))
+    assert 4 in {r.layout.vpp for r in (free.best, *free.alternatives)}

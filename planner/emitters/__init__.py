@@ -43,9 +43,11 @@ EMITTERS: dict[Target, Callable[[Plan], str]] = {
 # What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
 MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
 TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_V)
+TITAN_TOML_SCHEDULES = (*TITAN_SCHEDULES, Schedule.WAVE)  # one wave, through the action list
 CAPABILITIES: dict[Target, SearchSpec] = {
     Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
-    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, schedule_choices=TITAN_SCHEDULES),
+    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False,
+                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1),
     Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
                                       schedule_choices=TITAN_SCHEDULES),
     Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
@@ -99,6 +101,7 @@ def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
                    partial_recompute=spec.partial_recompute and cap.partial_recompute,
                    uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
                    vpp=spec.vpp if spec.vpp is not None else cap.vpp, max_ep=cap.max_ep,
+                   max_waves=min(spec.max_waves, cap.max_waves),
                    etp=spec.etp if spec.etp is not None else cap.etp)
 
 
