@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model  # noqa: E402
 
 from cost_models.schedules import in_flight, program  # noqa: E402
 from cost_models.simulator import Durations, simulate  # noqa: E402
-from planner.specs import Schedule, wave_rank  # noqa: E402
+from planner.specs import Schedule, wave_chunks, wave_rank  # noqa: E402
 
 CASES = [(2, 4), (3, 6), (4, 8), (4, 12), (6, 12)]  # (pp, micro-batches)
 F_CHUNK, B_CHUNK = 1, 2
@@ -56,7 +56,7 @@ def best_order(pp: int, m: int, vpp: int, cap: int | None, seconds: float) -> tu
     for rank in range(pp):
         model.add_no_overlap(on_rank[rank])
         if cap is not None:
-            mine = [c for c in range(chunks) if wave_rank(c, pp) == rank]
+            mine = wave_chunks(rank, pp, vpp)
             times = ([start["F", c, i] for c in mine for i in range(m)]
                      + [end["B", c, i] for c in mine for i in range(m)])
             model.add_reservoir_constraint(times, [1] * (len(times) // 2) + [-1] * (len(times) // 2), 0, cap)

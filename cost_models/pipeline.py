@@ -34,7 +34,7 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int,
         return m * worst + zbv_bubble(len(stage_times), chunk_f, chunk_b)
     if schedule is Schedule.WAVE:
         chunk = max(max(f, t - f) for t, f in zip(stage_times, forward_times, strict=True)) / vpp
-        return m * worst + wave_bubble(len(stage_times), vpp, chunk, chunk)
+        return m * worst + wave_bubble(len(stage_times), chunk, chunk)
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return (m - 1.0 / vpp) * worst + total / vpp
     if schedule is Schedule.ZB_H1:
@@ -53,5 +53,5 @@ def bubble_fraction(schedule: Schedule, pp: int, num_microbatches: int, vpp: int
     if schedule is Schedule.ZB_V:  # per-chunk forward f and input gradient (1 − W_SHARE)·2f: both f/2 here
         return zbv_bubble(pp, 0.5, (1 - W_SHARE) * 2 * 0.5) / (3 * num_microbatches)
     if schedule is Schedule.WAVE:  # per-chunk forward 1/v and backward 2/v of a stage's F + B = 3
-        return wave_bubble(pp, vpp, 1 / vpp, 2 / vpp) / (3 * num_microbatches)
+        return wave_bubble(pp, 1 / vpp, 2 / vpp) / (3 * num_microbatches)
     return (pp - 1) / num_microbatches

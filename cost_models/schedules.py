@@ -35,7 +35,7 @@ B > F; it makes fewer sends than interleaving and every rank holds about W·p + 
 from __future__ import annotations
 
 from cost_models.simulator import Op, OpKind, Program
-from planner.specs import Schedule, wave_rank
+from planner.specs import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)
 
@@ -55,10 +55,8 @@ SPLIT_BACKWARD = {Schedule.ZB_H1, Schedule.ZB_V}
 def placement(pp: int, vpp: int, schedule: Schedule = Schedule.INTERLEAVED_1F1B) -> tuple[int, ...]:
     """Device of each model chunk, in model order: chunk k on device k mod pp, or sweeps down and back up for
     ZB-V (two) and the wave (vpp)."""
-    if schedule is Schedule.ZB_V:
-        return tuple(wave_rank(k, pp) for k in range(2 * pp))
-    if schedule is Schedule.WAVE:
-        return tuple(wave_rank(k, pp) for k in range(pp * vpp))
+    if schedule in WAVE_PLACED:
+        return tuple(wave_rank(k, pp) for k in range(pp * (2 if schedule is Schedule.ZB_V else vpp)))
     return tuple(k % pp for k in range(pp * vpp))
 
 
@@ -73,7 +71,7 @@ def closed_form(schedule: Schedule, pp: int, m: int, vpp: int, forward: float, b
     if schedule is Schedule.ZB_V:
         return m * (f + b) + zbv_bubble(pp, f / 2, b_in / 2)
     if schedule is Schedule.WAVE:
-        return m * (f + b) + wave_bubble(pp, vpp, f / vpp, b / vpp)
+        return m * (f + b) + wave_bubble(pp, f / vpp, b / vpp)
     return m * (f + b) + (pp - 1) * (f + b_in)  # ZB-H1
 
 
@@ -84,7 +82,7 @@ def zbv_bubble(pp: int, chunk_forward: float, chunk_input_grad: float) -> float:
     return (pp - 1) * max(f, b) + (pp - 2) * max(f - b, 0.0)
 
 
-def wave_bubble(pp: int, vpp: int, chunk_forward: float, chunk_backward: float) -> float:
+def wave_bubble(pp: int, chunk_forward: float, chunk_backward: float) -> float:
     """Idle time the wave order adds to m(F + B) on uniform stages, from per-chunk times: 2(p − 1)·max(f, b).
     Exact (the simulator on this order) for m >= v·p with b >= f; from 2p micro-batches an upper bound."""
     return 2 * (pp - 1) * max(chunk_forward, chunk_backward)
@@ -103,10 +101,8 @@ def wave_slot(op: Op, chunks: int) -> int:
 def _wave_order(device: int, pp: int, m: int, vpp: int) -> tuple[Op, ...]:
     """The wave's order on `device` (module docstring): its chunks' ops by `wave_slot`, backward first on a tie
     (it frees memory), then the later chunk."""
-    chunks = pp * vpp
-    mine = [c for c in range(chunks) if wave_rank(c, pp) == device]
-    ops = [Op(kind, i, c) for c in mine for kind in (OpKind.F, OpKind.B) for i in range(m)]
-    return tuple(sorted(ops, key=lambda op: (wave_slot(op, chunks), op.kind is OpKind.F, -op.chunk)))
+    ops = [Op(kind, i, c) for c in wave_chunks(device, pp, vpp) for kind in (OpKind.F, OpKind.B) for i in range(m)]
+    return tuple(sorted(ops, key=lambda op: (wave_slot(op, pp * vpp), op.kind is OpKind.F, -op.chunk)))
 
 
 def _one_f_one_b(device: int, pp: int, m: int, warmup: int, fwd: list[Op], bwd: list[Op]) -> tuple[Op, ...]:
@@ -123,8 +119,7 @@ def in_flight(schedule: Schedule, device: int, pp: int, m: int, vpp: int) -> flo
     if schedule is Schedule.ZB_V:  # 2p chunk activations at the peak of every rank
         return float(min(pp, m))
     if schedule is Schedule.WAVE:  # each chunk peaks as its own 1F1B stage would, all at once (the simulator's peaks)
-        chunks = pp * vpp
-        return sum(min(chunks - c, m) for c in range(chunks) if wave_rank(c, pp) == device) / vpp
+        return sum(min(pp * vpp - c, m) for c in wave_chunks(device, pp, vpp)) / vpp
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return min(2 * (pp - device - 1) + (vpp - 1) * pp + 1, vpp * m) / vpp
     base = float(min(m, pp - device))

@@ -64,6 +64,7 @@ from planner.specs import (
     Recompute,
     Schedule,
     check_expert_degrees,
+    wave_chunks,
 )
 
 log = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ class _LayerTimes:
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
             return stage * m + tail
         if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
-            return stage * m + wave_bubble(c.pp, c.vpp, 0.0, backward / c.vpp) + tail
+            return stage * m + wave_bubble(c.pp, 0.0, backward / c.vpp) + tail
         hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
         return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
 
@@ -209,19 +210,23 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
     def weight_grad(rank: int, n: int) -> float:
         return W_SHARE * stage_cost(costs, rank, costs.uniform(n, n if full_base else 0)).time.backward
 
+    zero_bubble = layout.schedule is Schedule.ZB_H1
+    # the ranks whose stages differ (first, a middle one, last), each priced once
+    probes = {q: (at(q, 1, 0), at(q, two, 0), at(q, 1, 1), in_flight(layout.schedule, q, pp, m, layout.vpp),
+                  (weight_grad(q, 1), weight_grad(q, two)) if zero_bubble else (0.0, 0.0))
+              for q in {0, min(1, pp - 1), pp - 1}}
     t0, m0, m1, mr, w0 = [], [], [], [], []
     t1 = tr = transient = w1 = 0.0
-    zero_bubble = layout.schedule is Schedule.ZB_H1
     for rank in range(pp):
         q = rank if rank in (0, pp - 1) else 1
-        (time1, act1, rest1), (time2, _, rest2), (time_r, act_r, rest_r) = at(q, 1, 0), at(q, two, 0), at(q, 1, 1)
-        k = in_flight(layout.schedule, rank, pp, m, layout.vpp) / in_flight(layout.schedule, q, pp, m, layout.vpp)
+        (time1, act1, rest1), (time2, _, rest2), (time_r, act_r, rest_r), alive_q, (w_one, w_two) = probes[q]
+        k = in_flight(layout.schedule, rank, pp, m, layout.vpp) / alive_q
         t1, tr = max((time2 - time1) if two == 2 else 1.0, 1e-12), max(time_r - time1, 0.0)
         transient = max(transient, rest_r - rest1)
         t0.append(time1)
         if zero_bubble:
-            w0.append(weight_grad(q, 1))
-            w1 = weight_grad(q, two) - w0[-1] if two == 2 else 0.0
+            w0.append(w_one)
+            w1 = w_two - w_one if two == 2 else 0.0
         m0.append(rest1 + k * act1)
         per_layer = (rest2 - rest1 + k * act1) if two == 2 else k * act1 + 1.0
         m1.append(per_layer)
@@ -286,8 +291,8 @@ def v_chunks(per_rank: tuple[int, ...], vpp: int = 2) -> tuple[int, ...]:
     sizes = [0] * (pp * vpp)
     for rank, n in enumerate(per_rank):
         base, extra = divmod(n, vpp)
-        for j in range(vpp):
-            sizes[j * pp + (rank if j % 2 == 0 else pp - 1 - rank)] = base + (j >= vpp - extra)
+        for j, chunk in enumerate(wave_chunks(rank, pp, vpp)):
+            sizes[chunk] = base + (j >= vpp - extra)
     return tuple(sizes)
 
 

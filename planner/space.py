@@ -102,9 +102,9 @@ def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None 
     m = microbatches
     if vpp > 1:
         options = [Schedule.INTERLEAVED_1F1B] if m is None or m % pp == 0 else []
-        if vpp == 2 and (m is None or m >= 2 * pp - 1):
+        if _zbv_runs(pp, vpp, m):
             options.append(Schedule.ZB_V)
-        if vpp % 2 == 0 and (vpp <= 2 * spec.max_waves or spec.vpp == vpp) and (m is None or m >= 2 * pp):
+        if _wave_runs(pp, vpp, m, spec):
             options.append(Schedule.WAVE)
     elif pp == 1:
         options = [Schedule.ONE_F_ONE_B]
@@ -112,6 +112,17 @@ def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None 
         options = [Schedule.ONE_F_ONE_B, Schedule.ZB_H1] + ([Schedule.GPIPE] if spec.schedule is Schedule.GPIPE else [])
     allowed = [s for s in options if spec.schedule_choices is None or s in spec.schedule_choices or pp == 1]
     return [s for s in allowed if spec.schedule is None or s is spec.schedule or pp == 1]
+
+
+def _zbv_runs(pp: int, vpp: int, microbatches: int | None) -> bool:
+    """ZB-V: two chunks per rank and at least 2p − 1 micro-batches (None: not known yet)."""
+    return vpp == 2 and (microbatches is None or microbatches >= 2 * pp - 1)
+
+
+def _wave_runs(pp: int, vpp: int, microbatches: int | None, spec: SearchSpec) -> bool:
+    """The wave: an even vpp of at most `max_waves` waves (unless pinned) and at least 2p micro-batches."""
+    return (vpp % 2 == 0 and (vpp <= 2 * spec.max_waves or spec.vpp == vpp)
+            and (microbatches is None or microbatches >= 2 * pp))
 
 
 def _divisors(n: int) -> list[int]:
@@ -165,8 +176,7 @@ def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> lis
     if microbatches % pp == 0:
         vpps += fits
     else:
-        vpps += [v for v in fits if (v == 2 and microbatches >= 2 * pp - 1)
-                 or (v % 2 == 0 and microbatches >= 2 * pp and (v <= 2 * spec.max_waves or spec.vpp == v))]
+        vpps += [v for v in fits if _zbv_runs(pp, v, microbatches) or _wave_runs(pp, v, microbatches, spec)]
     return _pinned(spec.vpp, vpps)
 
 

@@ -58,6 +58,11 @@ def wave_rank(chunk: int, pp: int) -> int:
     return offset if sweep % 2 == 0 else pp - 1 - offset
 
 
+def wave_chunks(rank: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The chunks `wave_rank` puts on `rank`, one per sweep, in model order."""
+    return tuple(j * pp + (rank if j % 2 == 0 else pp - 1 - rank) for j in range(vpp))
+
+
 class ZeroStage(IntEnum):
     """What the data-parallel group shards: 1 optimizer state, 2 + gradients, 3 + weights."""
 
@@ -475,7 +480,7 @@ class Layout:
     def rank_chunks(self, rank: int) -> tuple[int, ...]:
         """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
         if self.schedule in WAVE_PLACED:
-            return tuple(j * self.pp + (rank if j % 2 == 0 else self.pp - 1 - rank) for j in range(self.vpp))
+            return wave_chunks(rank, self.pp, self.vpp)
         return tuple(range(rank, self.pp * self.vpp, self.pp))
 
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
