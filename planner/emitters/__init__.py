@@ -56,6 +56,7 @@ CAPABILITIES: dict[Target, SearchSpec] = {
     Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B,
                                                        Schedule.ZB_V, Schedule.WAVE)),
 }
+NEVER_SUBSTITUTED = frozenset({Target.TORCH_ACTIONS})  # the plan's own op order or nothing: it pairs with its layout
 COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
 
 
@@ -75,7 +76,7 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
     try:
         return Emitted(EMITTERS[target](plan), None)
     except UnsupportedPlanError as exc:
-        if strict or target is Target.TORCH_ACTIONS:
+        if strict or target in NEVER_SUBSTITUTED:
             raise
         reason = str(exc)
     try:
@@ -105,4 +106,4 @@ def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
                    etp=spec.etp if spec.etp is not None else cap.etp)
 
 
-__all__ = ["CAPABILITIES", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]
+__all__ = ["CAPABILITIES", "NEVER_SUBSTITUTED", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]
