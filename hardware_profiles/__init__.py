@@ -20,7 +20,7 @@ from planner.specs import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
     "": {"name": True, "description": False, "gpu": True, "node": True, "network": True},
-    "gpu": {"name": True, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
+    "gpu": {"name": True, "architecture": False, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
             "peak_fp8_tflops": False, "matmul_efficiency": True, "attention_efficiency": True,
             "memory_efficiency": True, "overlap_efficiency": True},
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
@@ -106,6 +106,15 @@ def _curve(value: Any, where: str) -> EfficiencyCurve:
         raise InputError(f"{where}: {exc}") from None
 
 
+ARCHITECTURES = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "unknown")
+
+
+def _architecture(value: Any, where: str) -> str:
+    if value not in ARCHITECTURES:
+        raise InputError(f"{where}: architecture must be one of {', '.join(ARCHITECTURES)}, got {value!r}")
+    return str(value)
+
+
 def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSpec:
     """Turn one parsed profile document into a ClusterSpec for `num_gpus` GPUs."""
     top = _section(data, "", origin)
@@ -123,6 +132,7 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
         attention_efficiency=_number(gpu, "attention_efficiency", f"{origin}: gpu", upper=1),
         memory_efficiency=_number(gpu, "memory_efficiency", f"{origin}: gpu", upper=1),
         overlap_efficiency=_number(gpu, "overlap_efficiency", f"{origin}: gpu", upper=1),
+        architecture=_architecture(gpu.get("architecture", "unknown"), f"{origin}: gpu"),
     )
     try:
         return ClusterSpec(
@@ -215,7 +225,7 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
     return {
         "name": cluster.name,
         "description": description,
-        "gpu": {"name": gpu.name, "memory_gib": gpu.memory_gib, "hbm_gbs": gpu.hbm_gbs,
+        "gpu": {"name": gpu.name, "architecture": gpu.architecture, "memory_gib": gpu.memory_gib, "hbm_gbs": gpu.hbm_gbs,
                 "peak_bf16_tflops": gpu.peak_bf16_tflops, "peak_fp8_tflops": gpu.peak_fp8_tflops,
                 "matmul_efficiency": [list(p) for p in gpu.matmul_efficiency.points],
                 "attention_efficiency": gpu.attention_efficiency, "memory_efficiency": gpu.memory_efficiency,

@@ -290,6 +290,7 @@ class GpuSpec:
     attention_efficiency: float  # fused-attention throughput relative to a GEMM of equal FLOPs
     memory_efficiency: float  # achievable fraction of HBM bandwidth for element-wise kernels
     overlap_efficiency: float  # share of a collective that can hide behind concurrent compute
+    architecture: str = "unknown"  # GPU generation (ampere, hopper, ...): selects the calibrated error band
 
     def exposed(self, comm_s: float, compute_s: float) -> float:
         """Seconds a collective adds to the critical path when it runs beside `compute_s` of compute:
