@@ -38,29 +38,63 @@ def memory_time(num_bytes: float, gpu: GpuSpec) -> float:
     return num_bytes / (gpu.hbm_gbs * 1e9 * gpu.memory_efficiency)
 
 
+# Bytes per element to quantise a bf16 tensor for an fp8 GEMM: read 2, write the fp8 copy 1 and its transpose 1
+# (Transformer Engine's fused cast-transpose: the transposed copy feeds the weight-gradient GEMM).
+FP8_CAST_BYTES = 4.0
+
+
 def gemm_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> float:
     """Roofline of one GEMM with the efficiency curve evaluated at the GEMM's own FLOPs.
 
-    A batched GEMM is treated as one kernel of the summed work (cuBLAS strided-batched)."""
+    fp8 GEMMs run at the fp8 peak times the same curve times `fp8_matmul_ratio` (fp8 kernels reach a smaller
+    share of their doubled peak: the epilogue, scaling and the bf16 output are not faster) and read 1-byte
+    operands. A batched GEMM is treated as one kernel of the summed work (cuBLAS strided-batched)."""
     flops = gemm.flops
     if flops == 0:
         return 0.0
-    compute = flops / (gpu.peak(dtype) * gpu.matmul_efficiency.at(flops))
-    return max(compute, memory_time(gemm.bytes(), gpu))
+    fp8 = gpu.has_fp8(dtype)
+    eff = gpu.matmul_efficiency.at(flops) * (gpu.fp8_matmul_ratio if fp8 else 1.0)
+    compute = flops / (gpu.peak(dtype) * eff)
+    return max(compute, memory_time(gemm.bytes(1.0 if fp8 else 2.0), gpu))
 
 
 def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> tuple[float, float]:
-    """Forward is the GEMM itself; backward is two GEMMs of the same FLOPs (dX = dY·Wᵀ, dW = Xᵀ·dY)."""
+    """Forward is the GEMM itself; backward is two GEMMs of the same FLOPs (dX = dY·Wᵀ, dW = Xᵀ·dY).
+
+    In fp8 (Transformer Engine) each GEMM's activation operand is quantised first: the input X [m, k] before
+    the forward, the output gradient dY [m, n] before the backward, FP8_CAST_BYTES per element each, at HBM
+    speed. Weights are cast once per step and cached across micro-batches (negligible per micro-batch). This
+    is why fp8 gains less on narrow layers: the cast costs O(m·k) against the GEMM's O(m·k·n)."""
     t = gemm_time(gemm, gpu, dtype)
-    return t, 2.0 * t
+    if not gpu.has_fp8(dtype):
+        return t, 2.0 * t
+    cast_in = memory_time(FP8_CAST_BYTES * gemm.batch * gemm.m * gemm.k, gpu)
+    cast_grad = memory_time(FP8_CAST_BYTES * gemm.batch * gemm.m * gemm.n, gpu)
+    return t + cast_in, 2.0 * t + cast_grad
 
 
-def flash_attention_time(flops_fwd: float, gpu: GpuSpec, dtype: Dtype) -> tuple[float, float]:
-    """Fused attention (FlashAttention-2/3, cuDNN): forward runs `flops_fwd` (causal blocks already
-    skipped by the caller) at `attention_efficiency` x the GEMM efficiency for that size; backward
-    recomputes the scores, 2.5 x the forward FLOPs (Dao 2023, section 3.1)."""
+def attention_efficiency(gpu: GpuSpec, key_len: float, head_dim: float) -> float:
+    """Forward share of bf16 peak a fused attention kernel reaches on keys of length `key_len`:
+        η(s, d) = η_∞ · s / (s + s_½) · min(1, [d / (d + 64)] / [128 / (128 + 64)])
+    η_∞ (`attention_efficiency`) is the long-sequence causal rate at head dim 128 and s_½
+    (`attention_half_seq`) the length at which half of it is reached: short sequences leave SMs idle (few
+    tiles per head) and pay the per-tile softmax rescaling. Narrow heads do less math per byte loaded: the
+    head-dim factor gives head dim 64 0.75x the rate of 128, as the published causal forward figures show
+    (cuDNN on H100: 388 vs 539 TFLOP/s at 16k; FlashAttention-2 on A100 fwd+bwd: 171 vs 189), and wider heads
+    no more than 128's (cuDNN causal head dim 256: 509). Figures: FlashAttention-2/-3 benchmark plots in the
+    flash-attention repository (Dao 2023; Shah et al. 2024, Fig. 5-7), causal FLOPs counted as half."""
+    saturation = key_len / (key_len + gpu.attention_half_seq)
+    width = min(1.0, (head_dim / (head_dim + 64.0)) / (128.0 / 192.0))
+    return min(1.0, gpu.attention_efficiency * saturation * width)
+
+
+def flash_attention_time(flops_fwd: float, key_len: float, head_dim: float, gpu: GpuSpec) -> tuple[float, float]:
+    """Fused attention (FlashAttention-2/3, cuDNN), bf16 even in fp8 training: forward runs `flops_fwd`
+    (causal blocks already skipped by the caller) at `attention_efficiency(...)` of the bf16 peak; backward
+    recomputes the scores, 2.5 x the forward FLOPs (Dao 2023, section 3.1), at `attention_backward_ratio` x the
+    forward rate (its extra reductions and atomics for dQ)."""
     if flops_fwd == 0:
         return 0.0, 0.0
-    eff = gpu.matmul_efficiency.at(flops_fwd) * gpu.attention_efficiency
-    t = flops_fwd / (gpu.peak(Dtype.BF16) * eff)  # attention runs in bf16 even in fp8 training
-    return t, 2.5 * t
+    eff = attention_efficiency(gpu, key_len, head_dim)
+    t = flops_fwd / (gpu.peak(Dtype.BF16) * eff)
+    return t, 2.5 * t / gpu.attention_backward_ratio

@@ -11,7 +11,8 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
   memory-bound  per token: two norms 2·4h, two residual adds 2·6h, dropout masks 2h (scaled by
          1/t under SP), activation 4f/t (6f/t gated), rotary 4(a·d/t + g·d/t); backward 1.5 x.
   TP     forward 2 all-reduces of T·h·2 bytes (SP: 2 all-gathers + 2 reduce-scatters, same volume),
-         backward the same; not overlapped with compute.
+         backward the same; on the critical path unless `Runtime.tp_comm_overlap` pipelines them with the
+         layer's GEMMs (then only what the GEMMs cannot cover, plus their contention, is exposed).
   CP     ring attention passes K and V blocks (2·T·g·d·2 bytes) cp − 1 times forward, K, V and
          their gradients backward; hidden behind the attention kernel when it is longer.
   MoE    an MoE layer replaces the MLP by router, routed and shared experts and two all-to-alls each
@@ -92,7 +93,8 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     q_len = s / knobs.cp
     if job.runtime.attention is AttentionKernel.FLASH:
         flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * (0.5 if model.causal else 1.0)
-        return flash_attention_time(flops, gpu, job.dtype)
+        # ring attention (cp > 1) runs one kernel per block of s/cp keys: shorter kernels, lower efficiency
+        return flash_attention_time(flops, s / knobs.cp, d_qk, gpu)
     batch = knobs.mbs * heads
     scores = Gemm(q_len, s, d_qk, batch)
     values = Gemm(q_len, d_v, s, batch)
@@ -276,12 +278,15 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         mf, mb = _gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
         fwd, bwd = fwd + mf, bwd + mb
         act_bytes = (6 if model.gated_mlp else 4) * f / t
+    gemm_f, gemm_b = fwd, bwd
     core_f, core_b = _attention_core(model, job, cluster, knobs)
     elementwise = memory_time(tokens * (hidden_bytes + act_bytes + rope_bytes), gpu)
     fwd += core_f + elementwise
     bwd += core_b + ELEMENTWISE_BACKWARD * elementwise
     act_bytes_tp = tokens * h * 2
-    tp_fwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
+    tp_fwd = tp_bwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
+    if job.runtime.tp_comm_overlap and knobs.tp > 1:  # chunked and pipelined with the GEMMs beside them
+        tp_fwd, tp_bwd = gpu.exposed(tp_fwd, gemm_f), gpu.exposed(tp_bwd, gemm_b)
     cp_f = cp_b = 0.0
     if knobs.cp > 1:
         d_qk, d_v = head_dims(model)
@@ -299,7 +304,7 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     ep = 2 * ep_fwd + ep_re
     if job.runtime.moe_comm_overlap:  # hidden behind another micro-batch's attention and MLP, as far as it goes
         ep = gpu.exposed(ep, fwd + bwd + recompute)
-    return LayerTime(fwd, bwd, recompute, 2 * tp_fwd + tp_re, cp_f + cp_b, ep)
+    return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep)
 
 
 def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:

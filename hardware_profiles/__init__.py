@@ -22,7 +22,8 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     "": {"name": True, "description": False, "gpu": True, "node": True, "network": True},
     "gpu": {"name": True, "architecture": False, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
             "peak_fp8_tflops": False, "matmul_efficiency": True, "attention_efficiency": True,
-            "memory_efficiency": True, "overlap_efficiency": True},
+            "memory_efficiency": True, "overlap_efficiency": True, "attention_half_seq": False,
+            "attention_backward_ratio": False, "fp8_matmul_ratio": False},
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
              "scale_up_latency_us": True, "scale_up_efficiency": True},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
@@ -106,6 +107,9 @@ def _curve(value: Any, where: str) -> EfficiencyCurve:
         raise InputError(f"{where}: {exc}") from None
 
 
+# optional physical keys of the gpu section and their upper bounds (defaults: planner.specs.GpuSpec)
+_OPTIONAL_GPU: MappingProxyType[str, float | None] = MappingProxyType({
+    "attention_half_seq": None, "attention_backward_ratio": 2.0, "fp8_matmul_ratio": 1.0})
 ARCHITECTURES = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "unknown")
 
 
@@ -133,6 +137,8 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
         memory_efficiency=_number(gpu, "memory_efficiency", f"{origin}: gpu", upper=1),
         overlap_efficiency=_number(gpu, "overlap_efficiency", f"{origin}: gpu", upper=1),
         architecture=_architecture(gpu.get("architecture", "unknown"), f"{origin}: gpu"),
+        **{key: _number(gpu, key, f"{origin}: gpu", upper=upper) for key, upper in _OPTIONAL_GPU.items()
+           if key in gpu},
     )
     try:
         return ClusterSpec(
@@ -229,7 +235,8 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
                 "peak_bf16_tflops": gpu.peak_bf16_tflops, "peak_fp8_tflops": gpu.peak_fp8_tflops,
                 "matmul_efficiency": [list(p) for p in gpu.matmul_efficiency.points],
                 "attention_efficiency": gpu.attention_efficiency, "memory_efficiency": gpu.memory_efficiency,
-                "overlap_efficiency": gpu.overlap_efficiency},
+                "overlap_efficiency": gpu.overlap_efficiency, "attention_half_seq": gpu.attention_half_seq,
+                "attention_backward_ratio": gpu.attention_backward_ratio, "fp8_matmul_ratio": gpu.fp8_matmul_ratio},
         "node": {"gpus_per_node": cluster.gpus_per_node, "scale_up_size": cluster.scale_up_size,
                  "scale_up_gbs": cluster.scale_up.bandwidth_gbs, "scale_up_latency_us": cluster.scale_up.latency_us,
                  "scale_up_efficiency": cluster.scale_up.efficiency},

@@ -281,31 +281,41 @@ class EfficiencyCurve:
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One GPU's peaks and the achievable shares of them (physical quantities, fitted per GPU generation by
+    benchmarks/calibration.py; hardware_profiles/SCHEMA.md says what each one means)."""
+
     name: str
     memory_gib: float
     hbm_gbs: float  # HBM bandwidth, GB/s
     peak_bf16_tflops: float
     peak_fp8_tflops: float | None  # None where the GPU has no fp8 tensor cores
     matmul_efficiency: EfficiencyCurve
-    attention_efficiency: float  # fused-attention throughput relative to a GEMM of equal FLOPs
+    attention_efficiency: float  # fused attention forward, long causal sequences, head dim 128: share of bf16 peak
     memory_efficiency: float  # achievable fraction of HBM bandwidth for element-wise kernels
-    overlap_efficiency: float  # share of a collective that can hide behind concurrent compute
+    overlap_efficiency: float  # 1 − the slowdown a collective causes the compute it overlaps
     architecture: str = "unknown"  # GPU generation (ampere, hopper, ...): selects the calibrated error band
+    attention_half_seq: float = 1024.0  # key length at which fused attention reaches half its long-sequence rate
+    attention_backward_ratio: float = 0.75  # fused attention backward rate / forward rate (FLOPs per second)
+    fp8_matmul_ratio: float = 0.8  # fp8 GEMM share of fp8 peak / bf16 GEMM share of bf16 peak, same size
 
     def exposed(self, comm_s: float, compute_s: float) -> float:
         """Seconds a collective adds to the critical path when it runs beside `compute_s` of compute:
-        max(comm − compute, (1 − η)·comm). What the compute cannot cover is exposed, and even a
-        covered collective slows the compute by (1 − η) of its duration, because NCCL kernels take
-        SMs and HBM bandwidth from the kernels they overlap (Rashidi et al. 2021; Jangda et al.
-        2022). Fitted on Narayanan et al. 2021 Table 2: compute-bound ZeRO-3 runs lose about 20 %
-        of their communication time, communication-bound runs hide their compute entirely."""
-        return max(comm_s - compute_s, (1.0 - self.overlap_efficiency) * comm_s)
+            exposed = max(comm − compute, 0) + κ · min(comm, compute),   κ = 1 − overlap_efficiency.
+        What the compute cannot cover is exposed; while both run, the NCCL kernels take SMs and HBM bandwidth
+        from the compute kernels and slow them by κ of the overlapped time (Rashidi et al. 2021, "Enabling
+        compute-communication overlap in distributed deep learning training platforms"; Jangda et al. 2022).
+        κ is fitted per GPU generation (benchmarks/calibration.py)."""
+        kappa = 1.0 - self.overlap_efficiency
+        return max(comm_s - compute_s, 0.0) + kappa * min(comm_s, compute_s)
 
     def peak(self, dtype: Dtype) -> float:
         """Dense peak in FLOP/s for `dtype`; fp8 falls back to bf16 where the GPU has no fp8 units."""
         if dtype is Dtype.FP8 and self.peak_fp8_tflops:
             return self.peak_fp8_tflops * 1e12
         return self.peak_bf16_tflops * 1e12
+
+    def has_fp8(self, dtype: Dtype) -> bool:
+        return dtype is Dtype.FP8 and bool(self.peak_fp8_tflops)
 
 
 @dataclass(frozen=True)
@@ -365,6 +375,9 @@ class Runtime:
     # DeepEP-style dispatch: a token crosses to each remote scale-up domain holding its experts once and is
     # forwarded over NVLink there (Megatron's flex dispatcher with the deepep backend); off: one copy per expert
     moe_dedup_dispatch: bool = False
+    # TP collectives split into chunks and pipelined with the GEMMs that produce or consume them (Megatron-LM
+    # --tp-comm-overlap with Transformer Engine userbuffers, torchtitan async TP); off: each sits on the path
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
