@@ -48,15 +48,17 @@ def _global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: i
 
 def _echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout, pred: Prediction,
                      as_json: bool) -> None:
+    from planner.bands import band_for, load_bands, step_band
     from planner.report import layout_dict, prediction_dict, prediction_table
 
+    band = step_band(pred.step_time_s, band_for(load_bands(), model, cluster, job))
     if as_json:
-        out: dict[str, Any] = {**prediction_dict(pred), "layout": layout_dict(layout), "model": model.name,
+        out: dict[str, Any] = {**prediction_dict(pred, band), "layout": layout_dict(layout), "model": model.name,
                                "hardware": cluster.name, "gpus": cluster.num_gpus, "seq_len": job.seq_len,
                                "global_batch": job.global_batch}
         typer.echo(json.dumps(out, indent=2))
     else:
-        typer.echo(prediction_table(model, cluster, job, layout, pred))
+        typer.echo(prediction_table(model, cluster, job, layout, pred, band))
 
 
 Model = Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")]

@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from cost_models.profile import MeasuredCosts, MeasuredLayer
 from cost_models.schedules import LAUNCHERS
 from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile, profile_mapping
+from planner.bands import StepBand, band_dict, band_for, load_bands, step_band
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
 from planner.loaders import model_from_mapping, model_mapping
@@ -59,6 +61,19 @@ class Plan:
     alternatives: tuple[Ranked, ...]
     certificate: Certificate | None  # None for a plan written by hand
 
+    @cached_property
+    def bands(self) -> tuple[StepBand, ...]:
+        """Model error band of the best layout (index 0) and of each alternative, around the step time the
+        ranking uses (`Ranked.step_time_s`: simulated when there is one), from planner/error_bands.yaml."""
+        band = band_for(load_bands(), self.model, self.cluster, self.job)
+        return tuple(step_band(r.step_time_s, band) for r in (self.best, *self.alternatives))
+
+    @property
+    def indistinguishable(self) -> tuple[bool, ...]:
+        """Per alternative: its band overlaps the best's, so the model cannot say which is faster."""
+        best, *others = self.bands
+        return tuple(b.overlaps(best) for b in others)
+
 
 def _schema() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((resources.files("planner") / "plan.schema.json").read_text())
@@ -81,17 +96,21 @@ def _stages(ranked: Ranked) -> list[dict[str, Any]]:
     return out
 
 
-def _summary(ranked: Ranked) -> dict[str, Any]:
+def _summary(ranked: Ranked, band: StepBand, indistinguishable: bool) -> dict[str, Any]:
     p = ranked.prediction
     return {"step_time_s": p.step_time_s, "simulated_step_time_s": ranked.simulated_step_time_s,
             "tokens_per_s": p.tokens_per_s, "mfu": p.mfu,
-            "peak_memory_gib": p.peak_memory_gib, "layout": layout_dict(ranked.layout)}
+            "peak_memory_gib": p.peak_memory_gib, "layout": layout_dict(ranked.layout),
+            "band_s": [band.low_s, band.high_s], "indistinguishable": indistinguishable}
 
 
 def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
     layout, pred, job, cert = plan.best.layout, plan.best.prediction, plan.job, plan.certificate
     prediction = {k: v for k, v in prediction_dict(pred).items() if k != "stages"}
     prediction["simulated_step_time_s"] = plan.best.simulated_step_time_s
+    best_band = plan.bands[0]
+    prediction["band_s"] = [best_band.low_s, best_band.high_s]
+    prediction["step_time_band"] = band_dict(best_band)
     return {
         "schema_version": SCHEMA_VERSION,
         "meshplan_version": MESHPLAN_VERSION,
@@ -121,7 +140,8 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                        "no_split_fits": cert.infeasible},
             "solve_time_s": round(cert.solve_time_s, 3) if record_timing else None,
             "optimal": cert.optimal, "gap": cert.gap},
-        "alternatives": [_summary(r) for r in plan.alternatives],
+        "alternatives": [_summary(r, b, same) for r, b, same
+                         in zip(plan.alternatives, plan.bands[1:], plan.indistinguishable, strict=True)],
         "costs": _costs_dict(job.runtime.measured),
     }
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from cost_models.schedules import LAUNCHERS
 from cost_models.step import Prediction
+from planner.bands import StepBand, band_dict, describe
 from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 if TYPE_CHECKING:
@@ -20,10 +21,14 @@ def layout_dict(layout: Layout) -> dict[str, Any]:
             "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts}
 
 
-def prediction_dict(pred: Prediction) -> dict[str, Any]:
-    """The fields `meshplan evaluate --json` prints (units in the names)."""
+def prediction_dict(pred: Prediction, band: StepBand | None = None) -> dict[str, Any]:
+    """The fields `meshplan evaluate --json` prints (units in the names); with a band, also
+    `step_time_band_s` [low, high] and `step_time_band` (its percentages, regime key and residual count)."""
+    banded = {} if band is None else {"step_time_band_s": [band.low_s, band.high_s],
+                                      "step_time_band": band_dict(band)}
     return {
         "step_time_s": pred.step_time_s,
+        **banded,
         "tokens_per_s": pred.tokens_per_s,
         "model_tflops_per_gpu": pred.model_tflops_per_gpu,
         "hardware_tflops_per_gpu": pred.hardware_tflops_per_gpu,
@@ -61,8 +66,16 @@ def _stage_rows(pred: Prediction) -> list[str]:
     return rows
 
 
+def _band_note(pred: Prediction, band: StepBand | None) -> str:
+    if band is None:
+        return ""
+    around = "" if band.step_s == pred.step_time_s else f" around the simulated {band.step_s:.4g} s"
+    return f"   ({describe(band)}{around})"
+
+
 def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
-                     pred: Prediction) -> str:
+                     pred: Prediction, band: StepBand | None = None) -> str:
+    """The prediction as text; with a band, the step-time line says its model error band."""
     lay = layout_dict(layout)
     head = " ".join(f"{k}={v}" for k, v in lay.items())
     fit = "fits" if pred.fits else "DOES NOT FIT"
@@ -71,7 +84,7 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
         f"{job.global_batch}, {job.dtype.value}",
         f"layout: {head}, micro-batches {pred.num_microbatches}",
         "",
-        f"  step time            {pred.step_time_s:12.4f} s",
+        f"  step time            {pred.step_time_s:12.4f} s{_band_note(pred, band)}",
         f"  throughput           {pred.tokens_per_s:12.1f} tokens/s",
         f"  model TFLOP/s/GPU    {pred.model_tflops_per_gpu:12.1f}   (MFU {100 * pred.mfu:.1f} %)",
         f"  hardware TFLOP/s/GPU {pred.hardware_tflops_per_gpu:12.1f}   (HFU {100 * pred.hfu:.1f} %)",
@@ -97,19 +110,28 @@ def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
 
 
 def plan_table(plan: Plan) -> str:
-    """The best plan in full, then the alternatives one per line, then the certificate."""
-    best = plan.best
-    lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction)]
+    """The best plan in full, then the alternatives one per line (≈: within model error of the best),
+    then the certificate."""
+    best, bands = plan.best, plan.bands
+    marks = ("", *("≈" if same else "" for same in plan.indistinguishable))
+    lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction, bands[0])]
     if best.layout.stage_layers is not None and best.layout.vpp == 1:
         lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
     if best.layout.pp > 1:
         lines.append(f"  schedule {best.layout.schedule.value} runs on: {', '.join(LAUNCHERS[best.layout.schedule])}")
-    lines += ["", f"  {'#':>2} {'step s':>9} {'simulated':>9} {'tokens/s':>11} {'MFU %':>6} {'peak GiB':>9}  layout"]
-    for i, r in enumerate((best, *plan.alternatives)):
+    lines += ["", f"  {'#':>2}   {'step s':>9} {'simulated':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "
+                  f"{'peak GiB':>9}  layout"]
+    for i, (r, b, mark) in enumerate(zip((best, *plan.alternatives), bands, marks, strict=True)):
         p = r.prediction
         sim = f"{r.simulated_step_time_s:9.3f}" if r.simulated_step_time_s is not None else f"{'-':>9}"
-        lines.append(f"  {i + 1:>2} {p.step_time_s:9.3f} {sim} {p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} "
-                     f"{p.peak_memory_gib:9.1f}  {layout_line(r.layout)}")
+        lines.append(f"  {i + 1:>2} {mark:1} {p.step_time_s:9.3f} {sim} {f'{b.low_s:.3f}-{b.high_s:.3f}':>13} "
+                     f"{p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} {p.peak_memory_gib:9.1f}  {layout_line(r.layout)}")
+    if plan.alternatives:
+        lines.append(f"  ≈ within model error: the alternative's band overlaps the best's, so the model cannot say "
+                     f"which is faster (bands cover {100 * bands[0].band.coverage:g} % of "
+                     f"{'held-out' if bands[0].band.held_out else 'in-sample calibration'} runs in regime "
+                     f"{bands[0].band.regime}{'; ' + bands[0].band.note if bands[0].band.note else ''}; "
+                     f"{sum(plan.indistinguishable)} of {len(plan.alternatives)} marked)")
     cert = plan.certificate
     if cert is not None:
         verdict = "optimal within the modelled space" if cert.optimal else f"gap {100 * cert.gap:.2f} % left"
