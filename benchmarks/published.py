@@ -207,8 +207,12 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
         entry = table["models"][name]
         model = load_model(entry["preset"]) if "preset" in entry else model_from_mapping(entry["model"], name)
         gpus = rec["hardware"]["num_gpus"]
+        switches = table["runs"].get(rec["id"], {})
+        runtime = Runtime(tp_comm_overlap=switches.get("tp_overlap", False),
+                          moe_comm_overlap=switches.get("moe_overlap", False),
+                          moe_dedup_dispatch=switches.get("dedup", False))
         job = JobSpec(seq_len=rec["model"]["seq_length"], global_batch=rec["batch"]["global_batch_size_seqs"],
-                      dtype=_h100_dtype(rec), runtime=Runtime(tp_comm_overlap=True))
+                      dtype=_h100_dtype(rec), runtime=runtime)
         problem = Problem(model, load_hardware(hardware, gpus), job)
         try:
             layout, _ = _fastest_fitting(problem, _h100_options(rec, gpus))
