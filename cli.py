@@ -61,6 +61,9 @@ def _echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
         typer.echo(prediction_table(model, cluster, job, layout, pred, band))
 
 
+RecomputeModules = Annotated[str | None, typer.Option(
+    help="Megatron's --recompute-modules, comma-separated (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
+         "shared_experts); implies --recompute selective.")]
 Model = Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")]
 Hardware = Annotated[str, typer.Option(help="Hardware preset or hardware-profile YAML.")]
 Gpus = Annotated[int, typer.Option(help="Total number of GPUs.")]
@@ -110,6 +113,7 @@ def evaluate(
     etp: Annotated[int | None, typer.Option(help="Expert tensor-parallel degree (MoE models; default 1).")] = None,
     mbs: Annotated[int, typer.Option(help="Micro-batch size in sequences.")] = 1,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
+    recompute_modules: RecomputeModules = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
     schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
@@ -150,7 +154,8 @@ def evaluate(
                            moe_dedup_dispatch),
                           overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
-                             recompute=recompute, schedule=schedule, ep=ep, etp=etp)
+                             recompute=recompute, schedule=schedule, ep=ep, etp=etp,
+                             recompute_modules=recompute_modules)
         pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
         _echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
 
@@ -182,6 +187,7 @@ def plan(
     mbs: Annotated[int | None, typer.Option(help="Pin the micro-batch size.")] = None,
     zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
     recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
+    recompute_modules: RecomputeModules = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
     schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
     launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher can run.")] = None,
@@ -208,7 +214,7 @@ def plan(
 ) -> None:
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
-    from planner.api import model_and_costs
+    from planner.api import model_and_costs, recompute_choice
     from planner.api import plan as run_plan
     from planner.planfile import plan_to_dict, save_plan
     from planner.report import plan_table
@@ -226,7 +232,9 @@ def plan(
         runtime = _runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                            moe_dedup_dispatch)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
-        spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
+        rc, modules = recompute_choice(recompute, recompute_modules) if recompute_modules else (recompute, None)
+        spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=rc, sp=sp,
+                          recompute_modules=modules or None,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
                           partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split)
         if limits:

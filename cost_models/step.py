@@ -36,7 +36,18 @@ from cost_models.layer import (
 )
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.schedules import W_SHARE, in_flight
-from planner.specs import GIB, AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, ZeroStage
+from planner.specs import (
+    GIB,
+    AttentionKernel,
+    ClusterSpec,
+    Dtype,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Recompute,
+    RecomputeModule,
+    ZeroStage,
+)
 
 OPTIMIZER_BYTES_PER_PARAM = 38.0
 ZERO3_UNITS_PER_LAYER = 4  # QKV, output projection, FC1, FC2: one gather / reduce-scatter each
@@ -373,14 +384,16 @@ def rank_params(model: ModelSpec, job: JobSpec, tp: int, head_beside_embedding: 
 
 
 def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: bool, mbs: int,
-                       recompute: Recompute, moe: bool = False, etp: int = 1) -> float:
+                       recompute: Recompute, moe: bool = False, etp: int = 1,
+                       modules: frozenset[RecomputeModule] | None = None, fp8: bool = False) -> float:
     """Bytes one decoder layer keeps per micro-batch: measured (no recomputation) when the job has a cost
-    table, analytical otherwise; full recomputation keeps only the layer input either way."""
+    table, analytical otherwise; full recomputation keeps only the layer input either way. `fp8`: the GPU runs
+    the job's FP8 GEMMs (Transformer Engine keeps FP8 copies of their inputs)."""
     measured = job.runtime.measured
     if measured and recompute is not Recompute.FULL:
         return measured.get("decoder", tp, mbs).activation_bytes
     return M.layer_activation_bytes(model, job.seq_len, mbs, tp, cp, sp, recompute, job.runtime.attention, moe, etp,
-                                    job.runtime.moe_load_factor)
+                                    job.runtime.moe_load_factor, modules, fp8)
 
 
 @dataclass(frozen=True)
@@ -427,8 +440,11 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
         times = layer_times(model, cluster, job, layout_knobs(layout))
     t, ep, etp = layout.tp, layout.ep, layout.etp
 
+    fp8 = job.dtype is Dtype.FP8 and bool(cluster.gpu.peak_fp8_tflops)
+
     def act(rc: Recompute, moe: bool) -> float:
-        return decoder_activation(model, job, t, layout.cp, layout.sp, layout.mbs, rc, moe, etp)
+        return decoder_activation(model, job, t, layout.cp, layout.sp, layout.mbs, rc, moe, etp,
+                                  layout.recompute_modules, fp8)
 
     kinds = model.moe_layers()
     has_moe = any(kinds)
@@ -445,7 +461,8 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
 
 
 def layout_knobs(layout: Layout) -> LayerKnobs:
-    return LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute, layout.ep, layout.etp)
+    return LayerKnobs(layout.tp, layout.cp, layout.sp, layout.mbs, layout.recompute, layout.ep, layout.etp,
+                      layout.recompute_modules)
 
 
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
@@ -536,7 +553,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     recompute_per_seq = sum(s.layers.dense_full for s in stages) * F.decoder_matmul_flops(model, job.seq_len)
     if model.moe is not None:
         recompute_per_seq += sum(s.layers.moe_full for s in stages) * F.moe_decoder_matmul_flops(model, job.seq_len)
-    if layout.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED:
+    if RecomputeModule.CORE_ATTN in layout.recompute_modules and job.runtime.attention is AttentionKernel.UNFUSED:
         recompute_per_seq += (model.num_layers - n_full) * F.attention_core_flops(model, job.seq_len)
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)

@@ -28,6 +28,7 @@ from planner.specs import (
     Layout,
     ModelSpec,
     Recompute,
+    RecomputeModule,
     Runtime,
     Schedule,
     ZeroStage,
@@ -68,10 +69,23 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     return Problem(model_spec, cluster, job)
 
 
+def recompute_choice(recompute: Recompute | None, modules: frozenset[RecomputeModule] | str | None,
+                     ) -> tuple[Recompute, frozenset[RecomputeModule]]:
+    """--recompute with --recompute-modules: modules imply selective recomputation and refuse full."""
+    if modules is None:
+        return recompute or Recompute.NONE, frozenset()
+    mods = RecomputeModule.parse(modules) if isinstance(modules, str) else frozenset(modules)
+    if recompute is Recompute.FULL:
+        raise LayoutError("--recompute-modules needs --recompute selective (it names what selective "
+                          "recomputation recomputes), got --recompute full")
+    return Recompute.SELECTIVE, mods
+
+
 def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mbs: int = 1,
                 sp: bool | None = None, zero: int | ZeroStage = 0, recompute: Recompute | str = "none",
                 schedule: Schedule | str | None = None,
-                stage_layers: tuple[int, ...] | None = None, ep: int = 1, etp: int | None = None) -> Layout:
+                stage_layers: tuple[int, ...] | None = None, ep: int = 1, etp: int | None = None,
+                recompute_modules: frozenset[RecomputeModule] | str | None = None) -> Layout:
     """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp.
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
@@ -89,10 +103,11 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
         Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
     if sched in (Schedule.ZB_V, Schedule.WAVE) and vpp == 1:
         vpp = 2  # ZB-V always runs two chunks per rank; a wave without --vpp is one wave
+    rc, modules = recompute_choice(_enum(Recompute, recompute, "--recompute"), recompute_modules)
     layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=mbs,
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
-                    recompute=_enum(Recompute, recompute, "--recompute"), schedule=sched,
-                    stage_layers=stage_layers, ep=ep, etp=1 if etp is None else etp)
+                    recompute=rc, schedule=sched,
+                    stage_layers=stage_layers, ep=ep, etp=1 if etp is None else etp, recompute_modules=modules)
     layout.validate(problem.model, problem.job, gpus)
     return layout
 
@@ -102,12 +117,13 @@ def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, 
              sp: bool | None = None, zero: int = 0, recompute: Recompute | str = "none",
              dtype: Dtype | str = Dtype.BF16, schedule: Schedule | str | None = None, ep: int = 1,
              etp: int | None = None, runtime: Runtime = Runtime(),
-             overrides: HardwareOverrides = HardwareOverrides()) -> Prediction:
+             overrides: HardwareOverrides = HardwareOverrides(),
+             recompute_modules: frozenset[RecomputeModule] | str | None = None) -> Prediction:
     """Predict step time, throughput, MFU and per-GPU memory of one given layout."""
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides)
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
-                         recompute=recompute, schedule=schedule, ep=ep, etp=etp)
+                         recompute=recompute, schedule=schedule, ep=ep, etp=etp, recompute_modules=recompute_modules)
     return evaluate_layout(problem.model, problem.cluster, problem.job, layout)
 
 

@@ -43,9 +43,12 @@ from planner.specs import (
     Layout,
     ModelSpec,
     Recompute,
+    RecomputeModule,
     Runtime,
     Schedule,
     ZeroStage,
+    module_names,
+    non_default_modules,
 )
 
 SCHEMA_VERSION = 1
@@ -130,7 +133,8 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                      "global_batch": job.global_batch},
         "recompute": {"granularity": layout.recompute.value,
                       "full_layers_per_stage": [layout.fully_recomputed(r, plan.model.num_layers)
-                                                for r in range(layout.pp)]},
+                                                for r in range(layout.pp)],
+                      **({"modules": module_names(layout.recompute_modules)} if non_default_modules(layout) else {})},
         "stages": _stages(plan.best),
         "prediction": prediction,
         "search": None if cert is None else {
@@ -218,7 +222,8 @@ def layout_from_dict(data: dict[str, Any], origin: str) -> Layout:
                   mbs=data["batching"]["micro_batch_size"], sp=par["sp"], zero=ZeroStage(par["zero_stage"]),
                   recompute=recompute, schedule=Schedule(par["schedule"]),
                   stage_layers=tuple(par["layers_per_chunk"]),
-                  recompute_layers=tuple(full) if recompute is not Recompute.FULL and any(full) else None)
+                  recompute_layers=tuple(full) if recompute is not Recompute.FULL and any(full) else None,
+                  recompute_modules=frozenset(RecomputeModule(m) for m in rec.get("modules", ())))
 
 
 def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout]:
@@ -292,6 +297,7 @@ def load_plan(path: str | Path) -> Plan:
         lay = alt["layout"]
         other = Layout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], vpp=lay["vpp"], mbs=lay["mbs"],
                        sp=lay["sp"], zero=ZeroStage(lay["zero_stage"]), recompute=Recompute(lay["recompute"]),
-                       schedule=Schedule(lay["schedule"]), ep=lay.get("ep", 1), etp=lay.get("etp", 1))
+                       schedule=Schedule(lay["schedule"]), ep=lay.get("ep", 1), etp=lay.get("etp", 1),
+                       recompute_modules=frozenset(RecomputeModule(m) for m in lay.get("recompute_modules", ())))
         alternatives.append(ranked(other))
     return Plan(model, cluster, job, best, tuple(alternatives), cert)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from cost_models.schedules import LAUNCHERS
 from cost_models.step import Prediction
 from planner.bands import StepBand, band_dict, describe
-from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
+from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules
 
 if TYPE_CHECKING:
     from planner.planfile import Plan
@@ -18,7 +18,8 @@ def layout_dict(layout: Layout) -> dict[str, Any]:
     experts = {"ep": layout.ep, "etp": layout.etp} if layout.ep > 1 or layout.etp > 1 else {}
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "vpp": layout.vpp,
             "mbs": layout.mbs, "sp": layout.sp, "zero_stage": int(layout.zero),
-            "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts}
+            "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts,
+            **({"recompute_modules": module_names(layout.recompute_modules)} if non_default_modules(layout) else {})}
 
 
 def prediction_dict(pred: Prediction, band: StepBand | None = None) -> dict[str, Any]:
@@ -101,6 +102,8 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
 def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
     """One-line form of a layout: degrees, ZeRO stage, recomputation, schedule (and ep/etp for MoE)."""
     rec = layout.recompute.value
+    if non_default_modules(layout):
+        rec += f"[{','.join(module_names(layout.recompute_modules))}]"
     if layout.recompute_layers and with_split_recompute:
         rec += f"+full{list(layout.recompute_layers)}"
     experts = f"ep{layout.ep} etp{layout.etp} " if layout.ep > 1 or layout.etp > 1 else ""

@@ -11,6 +11,11 @@
 4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
    solved exactly (planner.partition DP, or the CP-SAT / HiGHS model of planner.ilp); interleaved
    layouts use balanced model chunks.
+   Recompute-module sets (`space.module_family`, nested) become candidates only after the same degrees with the
+   next cheaper choice (none, the default selective, the previous set) were priced, and only where that did not
+   fit or its step time exceeds the set's bound (else the set is dominated: it frees memory for a looser split or
+   fewer recomputed layers, which cannot repay more than the difference). A set's bound is at least its
+   sibling's, so it joins the best-first order where it belongs.
 5. The chosen layout is priced by the plain cost model (`evaluate_layout`), which also re-checks
    that every stage fits.
 """
@@ -53,7 +58,7 @@ from planner.ilp import SolveOptions, Solver, solve_ilp
 from planner.ilp_kinds import solve_kinds_ilp
 from planner.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.simulate import simulated_step_time
-from planner.space import Candidate, SearchSpec, candidates
+from planner.space import Candidate, SearchSpec, candidates, module_family, next_module_set
 from planner.specs import (
     GIB,
     WAVE_PLACED,
@@ -140,7 +145,7 @@ class _LayerTimes:
         return self._hops[key]
 
     def get(self, c: Candidate) -> LayerTimes:
-        knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp)
+        knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
         if knobs not in self._cache:
             self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs)
         return self._cache[knobs]
@@ -381,18 +386,28 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     pruned_memory = len(pool) - len(fitting)
     if not fitting:
         raise InfeasibleError(_no_fit_message(model, cluster, job, pool))
-    order = sorted(fitting, key=lambda c: (layer_times.bound(c), c.sort_key()))
+    # best-first over a heap: module-set variants (`space.module_family`) join it only when their cheaper sibling
+    # (same degrees, none or the default selective, or the previous set) needed fully recomputed layers or did not fit
+    family = module_family(model, job, spec)
+    heap = [(layer_times.bound(c), c.sort_key(), c) for c in fitting]
+    heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
-    evaluated = infeasible = 0
+    evaluated = infeasible = expanded = 0
     worst_gap, all_optimal = 0.0, True
-    for i, cand in enumerate(order):
-        if len(top) >= spec.top_k and layer_times.bound(cand) >= -top[0][0]:
+    while heap:
+        bound, _, cand = heapq.heappop(heap)
+        if len(top) >= spec.top_k and bound >= -top[0][0]:
             break
         priced = _price(model, cluster, job, cand, spec, solver, options, layer_times.get(cand))
         evaluated += 1
         worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
         if progress is not None:
-            progress(i + 1, len(order))
+            progress(evaluated, len(fitting) + expanded)
+        nxt = next_module_set(cand, family, job)
+        # else nxt is dominated: this one is already as fast as nxt could be
+        if nxt is not None and (priced.ranked is None or layer_times.bound(nxt) < priced.ranked.prediction.step_time_s):
+            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), nxt))  # bound >= this one's: order holds
+            expanded += 1
         if priced.ranked is None:
             infeasible += 1
             continue
@@ -411,8 +426,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     cert = Certificate(
         method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
                "discrete-event pipeline simulator", solver=solver,
-        candidates=len(pool), evaluated=evaluated, pruned_memory=pruned_memory,
-        pruned_time=len(fitting) - evaluated, infeasible=infeasible, solve_time_s=time.perf_counter() - start,
+        candidates=len(pool) + expanded, evaluated=evaluated, pruned_memory=pruned_memory,
+        pruned_time=len(fitting) + expanded - evaluated, infeasible=infeasible,
+        solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)
     log.info("searched %d candidates: %d priced, %d pruned by memory, %d by the time bound, %d did not fit",
              cert.candidates, cert.evaluated, cert.pruned_memory, cert.pruned_time, cert.infeasible)

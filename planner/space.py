@@ -12,6 +12,8 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
        micro-batches % pp == 0)
   zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
+  recompute modules  selective recomputation of Megatron's --recompute-modules, a short nested family of sets
+       that free memory in this model (`module_sets`: layernorm, + moe_act, + mla_up_proj), or a pinned set.
   schedule  interleaved 1F1B, ZB-V (vpp 2) or the wave (1 or 2 waves, `max_waves`: vpp 2 or 4; its memory
             grows by p stages of activations per wave while its bubble halves; more when vpp is pinned)
             with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
@@ -27,10 +29,21 @@ Dominated choices are not generated unless pinned, and the reason is a property 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 
-from planner.specs import AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, Schedule, ZeroStage
+from planner.specs import (
+    DEFAULT_RECOMPUTE_MODULES,
+    AttentionKernel,
+    ClusterSpec,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
 
 MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16
@@ -63,6 +76,8 @@ class SearchSpec:
     etp: int | None = None
     max_ep: int | None = None  # e.g. 1 for a launcher without expert parallelism
     max_waves: int = 2  # waves the wave schedule may run unless vpp is pinned (torchtitan places one)
+    recompute_modules: frozenset[RecomputeModule] | None = None  # pin: selective recomputation of these modules
+    module_recompute: bool = True  # offer `module_sets` (a launcher without --recompute-modules: False)
 
 
 @dataclass(frozen=True)
@@ -81,15 +96,18 @@ class Candidate:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     ep: int = 1
     etp: int = 1
+    modules: frozenset[RecomputeModule] = frozenset()  # with recompute selective (empty: Megatron's default)
 
     def layout(self) -> Layout:
         """The candidate as a layout with balanced chunks (the split comes later)."""
         return Layout(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vpp=self.vpp, mbs=self.mbs, sp=self.sp,
-                      zero=self.zero, recompute=self.recompute, schedule=self.schedule, ep=self.ep, etp=self.etp)
+                      zero=self.zero, recompute=self.recompute, schedule=self.schedule, ep=self.ep, etp=self.etp,
+                      recompute_modules=self.modules)
 
     def sort_key(self) -> tuple[int, ...]:
+        modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules)
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
-                list(Recompute).index(self.recompute), int(self.sp), list(Schedule).index(self.schedule),
+                list(Recompute).index(self.recompute), modules, int(self.sp), list(Schedule).index(self.schedule),
                 self.ep, self.etp)
 
 
@@ -192,11 +210,64 @@ def expert_options(model: ModelSpec, tp: int, inner: int, sp: bool, spec: Search
             and not (e > 1 and tp > 1 and not sp)]
 
 
+def module_sets(model: ModelSpec, attention: AttentionKernel) -> list[frozenset[RecomputeModule]]:
+    """Selective module sets worth searching for `model`, nested and cheapest first (cost_models.memory and
+    cost_models.layer price them): layernorm (the separate norms of MLA and MoE layers: a memory-bound kernel),
+    then moe_act (MoE: the experts' activation, no all-to-all), then mla_up_proj (MLA: two GEMMs); each step frees
+    bytes the previous set keeps. Dense models with fused norms get none; with unfused attention each set also
+    recomputes core_attn (its s x s terms dominate). mlp, moe and shared_experts re-run GEMMs (and moe its
+    all-to-alls) and are left to full recomputation or a pin."""
+    steps: list[RecomputeModule] = []
+    if model.mla is not None or model.moe is not None:
+        steps.append(RecomputeModule.LAYERNORM)
+    if model.moe is not None:
+        steps.append(RecomputeModule.MOE_ACT)
+    if model.mla is not None:
+        steps.append(RecomputeModule.MLA_UP_PROJ)
+    base = {RecomputeModule.CORE_ATTN} if attention is AttentionKernel.UNFUSED else set()
+    return [frozenset(base | set(steps[:i + 1])) for i in range(len(steps))]
+
+
+def recompute_options(model: ModelSpec, job: JobSpec, spec: SearchSpec,
+                      ) -> list[tuple[Recompute, frozenset[RecomputeModule]]]:
+    """(granularity, modules) pairs: a pinned module set; a pinned granularity; else none, selective (Megatron's
+    default core_attn, unless fused attention makes it the same as none) and full (`module_family` comes later)."""
+    flash = job.runtime.attention is AttentionKernel.FLASH
+    if spec.recompute_modules:
+        return [(Recompute.SELECTIVE, frozenset(spec.recompute_modules))]
+    default = DEFAULT_RECOMPUTE_MODULES
+    if spec.recompute is not None:
+        return [(spec.recompute, default if spec.recompute is Recompute.SELECTIVE else frozenset())]
+    return [(r, default if r is Recompute.SELECTIVE else frozenset()) for r in Recompute
+            if not (r is Recompute.SELECTIVE and flash)]
+
+
+def module_family(model: ModelSpec, job: JobSpec, spec: SearchSpec) -> list[frozenset[RecomputeModule]]:
+    """The module sets the search may add (planner.search: each only where the cheaper choice did not fit as it
+    is); none when recomputation is pinned or the launcher has no --recompute-modules."""
+    if not spec.module_recompute or spec.recompute is not None or spec.recompute_modules:
+        return []
+    return module_sets(model, job.runtime.attention)
+
+
+def next_module_set(c: Candidate, family: list[frozenset[RecomputeModule]], job: JobSpec) -> Candidate | None:
+    """The candidate with the next set of `family` after `c`'s recomputation (none with fused attention, else the
+    default selective, then each set in turn); None after the last or for full recomputation."""
+    if not family or c.recompute is Recompute.FULL:
+        return None
+    flash = job.runtime.attention is AttentionKernel.FLASH
+    base = c.recompute is (Recompute.NONE if flash else Recompute.SELECTIVE) and c.modules in (
+        frozenset(), DEFAULT_RECOMPUTE_MODULES)
+    if base:
+        return replace(c, recompute=Recompute.SELECTIVE, modules=family[0])
+    if c.modules in family and family.index(c.modules) + 1 < len(family):
+        return replace(c, modules=family[family.index(c.modules) + 1])
+    return None
+
+
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
     """Every valid degree tuple, in a fixed order."""
-    flash = job.runtime.attention is AttentionKernel.FLASH
-    recomputes = [spec.recompute] if spec.recompute is not None else [
-        r for r in Recompute if not (r is Recompute.SELECTIVE and flash)]
+    recomputes = recompute_options(model, job, spec)
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
         mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs
@@ -206,10 +277,10 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
             z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
-        for mbs, zero, recompute, sp in product(mbs_list, zeros, recomputes, sps):
+        for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
             if sp and tp == 1:
                 continue
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
                 for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
                     for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
-                        yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp)
+                        yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules)

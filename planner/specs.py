@@ -37,6 +37,46 @@ class Recompute(str, Enum):
     FULL = "full"  # keep only each layer's input, recompute the whole layer in backward
 
 
+class RecomputeModule(str, Enum):
+    """Parts of a decoder layer that selective recomputation may recompute: megatron-core 0.16.1's
+    `--recompute-modules` choices (TransformerConfig.recompute_modules; cost_models.memory says what each frees).
+    layernorm, mla_up_proj and moe_act discard their outputs after use and recompute them in backward; core_attn,
+    mlp, moe and shared_experts checkpoint their block, keeping its input."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+
+    @classmethod
+    def parse(cls, text: str) -> frozenset[RecomputeModule]:
+        """Comma-separated module names, e.g. "layernorm,mla_up_proj,moe_act"."""
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        allowed = [m.value for m in cls]
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise LayoutError(f"unknown recompute module(s) {', '.join(unknown) or repr(text)}; allowed: "
+                              f"{', '.join(allowed)}")
+        return frozenset(cls(n) for n in names)
+
+
+# Megatron's default for --recompute-granularity selective
+DEFAULT_RECOMPUTE_MODULES = frozenset({RecomputeModule.CORE_ATTN})
+
+
+def module_names(modules: frozenset[RecomputeModule]) -> list[str]:
+    """Module names in Megatron's order (the enum's)."""
+    return [m.value for m in RecomputeModule if m in modules]
+
+
+def non_default_modules(layout: Layout) -> bool:
+    """The layout recomputes modules other than selective recomputation's default (reports name them then)."""
+    return bool(layout.recompute_modules) and layout.recompute_modules != DEFAULT_RECOMPUTE_MODULES
+
+
 class Schedule(str, Enum):
     """Pipeline schedules (cost_models.schedules has their closed forms and op orders)."""
 
@@ -453,6 +493,14 @@ class Layout:
     recompute_layers: tuple[int, ...] | None = None
     ep: int = 1
     etp: int = 1
+    # what selective recomputation recomputes (Megatron's --recompute-modules); empty unless recompute is selective
+    recompute_modules: frozenset[RecomputeModule] = frozenset()
+
+    def __post_init__(self) -> None:
+        # one spelling per layout: selective without modules means Megatron's default, other modes carry none
+        modules = ((self.recompute_modules or DEFAULT_RECOMPUTE_MODULES) if self.recompute is Recompute.SELECTIVE
+                   else frozenset())
+        object.__setattr__(self, "recompute_modules", frozenset(modules))
 
     @property
     def expert_dp(self) -> int:
@@ -531,6 +579,7 @@ class Layout:
             raise LayoutError(f"vision encoder heads {model.vision.num_attention_heads} not divisible by tp {self.tp} "
                               "(the encoder is split like the language model)")
         self._validate_experts(model)
+        self._validate_modules(model)
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
         if job.global_batch % (self.mbs * self.dp):
@@ -583,6 +632,18 @@ class Layout:
                     f"recompute_layers {list(self.recompute_layers)} needs one count per pp rank, each between 0 "
                     f"and that rank's layers {list(per_rank)}"
                 )
+
+    def _validate_modules(self, model: ModelSpec) -> None:
+        """The rules megatron-core 0.16.1 applies to recompute_modules, and modules the model has none of."""
+        mods = self.recompute_modules
+        if RecomputeModule.MLA_UP_PROJ in mods and model.mla is None:
+            raise LayoutError("recompute module mla_up_proj needs multi-latent attention; the model has none")
+        has_moe = model.moe is not None
+        for m in (RecomputeModule.MOE_ACT, RecomputeModule.MOE, RecomputeModule.SHARED_EXPERTS):
+            if m in mods and not has_moe:
+                raise LayoutError(f"recompute module {m.value} needs a mixture-of-experts model; {model.name} is dense")
+        if RecomputeModule.SHARED_EXPERTS in mods and not (model.moe and model.moe.shared_ffn_hidden_size):
+            raise LayoutError(f"recompute module shared_experts needs shared experts; {model.name} has none")
 
     def _validate_experts(self, model: ModelSpec) -> None:
         check_expert_degrees(model, self.ep, self.etp)

@@ -19,7 +19,7 @@ from planner.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, U
 from planner.emitters.megatron import arguments
 from planner.planfile import Plan
 from planner.space import SearchSpec
-from planner.specs import Schedule
+from planner.specs import Schedule, ZeroStage
 
 GOLDEN = Path(__file__).parent / "golden"
 FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
@@ -147,6 +147,8 @@ def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
         cfg["pipeline_model_parallel_layout"] = args["--pipeline-model-parallel-layout"]
     if "--recompute-granularity" in args:
         cfg["recompute_granularity"] = args["--recompute-granularity"]
+        if "--recompute-modules" in args:
+            cfg["recompute_modules"] = list(args["--recompute-modules"])
         if args["--recompute-granularity"] == "full":
             cfg["recompute_method"] = args["--recompute-method"]
             cfg["recompute_num_layers"] = args["--recompute-num-layers"]
@@ -357,3 +359,46 @@ def test_planning_for_torchtitan_keeps_to_one_wave() -> None:
     free = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
                 spec=SearchSpec(pp=4, zero=2, schedule=Schedule.WAVE, top_k=5))
     assert 4 in {r.layout.vpp for r in (free.best, *free.alternatives)}
+
+
+def _with_modules(modules: str, dtype: str = "bf16") -> Plan:
+    """The DeepSeek-V3 golden case's plan with selective recomputation of `modules` (a pin)."""
+    from planner.specs import Recompute, RecomputeModule
+
+    return plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360, dtype=dtype,
+                spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=1, schedule=Schedule.ONE_F_ONE_B,
+                                partial_recompute=False, recompute=Recompute.SELECTIVE,
+                                recompute_modules=RecomputeModule.parse(modules)))
+
+
+def test_recompute_modules_are_emitted_where_launchers_take_them() -> None:
+    """Megatron gets the modules as separate words (and a current-scaling FP8 recipe, which megatron-core needs for
+    layernorm and moe_act under FP8); NeMo/Megatron-Bridge the recompute_modules list; torchtitan and DeepSpeed
+    refuse by name."""
+    p = _with_modules("layernorm,mla_up_proj")
+    args = dict(arguments(p))
+    assert args["--recompute-granularity"] == "selective"
+    assert args["--recompute-modules"] == ("layernorm", "mla_up_proj")
+    assert "  --recompute-modules layernorm mla_up_proj\n" in emit(p, Target.MEGATRON, strict=True).text
+    assert "--fp8-recipe" not in args
+    assert 'cfg.model.recompute_modules=["layernorm","mla_up_proj"]' in emit(p, Target.NEMO, strict=True).text
+    def variant(**changes: object) -> Plan:  # past the launchers' earlier refusals (ZeRO-1; EP, pipeline split)
+        return dataclasses.replace(p, best=dataclasses.replace(p.best, layout=dataclasses.replace(p.best.layout,
+                                                                                                  **changes)))
+
+    for target, q in ((Target.TORCHTITAN, variant(zero=ZeroStage.GRADIENTS)), (Target.DEEPSPEED, variant(ep=1, pp=1, stage_layers=None))):
+        with pytest.raises(UnsupportedPlanError, match="layernorm, mla_up_proj"):
+            emit(q, target, strict=True)
+    fp8 = dict(arguments(_with_modules("layernorm,mla_up_proj,moe_act", "fp8")))
+    assert fp8["--fp8-recipe"] == "blockwise" and fp8["--recompute-modules"] == ("moe_act", "layernorm", "mla_up_proj")
+
+
+def test_megatron_core_accepts_recompute_modules() -> None:
+    pytest.importorskip("megatron.core", reason="megatron-core not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    cfg, _ = _megatron_kwargs(_with_modules("layernorm,mla_up_proj,moe_act"))
+    cfg.pop("multi_latent_attention", None)
+    config = MLATransformerConfig(**{k: v for k, v in cfg.items() if v is not None})
+    assert set(config.recompute_modules) == {"layernorm", "mla_up_proj", "moe_act"}

@@ -10,7 +10,7 @@ from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
 from planner.ilp import SolveOptions, Solver
 from planner.search import _LayerTimes, _price, search
-from planner.space import SearchSpec, candidates
+from planner.space import SearchSpec, candidates, module_family, next_module_set
 from planner.specs import JobSpec
 
 SMALL = [("llama3-8b", "h100-sxm", 8, 4096, 32), ("llama2-13b", "a100-40gb", 16, 4096, 64),
@@ -24,11 +24,21 @@ def test_search_equals_exhaustive_pricing(case: tuple) -> None:
     _check_against_exhaustive(resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch), SearchSpec(top_k=1))
 
 
+def _every_candidate(pr: Problem, spec: SearchSpec) -> list:
+    """The generated candidates and every recompute-module variant the search may add to them."""
+    family, out = module_family(pr.model, pr.job, spec), []
+    for c in candidates(pr.model, pr.cluster, pr.job, spec):
+        while c is not None:
+            out.append(c)
+            c = next_module_set(c, family, pr.job)
+    return out
+
+
 def _check_against_exhaustive(pr: Problem, spec: SearchSpec) -> list:
     """Price every candidate; the pruned search must find the same best. Returns the priced candidates."""
     times = _LayerTimes(pr.model, pr.cluster, pr.job)
     priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
-              for c in candidates(pr.model, pr.cluster, pr.job, spec)]
+              for c in _every_candidate(pr, spec)]
     best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
     result = search(pr.model, pr.cluster, pr.job, spec)
     assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)

@@ -47,11 +47,11 @@ TITAN_TOML_SCHEDULES = (*TITAN_SCHEDULES, Schedule.WAVE)  # one wave, through th
 CAPABILITIES: dict[Target, SearchSpec] = {
     Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
     Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False,
-                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1),
+                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1, module_recompute=False),
     Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
-                                      schedule_choices=TITAN_SCHEDULES),
+                                      schedule_choices=TITAN_SCHEDULES, module_recompute=False),
     Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
-                                 schedule_choices=(Schedule.ONE_F_ONE_B,), max_ep=1, etp=1),
+                                 schedule_choices=(Schedule.ONE_F_ONE_B,), max_ep=1, etp=1, module_recompute=False),
     Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
     Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B,
                                                        Schedule.ZB_V, Schedule.WAVE)),
@@ -100,6 +100,7 @@ def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
     cap = CAPABILITIES[target]
     return replace(spec, zero_choices=cap.zero_choices, schedule_choices=cap.schedule_choices,
                    partial_recompute=spec.partial_recompute and cap.partial_recompute,
+                   module_recompute=spec.module_recompute and cap.module_recompute,
                    uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
                    vpp=spec.vpp if spec.vpp is not None else cap.vpp, max_ep=cap.max_ep,
                    max_waves=min(spec.max_waves, cap.max_waves),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from planner.errors import MeshplanError
 from planner.planfile import Plan
-from planner.specs import Layout, Recompute, ZeroStage
+from planner.specs import Layout, Recompute, ZeroStage, module_names, non_default_modules
 
 
 class UnsupportedPlanError(MeshplanError):
@@ -63,7 +63,8 @@ def describe(plan: Plan) -> str:
 def layout_summary(lay: Layout) -> str:
     experts = f"ep {lay.ep}, etp {lay.etp}, " if lay.ep > 1 or lay.etp > 1 else ""
     return (f"tp {lay.tp}, pp {lay.pp}, dp {lay.dp}, cp {lay.cp}, {experts}vpp {lay.vpp}, mbs {lay.mbs}, "
-            f"ZeRO-{int(lay.zero)}, recompute {lay.recompute.value}")
+            f"ZeRO-{int(lay.zero)}, recompute {lay.recompute.value}"
+            + (f" ({' '.join(module_names(lay.recompute_modules))})" if non_default_modules(lay) else ""))
 
 
 __all__ = ["LaunchFacts", "Recompute", "UnsupportedPlanError", "ZeroStage", "describe", "facts", "partial_recompute"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from planner.emitters.common import UnsupportedPlanError, facts
 from planner.planfile import Plan
-from planner.specs import AttentionKernel, Recompute, Schedule, ZeroStage
+from planner.specs import AttentionKernel, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 
 
 def config(plan: Plan) -> dict[str, Any]:
@@ -36,6 +36,10 @@ def config(plan: Plan) -> dict[str, Any]:
     if lay.pp > 1 and lay.schedule is not Schedule.ONE_F_ONE_B:
         raise UnsupportedPlanError(f"DeepSpeed's pipeline engine runs its own 1F1B-style schedule, not "
                                    f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
+    if non_default_modules(lay):
+        raise UnsupportedPlanError(f"DeepSpeed checkpoints whole layers only, not Megatron modules "
+                                   f"({', '.join(module_names(lay.recompute_modules))}); the nearest plan uses "
+                                   "--recompute full or none")
     if lay.recompute_layers is not None or (
             lay.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED):
         raise UnsupportedPlanError("DeepSpeed checkpoints whole layers only; the nearest plan uses --recompute full "

@@ -16,7 +16,7 @@ import shlex
 
 from planner.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.planfile import Plan
-from planner.specs import AttentionKernel, Dtype, Norm, Recompute, Schedule, ZeroStage
+from planner.specs import AttentionKernel, Dtype, Norm, Recompute, RecomputeModule, Schedule, ZeroStage, module_names
 
 FSDP_STRATEGY = {ZeroStage.GRADIENTS: "optim_grads", ZeroStage.WEIGHTS: "optim_grads_params"}
 
@@ -161,7 +161,18 @@ def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
     if lay.recompute is Recompute.FULL:
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     if lay.recompute is Recompute.SELECTIVE:
-        return [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
+        return [("--recompute-granularity", "selective"),
+                ("--recompute-modules", tuple(module_names(lay.recompute_modules)))]
+    return []
+
+
+def fp8_recipe(plan: Plan) -> list[tuple[str, object]]:
+    """megatron-core refuses moe_act and layernorm recomputation under FP8 with its default delayed scaling
+    (TransformerConfig.__post_init__, 0.16.1); such plans name a current-scaling recipe: blockwise, the
+    fine-grained scaling DeepSeek-V3 trains with (section 3.3.2; Transformer Engine >= 2.6 on Hopper)."""
+    mods = plan.best.layout.recompute_modules
+    if plan.job.dtype is Dtype.FP8 and mods & {RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM}:
+        return [("--fp8-recipe", "blockwise")]
     return []
 
 
@@ -187,6 +198,7 @@ def arguments(plan: Plan) -> list[tuple[str, object]]:
     args.append(("--bf16", None))
     if job.dtype is Dtype.FP8:
         args.append(("--fp8-format", "hybrid"))
+        args += fp8_recipe(plan)
     args.append(("--attention-backend", "flash" if job.runtime.attention is AttentionKernel.FLASH else "unfused"))
     return args
 
@@ -198,7 +210,8 @@ def emit(plan: Plan) -> str:
              f"# World size {f.gpus} = {f.nodes} node(s) x {f.gpus_per_node} GPUs; DP is derived by Megatron-LM.",
              "MEGATRON_ARGS=("]
     for flag, value in arguments(plan):
-        lines.append(f"  {flag}" if value is None else f"  {flag} {shlex.quote(str(value))}")
+        values = value if isinstance(value, tuple) else (value,)  # a tuple: several words (argparse nargs="*")
+        lines.append(f"  {flag}" if value is None else f"  {flag} {' '.join(shlex.quote(str(v)) for v in values)}")
     lines += [")", "",
               f'torchrun --nnodes {f.nodes} --nproc-per-node {f.gpus_per_node} --node-rank "${{NODE_RANK:-0}}" \\',
               '  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\',

@@ -14,7 +14,7 @@ from typing import Any
 from planner.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.emitters.megatron import pipeline_layout
 from planner.planfile import Plan
-from planner.specs import Recompute, Schedule, ZeroStage
+from planner.specs import Recompute, Schedule, ZeroStage, module_names, non_default_modules
 
 
 def model_fields(plan: Plan) -> dict[str, Any]:
@@ -45,6 +45,8 @@ def model_fields(plan: Plan) -> dict[str, Any]:
         fields.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     elif lay.recompute is Recompute.SELECTIVE:
         fields.update(recompute_granularity="selective")
+        if non_default_modules(lay):  # Megatron-Core's TransformerConfig.recompute_modules (default core_attn)
+            fields.update(recompute_modules=module_names(lay.recompute_modules))
     return fields
 
 
@@ -55,6 +57,8 @@ def _value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ",".join(_value(v) for v in value) + "]"
     return str(value)
 
 

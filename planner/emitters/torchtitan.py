@@ -16,7 +16,7 @@ from typing import Any
 
 from planner.emitters.common import UnsupportedPlanError, describe, facts
 from planner.planfile import Plan
-from planner.specs import Dtype, Recompute, Schedule, ZeroStage
+from planner.specs import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 
 ACTIONS_FILE = "pipeline_actions.csv"  # the one-wave plan's op order: meshplan emit PLAN --to torch-actions
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
@@ -48,6 +48,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if lay.zero is ZeroStage.OPTIMIZER:
         raise UnsupportedPlanError("torchtitan has no ZeRO-1 (distributed optimizer only); the nearest plans use "
                                    "FSDP: ZeRO-2 (--zero 2, no resharding after forward) or ZeRO-3 (--zero 3)")
+    if non_default_modules(lay):
+        raise UnsupportedPlanError(
+            f"torchtitan cannot recompute Megatron modules ({', '.join(module_names(lay.recompute_modules))}): its "
+            "activation checkpointing is per layer or per op; the nearest plan uses --recompute full or none")
     if lay.recompute_layers is not None:
         raise UnsupportedPlanError(
             f"torchtitan cannot recompute {list(lay.recompute_layers)} layers per stage; the nearest plan uses "
