@@ -36,7 +36,7 @@ from cost_models.comm import (
 from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
 from cost_models.memory import kv_heads_per_rank
 from planner.errors import LayoutError
-from planner.specs import AttentionKernel, ClusterSpec, JobSpec, ModelSpec, Recompute, RecomputeModule
+from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, ModelSpec, Recompute, RecomputeModule
 
 # Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
 # 1.5 x the forward traffic; residual adds have no backward kernel.
@@ -141,11 +141,12 @@ def mlp_gemms(model: ModelSpec, tokens: float, width: float) -> tuple[Gemm, Gemm
 
 
 def _counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec, job: JobSpec,
-                        ) -> tuple[float, float]:
-    """(forward, backward) seconds of GEMMs each run `count` times as separate kernels."""
+                        dtype: Dtype | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of GEMMs each run `count` times as separate kernels, in `dtype` (default:
+    the job's)."""
     fwd = bwd = 0.0
     for g, count in gemms:
-        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, job.dtype)
+        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype)
         fwd, bwd = fwd + count * gf, bwd + count * gb
     return fwd, bwd
 
@@ -221,7 +222,12 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     rt, ep, etp = job.runtime, knobs.ep, knobs.etp
     load = rt.moe_load_factor
     local, copies = routed_rows(model, knobs, tokens, load)
-    fwd, bwd = _counted_gemms_time(moe_gemms(model, knobs, tokens, load), cluster, job)
+    router, *experts = moe_gemms(model, knobs, tokens, load)
+    # the router stays bf16 in fp8 training (Transformer Engine quantises only its own linear layers; DeepSeek-V3
+    # section 3.3.1 keeps the gating module in its original precision)
+    fwd, bwd = _counted_gemms_time(experts, cluster, job)
+    rf, rb = _counted_gemms_time([router], cluster, job, Dtype.BF16)
+    fwd, bwd = fwd + rf, bwd + rb
     # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
     # and writes the FC1 output; top-k and softmax over the fp32 router scores
     act = (6 if model.gated_mlp else 4) * moe.ffn_hidden_size / etp
@@ -410,14 +416,16 @@ def vision_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Lay
 
 
 def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
-    """Final norm, LM head GEMM [T, h]x[h, V/t] and vocabulary-parallel cross-entropy (fp32
+    """Final norm, LM head GEMM [T, h]x[h, V/t] (bf16 even in fp8 runs) and vocabulary-parallel cross-entropy (fp32
     softmax over V/t logits per token: about 12 bytes each way)."""
     if job.runtime.measured is not None:
         return _measured_time(model, job, cluster, knobs, "lm_head", 1)
     tokens = knobs.mbs * job.seq_len / knobs.cp
     h, v = model.hidden_size, model.vocab_size / knobs.tp
     head = Gemm(tokens, v, h)
-    gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, job.dtype)
+    # the output layer is Megatron's own column-parallel linear, outside Transformer Engine's fp8 autocast: it
+    # runs in bf16 in fp8 training (so does DeepSeek-V3's output head, report section 3.3.1)
+    gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, Dtype.BF16)
     r = 1.0 / knobs.tp if knobs.sp else 1.0
     norm = memory_time(tokens * 4 * h * r, cluster.gpu)
     loss = memory_time(tokens * 12 * v, cluster.gpu)
