@@ -33,6 +33,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -41,11 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from published import DATA, Observation, all_observations, same_job_pairs  # noqa: E402
+from published import DATA, Observation, all_observations, rate_pairs  # noqa: E402
 
 from hardware_profiles import load_hardware  # noqa: E402
 from planner.bands import Residual, fit_bands, regime_of, save_bands  # noqa: E402
-from planner.fit import Param, apply, fit  # noqa: E402
+from planner.fit import Param, apply, current_value, fit  # noqa: E402
 from planner.specs import ClusterSpec  # noqa: E402
 
 PROFILES = {"ampere": "a100-80gb", "hopper": "h100-sxm"}
@@ -65,15 +66,19 @@ def generation(obs: Observation) -> str:
     return obs.cluster.gpu.architecture
 
 
+@cache
+def _prior_profile(arch: str, gpus: int) -> ClusterSpec:
+    """The generation's profile with its prior parameter values, for `gpus` GPUs (read once per size)."""
+    return load_hardware(f"{PROFILES[arch]},{DATA / f'prior_{arch}.yaml'}", gpus)
+
+
 def prior_cluster(obs: Observation) -> ClusterSpec:
     """The observation's cluster with its generation's prior parameter values."""
-    arch = generation(obs)
-    return load_hardware(f"{PROFILES[arch]},{DATA / f'prior_{arch}.yaml'}", obs.cluster.num_gpus)
+    return _prior_profile(generation(obs), obs.cluster.num_gpus)
 
 
 def prior_values(arch: str) -> dict[Param, float]:
-    from planner.fit import current_value
-    base = load_hardware(f"{PROFILES[arch]},{DATA / f'prior_{arch}.yaml'}", 8)
+    base = _prior_profile(arch, 8)
     return {p: current_value(base, p) for p in PARAMS[arch]}
 
 
@@ -110,7 +115,7 @@ def mean_abs(values: Sequence[float]) -> float:
 def pair_ranking(observations: Sequence[Observation], predicted: dict[str, float]) -> tuple[int, int]:
     """(pairs ordered as measured, pairs) among runs whose measured FLOP rates differ by ≥ 5 %."""
     right = total = 0
-    for a, b in same_job_pairs(list(observations)):
+    for a, b in rate_pairs(list(observations)):
         pa = a.measured_flops_per_gpu * a.measured_step_s / predicted[a.run_id]
         pb = b.measured_flops_per_gpu * b.measured_step_s / predicted[b.run_id]
         total += 1
@@ -120,12 +125,11 @@ def pair_ranking(observations: Sequence[Observation], predicted: dict[str, float
 
 def write_profiles(arch: str, fitted: Fitted) -> None:
     """Put the fitted values into the generation's profiles (text edits keep their comments)."""
+    cluster = apply(_prior_profile(arch, 8), fitted.values)
+    gpu = cluster.gpu
     for name in SIBLINGS[arch]:
         path = ROOT / "hardware_profiles" / f"{name}.yaml"
         text = path.read_text()
-        base = load_hardware(f"{PROFILES[arch]},{DATA / f'prior_{arch}.yaml'}", 8)
-        cluster = apply(base, fitted.values)
-        gpu = cluster.gpu
         curve = ", ".join(f"[{s:.3e}, {e:.3f}]" for s, e in gpu.matmul_efficiency.points)
         edits = {"matmul_efficiency": f"[{curve}]", "overlap_efficiency": f"{gpu.overlap_efficiency:.3f}",
                  "memory_efficiency": f"{gpu.memory_efficiency:.3f}",
@@ -155,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     observations, skipped = all_observations()
     archs = sorted({generation(o) for o in observations})
-    insample = {o.run_id: o.predict().step_time_s for o in observations}
+    predictions = {o.run_id: o.predict() for o in observations}
+    insample = {rid: p.step_time_s for rid, p in predictions.items()}
 
     # leave one source out: fit the generation without the source, predict the source's runs
     held_out: dict[str, float] = {}
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'run':46} {'source':26} {'layout':48} {'meas s':>8} {'pred s':>8} {'error':>7} {'LOSO':>7} "
           f"{'GiB':>5} fits")
     for o in observations:
-        pred = o.predict()
+        pred = predictions[o.run_id]
         print(f"{o.run_id[:46]:46} {o.source:26} {o.label:48} {o.measured_step_s:8.2f} {insample[o.run_id]:8.2f} "
               f"{error_pct(insample[o.run_id], o.measured_step_s):+6.1f}% "
               f"{error_pct(held_out[o.run_id], o.measured_step_s):+6.1f}% {pred.peak_memory_gib:5.1f} "
@@ -185,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'source':28} {'runs':>4} {'in-sample':>10} {'held out':>9}")
     for source in sorted({o.source for o in observations}):
         runs = [o for o in observations if o.source == source]
-        print(f"{source:28} {len(runs):4d} {mean_abs(errs(runs, insample)):9.2f}% {mean_abs(errs(runs, held_out)):8.2f}%")
+        ins, out = mean_abs(errs(runs, insample)), mean_abs(errs(runs, held_out))
+        print(f"{source:28} {len(runs):4d} {ins:9.2f}% {out:8.2f}%")
 
     figures: dict[str, dict[str, float]] = {}
     print(f"\n{'generation':14} {'kind':6} {'runs':>4} {'in-sample':>10} {'held out':>9} {'pairs in-sample':>16} "
@@ -199,12 +205,13 @@ def main(argv: list[str] | None = None) -> int:
             r1, n1 = pair_ranking(runs, insample)
             r2, n2 = pair_ranking(runs, held_out)
             kind = "moe" if moe else "dense"
-            print(f"{arch:14} {kind:6} {len(runs):4d} {ins:9.2f}% {loso:8.2f}% {r1:6d}/{n1:<4d} {100 * r1 / max(n1, 1):3.0f}% "
+            print(f"{arch:14} {kind:6} {len(runs):4d} {ins:9.2f}% {loso:8.2f}% "
+                  f"{r1:6d}/{n1:<4d} {100 * r1 / max(n1, 1):3.0f}% "
                   f"{r2:5d}/{n2:<4d} {100 * r2 / max(n2, 1):3.0f}%")
             figures[f"{arch}/{kind}"] = {"in_sample_pct": round(ins, 2), "held_out_pct": round(loso, 2),
                                          "pairs_in_sample_pct": round(100 * r1 / max(n1, 1), 1),
                                          "pairs_held_out_pct": round(100 * r2 / max(n2, 1), 1)}
-    unfit = [o.run_id for o in observations if not o.predict().fits]
+    unfit = [rid for rid, p in predictions.items() if not p.fits]
     print(f"predicted not to fit: {len(unfit)} {unfit if unfit else ''}")
     print("\nissue targets:")
     for key, fig in figures.items():
@@ -220,7 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     for arch in archs:
         fitted = fit_generation(observations, arch)
         priors = prior_values(arch)
-        from planner.fit import current_value
         committed = load_hardware(PROFILES[arch], 8)
         for p in PARAMS[arch]:
             now = current_value(committed, p)
@@ -237,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                                          f"({', '.join(archs)})"), path)
         print(f"wrote {path.relative_to(ROOT)}")
     if args.record:
-        RECORD.write_text("# Accuracy figures of record (python benchmarks/calibration.py --record); --check fails when a\n"
+        RECORD.write_text("# Accuracy figures of record (python benchmarks/calibration.py --record); --check fails "
+                          "when a\n"
                           "# later change makes one worse (mean errors +0.25 points, pair rankings -1 point).\n"
                           + yaml.safe_dump(figures, sort_keys=True))
         print(f"wrote {RECORD.relative_to(ROOT)}")

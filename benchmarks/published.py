@@ -18,13 +18,13 @@ chosen as a planner would: the fastest setting that fits, evaluated once with th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cost_models.flops import narayanan_iteration_flops
+from cost_models.flops import model_flops_per_sequence, narayanan_iteration_flops
 from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import load_hardware
 from planner.api import Problem, make_layout
@@ -165,7 +165,6 @@ def a100_observations(path: Path = A100_RUNS, hardware: str = "a100-80gb") -> li
 
 
 def _model_flops(model: ModelSpec, job: JobSpec) -> float:
-    from cost_models.flops import model_flops_per_sequence
     return model_flops_per_sequence(model, job.seq_len) * job.global_batch
 
 
@@ -231,11 +230,7 @@ def all_observations() -> tuple[list[Observation], list[Skipped]]:
     return a100_observations() + h100, skipped
 
 
-def with_cluster(obs: Observation, cluster: ClusterSpec) -> Observation:
-    return replace(obs, cluster=cluster)
-
-
-def same_job_pairs(observations: list[Observation], min_gap: float = 0.05) -> Iterator[tuple[Observation, Observation]]:
+def rate_pairs(observations: list[Observation], min_gap: float = 0.05) -> Iterator[tuple[Observation, Observation]]:
     """Pairs of runs whose measured model FLOP rates per GPU differ by at least `min_gap` (relative)."""
     for i, a in enumerate(observations):
         for b in observations[i + 1:]:

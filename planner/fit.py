@@ -52,7 +52,8 @@ def current_value(cluster: ClusterSpec, param: Param) -> float:
         Param.GEMM_SCALE: 1.0, Param.GEMM_SHIFT: 0.0,
         Param.FP8_MATMUL_RATIO: gpu.fp8_matmul_ratio, Param.ATTENTION_EFFICIENCY: gpu.attention_efficiency,
         Param.OVERLAP_EFFICIENCY: gpu.overlap_efficiency, Param.MEMORY_EFFICIENCY: gpu.memory_efficiency,
-        Param.SCALE_UP_EFFICIENCY: cluster.scale_up.efficiency, Param.SCALE_OUT_EFFICIENCY: cluster.scale_out.efficiency,
+        Param.SCALE_UP_EFFICIENCY: cluster.scale_up.efficiency,
+        Param.SCALE_OUT_EFFICIENCY: cluster.scale_out.efficiency,
     }[param]
 
 
@@ -87,9 +88,6 @@ class FitResult:
     start: dict[Param, float]  # the preset's
     cost: float  # sum of squared residuals (runs + priors) at the optimum
     converged: bool
-
-    def moved(self) -> list[tuple[Param, float, float]]:
-        return [(p, self.start[p], v) for p, v in self.values.items()]
 
 
 # A prediction function: (run index, parameter values) -> predicted step seconds.
