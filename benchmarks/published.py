@@ -181,16 +181,26 @@ def _h100_dtype(rec: dict[str, Any]) -> Dtype:
     return Dtype.BF16 if "BF16" in str(rec.get("precision", "")).upper() else Dtype.FP8
 
 
-def _h100_options(rec: dict[str, Any], gpus: int) -> list[dict[str, Any]]:
+def _recompute_options(recipe: str | list[str] | None) -> list[dict[str, Any]]:
+    """Recomputation of a run: the recipe's when h100_models.yaml names it (a list is --recompute-modules),
+    else none, selective and full, of which the caller takes the fastest that fits."""
+    if recipe is None:
+        return [dict(recompute=rc) for rc in ("none", "selective", "full")]
+    if isinstance(recipe, list):
+        return [dict(recompute="selective", recompute_modules=",".join(recipe))]
+    return [dict(recompute=recipe)]
+
+
+def _h100_options(rec: dict[str, Any], gpus: int, recipe: str | list[str] | None = None) -> list[dict[str, Any]]:
     """The printed layout; NeMo/Megatron-Bridge recipes run SP with TP > 1 and the distributed optimizer
     (ZeRO-1), or Megatron-FSDP (ZeRO-3) where the table's FSDP column says so. Recomputation is not printed:
-    the options are none, selective and full, of which the fastest that fits is taken."""
+    it is the recipe's where known (`_recompute_options`)."""
     par, batch = rec["parallel"], rec["batch"]
     fsdp = par.get("fsdp")
     zero = 3 if (fsdp and fsdp is not True and int(fsdp) > 0) or fsdp is True else 1
     vpp = par.get("vpp") or 1
     return [dict(tp=par["tp"], pp=par["pp"], cp=par.get("cp") or 1, vpp=vpp, mbs=batch["micro_batch_size"],
-                 zero=zero, recompute=rc, ep=par.get("ep") or 1) for rc in ("none", "selective", "full")]
+                 zero=zero, ep=par.get("ep") or 1, **rc) for rc in _recompute_options(recipe)]
 
 
 def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
@@ -206,21 +216,24 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
         entry = table["models"][name]
         model = load_model(entry["preset"]) if "preset" in entry else model_from_mapping(entry["model"], name)
         gpus = rec["hardware"]["num_gpus"]
-        switches = table["runs"].get(rec["id"], {})
-        runtime = Runtime(tp_comm_overlap=switches.get("tp_overlap", False),
+        source = _h100_source(rec)
+        family = next((k for k in table.get("sources", {}) if source.startswith(k)), None)
+        switches = {**table.get("sources", {}).get(family, {}), **table["runs"].get(rec["id"], {})}
+        runtime = Runtime(grad_reduce_bytes=2 if switches.get("grad_bf16", False) else 4,
+                          tp_comm_overlap=switches.get("tp_overlap", False),
                           moe_comm_overlap=switches.get("moe_overlap", False),
                           moe_dedup_dispatch=switches.get("dedup", False))
         job = JobSpec(seq_len=rec["model"]["seq_length"], global_batch=rec["batch"]["global_batch_size_seqs"],
                       dtype=_h100_dtype(rec), runtime=runtime)
         problem = Problem(model, load_hardware(hardware, gpus), job)
         try:
-            layout, _ = _fastest_fitting(problem, _h100_options(rec, gpus))
+            layout, _ = _fastest_fitting(problem, _h100_options(rec, gpus, switches.get("recompute")))
         except LayoutError as exc:
             skipped.append(Skipped(rec["id"], str(exc)))
             continue
         tokens = float(rec["result"]["tokens_per_sec_per_gpu"])
         step = job.tokens_per_step / (tokens * gpus)
-        out.append(Observation(rec["id"], _h100_source(rec), model, problem.cluster, job, layout, step,
+        out.append(Observation(rec["id"], source, model, problem.cluster, job, layout, step,
                                _model_flops(model, job) / step / gpus))
     return out, skipped
 
