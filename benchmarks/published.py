@@ -217,10 +217,14 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
         model = load_model(entry["preset"]) if "preset" in entry else model_from_mapping(entry["model"], name)
         gpus = rec["hardware"]["num_gpus"]
         source = _h100_source(rec)
-        family = next((k for k in table.get("sources", {}) if source.startswith(k)), None)
-        switches = {**table.get("sources", {}).get(family, {}), **table["runs"].get(rec["id"], {})}
+        shared = table.get("sources", {})
+        switches: dict[str, Any] = {}
+        for prefix in sorted((k for k in shared if source.startswith(k)), key=len):
+            switches.update(shared[prefix])
+        switches.update(table["runs"].get(rec["id"], {}))
         runtime = Runtime(grad_reduce_bytes=2 if switches.get("grad_bf16", False) else 4,
                           tp_comm_overlap=switches.get("tp_overlap", False),
+                          fp8_param_gather=switches.get("fp8_param_gather", False),
                           moe_comm_overlap=switches.get("moe_overlap", False),
                           moe_dedup_dispatch=switches.get("dedup", False))
         job = JobSpec(seq_len=rec["model"]["seq_length"], global_batch=rec["batch"]["global_batch_size_seqs"],

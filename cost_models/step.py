@@ -124,11 +124,19 @@ class Prediction:
     stages: tuple[StageCost, ...]
 
 
+def gather_bytes(job: JobSpec, cluster: ClusterSpec) -> float:
+    """Bytes per parameter of ZeRO's weight all-gathers: bf16, or fp8 when the job trains in fp8 with
+    `Runtime.fp8_param_gather` on a GPU with fp8 tensor cores."""
+    fp8 = job.runtime.fp8_param_gather and cluster.gpu.has_fp8(job.dtype)
+    return 1.0 if fp8 else M.WEIGHT_BYTES
+
+
 def grad_sync_times(params: float, zero: ZeroStage, n: int, stride: int, cluster: ClusterSpec, grad_bytes: float,
-                    multi_rail: bool) -> tuple[float, float]:
+                    multi_rail: bool, weight_bytes: float = M.WEIGHT_BYTES) -> tuple[float, float]:
     """(gradient reduction, weight gather) seconds per step over n data-parallel ranks, unhidden:
-    ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated bf16 weights;
-    ZeRO-2 only gathers (its reduce-scatter runs per micro-batch); ZeRO-3 does both per module."""
+    ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated weights
+    (`weight_bytes` each: bf16, or fp8 with fp8 parameter gathers); ZeRO-2 only gathers (its reduce-scatter
+    runs per micro-batch); ZeRO-3 does both per module."""
     if zero >= ZeroStage.WEIGHTS:
         return 0.0, 0.0
     reduce = 0.0
@@ -136,7 +144,7 @@ def grad_sync_times(params: float, zero: ZeroStage, n: int, stride: int, cluster
         kind = Collective.ALL_REDUCE if zero is ZeroStage.NONE else Collective.REDUCE_SCATTER
         reduce = collective_time(kind, params * grad_bytes, n, stride, cluster, multi_rail)
     gather = 0.0 if zero is ZeroStage.NONE else collective_time(
-        Collective.ALL_GATHER, params * M.WEIGHT_BYTES, n, stride, cluster, multi_rail)
+        Collective.ALL_GATHER, params * weight_bytes, n, stride, cluster, multi_rail)
     return reduce, gather
 
 
@@ -181,7 +189,8 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     rt = job.runtime
     reduce = gather = 0.0
     for p, n, stride in _groups(params, layout):
-        r, g = grad_sync_times(p, layout.zero, n, stride, cluster, rt.grad_reduce_bytes, rt.multi_rail)
+        r, g = grad_sync_times(p, layout.zero, n, stride, cluster, rt.grad_reduce_bytes, rt.multi_rail,
+                               gather_bytes(job, cluster))
         reduce, gather = reduce + r, gather + g
     gpu = cluster.gpu
     exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
@@ -228,7 +237,8 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
         if layout.zero is ZeroStage.GRADIENTS:
             scatter += collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
             continue
-        gather += units * collective_time(Collective.ALL_GATHER, p * M.WEIGHT_BYTES / units, n, stride, cluster, rails)
+        gather += units * collective_time(Collective.ALL_GATHER, p * gather_bytes(job, cluster) / units, n, stride,
+                                          cluster, rails)
         scatter += units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster, rails)
     if layout.zero is ZeroStage.GRADIENTS:
         return gpu.exposed(scatter, backward)

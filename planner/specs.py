@@ -418,6 +418,9 @@ class Runtime:
     # TP collectives split into chunks and pipelined with the GEMMs that produce or consume them (Megatron-LM
     # --tp-comm-overlap with Transformer Engine userbuffers, torchtitan async TP); off: each sits on the path
     tp_comm_overlap: bool = False
+    # fp8 training keeps the weights as fp8 tensors and gathers them in fp8 (Megatron-LM --fp8-param-gather,
+    # torchtitan float8 FSDP all-gather): ZeRO's weight all-gathers move 1 byte per parameter instead of 2
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:

@@ -8,8 +8,7 @@ absolute figure. The pairs are the ones the calibration data holds for the same 
 - NVIDIA's Llama 3.1 405B on 1,024 H100: the 26.04 layout with three times the global batch (fewer bubbles and
   less per-step communication per token) against the same layout at 512 sequences in 25.09. The 25.11 run of the
   512-sequence layout is not paired: it ran 3.5 % slower than 25.09's identical layout, so its 12 % gap to 26.04
-  is partly a change of software release, which no layout model should be asked to predict (meshplan gives
-  +3.8 % since the recipes' bf16 gradient reduction is modelled: the per-step reduction it amortises is small).
+  is partly a change of software release, which no layout model should be asked to predict.
 Each assertion compares model FLOP rates per GPU (step time scaled by the job's FLOPs), measured vs predicted
 with the committed hardware profiles, and the predicted gap must be at least a third of the measured one.
 """
