@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nparameters (prior -> fitted on every dense run -> committed profile)")
     for arch in archs:
+        dense = sum(1 for o in observations if generation(o) == arch and not o.moe)
+        print(f"  {arch}: {len(PARAMS[arch])} parameters fitted on {dense} dense runs "
+              f"({dense - len(PARAMS[arch])} degrees of freedom left), each pulled towards its prior")
         fitted = fit_generation(observations, arch)
         priors = prior_values(arch)
         committed = load_hardware(PROFILES[arch], 8)

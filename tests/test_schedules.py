@@ -9,7 +9,7 @@ import pytest
 
 from cost_models.pipeline import pipeline_time
 from cost_models.schedules import closed_form, in_flight, program
-from cost_models.simulator import Durations, Program, simulate
+from cost_models.simulator import Durations, Op, OpKind, Program, simulate
 from planner.specs import Schedule
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
@@ -50,6 +50,33 @@ def test_wave_simulator_equals_closed_form(vpp: int, pp: int, m: int, f: float, 
     assert result.makespan == pytest.approx(closed_form(Schedule.WAVE, pp, m, vpp, f, b), rel=1e-12)
     expected = [in_flight(Schedule.WAVE, d, pp, m, vpp) for d in range(pp)]
     assert list(result.peak_activation) == pytest.approx(expected, rel=1e-12)
+
+
+def test_wave_worked_by_hand() -> None:
+    """The wave's closed form is not only the simulator agreeing with itself: one case worked on paper.
+
+    p = 2 ranks, one wave (v = 2: chunk 0 on rank 0, chunks 1 and 2 on rank 1, chunk 3 on rank 0), m = 4,
+    per-chunk forward f = 1 and backward b = 2, free sends. `wave_slot` over 4 chunks orders the ranks
+    (F/B, micro-batch, chunk):
+      rank 0: F00 F10 F20 F03 F30 B03 F13 B13 B00 F23 B23 B10 F33 B33 B20 B30
+      rank 1: F01 F02 F11 F12 F21 B02 B01 F22 B12 F31 B11 F32 B22 B21 B32 B31
+    Each op starts when its rank is free and its input is ready (F(i, c) after F(i, c − 1), B(i, c) after
+    B(i, c + 1), B(i, 3) after F(i, 3)):
+      rank 0: F00 0-1, F10 1-2, F20 2-3, F03 3-4, F30 4-5, B03 5-7, F13 7-8, B13 8-10, B00 11-13, F23 13-14,
+              B23 14-16, B10 17-19, F33 19-20, B33 20-22, B20 22-24, B30 26-28
+      rank 1: F01 1-2, F02 2-3, F11 3-4, F12 4-5, F21 5-6, B02 7-9, B01 9-11, F22 11-12, B12 12-14, F31 14-15,
+              B11 15-17, F32 17-18, B22 18-20, B21 20-22, B32 22-24, B31 24-26
+    so the step ends at 28 = m·v·(f + b) + 2(p − 1)·max(f, b) = 24 + 4."""
+    prog = program(Schedule.WAVE, 2, 4, 2)
+    assert prog.orders[0] == tuple(Op(OpKind.F if k == "F" else OpKind.B, int(i), int(c))
+                                   for k, i, c in "F00 F10 F20 F03 F30 B03 F13 B13 B00 F23 B23 B10 F33 B33 B20 B30".split())
+    assert prog.orders[1] == tuple(Op(OpKind.F if k == "F" else OpKind.B, int(i), int(c))
+                                   for k, i, c in "F01 F02 F11 F12 F21 B02 B01 F22 B12 F31 B11 F32 B22 B21 B32 B31".split())
+    result = simulate(prog, _durations(prog, 2.0, 4.0))
+    assert result.makespan == 28.0
+    assert closed_form(Schedule.WAVE, 2, 4, 2, 2.0, 4.0) == 28.0
+    ends = {(e.device, e.op.kind, e.op.microbatch, e.op.chunk): e.end for e in result.events}
+    assert ends[(0, OpKind.B, 0, 0)] == 13.0 and ends[(1, OpKind.F, 3, 2)] == 18.0
 
 
 def test_orders_of_schedules() -> None:
