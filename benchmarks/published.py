@@ -40,7 +40,7 @@ H100_MODELS = DATA / "h100_models.yaml"
 # Megatron-LM 2021-22 ran unfused attention, did not overlap the gradient all-reduce and used one NIC per
 # rank for its rings; DeepSpeed ZeRO-3 (Narayanan Table 2) reduced fp16 gradients and overlapped both ways.
 MEGATRON_2021 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False,
-                        overlap_param_gather=False, grad_reduce_bytes=4, multi_rail=False)
+                        overlap_param_gather=False, grad_reduce_bytes=4, multi_rail=False, overlap_p2p_comm=False)
 DEEPSPEED_ZERO3_2021 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=True,
                                overlap_param_gather=True, grad_reduce_bytes=2, multi_rail=False)
 
@@ -225,6 +225,7 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
         runtime = Runtime(grad_reduce_bytes=2 if switches.get("grad_bf16", False) else 4,
                           tp_comm_overlap=switches.get("tp_overlap", False),
                           fp8_param_gather=switches.get("fp8_param_gather", False),
+                          overlap_p2p_comm=switches.get("p2p_overlap", True),
                           moe_comm_overlap=switches.get("moe_overlap", False),
                           moe_dedup_dispatch=switches.get("dedup", False))
         job = JobSpec(seq_len=rec["model"]["seq_length"], global_batch=rec["batch"]["global_batch_size_seqs"],

@@ -494,11 +494,23 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
     states, acts, other = _stage_memory(costs, rank, layers, params, first, last)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
-        has_embedding=first, has_lm_head=last, time=time, p2p_s=hops * costs.p2p_s,
+        has_embedding=first, has_lm_head=last, time=time,
+        p2p_s=hops * costs.p2p_s * p2p_exposure(layout, job, cluster),
         sharded_dp_exposed_s=sharded, dp_exposed_s=dp, optimizer_s=opt,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
         other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
+
+
+def p2p_exposure(layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
+    """Share of a rank's pipeline send/recv time on its critical path. Chunked schedules (vpp > 1) with
+    `Runtime.overlap_p2p_comm` run each transfer beside another chunk's compute, so only the contention
+    remains, κ = 1 − overlap_efficiency of it (`GpuSpec.exposed` when the compute is the longer, which a
+    chunk's layers are against one activation transfer in any layout worth running; pricing it without the
+    max keeps stage times affine in their layers, as the exact split search needs). Otherwise all of it."""
+    if layout.vpp > 1 and job.runtime.overlap_p2p_comm:
+        return 1.0 - cluster.gpu.overlap_efficiency
+    return 1.0
 
 
 def pipeline_hops(layout: Layout, rank: int) -> int:

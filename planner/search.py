@@ -44,6 +44,7 @@ from cost_models.step import (
     layer_times,
     layout_costs,
     optimizer_time,
+    p2p_exposure,
     pipeline_hop_time,
     pipeline_hops,
     rank_layer_ids,
@@ -167,7 +168,7 @@ class _LayerTimes:
         stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B),
                                                   layout.head_beside_embedding)
         m = self.job.global_batch // (c.dp * c.mbs)
-        stage += self.hops(layout) * hop / c.pp
+        stage += self.hops(layout) * hop / c.pp * p2p_exposure(layout, self.job, self.cluster)
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
             return stage * m + tail
         if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's

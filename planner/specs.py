@@ -421,6 +421,10 @@ class Runtime:
     # fp8 training keeps the weights as fp8 tensors and gathers them in fp8 (Megatron-LM --fp8-param-gather,
     # torchtitan float8 FSDP all-gather): ZeRO's weight all-gathers move 1 byte per parameter instead of 2
     fp8_param_gather: bool = False
+    # schedules of several chunks per rank post their pipeline sends and receives asynchronously and wait on
+    # them only when the data is needed (Megatron-LM's default with interleaving, --no-overlap-p2p-communication
+    # turns it off; torch.distributed.pipelining's runtime always); 1F1B without chunks waits on each
+    overlap_p2p_comm: bool = True
 
     def __post_init__(self) -> None:
         if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
