@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from published import DATA, Observation, all_observations, rate_pairs  # noqa: E402
+from published import DATA, Observation, all_observations, contradicted, rate_pairs  # noqa: E402
 
 from hardware_profiles import load_hardware  # noqa: E402
 from planner.bands import Residual, fit_bands, regime_of, save_bands  # noqa: E402
@@ -211,6 +211,13 @@ def main(argv: list[str] | None = None) -> int:
             figures[f"{arch}/{kind}"] = {"in_sample_pct": round(ins, 2), "held_out_pct": round(loso, 2),
                                          "pairs_in_sample_pct": round(100 * r1 / max(n1, 1), 1),
                                          "pairs_held_out_pct": round(100 * r2 / max(n2, 1), 1)}
+    for rid, (other, ratio) in sorted(contradicted(observations).items()):
+        run = next(o for o in observations if o.run_id == rid)
+        kind = f"{generation(run)}/{'moe' if run.moe else 'dense'}"
+        rest = [o for o in observations if generation(o) == generation(run) and o.moe == run.moe and o.run_id != rid]
+        print(f"{rid}: {ratio:.2f}x the measured step of {other}, same model, job and layout (the data contradicts "
+              f"itself); {kind} without it: in-sample {mean_abs(errs(rest, insample)):.2f} %, "
+              f"held out {mean_abs(errs(rest, held_out)):.2f} %")
     unfit = [rid for rid, p in predictions.items() if not p.fits]
     print(f"predicted not to fit: {len(unfit)} {unfit if unfit else ''}")
     print("\nissue targets:")

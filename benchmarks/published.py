@@ -256,3 +256,18 @@ def rate_pairs(observations: list[Observation], min_gap: float = 0.05) -> Iterat
                 a.measured_flops_per_gpu, b.measured_flops_per_gpu)
             if hi >= lo * (1 + min_gap):
                 yield a, b
+
+
+def contradicted(observations: list[Observation], factor: float = 1.5) -> dict[str, tuple[str, float]]:
+    """Runs another run contradicts: the same model, GPUs, job and layout measured at least `factor` times as
+    fast or slow. No layout model can price both; the later-listed run maps to (the earlier one, its step
+    time over the earlier's). The data cannot say which one is off, so callers report figures with and
+    without it rather than drop it."""
+    out: dict[str, tuple[str, float]] = {}
+    for i, a in enumerate(observations):
+        for b in observations[i + 1:]:
+            same = (a.model == b.model and a.cluster == b.cluster and a.job == b.job and a.layout == b.layout)
+            ratio = b.measured_step_s / a.measured_step_s
+            if same and max(ratio, 1 / ratio) >= factor:
+                out[b.run_id] = (a.run_id, ratio)
+    return out

@@ -67,11 +67,12 @@ def test_wave_worked_by_hand() -> None:
       rank 1: F01 1-2, F02 2-3, F11 3-4, F12 4-5, F21 5-6, B02 7-9, B01 9-11, F22 11-12, B12 12-14, F31 14-15,
               B11 15-17, F32 17-18, B22 18-20, B21 20-22, B32 22-24, B31 24-26
     so the step ends at 28 = m·v·(f + b) + 2(p − 1)·max(f, b) = 24 + 4."""
+    def ops(text: str) -> tuple[Op, ...]:
+        return tuple(Op(OpKind.F if k == "F" else OpKind.B, int(i), int(c)) for k, i, c in text.split())
+
     prog = program(Schedule.WAVE, 2, 4, 2)
-    assert prog.orders[0] == tuple(Op(OpKind.F if k == "F" else OpKind.B, int(i), int(c))
-                                   for k, i, c in "F00 F10 F20 F03 F30 B03 F13 B13 B00 F23 B23 B10 F33 B33 B20 B30".split())
-    assert prog.orders[1] == tuple(Op(OpKind.F if k == "F" else OpKind.B, int(i), int(c))
-                                   for k, i, c in "F01 F02 F11 F12 F21 B02 B01 F22 B12 F31 B11 F32 B22 B21 B32 B31".split())
+    assert prog.orders[0] == ops("F00 F10 F20 F03 F30 B03 F13 B13 B00 F23 B23 B10 F33 B33 B20 B30")
+    assert prog.orders[1] == ops("F01 F02 F11 F12 F21 B02 B01 F22 B12 F31 B11 F32 B22 B21 B32 B31")
     result = simulate(prog, _durations(prog, 2.0, 4.0))
     assert result.makespan == 28.0
     assert closed_form(Schedule.WAVE, 2, 4, 2, 2.0, 4.0) == 28.0
