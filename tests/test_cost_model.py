@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.comm import Collective, collective_time, group_link
+from cost_models.comm import Collective, collective_time, group_link, p2p_time
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.schedules import in_flight
 from hardware_profiles import HardwareOverrides, load_hardware
@@ -47,7 +47,20 @@ def test_breakdown_adds_up() -> None:
     p = evaluate("llama3-70b", "h100-sxm", gpus=64, seq_len=8192, global_batch=64, tp=8, pp=4, cp=2, vpp=5,
                  mbs=1, zero=1, recompute="selective")
     assert sum(p.breakdown.as_dict().values()) == pytest.approx(p.step_time_s, rel=1e-12)
-    assert p.breakdown.cp_comm_s >= 0 and p.breakdown.bubble_s > 0
+    assert p.breakdown.bubble_s > 0
+    # CP 2 ring attention: each of the 20 decoder layers of a stage sends one K,V block of 4096 tokens x 1 KV head
+    # per TP rank x 128 x 2 (K and V) x 2 bytes to the CP peer (8 GPUs away: TP fills the node) once forward
+    # and twice backward (K, V and their gradients), m = 64 micro-batches. At 8192 tokens that transfer is
+    # shorter than the attention kernel beside it, so exactly kappa = 1 - overlap_efficiency of it is exposed
+    # (GpuSpec.exposed); without CP there is no ring at all.
+    cluster = load_hardware("h100-sxm", 64)
+    ring = p2p_time(4096 * 1 * 128 * 2 * 2, 8, cluster)
+    kappa = 1 - cluster.gpu.overlap_efficiency
+    assert p.num_microbatches == 64 and [s.num_layers for s in p.stages] == [20] * 4
+    assert p.breakdown.cp_comm_s == pytest.approx(64 * 20 * 3 * kappa * ring, rel=1e-9)
+    no_cp = evaluate("llama3-70b", "h100-sxm", gpus=64, seq_len=8192, global_batch=64, tp=8, pp=4, cp=1, vpp=5,
+                     mbs=1, zero=1, recompute="selective")
+    assert no_cp.breakdown.cp_comm_s == 0.0
 
 
 def test_selective_plus_sp_beats_full_recompute() -> None:

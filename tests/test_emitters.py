@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shlex
 import socket
 import warnings
@@ -108,7 +109,28 @@ def test_unsupported_is_named_and_strict_refuses() -> None:
     assert json.loads(relaxed.text)["train_batch_size"] == 64
 
 
+def zero_written(target: Target, text: str) -> int:
+    """The ZeRO stage a launcher file configures, read back from the file: DeepSpeed's zero_optimization.stage;
+    NeMo's distributed optimizer (ZeRO-1) or plain DDP; torchtitan's FSDP2 resharding after forward (ZeRO-3),
+    FSDP2 without it (ZeRO-2) or DDP (no fsdp_reshard_after_forward, ZeRO-0)."""
+    if target is Target.DEEPSPEED:
+        return int(json.loads(text)["zero_optimization"]["stage"])
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    if target is Target.NEMO:
+        flags = {line.split("=", 1)[1] for line in lines if line.startswith("cfg.ddp.use_distributed_optimizer=")}
+        assert len(flags) == 1, flags
+        return {"true": 1, "false": 0}[flags.pop()]
+    # `fsdp_reshard_after_forward = "never"` in the TOML's [parallelism], `--parallelism.fsdp_... "never"` on the CLI
+    found = [m.group(1) for line in lines
+             if (m := re.fullmatch(r'(?:--parallelism\.)?fsdp_reshard_after_forward(?: = | )"(\w+)"', line))]
+    assert len(found) <= 1, found
+    return {None: 0, "never": 2, "always": 3}[found[0] if found else None]
+
+
 def test_substitute_respects_capabilities() -> None:
+    """Where a launcher cannot run the plan's layout, the file written is the substitute the note names, with a ZeRO
+    stage the launcher has; otherwise the file configures the plan's own ZeRO stage."""
+    substituted = 0
     for target, spec in CAPABILITIES.items():
         if target in NEVER_SUBSTITUTED:  # an action list is the plan's own or nothing
             continue
@@ -118,11 +140,18 @@ def test_substitute_respects_capabilities() -> None:
             except UnsupportedPlanError as exc:
                 assert "no layout" in str(exc) and "can run fits this job" in str(exc)
                 continue
-            if out.note is None:
+            if spec.zero_choices is None:  # Megatron-LM: every stage, the plan's own layout
+                assert out.note is None
                 continue
+            written = zero_written(target, out.text)
+            if out.note is None:
+                assert written == int(cases()[case].best.layout.zero), (case, target)
+                continue
+            substituted += 1
             assert "predicted" in out.note and "%" in out.note
-            if spec.zero_choices is not None:
-                assert f"ZeRO-{next(iter(spec.zero_choices))}" in out.text or "zero" in out.text.lower()
+            noted = re.findall(r"written instead: .*?ZeRO-(\d)", out.note)
+            assert noted and written == int(noted[0]) and written in spec.zero_choices, (case, target, out.note)
+    assert substituted >= 3  # the cases exercise substitution (DeepSpeed and NeMo refuse some of them)
 
 
 def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
