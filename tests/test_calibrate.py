@@ -1,0 +1,108 @@
+"""Calibration on the user's runs: a round trip through a profile with known perturbed parameters recovers
+them well enough to predict held-out runs, a fit that cannot generalise is refused, and the fragment it writes
+makes the preset predict what the fit did."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cost_models.step import evaluate_layout
+from hardware_profiles import load_hardware
+from planner.calibrate import _predict, calibrate, check, fragment, load_runs, params_seen
+from planner.errors import InputError
+from planner.fit import Param
+
+RUNS = [  # five layouts that stress different parameters: fp8 and bf16, TP, CP, FSDP, PP across nodes
+    dict(name="a", model="llama3-8b", gpus=8, seq_len=8192, global_batch=64, dtype="bf16", tp=1, zero=1),
+    dict(name="b", model="llama3-8b", gpus=8, seq_len=8192, global_batch=64, dtype="fp8", tp=2, zero=1),
+    dict(name="c", model="llama3-8b", gpus=16, seq_len=4096, global_batch=128, tp=4, pp=2, mbs=2, zero=1),
+    dict(name="d", model="llama3-8b", gpus=16, seq_len=16384, global_batch=32, dtype="fp8", tp=2, cp=2, zero=3),
+    dict(name="e", model="llama3-70b", gpus=32, seq_len=8192, global_batch=64, tp=8, pp=4, vpp=2, zero=1),
+]
+TRUTH = {Param.GEMM_SCALE: 0.9, Param.ATTENTION_EFFICIENCY: 0.33, Param.FP8_MATMUL_RATIO: 0.8}
+
+
+def _write(tmp_path: Path, runs: list[dict], name: str = "runs.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"runs": runs}))
+    return path
+
+
+def _synthetic(tmp_path: Path) -> list:
+    """The runs as a cluster with TRUTH's parameters would have measured them."""
+    runs = load_runs(_write(tmp_path, [dict(r, step_time_s=1.0) for r in RUNS]), "h100-sxm")
+    return [replace(r, step_time_s=_predict(r, TRUTH)) for r in runs]
+
+
+def test_round_trip_recovers_perturbed_parameters(tmp_path: Path) -> None:
+    runs = _synthetic(tmp_path)
+    cal = calibrate(runs, "h100-sxm")
+    check(cal)  # generalises: does not raise
+    assert cal.before_pct > 8.0  # the preset is well off the synthetic cluster
+    assert cal.after_pct < 2.0
+    assert cal.held_out_pct < cal.before_pct / 2
+    for param, truth in TRUTH.items():  # each moved most of the way from the preset to the truth
+        assert abs(cal.after[param] - truth) < 0.5 * abs(cal.before[param] - truth), param
+
+
+def test_fragment_makes_the_preset_predict_the_fit(tmp_path: Path) -> None:
+    runs = _synthetic(tmp_path)
+    cal = calibrate(runs, "h100-sxm")
+    frag = tmp_path / "fitted.yaml"
+    frag.write_text(yaml.safe_dump(fragment(cal, runs[0].cluster)))
+    for run, fit in zip(runs, cal.runs, strict=True):
+        cluster = load_hardware(f"h100-sxm,{frag}", run.cluster.num_gpus)
+        predicted = evaluate_layout(run.model, cluster, run.job, run.layout).step_time_s
+        assert predicted == pytest.approx(fit.after_s, rel=2e-3)  # the fragment rounds to 4 digits
+
+
+def test_only_exercised_parameters_are_fitted(tmp_path: Path) -> None:
+    one_node_bf16 = load_runs(_write(tmp_path, [dict(RUNS[0], step_time_s=1.0)]), "h100-sxm")
+    assert Param.FP8_MATMUL_RATIO not in params_seen(one_node_bf16)
+    assert Param.SCALE_OUT_EFFICIENCY not in params_seen(one_node_bf16)
+    assert Param.SCALE_UP_EFFICIENCY in params_seen(one_node_bf16)
+    assert {Param.FP8_MATMUL_RATIO, Param.SCALE_OUT_EFFICIENCY} <= set(params_seen(_synthetic(tmp_path)))
+
+
+def test_refuses_one_run(tmp_path: Path) -> None:
+    runs = load_runs(_write(tmp_path, [dict(RUNS[0], step_time_s=5.0)]), "h100-sxm")
+    with pytest.raises(InputError, match="at least 2 runs"):
+        calibrate(runs, "h100-sxm")
+
+
+def test_refuses_a_fit_that_does_not_generalise(tmp_path: Path) -> None:
+    """The same layout measured at half and at twice the prediction: whatever one run teaches, the other
+    contradicts, so held-out predictions are worse than the preset's."""
+    base = load_runs(_write(tmp_path, [dict(RUNS[0], step_time_s=1.0)]), "h100-sxm")[0]
+    predicted = _predict(base, {})
+    runs = [replace(base, name="fast", step_time_s=predicted / 2),
+            replace(base, name="slow", step_time_s=predicted * 2)]
+    cal = calibrate(runs, "h100-sxm")
+    with pytest.raises(InputError, match="refused.*no better than the preset"):
+        check(cal)
+
+
+def test_csv_runs_read_like_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text("name,model,gpus,seq_len,global_batch,dtype,tp,pp,zero,sp,step_time_s\n"
+                    "x,llama3-8b,16,4096,128,bf16,4,2,1,true,4.5\n")
+    (run,) = load_runs(path, "h100-sxm")
+    assert (run.name, run.layout.tp, run.layout.pp, run.layout.sp, run.step_time_s) == ("x", 4, 2, True, 4.5)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    (dict(RUNS[0], step_time_s=1.0, speed=3), "unknown keys \\['speed'\\]"),
+    ({k: v for k, v in RUNS[0].items() if k != "model"} | {"step_time_s": 1.0}, "missing 'model'"),
+    (dict(RUNS[0]), "missing 'step_time_s'"),
+    (dict(RUNS[0], step_time_s="fast"), "step_time_s must be a number"),
+    (dict(RUNS[0], step_time_s=float("nan")), "step_time_s must be a positive finite number"),
+    (dict(RUNS[0], step_time_s=1.0, tp=3), "run 1: "),
+    (dict(RUNS[0], step_time_s=1.0, zero=4), "zero must be 0, 1, 2 or 3"),
+])
+def test_bad_runs_are_refused_with_the_field(tmp_path: Path, entry: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        load_runs(_write(tmp_path, [entry]), "h100-sxm")
