@@ -25,3 +25,8 @@ class InfeasibleError(MeshplanError):
     """No layout fits: the message names the tightest resource and what would make it fit."""
 
     exit_code = 3
+
+
+class UnsupportedModelError(MeshplanError):
+    """A launcher has no definition of the plan's model, so no other layout would help: the message names the
+    model, what differs from the nearest model the launcher builds, and the models it builds."""

@@ -18,9 +18,11 @@ import pytest
 from planner import plan
 from planner.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, UnsupportedPlanError, emit
 from planner.emitters.megatron import arguments
+from planner.emitters.titan_flavors import FLAVORS, Flavor, flavor_of
+from planner.errors import UnsupportedModelError
 from planner.planfile import Plan
 from planner.space import SearchSpec
-from planner.specs import Schedule, ZeroStage
+from planner.specs import ModelSpec, Schedule, ZeroStage
 
 GOLDEN = Path(__file__).parent / "golden"
 FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
@@ -431,3 +433,103 @@ def test_megatron_core_accepts_recompute_modules() -> None:
     cfg.pop("multi_latent_attention", None)
     config = MLATransformerConfig(**{k: v for k, v in cfg.items() if v is not None})
     assert set(config.recompute_modules) == {"layernorm", "mla_up_proj", "moe_act"}
+
+
+PRESET_FLAVORS = {"llama3-8b": "llama3 8B", "llama3-70b": "llama3 70B", "llama3-405b": "llama3 405B",
+                  "qwen3-30b-a3b": "qwen3 30B-A3B", "qwen3-235b-a22b": "qwen3 235B-A22B",
+                  "deepseek-v3": "deepseek_v3 671B"}
+
+
+@pytest.mark.parametrize("flavor", FLAVORS, ids=lambda f: f.label)
+def test_flavors_are_what_torchtitan_builds(flavor: Flavor) -> None:
+    """Each flavor's dimensions, as meshplan writes them down, against torchtitan 0.2.2's own model arguments,
+    and the model torchtitan builds from them (on the meta device) against meshplan's parameter count."""
+    pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    import torch
+    from torchtitan.protocols.train_spec import get_train_spec
+
+    from cost_models.flops import total_params
+
+    train_spec = get_train_spec(flavor.module)
+    args = dataclasses.replace(train_spec.model_args[flavor.flavor])
+    spec = flavor.spec
+    assert (args.dim, args.n_layers, args.n_heads, args.vocab_size) == (
+        spec.hidden_size, spec.num_layers, spec.num_attention_heads, spec.vocab_size)
+    if spec.mla is None:
+        assert args.n_kv_heads == spec.num_kv_heads
+    if spec.moe is not None:
+        assert (args.moe_args.num_experts, args.moe_args.top_k) == (spec.moe.num_experts, spec.moe.top_k)
+    args.moe_impl = "standard"  # deepseek_v3 reads it from the job config (update_from_config) before building
+    with torch.device("meta"):
+        built = train_spec.model_cls(args)
+    assert sum(p.numel() for p in built.parameters()) == total_params(spec)
+
+
+@pytest.mark.parametrize("preset", PRESET_FLAVORS)
+def test_presets_map_to_their_flavors_by_architecture(preset: str) -> None:
+    """A preset maps to its flavor, under its own name or any other; the same name with other dimensions does not."""
+    from planner import load_model
+
+    model = load_model(preset)
+    assert flavor_of(model).label == PRESET_FLAVORS[preset]
+    assert flavor_of(dataclasses.replace(model, name="my-model")).label == PRESET_FLAVORS[preset]
+    deeper = dataclasses.replace(model, num_layers=model.num_layers + 2)
+    with pytest.raises(UnsupportedModelError, match=rf"'{preset}'.*num_layers {model.num_layers + 2} != "
+                                                    rf"{model.num_layers}"):
+        flavor_of(deeper)
+
+
+def _with_model(p: Plan, model: ModelSpec) -> Plan:
+    return dataclasses.replace(p, model=model)
+
+
+@pytest.mark.parametrize("target", [Target.TORCHTITAN, Target.TORCHTITAN_CLI])
+def test_torchtitan_refuses_models_it_has_no_flavor_for(target: Target) -> None:
+    """Mistral-7B is Llama-3-8B with a 32000-token vocabulary: no torchtitan flavor builds it, and its TOML cannot say
+    so. Before, it was written as `flavor = "mistral-7b"` of llama3. Now the refusal is one line naming the model,
+    the nearest flavor and what differs, and what torchtitan builds; strict or not (no layout would help)."""
+    from planner import load_model
+
+    p = _with_model(cases()["llama3-8b_8xh100"], load_model("mistral-7b"))
+    for strict in (True, False):
+        with pytest.raises(UnsupportedModelError) as err:
+            emit(p, target, strict=strict)
+        message = str(err.value)
+        assert "'mistral-7b'" in message and "llama3 8B" in message and "vocab_size 32000 != 128256" in message
+        assert "llama3 8B, 70B, 405B; qwen3 30B-A3B, 235B-A22B; deepseek_v3 671B" in message and "\n" not in message
+
+
+def test_torchtitan_cli_refuses_a_flavor_without_a_0_3_config() -> None:
+    """torchtitan 0.3.0 registers no qwen3_235b_a22b config (0.2.2 has the flavor, so the TOML target writes it)."""
+    from planner import load_model
+
+    model = load_model("qwen3-235b-a22b")
+    assert flavor_of(model).config is None
+    with pytest.raises(UnsupportedModelError, match="torchtitan 0.3.0 has no config for qwen3 235B-A22B"):
+        emit(_with_model(cases()["qwen3-30b-a3b_32xh100"], model), Target.TORCHTITAN_CLI)
+
+
+def test_torchtitan_says_what_deepseek_v3_trains_without() -> None:
+    """DeepSeek-V3's multi-token-prediction layer has no module in torchtitan's 671B flavor: the job is written, and
+    says so."""
+    for target in (Target.TORCHTITAN, Target.TORCHTITAN_CLI):
+        text = emit_case("deepseek-v3_2048xh800", target).text
+        assert "# note: deepseek-v3 has 1 multi-token-prediction layer, which torchtitan's deepseek_v3 671B flavor " \
+               "does not build" in text
+    assert "multi-token" not in emit_case("llama3-70b_pp_vpp_cp", Target.TORCHTITAN).text
+
+
+def test_cli_emit_refuses_an_unknown_model_for_torchtitan(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+    from planner import save_plan
+
+    path = tmp_path / "mistral.yaml"
+    save_plan(plan("mistral-7b", "h100-sxm", gpus=8, seq_len=4096, global_batch=16,
+                   spec=SearchSpec(tp=1, pp=1, zero=2, top_k=1)), path)
+    res = CliRunner().invoke(app, ["emit", str(path), "--to", "torchtitan"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.output.startswith("error: torchtitan has no model definition for 'mistral-7b'")
+    assert CliRunner().invoke(app, ["emit", str(path), "--to", "megatron"]).exit_code == 0

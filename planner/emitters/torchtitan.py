@@ -8,6 +8,8 @@ stages in model order; torchtitan places them as a V itself). A one-wave plan (t
 rank) names "ZBVZeroBubble" for that V placement and `pipeline_parallel_schedule_csv` for its op order, the action
 list `meshplan emit --to torch-actions` writes, which torch's _PipelineScheduleRuntime then runs. Recomputation:
 activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
+The model is one of torchtitan's own flavors, matched by architecture (titan_flavors.py); any other model is
+refused with UnsupportedModelError, since torchtitan's job file cannot state dimensions.
 """
 
 from __future__ import annotations
@@ -15,17 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from planner.emitters.common import UnsupportedPlanError, describe, facts
+from planner.emitters.titan_flavors import flavor_of, mtp_caveat
+from planner.errors import UnsupportedModelError
 from planner.planfile import Plan
 from planner.specs import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 
 ACTIONS_FILE = "pipeline_actions.csv"  # the one-wave plan's op order: meshplan emit PLAN --to torch-actions
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
              Schedule.ZB_V: "ZBVZeroBubble"}
-FLAVORS = {"llama3-8b": ("llama3", "8B", "llama3_8b"), "llama3-70b": ("llama3", "70B", "llama3_70b"),
-           "llama3-405b": ("llama3", "405B", "llama3_405b"),
-           "deepseek-v3": ("deepseek_v3", "671B", "deepseek_v3_671b"),
-           "qwen3-30b-a3b": ("qwen3", "30B-A3B", "qwen3_30b_a3b"),
-           "qwen3-235b-a22b": ("qwen3", "235B-A22B", "qwen3_235b_a22b")}
 
 
 def model_parts(plan: Plan) -> list[list[str]]:
@@ -45,6 +44,7 @@ def model_parts(plan: Plan) -> list[list[str]]:
 
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     lay, job, model = plan.best.layout, plan.job, plan.model
+    flavor = flavor_of(model)  # before the layout: no other layout helps a model torchtitan cannot build
     if lay.zero is ZeroStage.OPTIMIZER:
         raise UnsupportedPlanError("torchtitan has no ZeRO-1 (distributed optimizer only); the nearest plans use "
                                    "FSDP: ZeRO-2 (--zero 2, no resharding after forward) or ZeRO-3 (--zero 3)")
@@ -63,7 +63,6 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if lay.schedule not in (*SCHEDULES, Schedule.WAVE) and lay.pp > 1:
         raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
-    name, flavor, _ = FLAVORS.get(model.name, ("llama3", model.name, model.name))
     sharded = lay.zero >= ZeroStage.GRADIENTS
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if sharded else lay.dp,
@@ -84,7 +83,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     checkpoint: dict[str, Any] = {"mode": mode}
     if mode == "selective":
         checkpoint["selective_ac_option"] = "op"
-    model_section: dict[str, Any] = {"name": name, "flavor": flavor}
+    model_section: dict[str, Any] = {"name": flavor.module, "flavor": flavor.flavor}
     if job.dtype is Dtype.FP8:
         model_section["converters"] = ["quantize.linear.float8"]
     return {
@@ -112,6 +111,9 @@ def emit_toml(plan: Plan) -> str:
     lines = ["# torchtitan 0.2.x job file written by meshplan", f"# {describe(plan)}",
              f"# torchrun --nnodes {facts(plan).nodes} --nproc-per-node {facts(plan).gpus_per_node} "
              "-m torchtitan.train --job.config_file THIS_FILE", ""]
+    caveat = mtp_caveat(plan.model, flavor_of(plan.model))
+    if caveat is not None:
+        lines[2:2] = [f"# note: {caveat}"]
     if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
         lines[3:3] = [f"# the wave's op order, read from {ACTIONS_FILE} in the working directory: "
                       f"meshplan emit PLAN --to torch-actions --out {ACTIONS_FILE}"]
@@ -126,12 +128,15 @@ def emit_cli(plan: Plan) -> str:
     """Overrides for torchtitan 0.3.x, which reads no TOML: one `--section.key value` per line. The split is
     stated as layers per (virtual) stage, so only even splits can be expressed this way."""
     model, f = plan.model, facts(plan)
+    flavor = flavor_of(model)
+    if flavor.config is None:
+        raise UnsupportedModelError(f"torchtitan 0.3.0 has no config for {flavor.label} ({model.name}): use the "
+                                    "torchtitan TOML target (0.2.x), which has the flavor")
     if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
         raise UnsupportedPlanError("the torchtitan 0.3 target is not checked against a 0.3 release for an action-list "
                                    "option, so the wave is written for the 0.2 TOML target only; the nearest plan "
                                    "uses one of torchtitan's own schedules")
-    module, _, config = FLAVORS.get(model.name, ("llama3", model.name, model.name.replace("-", "_")))
-    lines = [f"--module {module}", f"--config {config}"]
+    lines = [f"--module {flavor.module}", f"--config {flavor.config}"]
     for section, values in sections(plan).items():
         if section in ("job", "model"):
             continue
@@ -144,4 +149,7 @@ def emit_cli(plan: Plan) -> str:
                         f"{model.num_layers} layers (re-plan with --pp {plan.best.layout.pp} and an even split)")
                 key, value = "pipeline_parallel_layers_per_stage", f.chunks[0]
             lines.append(f"--{section}.{key} {_toml_value(value)}")
-    return "# torchtitan 0.3.x overrides written by meshplan\n# " + describe(plan) + "\n" + "\n".join(lines) + "\n"
+    caveat = mtp_caveat(model, flavor)
+    note = "" if caveat is None else f"# note: {caveat}\n"
+    return ("# torchtitan 0.3.x overrides written by meshplan\n# " + describe(plan) + "\n" + note + "\n".join(lines)
+            + "\n")
