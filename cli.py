@@ -350,6 +350,9 @@ def explain(
     plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
     png: Annotated[Path | None, typer.Option(help="Write the timeline, memory and breakdown as a PNG.")] = None,
     html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report.")] = None,
+    reprice: Annotated[bool, typer.Option("--reprice", help="Show the current cost model's figures instead of the "
+                                                            "ones the file stores (a warning says where they "
+                                                            "differ).")] = False,
 ) -> None:
     """Show why a plan is what it is: timeline, memory per stage, breakdown, the binding constraint."""
     from planner.explain import explanation, render_html, render_png
@@ -357,7 +360,7 @@ def explain(
     from planner.report import plan_table
 
     def action() -> None:
-        plan = load_plan(plan_file)
+        plan = load_plan(plan_file, reprice=reprice)
         ex = explanation(plan)
         typer.echo(plan_table(plan))
         typer.echo(f"\n  binding constraint: {ex.binding}")
@@ -505,6 +508,41 @@ def profile_network(
             typer.echo(f"{f.collective.value:15} alpha {f.alpha_s * 1e6:9.1f} us  "
                        f"busbw {f.busbw_bytes_per_s / 1e9:8.3f} GB/s")
         typer.echo(f"fragment written to {out}")
+
+    _run(action)
+
+
+@app.command()
+def calibrate(
+    runs: Annotated[list[Path], typer.Argument(help="Measured runs: YAML (a list of runs or `runs:`) or CSV with "
+                                                    "columns name, model, gpus, seq_len, global_batch, dtype, the "
+                                                    "layout (tp, pp, cp, vpp, mbs, zero, recompute, sp, ...) and "
+                                                    "step_time_s.")],
+    hardware: Annotated[str, typer.Option(help="Hardware preset or profile to calibrate (fragments allowed).")],
+    out: Annotated[Path | None, typer.Option(help="Write the fitted profile fragment here; plan with "
+                                                  "--hardware PRESET,FILE.")] = None,
+) -> None:
+    """Fit the hardware profile's physical parameters to your own measured runs (held-out check first)."""
+    import yaml
+
+    from planner.calibrate import calibrate as fit_runs
+    from planner.calibrate import check, fragment, load_runs, report
+    from planner.planfile import write_text_atomic
+
+    def action() -> None:
+        from hardware_profiles import load_hardware
+        load_hardware(hardware, 1)  # a bad preset or fragment is named once, not per run
+        measured = [run for path in runs for run in load_runs(path, hardware)]
+        cal = fit_runs(measured, hardware)
+        typer.echo(report(cal))
+        check(cal)
+        if out is not None:
+            header = (f"# meshplan calibrate: {len(measured)} runs ({', '.join(str(p) for p in runs)}) on {hardware}; "
+                      f"mean |error| {cal.before_pct:.1f} % -> {cal.after_pct:.1f} %, held out "
+                      f"{cal.held_out_pct:.1f} %\n")
+            write_text_atomic(out, header + yaml.safe_dump(fragment(cal, measured[0].cluster), sort_keys=False,
+                                                      default_flow_style=None))
+            typer.echo(f"fragment written to {out}; plan with --hardware {hardware},{out}")
 
     _run(action)
 

@@ -106,3 +106,25 @@ def test_csv_runs_read_like_yaml(tmp_path: Path) -> None:
 def test_bad_runs_are_refused_with_the_field(tmp_path: Path, entry: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         load_runs(_write(tmp_path, [entry]), "h100-sxm")
+
+
+def test_cli_writes_the_fragment_and_refuses_without_writing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    runs = _synthetic(tmp_path)
+    good = _write(tmp_path, [dict(r, step_time_s=run.step_time_s) for r, run in zip(RUNS, runs, strict=True)],
+                  "measured.yaml")
+    out = tmp_path / "fitted.yaml"
+    result = CliRunner().invoke(app, ["calibrate", str(good), "--hardware", "h100-sxm", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "held out" in result.output and out.is_file()
+    assert load_hardware(f"h100-sxm,{out}", 8).gpu.attention_efficiency == pytest.approx(0.33, abs=0.03)
+
+    bad = _write(tmp_path, [dict(RUNS[0], name="fast", step_time_s=1.0), dict(RUNS[0], name="slow", step_time_s=30.0)],
+                 "contradictory.yaml")
+    refused = tmp_path / "refused.yaml"
+    result = CliRunner().invoke(app, ["calibrate", str(bad), "--hardware", "h100-sxm", "--out", str(refused)])
+    assert result.exit_code == 2 and "refused" in result.output and not refused.exists()
+    assert result.exception is None or isinstance(result.exception, SystemExit)
