@@ -8,6 +8,9 @@ every layer, the batch divides) by `Layout.validate`. Files are written atomical
 
 The same inputs give a byte-identical file: the search's wall time is therefore left out (null)
 unless the caller asks for it.
+
+Reading one back (validation, and what the file says against the current cost model) is
+planner/planread.py; `read_plan` and `load_plan` here call it.
 """
 
 from __future__ import annotations
@@ -17,36 +20,24 @@ import os
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
-from cost_models.profile import MeasuredCosts, MeasuredLayer
+from cost_models.profile import MeasuredCosts
 from cost_models.schedules import LAUNCHERS
-from cost_models.step import evaluate_layout
-from hardware_profiles import parse_profile, profile_mapping
+from hardware_profiles import profile_mapping
 from planner.bands import StepBand, band_dict, band_for, load_bands, step_band
-from planner.errors import InputError, MeshplanError
-from planner.ilp import Solver
-from planner.loaders import model_from_mapping, model_mapping
+from planner.errors import InputError
+from planner.loaders import model_mapping
 from planner.report import layout_dict, prediction_dict
 from planner.search import Certificate, Ranked
-from planner.simulate import simulated_step_time
 from planner.specs import (
-    AttentionKernel,
     ClusterSpec,
-    Dtype,
     JobSpec,
     Layout,
     ModelSpec,
-    Recompute,
-    RecomputeModule,
-    Runtime,
-    Schedule,
-    ZeroStage,
     module_names,
     non_default_modules,
 )
@@ -78,11 +69,6 @@ class Plan:
         return tuple(b.overlaps(best) for b in others)
 
 
-def _schema() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((resources.files("planner") / "plan.schema.json").read_text())
-    return data
-
-
 def _stages(ranked: Ranked) -> list[dict[str, Any]]:
     layout, pred = ranked.layout, ranked.prediction
     chunks = layout.chunk_layers(sum(s.num_layers for s in pred.stages))
@@ -99,11 +85,15 @@ def _stages(ranked: Ranked) -> list[dict[str, Any]]:
     return out
 
 
-def _summary(ranked: Ranked, band: StepBand, indistinguishable: bool) -> dict[str, Any]:
-    p = ranked.prediction
+def _summary(ranked: Ranked, band: StepBand, indistinguishable: bool, num_layers: int) -> dict[str, Any]:
+    """An alternative: its figures and its layout with its own stage split (and partial recomputation)."""
+    p, lay = ranked.prediction, ranked.layout
+    layout = {**layout_dict(lay), "layers_per_chunk": list(lay.chunk_layers(num_layers))}
+    if lay.recompute_layers is not None:
+        layout["full_layers_per_stage"] = list(lay.recompute_layers)
     return {"step_time_s": p.step_time_s, "simulated_step_time_s": ranked.simulated_step_time_s,
             "tokens_per_s": p.tokens_per_s, "mfu": p.mfu,
-            "peak_memory_gib": p.peak_memory_gib, "layout": layout_dict(ranked.layout),
+            "peak_memory_gib": p.peak_memory_gib, "layout": layout,
             "band_s": [band.low_s, band.high_s], "indistinguishable": indistinguishable}
 
 
@@ -144,7 +134,7 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                        "no_split_fits": cert.infeasible},
             "solve_time_s": round(cert.solve_time_s, 3) if record_timing else None,
             "optimal": cert.optimal, "gap": cert.gap},
-        "alternatives": [_summary(r, b, same) for r, b, same
+        "alternatives": [_summary(r, b, same, plan.model.num_layers) for r, b, same
                          in zip(plan.alternatives, plan.bands[1:], plan.indistinguishable, strict=True)],
         "costs": _costs_dict(job.runtime.measured),
     }
@@ -166,15 +156,6 @@ def _costs_dict(measured: MeasuredCosts | None) -> dict[str, Any] | None:
     return {"source": measured.source, "seq_len": measured.seq_len,
             "rows": [{"kind": k[0], "tp": k[1], "mbs": k[2], "forward_s": m.forward_s, "backward_s": m.backward_s,
                       "activation_bytes": m.activation_bytes, "params": m.params} for k, m in measured.rows]}
-
-
-def _costs_from(data: dict[str, Any] | None) -> MeasuredCosts | None:
-    if not data:
-        return None
-    rows = tuple(((r["kind"], r["tp"], r["mbs"]),
-                  MeasuredLayer(r["forward_s"], r["backward_s"], r["activation_bytes"], r["params"]))
-                 for r in data["rows"])
-    return MeasuredCosts(rows, data["seq_len"], data["source"])
 
 
 def dumps(plan: Plan, path: str | Path, record_timing: bool = False) -> str:
@@ -209,95 +190,17 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
         raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
-def _where(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "top level"
-
-
-def layout_from_dict(data: dict[str, Any], origin: str) -> Layout:
-    par, rec = data["parallelism"], data["recompute"]
-    full = rec["full_layers_per_stage"]
-    recompute = Recompute(rec["granularity"])
-    return Layout(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], vpp=par["vpp"],
-                  ep=par.get("ep", 1), etp=par.get("etp", 1),
-                  mbs=data["batching"]["micro_batch_size"], sp=par["sp"], zero=ZeroStage(par["zero_stage"]),
-                  recompute=recompute, schedule=Schedule(par["schedule"]),
-                  stage_layers=tuple(par["layers_per_chunk"]),
-                  recompute_layers=tuple(full) if recompute is not Recompute.FULL and any(full) else None,
-                  recompute_modules=frozenset(RecomputeModule(m) for m in rec.get("modules", ())))
-
-
-def load_plan_data(data: Any, origin: str) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout]:
-    """Validate a parsed plan and return what it describes."""
-    try:
-        jsonschema.validate(data, _schema())
-    except jsonschema.ValidationError as exc:
-        raise InputError(f"{origin}: {_where(exc)}: {exc.message.splitlines()[0]}") from None
-    model = model_from_mapping(data["model"], f"{origin}: model")
-    hw = data["hardware"]
-    cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
-    j = data["job"]
-    job = JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
-                  runtime=Runtime(attention=AttentionKernel(j["attention"]),
-                                  overlap_grad_reduce=j["overlap_grad_reduce"],
-                                  overlap_param_gather=j["overlap_param_gather"],
-                                  grad_reduce_bytes=j["grad_reduce_bytes"],
-                                  measured=_costs_from(data.get("costs")),
-                                  moe_capacity_factor=j.get("moe_capacity_factor"),
-                                  moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
-                                  moe_comm_overlap=j.get("moe_comm_overlap", False),
-                                  moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)))
-    layout = layout_from_dict(data, origin)
-    try:
-        layout.validate(model, job, cluster.num_gpus)
-    except MeshplanError as exc:
-        raise InputError(f"{origin}: {exc}") from None
-    if data["batching"]["global_batch"] != job.global_batch or \
-            data["batching"]["num_microbatches"] != layout.num_microbatches(job):
-        raise InputError(f"{origin}: batching does not match: micro-batch {layout.mbs} x dp {layout.dp} x "
-                         f"{data['batching']['num_microbatches']} micro-batches != global batch {job.global_batch}")
-    if len(data["stages"]) != layout.pp:
-        raise InputError(f"{origin}: {len(data['stages'])} stages listed for pp {layout.pp}")
-    return model, cluster, job, layout
-
-
 def read_plan(path: str | Path) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout]:
-    """Read and validate a plan file (YAML, or JSON by suffix)."""
-    target = Path(path)
-    try:
-        text = target.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read plan {target}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = json.loads(text) if target.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{target}: not valid {'JSON' if target.suffix == '.json' else 'YAML'} "
-                         f"({str(exc).splitlines()[0]})") from None
-    return load_plan_data(data, str(target))
+    """Read and validate a plan file (YAML, or JSON by suffix): its model, hardware, job and chosen layout."""
+    from planner.planread import parse_plan, read_plan_data  # planread builds on this module
+
+    parsed = parse_plan(*read_plan_data(path))
+    return parsed.model, parsed.cluster, parsed.job, parsed.layout
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file; the chosen layout is re-predicted by the current cost model, the
-    alternatives (stored as summaries) are re-predicted with an even layer split."""
-    model, cluster, job, layout = read_plan(path)
-    target = Path(path)
-    data = json.loads(target.read_text()) if target.suffix == ".json" else yaml.safe_load(target.read_text())
-    rec = data["search"]
-    cert = None if rec is None else Certificate(
-        method=rec["method"], solver=Solver(rec["solver"]), candidates=rec["candidates"], evaluated=rec["evaluated"],
-        pruned_memory=rec["pruned"]["memory_bound"], pruned_time=rec["pruned"]["time_bound"],
-        infeasible=rec["pruned"]["no_split_fits"], solve_time_s=rec["solve_time_s"] or 0.0, optimal=rec["optimal"],
-        gap=rec["gap"])
-    def ranked(lay: Layout) -> Ranked:
-        pred = evaluate_layout(model, cluster, job, lay)
-        return Ranked(lay, pred, simulated_step_time(model, cluster, job, lay, pred))
+def load_plan(path: str | Path, reprice: bool = False) -> Plan:
+    """Read and validate a plan file: the plan as the file states it, or re-priced by the current cost model
+    when `reprice` (planner/planread.py); a warning says where the two differ."""
+    from planner.planread import load_plan as load
 
-    best = ranked(layout)
-    alternatives = []
-    for alt in data["alternatives"]:  # stored as summaries: re-priced with the even split
-        lay = alt["layout"]
-        other = Layout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], vpp=lay["vpp"], mbs=lay["mbs"],
-                       sp=lay["sp"], zero=ZeroStage(lay["zero_stage"]), recompute=Recompute(lay["recompute"]),
-                       schedule=Schedule(lay["schedule"]), ep=lay.get("ep", 1), etp=lay.get("etp", 1),
-                       recompute_modules=frozenset(RecomputeModule(m) for m in lay.get("recompute_modules", ())))
-        alternatives.append(ranked(other))
-    return Plan(model, cluster, job, best, tuple(alternatives), cert)
+    return load(path, reprice)

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from cli import app
@@ -71,3 +72,33 @@ def test_html_renders_in_headless_chromium(plan_file: Path, tmp_path: Path) -> N
                     "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
                     "--window-size=1000,1400", page.as_uri()], check=True, capture_output=True, timeout=120)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+def test_explain_shows_the_file_and_reprices_on_request(plan_file: Path, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """`meshplan explain` shows the figures the plan file stores (here edited, as if another cost model had made
+    the plan) and warns that the current model prices it differently; `--reprice` shows the current model's."""
+    data = yaml.safe_load(plan_file.read_text())
+    now = data["prediction"]["step_time_s"]
+    data["prediction"]["step_time_s"] = 3 * now
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def step_line(output: str) -> str:
+        return next(line for line in output.splitlines() if line.strip().startswith("step time"))
+
+    with caplog.at_level("WARNING", logger="planner.planread"):
+        res = runner.invoke(app, ["explain", str(edited)])
+    assert res.exit_code == 0, res.output
+    assert f"{3 * now:12.4f} s" in step_line(res.output)
+    assert [r.getMessage().count(f"stored {3 * now:.6g} s, re-priced {now:.6g} s") for r in caplog.records] == [1]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="planner.planread"):
+        res = runner.invoke(app, ["explain", str(edited), "--reprice"])
+    assert res.exit_code == 0, res.output
+    assert f"{now:12.4f} s" in step_line(res.output)
+    assert len(caplog.records) == 1 and "showing the re-priced figures" in caplog.records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="planner.planread"):
+        assert runner.invoke(app, ["explain", str(plan_file)]).exit_code == 0
+    assert caplog.records == []

@@ -6,11 +6,12 @@ nemo (NeMo-Run and Megatron-Bridge overrides), torch-actions (the pipeline's op 
 torch.distributed.pipelining's runtime reads; torchtitan runs one-wave plans from it).
 
 Each emitter raises `UnsupportedPlanError` for a plan its launcher cannot express, naming what is
-unsupported, and `UnsupportedModelError` (planner.errors) for a model its launcher cannot build (torchtitan
-builds only its own flavors), which no other layout would help and which is never substituted. `emit` then (unless strict) searches the plan's own job again within what that launcher
+unsupported. `emit` then (unless strict) searches the plan's own job again within what that launcher
 can run (`CAPABILITIES`) and emits that layout instead, saying so in the result's `note`, in the file's
 header where the format has comments, and with the predicted cost of the change: never a silently
 different configuration. An action list is only ever the plan's own (it pairs with the plan's layout).
+A model the launcher cannot build at all (torchtitan builds only its own flavors) raises
+`UnsupportedModelError` (planner.errors), which no other layout would help: it is never substituted.
 """
 
 from __future__ import annotations
