@@ -513,6 +513,34 @@ def profile_network(
 
 
 @app.command()
+def trial(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan` (with alternatives).")],
+    to: Annotated[str, typer.Option("--to", help="Launcher: megatron, torchtitan or deepspeed.")],
+    out: Annotated[Path, typer.Option(help="Folder for the trial scripts and their manifest.")],
+    top_k: Annotated[int, typer.Option("--top-k", help="How many of the plan's best layouts to try.")] = 3,
+    steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 20,
+) -> None:
+    """Write launch scripts that train the plan's best layouts for a few steps, logging every step."""
+    from planner.planfile import load_plan
+    from planner.trial import MANIFEST, TrialLauncher, write_trials
+
+    def action() -> None:
+        try:
+            launcher = TrialLauncher(to)
+        except ValueError:
+            raise InputError(f"--to must be one of {', '.join(t.value for t in TrialLauncher)}, got {to!r}") from None
+        trials = write_trials(load_plan(plan_file), launcher, top_k, steps, out)
+        for t in trials:
+            where = f"{out / t.script}" if t.script else f"skipped: {t.skipped}"
+            typer.echo(f"{t.name}  {t.layout}  predicted {t.predicted_step_s:.3f} s/step  {where}")
+        if any(t.skipped for t in trials):
+            typer.echo(f"note: plan with --launcher {launcher.value} to rank only layouts {launcher.value} can run")
+        typer.echo(f"manifest: {out / MANIFEST}; after the runs: meshplan calibrate {out / MANIFEST} --hardware H")
+
+    _run(action)
+
+
+@app.command()
 def calibrate(
     runs: Annotated[list[Path], typer.Argument(help="Measured runs: YAML (a list of runs or `runs:`) or CSV with "
                                                     "columns name, model, gpus, seq_len, global_batch, dtype, the "

@@ -1,0 +1,112 @@
+"""Trial scripts for a plan's best layouts: what each launcher is told to run, that the launchers' own parsers
+take it (torchtitan's ConfigManager, DeepSpeed's config; Megatron-LM's flags against the list read from its
+arguments.py), the manifest, and the layouts a launcher cannot run being named rather than substituted."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+import planner
+from planner.emitters import Target, for_launcher
+from planner.errors import InputError
+from planner.planfile import load_plan
+from planner.space import SearchSpec
+from planner.trial import MANIFEST, TrialLauncher, write_trials
+
+FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
+
+
+def _plan(target: Target, top_k: int = 3) -> planner.Plan:
+    return planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                        spec=for_launcher(SearchSpec(top_k=top_k), target))
+
+
+def _command(script: Path) -> list[str]:
+    """The launch line of a launch.sh, as words (without the trailing pipe to tee)."""
+    line = script.read_text().splitlines()[-1]
+    return shlex.split(line.split(" 2>&1 | tee ")[0])
+
+
+def test_megatron_trials_run_the_emitted_arguments_for_n_steps(tmp_path: Path) -> None:
+    plan = _plan(Target.MEGATRON)
+    trials = write_trials(plan, TrialLauncher.MEGATRON, 3, 10, tmp_path)
+    assert [t.rank for t in trials] == [0, 1, 2] and not any(t.skipped for t in trials)
+    known = {line.split()[0] for line in FLAGS.read_text().splitlines() if line.startswith("--")}
+    for t in trials:
+        words = _command(tmp_path / t.script)
+        assert words[:2] == ["bash", "megatron.sh"]
+        extra = dict(zip(words[2::2], words[3::2], strict=False))
+        assert extra["--train-iters"] == "10" and extra["--log-interval"] == "1"
+        config = (tmp_path / t.config).read_text()
+        used = {w for w in shlex.split(config.split("MEGATRON_ARGS=(")[1].split(")")[0]) if w.startswith("--")}
+        assert used | {w for w in words if w.startswith("--")} <= known
+        assert (tmp_path / t.script).stat().st_mode & 0o100  # executable
+    manifest = yaml.safe_load((tmp_path / MANIFEST).read_text())
+    assert manifest["launcher"] == "megatron" and manifest["steps"] == 10
+    assert [e["log"] for e in manifest["trials"]] == [f"trial-{i}/train.log" for i in (1, 2, 3)]
+    copy = load_plan(tmp_path / manifest["plan"])
+    assert copy.best.layout == plan.best.layout and len(copy.alternatives) == len(plan.alternatives)
+
+
+def test_torchtitan_trials_parse_with_its_config_manager(tmp_path: Path) -> None:
+    pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
+    from torchtitan.config import ConfigManager
+
+    trials = write_trials(_plan(Target.TORCHTITAN, 2), TrialLauncher.TORCHTITAN, 2, 7, tmp_path)
+    for t in trials:
+        words = _command(tmp_path / t.script)
+        args = words[words.index("torchtitan.train") + 1:]
+        args = [a for a in args if a != "$@"]
+        job = ConfigManager().parse_args(["--job.config_file", str(tmp_path / t.config), *args[2:]])
+        assert job.training.steps == 7 and job.metrics.log_freq == 1
+        assert words[:3] == ["torchrun", "--nnodes", "2"]
+
+
+def test_deepspeed_trials_log_every_step(tmp_path: Path) -> None:
+    """The two keys are DeepSpeed's own (its config constants); the rest is the emitter's, which
+    tests/test_emitters.py runs through DeepSpeedConfig."""
+    pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
+    from deepspeed.runtime.constants import STEPS_PER_PRINT, WALL_CLOCK_BREAKDOWN
+
+    (t,) = write_trials(_plan(Target.DEEPSPEED, 1), TrialLauncher.DEEPSPEED, 1, 5, tmp_path)
+    config = json.loads((tmp_path / t.config).read_text())
+    assert config[STEPS_PER_PRINT] == 1 and config[WALL_CLOCK_BREAKDOWN] is True
+    assert "--deepspeed_config deepspeed.json" in (tmp_path / t.script).read_text()
+
+
+def test_layouts_a_launcher_cannot_run_are_named_not_substituted(tmp_path: Path) -> None:
+    plan = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                        spec=SearchSpec(top_k=3, pp=2, schedule=planner.Schedule.ZB_V))
+    trials = write_trials(plan, TrialLauncher.MEGATRON, 2, 10, tmp_path)
+    assert all(t.skipped and "zb-v" in t.skipped and t.script is None for t in trials)
+    assert not (tmp_path / "trial-1").exists()
+    manifest = yaml.safe_load((tmp_path / MANIFEST).read_text())
+    assert all("skipped" in e and "log" not in e for e in manifest["trials"])
+
+
+@pytest.mark.parametrize(("top_k", "steps", "message"), [(0, 10, "--top-k must be between 1 and"),
+                                                         (9, 10, "--top-k must be between 1 and"),
+                                                         (1, 0, "--steps must be between 1 and")])
+def test_bad_counts_are_refused(tmp_path: Path, top_k: int, steps: int, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        write_trials(_plan(Target.MEGATRON, 2), TrialLauncher.MEGATRON, top_k, steps, tmp_path)
+
+
+def test_cli_trial(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    planner.save_plan(_plan(Target.MEGATRON, 2), tmp_path / "plan.yaml")
+    out = tmp_path / "trials"
+    result = CliRunner().invoke(app, ["trial", str(tmp_path / "plan.yaml"), "--to", "megatron", "--out", str(out),
+                                      "--top-k", "2", "--steps", "5"])
+    assert result.exit_code == 0, result.output
+    assert (out / MANIFEST).is_file() and (out / "trial-2" / "launch.sh").is_file()
+    bad = CliRunner().invoke(app, ["trial", str(tmp_path / "plan.yaml"), "--to", "nemo", "--out", str(out)])
+    assert bad.exit_code == 2 and "--to must be one of megatron, torchtitan, deepspeed" in bad.output
