@@ -83,7 +83,8 @@ def _duration(d: Durations, op: Op) -> float:
 def simulate(program: Program, durations: Durations) -> SimResult:
     """Run the program; raise ValueError if it deadlocks (an order that waits on itself)."""
     chunks = len(program.placement)
-    done: dict[Op, float] = {}
+    place = program.placement
+    done: dict[tuple[str, int, int], float] = {}  # (kind "F" / "B" / "W", micro-batch, chunk) -> end
     clock = [0.0] * program.num_devices
     queues = [deque(order) for order in program.orders]
     pending_w: list[deque[Op]] = [deque() for _ in range(program.num_devices)]
@@ -94,21 +95,28 @@ def simulate(program: Program, durations: Durations) -> SimResult:
     hop = durations.p2p_s
 
     def ready_at(op: Op, device: int) -> float | None:
-        deps: list[tuple[Op, float]] = []
-        if op.kind is OpKind.F and op.chunk > 0:
-            prev = Op(OpKind.F, op.microbatch, op.chunk - 1)
-            deps.append((prev, hop if program.placement[op.chunk - 1] != device else 0.0))
+        """When `op` could start on `device`: its device free and its inputs there; None while one is missing."""
+        mb, c, start = op.microbatch, op.chunk, clock[device]
+        if op.kind is OpKind.F:
+            if c > 0:
+                end = done.get(("F", mb, c - 1))
+                if end is None:
+                    return None
+                start = max(start, end + (hop if place[c - 1] != device else 0.0))
+            return start
         if op.kind is OpKind.B:
-            deps.append((Op(OpKind.F, op.microbatch, op.chunk), 0.0))
-            if op.chunk < chunks - 1:
-                nxt = Op(OpKind.B, op.microbatch, op.chunk + 1)
-                deps.append((nxt, hop if program.placement[op.chunk + 1] != device else 0.0))
-        if op.kind is OpKind.W:
-            deps.append((Op(OpKind.B, op.microbatch, op.chunk), 0.0))
-        times = [done.get(dep) for dep, _ in deps]
-        if any(t is None for t in times):
-            return None
-        return max([clock[device]] + [t + lag for t, (_, lag) in zip(times, deps, strict=True)])  # type: ignore[operator]
+            end = done.get(("F", mb, c))
+            if end is None:
+                return None
+            start = max(start, end)
+            if c < chunks - 1:
+                end = done.get(("B", mb, c + 1))
+                if end is None:
+                    return None
+                start = max(start, end + (hop if place[c + 1] != device else 0.0))
+            return start
+        end = done.get(("B", mb, c))
+        return None if end is None else max(start, end)
 
     def run(device: int, op: Op, start: float) -> None:
         end = start + _duration(durations, op)
@@ -122,7 +130,7 @@ def simulate(program: Program, durations: Durations) -> SimResult:
         peak[device] = max(peak[device], memory[device])
         busy[device] += end - start
         clock[device] = end
-        done[op] = end
+        done[(op.kind.value, op.microbatch, op.chunk)] = end
         events.append(Event(device, op, start, end))
         if op.kind is OpKind.B and program.split_backward and not program.explicit_w:
             pending_w[device].append(Op(OpKind.W, op.microbatch, op.chunk))
