@@ -168,13 +168,122 @@ def run_from_mapping(entry: Mapping[str, Any], hardware: str, where: str) -> Mea
                        None if memory is None else float(memory))
 
 
+def _megatron_model(a: Mapping[str, Any], name: str, where: str) -> ModelSpec:
+    """The model a Megatron-LM arguments block describes (dense or MoE with every layer MoE: the block's
+    moe_layer_freq is not read)."""
+    from planner.loaders import model_from_mapping
+
+    need = ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "world_size", "global_batch_size",
+            "micro_batch_size")
+    missing = [k for k in need if a.get(k) is None]
+    vocab = a.get("padded_vocab_size") or a.get("vocab_size")
+    if missing or vocab is None:
+        raise InputError(f"{where}: the arguments block does not print {missing or ['padded_vocab_size']}: "
+                         "log with Megatron-LM's argument printout (rank 0's log)")
+    h = a["hidden_size"]
+    mapping: dict[str, Any] = {
+        "name": name, "num_layers": a["num_layers"], "hidden_size": h,
+        "ffn_hidden_size": a.get("ffn_hidden_size") or 4 * h, "num_attention_heads": a["num_attention_heads"],
+        "num_kv_heads": a.get("num_query_groups") or a["num_attention_heads"], "vocab_size": vocab,
+        "gated_mlp": bool(a.get("swiglu")), "tied_embeddings": not a.get("untie_embeddings_and_output_weights"),
+        "norm": "rmsnorm" if str(a.get("normalization")).lower() == "rmsnorm" else "layernorm"}
+    if a.get("kv_channels"):
+        mapping["head_dim"] = a["kv_channels"]
+    if a.get("position_embedding_type") == "learned_absolute":
+        mapping["learned_positions"] = a["seq_length"]
+    if a.get("num_experts"):
+        mapping.update(moe_num_experts=a["num_experts"], moe_top_k=a.get("moe_router_topk") or 2,
+                       moe_ffn_hidden_size=a.get("moe_ffn_hidden_size") or mapping["ffn_hidden_size"])
+        if a.get("moe_shared_expert_intermediate_size"):
+            mapping["moe_shared_ffn_hidden_size"] = a["moe_shared_expert_intermediate_size"]
+    return model_from_mapping(mapping, where)
+
+
+def run_from_megatron_log(path: Path, text: str, hardware: str) -> MeasuredRun:
+    """A Megatron-LM log is self-describing: its arguments block gives model, job and layout, its iteration
+    lines the step time (planner.runlogs), its memory report the peak allocated bytes."""
+    from planner.api import make_layout, resolve
+    from planner.runlogs import parse_megatron_log
+
+    log = parse_megatron_log(text, str(path))
+    a = log.layout()
+    model = _megatron_model(a, path.stem, str(path))
+    granularity = a.get("recompute_granularity")
+    knobs: dict[str, Any] = dict(
+        tp=a.get("tensor_model_parallel_size") or 1, pp=a.get("pipeline_model_parallel_size") or 1,
+        cp=a.get("context_parallel_size") or 1, vpp=a.get("virtual_pipeline_model_parallel_size") or 1,
+        mbs=a["micro_batch_size"], zero=a.get("zero_stage") or 0, sp=bool(a.get("sequence_parallel")),
+        ep=a.get("expert_model_parallel_size") or 1, recompute=granularity or "none")
+    if model.moe is not None:
+        knobs["etp"] = a.get("expert_tensor_parallel_size") or 1
+    if granularity == "selective" and a.get("recompute_modules"):
+        knobs["recompute_modules"] = ",".join(a["recompute_modules"])
+    try:
+        problem = resolve(model, hardware, gpus=a["world_size"], seq_len=a["seq_length"],
+                          global_batch=a["global_batch_size"], dtype="fp8" if a.get("fp8") else "bf16")
+        layout = make_layout(problem, **knobs)
+    except (InputError, LayoutError) as exc:
+        raise InputError(f"{path}: {exc}") from None
+    return MeasuredRun(path.stem, problem.model, problem.cluster, problem.job, layout, log.steady_step_time_s(),
+                       log.peak_memory_gib)
+
+
+def _trial_runs(path: Path, data: dict[str, Any], hardware: str) -> list[MeasuredRun]:
+    """The trials of a `meshplan trial` manifest whose logs exist: layout from the copied plan, step time from
+    the log (Megatron-LM's peak allocated memory too; torchtitan prints only reserved memory, which counts the
+    allocator's slack, so it is not compared)."""
+    from planner.api import resolve
+    from planner.planfile import load_plan
+    from planner.runlogs import DeepSpeedLog, MegatronLog, TorchtitanLog, parse_log
+    from planner.trial import trial_paths
+
+    plan_path, trials = trial_paths(path, data)
+    plan = load_plan(plan_path)
+    ranked = (plan.best, *plan.alternatives)
+    problem = resolve(plan.model, hardware, gpus=plan.cluster.num_gpus, seq_len=plan.job.seq_len,
+                      global_batch=plan.job.global_batch, dtype=plan.job.dtype, runtime=plan.job.runtime)
+    runs = []
+    for t in trials:
+        log_path = path.parent / str(t.get("log", ""))
+        if "log" not in t or not log_path.is_file():
+            continue
+        rank = t.get("rank")
+        if not isinstance(rank, int) or not 0 <= rank < len(ranked):
+            raise InputError(f"{path}: trial {t.get('name')!r}: rank must be 0 to {len(ranked) - 1}, got {rank!r}")
+        log = parse_log(log_path.read_text(), str(log_path))
+        memory: float | None = None
+        if isinstance(log, MegatronLog):
+            step, memory = log.steady_step_time_s(), log.peak_memory_gib
+        elif isinstance(log, TorchtitanLog):
+            if log.tokens_per_step is None:
+                log = TorchtitanLog(log.steps, log.tokens_per_s_per_gpu, log.peak_memory_gib,
+                                    plan.job.global_batch * plan.job.seq_len, log.source)
+            step = log.steady_step_time_s(plan.cluster.num_gpus)
+        else:
+            assert isinstance(log, DeepSpeedLog)
+            step, memory = log.steady_step_time_s(), log.peak_memory_gib
+        runs.append(MeasuredRun(str(t.get("name", f"rank {rank}")), problem.model, problem.cluster, problem.job,
+                                ranked[rank].layout, step, memory))
+    if not runs:
+        raise InputError(f"{path}: no trial has a log yet (run each trial's launch.sh; it writes train.log)")
+    return runs
+
+
 def load_runs(path: Path, hardware: str) -> list[MeasuredRun]:
-    """Runs from a YAML file (a list of runs, or a mapping with `runs:`) or a CSV file with a header row of
-    RUN_KEYS columns."""
+    """Runs from a YAML file (a list of runs, or a mapping with `runs:`), a CSV file with a header row of
+    RUN_KEYS columns, a `meshplan trial` manifest (trials.yaml) with the trials' logs, or a Megatron-LM log."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    from planner.runlogs import Launcher, detect_launcher
+
+    launcher = detect_launcher(text)
+    if launcher is Launcher.MEGATRON:
+        return [run_from_megatron_log(path, text, hardware)]
+    if launcher is not None:
+        raise InputError(f"{path}: a {launcher.value} log does not say its model and layout; list it in the "
+                         "trials.yaml manifest `meshplan trial` writes, and calibrate on the manifest")
     if path.suffix.lower() == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
         if not rows:
@@ -185,6 +294,10 @@ def load_runs(path: Path, hardware: str) -> list[MeasuredRun]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    from planner.trial import is_manifest
+
+    if is_manifest(data):
+        return _trial_runs(path, data, hardware)
     if isinstance(data, dict):
         data = data.get("runs")
     if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):

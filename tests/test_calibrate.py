@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import planner
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
 from planner.calibrate import _predict, calibrate, check, fragment, load_runs, params_seen
@@ -128,3 +129,58 @@ def test_cli_writes_the_fragment_and_refuses_without_writing(tmp_path: Path) -> 
     result = CliRunner().invoke(app, ["calibrate", str(bad), "--hardware", "h100-sxm", "--out", str(refused)])
     assert result.exit_code == 2 and "refused" in result.output and not refused.exists()
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def _megatron_log(args: dict, step_ms: list[float], peak_mib: float = 40_000.0) -> str:
+    """A Megatron-LM log in its own line formats (the helpers of tests/test_runlogs.py, which cite them)."""
+    from test_runlogs import _args_block, _iteration_new
+
+    lines = [_args_block(args)] + [_iteration_new(i + 1, ms) for i, ms in enumerate(step_ms)]
+    lines.insert(2, f"[Rank 0] (after 1 iterations) memory (MB) | allocated: 1000.00 | max allocated: {peak_mib:.2f} "
+                    f"| reserved: 50000.00 | max reserved: 50000.00")
+    return "\n".join(lines) + "\n"
+
+
+LLAMA3_8B_ARGS = dict(
+    world_size=8, tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=1,
+    virtual_pipeline_model_parallel_size=None, sequence_parallel=True, micro_batch_size=1, global_batch_size=64,
+    seq_length=4096, use_distributed_optimizer=True, recompute_granularity=None, fp8=None, bf16=True,
+    num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32, group_query_attention=True,
+    num_query_groups=8, kv_channels=128, padded_vocab_size=128256, swiglu=True,
+    untie_embeddings_and_output_weights=True, normalization="RMSNorm", position_embedding_type="rope")
+
+
+def test_a_megatron_log_is_a_run(tmp_path: Path) -> None:
+    """Model, job and layout from the arguments block; the step from the iteration lines after warm-up."""
+    path = tmp_path / "llama.log"
+    path.write_text(_megatron_log(LLAMA3_8B_ARGS, [9000.0, 3100.0, 3000.0, 3000.0, 3050.0]))
+    (run,) = load_runs(path, "h100-sxm")
+    lay = run.layout
+    assert (lay.tp, lay.pp, lay.dp, lay.sp, int(lay.zero), lay.mbs) == (2, 1, 4, True, 1, 1)
+    assert (run.job.seq_len, run.job.global_batch, run.job.dtype.value, run.cluster.num_gpus) == (4096, 64, "bf16", 8)
+    preset = planner.load_model("llama3-8b")
+    for field in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads",
+                  "vocab_size", "gated_mlp", "tied_embeddings"):
+        assert getattr(run.model, field) == getattr(preset, field), field
+    assert run.step_time_s == pytest.approx(3.025)  # the median after the first logged iteration
+    assert run.peak_memory_gib == pytest.approx(40_000 / 1024)
+
+
+def test_trial_manifest_pairs_each_log_with_its_layout(tmp_path: Path) -> None:
+    """meshplan trial's folder, logs written as Megatron-LM would, read back through the manifest; trials
+    without a log yet are left out."""
+    from planner.emitters import Target, for_launcher
+    from planner.space import SearchSpec
+    from planner.trial import MANIFEST, TrialLauncher, write_trials
+
+    plan = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                        spec=for_launcher(SearchSpec(top_k=3), Target.MEGATRON))
+    trials = write_trials(plan, TrialLauncher.MEGATRON, 3, 10, tmp_path)
+    ranked = (plan.best, *plan.alternatives)
+    for t, step in zip(trials[:2], (4.2, 4.8), strict=True):
+        (tmp_path / t.log).write_text(_megatron_log(LLAMA3_8B_ARGS, [step * 3000] + [step * 1000] * 9))
+    runs = load_runs(tmp_path / MANIFEST, "h100-sxm")
+    assert [r.name for r in runs] == ["trial-1", "trial-2"]
+    assert [r.layout for r in runs] == [ranked[0].layout, ranked[1].layout]
+    assert [r.step_time_s for r in runs] == pytest.approx([4.2, 4.8])
+    assert all(r.cluster.num_gpus == 16 and r.job.global_batch == 64 for r in runs)
