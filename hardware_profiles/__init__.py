@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from planner.checks import MAX_GPUS, MAX_MEMORY_GIB, MAX_PHYSICAL, finite, integer, optional_integer, real
 from planner.errors import InputError, SpecError
 from planner.specs import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
 
@@ -37,6 +38,13 @@ class HardwareOverrides:
     gpus_per_node: int | None = None
     inter_node_gbps: float | None = None  # per GPU, Gbit/s
     memory_gib: float | None = None
+
+    def __post_init__(self) -> None:
+        optional_integer(self.gpus_per_node, "--gpus-per-node", 1, MAX_GPUS)
+        if self.inter_node_gbps is not None:
+            real(self.inter_node_gbps, "--inter-node-gbps", 0.0, MAX_PHYSICAL)
+        if self.memory_gib is not None:
+            real(self.memory_gib, "--memory-gib", 0.0, MAX_MEMORY_GIB)
 
 
 def preset_names() -> list[str]:
@@ -80,27 +88,23 @@ def _section(data: dict[str, Any], section: str, origin: str) -> dict[str, Any]:
 
 
 def _number(body: dict[str, Any], key: str, where: str, *, upper: float | None = None) -> float:
-    value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InputError(f"{where}: {key} must be a positive number, got {value!r}")
-    if upper is not None and value > upper:
-        raise InputError(f"{where}: {key} must be at most {upper}, got {value!r}")
-    return float(value)
+    """A finite positive number, at most `upper` (efficiencies and ratios) or MAX_PHYSICAL (memory: MAX_MEMORY_GIB)."""
+    if upper is None:
+        upper = MAX_MEMORY_GIB if key == "memory_gib" else MAX_PHYSICAL
+    return real(body[key], f"{where}: {key}", 0.0, upper)
 
 
 def _integer(body: dict[str, Any], key: str, where: str) -> int:
-    value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{where}: {key} must be a positive integer, got {value!r}")
-    return value
+    return integer(body[key], f"{where}: {key}", 1, MAX_GPUS)
 
 
 def _curve(value: Any, where: str) -> EfficiencyCurve:
     ok = isinstance(value, list) and all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int | float) for x in p) for p in value
+        isinstance(p, list) and len(p) == 2 and all(finite(x) for x in p) for p in value
     )
     if not ok:
-        raise InputError(f"{where}: matmul_efficiency must be a list of [gemm_flops, efficiency] pairs")
+        raise InputError(f"{where}: matmul_efficiency must be a non-empty list of [gemm_flops, efficiency] pairs of "
+                         "finite numbers")
     try:
         return EfficiencyCurve(tuple((float(s), float(e)) for s, e in value))
     except SpecError as exc:
@@ -190,6 +194,9 @@ def load_hardware(name_or_path: str, num_gpus: int,
                   overrides: HardwareOverrides = HardwareOverrides()) -> ClusterSpec:
     """A preset name or a YAML path -> ClusterSpec, with command-line overrides applied. Fragments
     follow after commas (`h100-sxm,net.yaml`) and replace the keys they give."""
+    if not isinstance(name_or_path, str):
+        raise InputError(f"hardware must be a preset name or a path (str), got {name_or_path!r}")
+    integer(num_gpus, "gpus", 0, MAX_GPUS)
     base, *fragments = name_or_path.split(",")
     data, origin = _read(base)
     for frag in fragments:
@@ -198,19 +205,15 @@ def load_hardware(name_or_path: str, num_gpus: int,
 
 
 def apply_overrides(cluster: ClusterSpec, overrides: HardwareOverrides) -> ClusterSpec:
-    """`cluster` with the command-line overrides applied (each checked to be positive)."""
+    """`cluster` with the command-line overrides applied (HardwareOverrides checked their ranges)."""
+    if not isinstance(overrides, HardwareOverrides):
+        raise InputError(f"overrides must be a HardwareOverrides, got {overrides!r}")
     if overrides.memory_gib is not None:
-        if overrides.memory_gib <= 0:
-            raise InputError(f"--memory-gib must be positive, got {overrides.memory_gib}")
-        cluster = replace(cluster, gpu=replace(cluster.gpu, memory_gib=overrides.memory_gib))
+        cluster = replace(cluster, gpu=replace(cluster.gpu, memory_gib=float(overrides.memory_gib)))
     if overrides.inter_node_gbps is not None:
-        if overrides.inter_node_gbps <= 0:
-            raise InputError(f"--inter-node-gbps must be positive, got {overrides.inter_node_gbps}")
         cluster = replace(cluster, scale_out=replace(cluster.scale_out,
-                                                     bandwidth_gbs=overrides.inter_node_gbps / 8))
+                                                     bandwidth_gbs=float(overrides.inter_node_gbps) / 8))
     if overrides.gpus_per_node is not None:
-        if overrides.gpus_per_node <= 0:
-            raise InputError(f"--gpus-per-node must be positive, got {overrides.gpus_per_node}")
         size = min(cluster.scale_up_size, overrides.gpus_per_node) \
             if cluster.scale_up_size == cluster.gpus_per_node else cluster.scale_up_size
         try:

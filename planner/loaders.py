@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from planner.checks import MAX_LAYERS, is_integer
 from planner.errors import InputError, SpecError
 from planner.specs import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
 
@@ -164,23 +165,23 @@ def _moe_mla(data: dict[str, Any], origin: str) -> tuple[MoESpec | None, MLASpec
     if any(k in data for k in _MOE_KEYS):
         if not all(k in data for k in _MOE_KEYS):
             raise InputError(f"{origin}: a MoE model needs all of {list(_MOE_KEYS)}")
-        moe = MoESpec(num_experts=data["moe_num_experts"], top_k=data["moe_top_k"],
-                      ffn_hidden_size=data["moe_ffn_hidden_size"],
-                      shared_ffn_hidden_size=data.get("moe_shared_ffn_hidden_size", 0),
-                      first_dense_layers=data.get("moe_first_dense_layers", 0), every=data.get("moe_every", 1),
-                      router_bias=data.get("moe_router_bias", False), groups=data.get("moe_groups", 1),
-                      group_top_k=data.get("moe_group_top_k", 0))
-        if not 0 < moe.top_k <= moe.num_experts or moe.every < 1 or moe.ffn_hidden_size < 1:
-            raise InputError(f"{origin}: need 0 < moe_top_k <= moe_num_experts, moe_every >= 1 and "
-                             "moe_ffn_hidden_size >= 1")
-        if moe.groups < 1 or moe.num_experts % moe.groups or not 0 <= moe.group_top_k <= moe.groups:
-            raise InputError(f"{origin}: moe_groups must divide moe_num_experts and 0 <= moe_group_top_k <= "
-                             f"moe_groups, got {moe.groups} and {moe.group_top_k}")
+        try:  # MoESpec checks each key's type and range and how they fit together
+            moe = MoESpec(num_experts=data["moe_num_experts"], top_k=data["moe_top_k"],
+                          ffn_hidden_size=data["moe_ffn_hidden_size"],
+                          shared_ffn_hidden_size=data.get("moe_shared_ffn_hidden_size", 0),
+                          first_dense_layers=data.get("moe_first_dense_layers", 0), every=data.get("moe_every", 1),
+                          router_bias=data.get("moe_router_bias", False), groups=data.get("moe_groups", 1),
+                          group_top_k=data.get("moe_group_top_k", 0))
+        except SpecError as exc:
+            raise InputError(f"{origin}: {exc}") from None
     if any(k in data for k in _MLA_KEYS):
         if not all(k in data for k in _MLA_KEYS):
             raise InputError(f"{origin}: an MLA model needs all of {list(_MLA_KEYS)}")
-        mla = MLASpec(data["mla_q_lora_rank"], data["mla_kv_lora_rank"], data["mla_qk_nope_head_dim"],
-                      data["mla_qk_rope_head_dim"], data["mla_v_head_dim"])
+        try:
+            mla = MLASpec(data["mla_q_lora_rank"], data["mla_kv_lora_rank"], data["mla_qk_nope_head_dim"],
+                          data["mla_qk_rope_head_dim"], data["mla_v_head_dim"])
+        except SpecError as exc:
+            raise InputError(f"{origin}: {exc}") from None
     return moe, mla
 
 
@@ -270,6 +271,9 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
         if kind == "llama4_text":
             step = config.get("interleave_moe_layer_step", 1)
             layers = config["num_hidden_layers"]
+            if not (is_integer(step) and is_integer(layers) and step >= 1 and 1 <= layers <= MAX_LAYERS):
+                raise InputError(f"{origin}: interleave_moe_layer_step must be an integer >= 1 and num_hidden_layers "
+                                 f"one in [1, {MAX_LAYERS}], got {step!r} and {layers!r}")
             expected = list(range(step - 1, layers, step))
             if config.get("moe_layers") not in (None, expected):
                 raise InputError(f"{origin}: moe_layers must be every interleave_moe_layer_step-th layer "
@@ -296,11 +300,12 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
                 raise InputError(f"{origin}: moe_layer_freq must be 1, got {config['moe_layer_freq']}")
             return {"moe_num_experts": config["n_routed_experts"], "moe_top_k": config["num_experts_per_tok"],
                     "moe_ffn_hidden_size": config["moe_intermediate_size"],
-                    "moe_shared_ffn_hidden_size": config.get("n_shared_experts", 0) * config["moe_intermediate_size"],
+                    "moe_shared_ffn_hidden_size": _product(config.get("n_shared_experts", 0),
+                                                           config["moe_intermediate_size"]),
                     "moe_first_dense_layers": config.get("first_k_dense_replace", 0),
                     "moe_router_bias": config.get("topk_method", "noaux_tc") == "noaux_tc",
                     **({"moe_groups": config["n_group"], "moe_group_top_k": config["topk_group"]}
-                       if config.get("n_group", 1) > 1 and config.get("topk_group") else {}),
+                       if config.get("n_group") not in (None, 1) and config.get("topk_group") else {}),
                     "mla_q_lora_rank": config.get("q_lora_rank") or 0, "mla_kv_lora_rank": config["kv_lora_rank"],
                     "mla_qk_nope_head_dim": config["qk_nope_head_dim"],
                     "mla_qk_rope_head_dim": config["qk_rope_head_dim"], "mla_v_head_dim": config["v_head_dim"],
@@ -311,8 +316,15 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
     return {}
 
 
+def _product(a: Any, b: Any) -> Any:
+    """a x b when both are integers; otherwise `a` itself, which the integer check then names."""
+    return a * b if is_integer(a) and is_integer(b) else a
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name, a model YAML (.yaml/.yml) or a Hugging Face config (.json) -> ModelSpec."""
+    if not isinstance(name_or_path, str):
+        raise InputError(f"model must be a preset name or a path (str), got {name_or_path!r}")
     presets = _presets()
     if name_or_path in presets:
         return model_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")

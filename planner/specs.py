@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import TYPE_CHECKING
 
+from planner.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, finite, integer, is_integer
 from planner.errors import LayoutError, SpecError
 
 if TYPE_CHECKING:
@@ -148,6 +149,20 @@ class MoESpec:
     groups: int = 1  # experts form this many routing groups ...
     group_top_k: int = 0  # ... of which a token may use this many (0: no limit; DeepSeek-V3: 4 of 8)
 
+    def __post_init__(self) -> None:
+        for key, name, low in (("moe_num_experts", "num_experts", 1), ("moe_top_k", "top_k", 1),
+                               ("moe_ffn_hidden_size", "ffn_hidden_size", 1),
+                               ("moe_shared_ffn_hidden_size", "shared_ffn_hidden_size", 0),
+                               ("moe_first_dense_layers", "first_dense_layers", 0), ("moe_every", "every", 1),
+                               ("moe_groups", "groups", 1), ("moe_group_top_k", "group_top_k", 0)):
+            integer(getattr(self, name), key, low, MAX_LAYERS if name in ("first_dense_layers", "every") else MAX_WIDTH,
+                    SpecError)
+        if self.top_k > self.num_experts:
+            raise SpecError(f"moe_top_k {self.top_k} must be at most moe_num_experts {self.num_experts}")
+        if self.num_experts % self.groups or self.group_top_k > self.groups:
+            raise SpecError(f"moe_groups must divide moe_num_experts and 0 <= moe_group_top_k <= moe_groups, got "
+                            f"{self.groups} and {self.group_top_k} for {self.num_experts} experts")
+
     def is_moe_layer(self, index: int) -> bool:
         return index >= self.first_dense_layers and (index - self.first_dense_layers) % self.every == self.every - 1
 
@@ -170,6 +185,11 @@ class MLASpec:
     qk_rope_head_dim: int
     v_head_dim: int
 
+    def __post_init__(self) -> None:
+        for name, low in (("q_lora_rank", 0), ("kv_lora_rank", 1), ("qk_nope_head_dim", 0), ("qk_rope_head_dim", 0),
+                          ("v_head_dim", 1)):
+            integer(getattr(self, name), f"mla_{name}", low, MAX_WIDTH, SpecError)
+
 
 @dataclass(frozen=True)
 class VisionSpec:
@@ -191,14 +211,11 @@ class VisionSpec:
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "image_size",
                      "patch_size", "images"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SpecError(f"vision encoder: {name} must be a positive integer, got {value!r}")
+            high = MAX_LAYERS if name == "num_layers" else MAX_WIDTH
+            integer(getattr(self, name), f"vision encoder: {name}", 1, high, SpecError)
+        integer(self.projector_hidden, "vision encoder: projector_hidden", 0, MAX_WIDTH, SpecError)
         if self.image_size % self.patch_size or self.hidden_size % self.num_attention_heads:
             raise SpecError("vision encoder: image_size must be a multiple of patch_size and hidden_size of the heads")
-        if self.projector_hidden < 0:
-            raise SpecError(f"vision encoder: projector_hidden must be >= 0 (0: one linear map), got "
-                            f"{self.projector_hidden}")
 
     @property
     def patches(self) -> int:
@@ -253,11 +270,14 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                      "num_kv_heads", "head_dim", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SpecError(f"model {self.name!r}: {name} must be a positive integer, got {value!r}")
-        if self.learned_positions < 0:
-            raise SpecError(f"model {self.name!r}: learned_positions must be >= 0")
+            integer(getattr(self, name), f"model {self.name!r}: {name}", 1,
+                    MAX_LAYERS if name == "num_layers" else MAX_WIDTH, SpecError)
+        integer(self.learned_positions, f"model {self.name!r}: learned_positions", 0, MAX_SEQ_LEN, SpecError)
+        integer(self.mtp_layers, f"model {self.name!r}: mtp_layers", 0, MAX_LAYERS, SpecError)
+        if self.moe is not None and self.moe.count_moe_layers(self.num_layers) < 1:
+            raise SpecError(f"model {self.name!r}: moe_first_dense_layers {self.moe.first_dense_layers} and moe_every "
+                            f"{self.moe.every} leave no MoE layer among num_layers {self.num_layers} (need "
+                            "moe_first_dense_layers + moe_every <= num_layers)")
         if self.num_attention_heads % self.num_kv_heads:
             raise SpecError(
                 f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is not a multiple "
@@ -302,6 +322,8 @@ class EfficiencyCurve:
             raise SpecError("efficiency curve needs at least one (size, efficiency) point")
         sizes = [p[0] for p in self.points]
         effs = [p[1] for p in self.points]
+        if not all(finite(s) and finite(e) for s, e in self.points):
+            raise SpecError(f"efficiency curve points must be finite numbers, got {list(self.points)}")
         if any(s <= 0 for s in sizes) or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
             raise SpecError(f"efficiency curve sizes must be positive and increasing, got {sizes}")
         if any(not 0 < e <= 1 for e in effs) or any(b < a for a, b in zip(effs, effs[1:], strict=False)):
@@ -385,8 +407,8 @@ class ClusterSpec:
     scale_out: LinkSpec
 
     def __post_init__(self) -> None:
-        if self.num_gpus <= 0 or self.gpus_per_node <= 0 or self.scale_up_size <= 0:
-            raise SpecError("GPU counts must be positive")
+        for name in ("num_gpus", "gpus_per_node", "scale_up_size"):
+            integer(getattr(self, name), name, 1, MAX_GPUS, SpecError)
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise SpecError(
                 f"{self.num_gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
@@ -427,6 +449,10 @@ class Runtime:
     overlap_p2p_comm: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("moe_capacity_factor", "moe_load_imbalance"):
+            value = getattr(self, name)
+            if value is not None and not finite(value):
+                raise SpecError(f"{name} must be a finite number >= 1, got {value!r}")
         if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
             raise SpecError(f"moe capacity factor must be >= 1 (it pads buffers), got {self.moe_capacity_factor}")
         if self.moe_dedup_dispatch and self.moe_capacity_factor is not None:
@@ -449,10 +475,8 @@ class JobSpec:
     runtime: Runtime = Runtime()
 
     def __post_init__(self) -> None:
-        if self.seq_len <= 0 or self.global_batch <= 0:
-            raise SpecError(
-                f"seq_len and global_batch must be positive, got {self.seq_len} and {self.global_batch}"
-            )
+        integer(self.seq_len, "seq_len", 1, MAX_SEQ_LEN, SpecError)
+        integer(self.global_batch, "global_batch", 1, MAX_GLOBAL_BATCH, SpecError)
 
     @property
     def tokens_per_step(self) -> int:
@@ -566,8 +590,11 @@ class Layout:
         """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
         enforces, REFERENCE.md section 2)."""
         for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "ep", "etp"):
-            if getattr(self, name) < 1:
-                raise LayoutError(f"{name} must be >= 1, got {getattr(self, name)}")
+            integer(getattr(self, name), name, 1, MAX_GPUS if name != "mbs" else MAX_GLOBAL_BATCH, LayoutError)
+        for name in ("stage_layers", "recompute_layers"):
+            counts = getattr(self, name)
+            if counts is not None and not all(is_integer(n) for n in counts):
+                raise LayoutError(f"{name} must be whole numbers of layers, got {list(counts)}")
         if self.world != num_gpus:
             raise LayoutError(
                 f"world size {num_gpus} != tp {self.tp} * pp {self.pp} * cp {self.cp} * dp {self.dp}"

@@ -167,3 +167,68 @@ def test_random_hf_config_never_crashes(tmp_path: Path, cfg: dict) -> None:
     path.write_text(json.dumps(cfg))
     with contextlib.suppress(InputError):
         load_model(str(path))
+
+
+MOE_TINY = {**TINY, "gated_mlp": True, "moe_num_experts": 8, "moe_top_k": 2, "moe_ffn_hidden_size": 256}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"num_layers": 10**20}, r"num_layers must be an integer in \[1, 10000\], got 100000000000000000000"),
+    ({"num_layers": 10001}, r"num_layers must be an integer in \[1, 10000\], got 10001"),
+    ({"vocab_size": 2**40}, r"vocab_size must be an integer in \[1, 16777216\]"),
+    ({"learned_positions": -1}, r"learned_positions must be an integer in \[0, 16777216\], got -1"),
+    ({"mtp_layers": -2}, r"mtp_layers must be an integer in \[0, 10000\], got -2"),
+])
+def test_absurd_model_numbers_are_refused(changes: dict, message: str) -> None:
+    """Numbers far beyond any real model are refused before anything is built (10**20 layers used to raise an
+    OverflowError building the per-layer tuple)."""
+    with pytest.raises(InputError, match=message):
+        model_from_mapping({**TINY, **changes}, "m.yaml")
+
+
+def test_absurd_layer_count_in_hf_config(tmp_path: Path) -> None:
+    for model_type, layers_key in (("llama", "num_hidden_layers"), ("gpt2", "n_layer")):
+        cfg = {"model_type": model_type, "hidden_size": 256, "n_embd": 256, "num_attention_heads": 8, "n_head": 8,
+               "intermediate_size": 1024, "vocab_size": 1000, layers_key: 10**20}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        with pytest.raises(InputError, match=r"num_layers must be an integer in \[1, 10000\]"):
+            load_model(str(path))
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"moe_every": 0}, r"moe_every must be an integer in \[1, 10000\], got 0"),
+    ({"moe_every": -1}, r"moe_every must be an integer"),
+    ({"moe_first_dense_layers": 5}, "moe_first_dense_layers 5 and moe_every 1 leave no MoE layer among num_layers 4"),
+    ({"moe_first_dense_layers": 2, "moe_every": 3}, "leave no MoE layer among num_layers 4"),
+    ({"moe_first_dense_layers": -1}, r"moe_first_dense_layers must be an integer in \[0, 10000\], got -1"),
+    ({"moe_top_k": 9}, "moe_top_k 9 must be at most moe_num_experts 8"),
+    ({"moe_groups": 3}, "moe_groups must divide moe_num_experts"),
+    ({"moe_num_experts": 10**20}, r"moe_num_experts must be an integer in \[1, 16777216\]"),
+])
+def test_moe_keys_out_of_range(changes: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        model_from_mapping({**MOE_TINY, **changes}, "m.yaml")
+
+
+def test_moe_first_dense_layers_at_the_limit_is_kept() -> None:
+    """The last layer may be the only MoE layer: 3 dense layers then one MoE layer of 4."""
+    m = model_from_mapping({**MOE_TINY, "moe_first_dense_layers": 3}, "m.yaml")
+    assert m.moe_layers() == (False, False, False, True)
+
+
+def test_hf_moe_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
+    """DeepSeek-V3 and Llama 4 fields the loader multiplies or iterates over are checked first."""
+    base = {"model_type": "deepseek_v3", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+            "intermediate_size": 512, "vocab_size": 1000, "n_routed_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+            "v_head_dim": 16}
+    path = tmp_path / "config.json"
+    for changes, message in (({"n_shared_experts": "two"}, "moe_shared_ffn_hidden_size must be an integer"),
+                             ({"n_group": "8", "topk_group": 2}, "moe_groups must be an integer"),
+                             ({"kv_lora_rank": -4}, "mla_kv_lora_rank must be an integer")):
+        path.write_text(json.dumps({**base, **changes}))
+        with pytest.raises(InputError, match=message):
+            load_model(str(path))
+    path.write_text(json.dumps({**base, "n_group": None}))
+    assert load_model(str(path)).moe.groups == 1
