@@ -10,11 +10,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import UnionType
 from typing import Any
 
 from cost_models.profile import read_costs
 from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
+from planner.checks import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
+    MAX_TIME_LIMIT_S,
+    choice,
+    flag,
+    integer,
+    is_integer,
+    optional_integer,
+    real,
+)
 from planner.errors import InputError, LayoutError
 from planner.ilp import SolveOptions, Solver
 from planner.loaders import load_model
@@ -44,27 +57,33 @@ class Problem:
     job: JobSpec
 
 
-def _enum(kind: type, value: object, flag: str):  # type: ignore[no-untyped-def]
-    if isinstance(value, kind):
-        return value
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(str(v.value) for v in kind)  # type: ignore[attr-defined]
-        raise InputError(f"{flag} must be one of {allowed}, got {value!r}") from None
+_enum = choice  # an enum member from itself or its value, InputError naming the allowed ones
+
+
+def _instance(value: object, kind: type | UnionType, name: str, what: str) -> None:
+    if not isinstance(value, kind):
+        raise InputError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
 
 
 def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
             global_batch: int, dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
             overrides: HardwareOverrides = HardwareOverrides()) -> Problem:
-    """Turn names/paths into specs (specs pass through unchanged)."""
-    if gpus <= 0:
-        raise InputError(f"--gpus must be a positive integer, got {gpus}")
+    """Turn names/paths into specs (specs pass through unchanged). Every argument is checked for its type and
+    range first (planner.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
+    [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it."""
+    _instance(model, ModelSpec | str, "model", "a preset name, a model file path or a ModelSpec")
+    _instance(hardware, ClusterSpec | str, "hardware", "a preset name, a profile path or a ClusterSpec")
+    integer(gpus, "gpus", 1, MAX_GPUS)
+    integer(seq_len, "seq_len", 1, MAX_SEQ_LEN)
+    integer(global_batch, "global_batch", 1, MAX_GLOBAL_BATCH)
+    dtype = _enum(Dtype, dtype, "dtype")
+    _instance(runtime, Runtime, "runtime", "a Runtime")
+    _instance(overrides, HardwareOverrides, "overrides", "a HardwareOverrides")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)
     if cluster.num_gpus != gpus:
         raise InputError(f"cluster has {cluster.num_gpus} GPUs but --gpus is {gpus}")
-    job = JobSpec(seq_len=seq_len, global_batch=global_batch, dtype=_enum(Dtype, dtype, "--dtype"),
+    job = JobSpec(seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                   runtime=runtime)
     return Problem(model_spec, cluster, job)
 
@@ -74,7 +93,11 @@ def recompute_choice(recompute: Recompute | None, modules: frozenset[RecomputeMo
     """--recompute with --recompute-modules: modules imply selective recomputation and refuse full."""
     if modules is None:
         return recompute or Recompute.NONE, frozenset()
-    mods = RecomputeModule.parse(modules) if isinstance(modules, str) else frozenset(modules)
+    if not isinstance(modules, str | frozenset | set | tuple | list):
+        raise InputError(f"recompute_modules must be a comma-separated string or a set of RecomputeModule, got "
+                         f"{modules!r}")
+    mods = (RecomputeModule.parse(modules) if isinstance(modules, str)
+            else frozenset(_enum(RecomputeModule, m, "recompute_modules entry") for m in modules))
     if recompute is Recompute.FULL:
         raise LayoutError("--recompute-modules needs --recompute selective (it names what selective "
                           "recomputation recomputes), got --recompute full")
@@ -90,24 +113,31 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
     interleaved 1F1B when vpp > 1, else 1F1B (zb-v and wave imply vpp 2); etp (MoE models) to 1, each expert whole
-    on its rank."""
+    on its rank. Degrees are integers in [1, MAX_GPUS] (InputError naming the argument otherwise)."""
+    _instance(problem, Problem, "problem", "a Problem (planner.resolve)")
     gpus = problem.cluster.num_gpus
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("mbs", mbs)):
-        if value < 1:
-            raise LayoutError(f"{name} must be >= 1, got {value}")
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("ep", ep)):
+        integer(value, name, 1, MAX_GPUS)
+    integer(mbs, "mbs", 1, MAX_GLOBAL_BATCH)
+    optional_integer(etp, "etp", 1, MAX_GPUS)
+    if sp is not None:
+        flag(sp, "sp")
+    if stage_layers is not None and (not isinstance(stage_layers, tuple | list)
+                                     or not all(is_integer(n) for n in stage_layers)):
+        raise InputError(f"stage_layers must be a tuple of layer counts (integers), got {stage_layers!r}")
     if gpus % (tp * pp * cp):
         raise LayoutError(f"world size {gpus} not divisible by tp {tp} * pp {pp} * cp {cp} = {tp * pp * cp}")
-    if zero not in (0, 1, 2, 3):
-        raise InputError(f"--zero must be one of 0, 1, 2, 3, got {zero}")
-    sched = _enum(Schedule, schedule, "--schedule") if schedule is not None else (
+    integer(zero, "zero", 0, 3)
+    sched = _enum(Schedule, schedule, "schedule") if schedule is not None else (
         Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
     if sched in (Schedule.ZB_V, Schedule.WAVE) and vpp == 1:
         vpp = 2  # ZB-V always runs two chunks per rank; a wave without --vpp is one wave
-    rc, modules = recompute_choice(_enum(Recompute, recompute, "--recompute"), recompute_modules)
+    rc, modules = recompute_choice(_enum(Recompute, recompute, "recompute"), recompute_modules)
     layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=mbs,
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
                     recompute=rc, schedule=sched,
-                    stage_layers=stage_layers, ep=ep, etp=1 if etp is None else etp, recompute_modules=modules)
+                    stage_layers=None if stage_layers is None else tuple(stage_layers), ep=ep,
+                    etp=1 if etp is None else etp, recompute_modules=modules)
     layout.validate(problem.model, problem.job, gpus)
     return layout
 
@@ -133,10 +163,17 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
          solver: Solver | str = Solver.DP, time_limit_s: float = 10.0,
          progress: ProgressFn | None = None) -> Plan:
     """Search the layout space for the fastest layout that fits; the best, the top-k alternatives and
-    the certificate come back as a Plan (save it with `save_plan`)."""
+    the certificate come back as a Plan (save it with `save_plan`). time_limit_s is finite in
+    (0, MAX_TIME_LIMIT_S]."""
+    if spec is not None:
+        _instance(spec, SearchSpec, "spec", "a SearchSpec or None")
+    solver = _enum(Solver, solver, "solver")
+    real(time_limit_s, "time_limit_s", 0.0, MAX_TIME_LIMIT_S)
+    if progress is not None and not callable(progress):
+        raise InputError(f"progress must be a callable(done, total) or None, got {progress!r}")
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides)
-    result = search(problem.model, problem.cluster, problem.job, spec, _enum(Solver, solver, "--solver"),
+    result = search(problem.model, problem.cluster, problem.job, spec, solver,
                     SolveOptions(time_limit_s=time_limit_s), progress)
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)
 

@@ -59,7 +59,7 @@ from planner.ilp import SolveOptions, Solver, solve_ilp
 from planner.ilp_kinds import solve_kinds_ilp
 from planner.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.simulate import simulated_step_time
-from planner.space import Candidate, SearchSpec, candidates, module_family, next_module_set
+from planner.space import Candidate, SearchSpec, candidates, module_family, next_module_set, no_layout_reason
 from planner.specs import (
     GIB,
     WAVE_PLACED,
@@ -379,10 +379,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     capacity = cluster.gpu.memory_gib * GIB
     pool = list(candidates(model, cluster, job, spec))
     if not pool:
-        raise InfeasibleError(
-            f"no valid layout for {cluster.num_gpus} GPUs: the global batch {job.global_batch} must split into "
-            "dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp"
-            + ("; etp x ep must divide tp x cp x dp" if model.moe is not None else "") + " (check the pins)")
+        raise InfeasibleError(no_layout_reason(model, cluster, job, spec))
     fitting = [c for c in pool if _state_bound_bytes(model, job, c, layer_times) <= capacity]
     pruned_memory = len(pool) - len(fitting)
     if not fitting:

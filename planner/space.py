@@ -32,8 +32,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import product
 
+from planner.checks import MAX_GLOBAL_BATCH, MAX_GPUS, choice, flag, integer, optional_integer
+from planner.errors import InputError, LayoutError
 from planner.specs import (
     DEFAULT_RECOMPUTE_MODULES,
+    WAVE_PLACED,
     AttentionKernel,
     ClusterSpec,
     JobSpec,
@@ -47,6 +50,7 @@ from planner.specs import (
 
 MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16
+MAX_TOP_K = 10_000  # alternatives a search keeps
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,41 @@ class SearchSpec:
     max_waves: int = 2  # waves the wave schedule may run unless vpp is pinned (torchtitan places one)
     recompute_modules: frozenset[RecomputeModule] | None = None  # pin: selective recomputation of these modules
     module_recompute: bool = True  # offer `module_sets` (a launcher without --recompute-modules: False)
+
+    def __post_init__(self) -> None:
+        """Types and ranges of every field (InputError naming it); enum values given as strings become members."""
+        for name in ("tp", "pp", "cp", "vpp", "ep", "etp", "max_tp", "max_ep"):
+            optional_integer(getattr(self, name), name, 1, MAX_GPUS)
+        optional_integer(self.mbs, "mbs", 1, MAX_GLOBAL_BATCH)
+        optional_integer(self.zero, "zero", 0, 3)
+        integer(self.max_mbs, "max_mbs", 1, MAX_GLOBAL_BATCH)
+        integer(self.top_k, "top_k", 1, MAX_TOP_K)
+        integer(self.max_waves, "max_waves", 1, MAX_VPP // 2)
+        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute"):
+            flag(getattr(self, name), name)
+        if self.sp is not None:
+            flag(self.sp, "sp")
+        for name, low, high in (("tp_choices", 1, MAX_GPUS), ("mbs_choices", 1, MAX_GLOBAL_BATCH),
+                                ("zero_choices", 0, 3)):
+            values = getattr(self, name)
+            if values is not None:
+                if not isinstance(values, tuple | list | frozenset | set) or not values:
+                    raise InputError(f"{name} must be a non-empty tuple of integers in [{low}, {high}], got {values!r}")
+                object.__setattr__(self, name, tuple(integer(v, f"{name} entry", low, high) for v in values))
+        if self.schedule is not None:
+            object.__setattr__(self, "schedule", choice(Schedule, self.schedule, "schedule"))
+        if self.recompute is not None:
+            object.__setattr__(self, "recompute", choice(Recompute, self.recompute, "recompute"))
+        if self.schedule_choices is not None:
+            object.__setattr__(self, "schedule_choices", tuple(choice(Schedule, s, "schedule_choices entry")
+                                                               for s in self.schedule_choices))
+        if self.recompute_modules is not None:
+            mods = self.recompute_modules
+            if isinstance(mods, str) or not isinstance(mods, frozenset | set | tuple | list):
+                allowed = ", ".join(m.value for m in RecomputeModule)
+                raise InputError(f"recompute_modules must be a set of RecomputeModule ({allowed}), got {mods!r}")
+            pinned = frozenset(choice(RecomputeModule, m, "recompute_modules entry") for m in mods)
+            object.__setattr__(self, "recompute_modules", pinned)
 
 
 @dataclass(frozen=True)
@@ -144,7 +183,9 @@ def _wave_runs(pp: int, vpp: int, microbatches: int | None, spec: SearchSpec) ->
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in increasing order (trial division up to sqrt(n))."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _pinned(value: int | None, options: list[int]) -> list[int]:
@@ -163,7 +204,7 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, spec: SearchSpec) -> list
 
 def cp_options(job: JobSpec, rest: int, spec: SearchSpec) -> list[int]:
     if spec.cp is not None:  # a pin is honoured whenever the layout rules allow it
-        ok = rest % spec.cp == 0 and (spec.cp == 1 or job.seq_len % (2 * spec.cp) == 0)
+        ok = spec.cp >= 1 and rest % spec.cp == 0 and (spec.cp == 1 or job.seq_len % (2 * spec.cp) == 0)
         return [spec.cp] if ok else []
     if spec.no_cp:
         return [1]
@@ -284,3 +325,55 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
                 for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
                     for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
                         yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules)
+
+
+PIN_NAMES = ("tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "zero", "schedule", "recompute", "sp")
+MAX_DIAGNOSED = 20_000  # combinations `no_layout_reason` tries before it gives up looking for a valid one
+
+
+def _pinned_layout(gpus: int, tp: int, cp: int, pp: int, spec: SearchSpec) -> Layout:
+    """The layout of the pins with the free dimensions at their least restrictive values (vpp 1, or 2 for zb-v and
+    the wave; mbs 1; zero 0; no recomputation; SP with tp > 1; ep and etp 1); LayoutError when tp·cp·pp does not
+    divide the GPUs."""
+    if gpus % (tp * pp * cp):
+        raise LayoutError(f"world size {gpus} not divisible by tp {tp} * pp {pp} * cp {cp} = {tp * pp * cp}")
+    vpp = spec.vpp or (2 if spec.schedule in WAVE_PLACED else 1)
+    schedule = spec.schedule or (Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
+    recompute = Recompute.SELECTIVE if spec.recompute_modules else (spec.recompute or Recompute.NONE)
+    return Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=spec.mbs or 1,
+                  sp=(tp > 1) if spec.sp is None else spec.sp, zero=ZeroStage(spec.zero or 0), recompute=recompute,
+                  schedule=schedule, ep=spec.ep or 1, etp=spec.etp or 1,
+                  recompute_modules=frozenset(spec.recompute_modules or ()))
+
+
+def no_layout_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> str:
+    """Why `candidates` yields nothing, in one line: the layout rule (Layout.validate's message, with its numbers)
+    that the first combination of the pins breaks, the free degrees tried smallest first; or, when some combination
+    passes the layout rules, the search's own limits that exclude it."""
+    gpus, divisors = cluster.num_gpus, _divisors(cluster.num_gpus)
+    pins = ", ".join(f"{n} {getattr(spec, n).value if hasattr(getattr(spec, n), 'value') else getattr(spec, n)}"
+                     for n in PIN_NAMES if getattr(spec, n) is not None)
+    first: tuple[str, str] | None = None
+    combos = product([spec.tp] if spec.tp else divisors, [spec.cp] if spec.cp else [1],
+                     [spec.pp] if spec.pp else divisors)
+    for i, (tp, cp, pp) in enumerate(combos):
+        if i >= MAX_DIAGNOSED:
+            break
+        where = f"tp {tp}, pp {pp}, cp {cp}"
+        try:
+            layout = _pinned_layout(gpus, tp, cp, pp, spec)
+            where += f", dp {layout.dp}, mbs {layout.mbs}, vpp {layout.vpp}"
+            layout.validate(model, job, gpus)
+        except LayoutError as exc:
+            first = first or (where, str(exc))
+            continue
+        return (f"no valid layout for {gpus} GPUs within the search's limits{' with ' + pins if pins else ''}: {where} "
+                f"passes the layout rules but is outside them (--max-tp or the scale-up domain "
+                f"{cluster.scale_up_size}, a cost table's TP degrees and micro-batches, at least "
+                f"{MIN_TOKENS_PER_CP_RANK} tokens per CP rank, the launcher's ZeRO stages and schedules, "
+                "--even-split); relax them or pin that layout")
+    assert first is not None
+    rules = ("the global batch must split into dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp"
+             + ("; etp x ep must divide tp x cp x dp" if model.moe is not None else ""))
+    return (f"no valid layout for {gpus} GPUs{' with ' + pins if pins else ''}: the first combination tried "
+            f"({first[0]}) breaks a layout rule: {first[1]} (in general: {rules})")

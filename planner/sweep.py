@@ -19,6 +19,7 @@ import pandas as pd
 
 from hardware_profiles import HardwareOverrides
 from planner.api import plan
+from planner.checks import MAX_GPUS, integer, real
 from planner.errors import InfeasibleError, InputError
 from planner.planfile import Plan
 from planner.report import layout_line
@@ -81,6 +82,8 @@ def _change(varied: Varied, raw: str) -> tuple[Any, dict[str, Any]]:
 
 def sweep(job: Job, varied: Varied, values: list[str],
           progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    if not values:
+        raise InputError(f"--values must name at least one {varied.value} value (comma-separated), got none")
     rows = []
     for i, raw in enumerate(values):
         value, changes = _change(varied, raw)
@@ -95,6 +98,10 @@ def sweep(job: Job, varied: Varied, values: list[str],
     return frame
 
 
+MAX_TOKENS = 1e18  # tokens to train: ~10^4 x the largest published runs
+MAX_DAYS = 36525.0  # a century
+
+
 @dataclass(frozen=True)
 class CapacityAnswer:
     gpus: int
@@ -106,8 +113,9 @@ class CapacityAnswer:
 def capacity(job: Job, tokens: float, days: float, max_gpus: int) -> CapacityAnswer:
     """The fewest GPUs, among whole-node counts in powers of two and the 1.5x steps between them, whose
     best plan trains `tokens` in at most `days` (scanned in increasing order; every count is planned)."""
-    if tokens <= 0 or days <= 0:
-        raise InputError(f"--tokens and --days must be positive, got {tokens} and {days}")
+    real(tokens, "--tokens", 0.0, MAX_TOKENS)
+    real(days, "--days", 0.0, MAX_DAYS)
+    integer(max_gpus, "--max-gpus", 1, MAX_GPUS)
     per_node, floor = _plan_node_size(job), _fewest_at_peak(job, tokens, days)
     counts = sorted({c for k in range(40) for c in (per_node * 2**k, per_node * 3 * 2**k // 2)
                      if max(per_node, floor) <= c <= max_gpus and c % per_node == 0})
