@@ -3,22 +3,58 @@ and an exit code (2: bad input or a layout that breaks a rule; 3: nothing fits).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any, TypeVar
 
-import typer
 
-from cost_models.step import Prediction
-from planner.emitters import Target as EmitTarget
-from planner.errors import InputError, MeshplanError
-from planner.ilp import Solver
-from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Recompute, Runtime, Schedule
-from planner.sweep import Varied
+def _interrupted(exc: BaseException | None) -> bool:
+    """Whether Ctrl-C caused `exc` (an extension module's initialisation turns it into an ImportError)."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+try:  # Ctrl-C while the modules load (half a second: pandas, numpy, ortools) exits 130 like one during the work
+    import dataclasses
+    import importlib.util
+    import json
+    import time
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Annotated, Any, TypeVar
+
+    import typer
+
+    from cost_models.step import Prediction
+    from planner.checks import (
+        MAX_GLOBAL_BATCH,
+        MAX_GPUS,
+        MAX_SEQ_LEN,
+        MAX_TIME_LIMIT_S,
+        optional_integer,
+        real,
+    )
+    from planner.emitters import Target as EmitTarget
+    from planner.errors import InputError, MeshplanError
+    from planner.ilp import Solver
+    from planner.specs import (
+        AttentionKernel,
+        ClusterSpec,
+        Dtype,
+        JobSpec,
+        Layout,
+        ModelSpec,
+        Recompute,
+        Runtime,
+        Schedule,
+    )
+    from planner.sweep import Varied
+except (KeyboardInterrupt, ImportError) as exc:
+    if not _interrupted(exc):
+        raise
+    sys.stderr.write("\n")
+    raise SystemExit(130) from None
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="meshplan: plan and predict parallel layouts for large-model training.")
@@ -34,16 +70,41 @@ def _run(action: Callable[[], T]) -> T:
         raise typer.Exit(exc.exit_code) from None
 
 
+def _needs(module: str, extra: str, what: str) -> None:
+    """Refuse, before any work, a command whose optional dependency is not installed (other import errors
+    surface as they are)."""
+    if importlib.util.find_spec(module) is None:
+        raise InputError(f"{what} needs {module}: pip install -e '.[{extra}]'")
+
+
+def _check(ints: dict[str, tuple[int | None, int, int]] | None = None,
+           reals: dict[str, tuple[float | None, float, float]] | None = None) -> None:
+    """Range checks of command-line numbers before any work: {flag: (value, low, high)}; None is not given."""
+    for name, (value, low, high) in (ints or {}).items():
+        optional_integer(value, name, low, high)
+    for name, (number, low_f, high_f) in (reals or {}).items():
+        if number is not None:
+            real(number, name, low_f, high_f)
+
+
 def _global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: int | None) -> int:
+    _check({"--seq-len": (seq_len, 1, MAX_SEQ_LEN), "--global-batch": (global_batch, 1, MAX_GLOBAL_BATCH),
+            "--global-batch-tokens": (global_batch_tokens, 1, MAX_GLOBAL_BATCH * MAX_SEQ_LEN)})
     if (global_batch is None) == (global_batch_tokens is None):
         raise InputError("give exactly one of --global-batch (sequences) or --global-batch-tokens")
     if global_batch_tokens is not None:
-        if global_batch_tokens <= 0 or global_batch_tokens % seq_len:
-            raise InputError(f"--global-batch-tokens {global_batch_tokens} must be a positive multiple of "
-                             f"--seq-len {seq_len}")
+        if global_batch_tokens % seq_len or global_batch_tokens // seq_len > MAX_GLOBAL_BATCH:
+            raise InputError(f"--global-batch-tokens {global_batch_tokens} must be a multiple of --seq-len {seq_len} "
+                             f"of at most {MAX_GLOBAL_BATCH} sequences")
         return global_batch_tokens // seq_len
     assert global_batch is not None
     return global_batch
+
+
+def _degrees(**pins: int | None) -> None:
+    """Parallel degrees and micro-batch size given on the command line: integers >= 1 (not checked: absent)."""
+    _check({f"--{name.replace('_', '-')}": (value, 1, MAX_GLOBAL_BATCH if "mbs" in name else MAX_GPUS)
+            for name, value in pins.items()})
 
 
 def _echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout, pred: Prediction,
@@ -138,6 +199,7 @@ def evaluate(
         from planner.planfile import read_plan
 
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
+        _degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs)
         if plan_file is not None:
             model_spec, cluster, job, layout = read_plan(plan_file)
             cluster = (load_hardware(hardware, cluster.num_gpus, overrides) if hardware
@@ -148,6 +210,7 @@ def evaluate(
             return
         if model is None or hardware is None or gpus is None or seq_len is None:
             raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
+        _check({"--gpus": (gpus, 1, MAX_GPUS)})
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                           runtime=_runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
@@ -216,11 +279,15 @@ def plan(
     from hardware_profiles import HardwareOverrides
     from planner.api import model_and_costs, recompute_choice
     from planner.api import plan as run_plan
-    from planner.planfile import plan_to_dict, save_plan
+    from planner.fileio import write_text_atomic
+    from planner.planfile import dumps, plan_to_dict
     from planner.report import plan_table
-    from planner.space import SearchSpec
+    from planner.space import MAX_TOP_K, SearchSpec
 
     def action() -> None:
+        _check({"--gpus": (gpus, 1, MAX_GPUS), "--top-k": (top_k, 1, MAX_TOP_K)},
+               {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
+        _degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         if costs is not None and model is None:
             from planner.chain import is_chain_table
@@ -251,7 +318,7 @@ def plan(
                               overrides=HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib),
                               spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update)
         if out is not None:
-            save_plan(result, out, record_timing)
+            write_text_atomic(out, dumps(result, out, record_timing))
         if as_json:
             typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2))
         else:
@@ -276,7 +343,7 @@ def _plan_chain(costs: Path, hardware: str, gpus: int, batch: int, overrides: An
 
     from hardware_profiles import load_hardware
     from planner.chain import chain_plan_dict, plan_chain, read_chain
-    from planner.planfile import write_text_atomic
+    from planner.fileio import write_text_atomic
 
     table = read_chain(str(costs))
     plans = plan_chain(table, load_hardware(hardware, gpus, overrides), batch, top_k=top_k)
@@ -331,7 +398,8 @@ def emit(
 ) -> None:
     """Turn a plan into a launcher configuration (Megatron-LM, torchtitan, DeepSpeed, NeMo)."""
     from planner.emitters import emit as emit_config
-    from planner.planfile import load_plan, write_text_atomic
+    from planner.fileio import is_script, write_text_atomic
+    from planner.planfile import load_plan
 
     def action() -> None:
         emitted = emit_config(load_plan(plan_file), to, strict)
@@ -340,7 +408,7 @@ def emit(
         if out is None:
             typer.echo(emitted.text, nl=False)
         else:
-            write_text_atomic(out, emitted.text)
+            write_text_atomic(out, emitted.text, executable=is_script(emitted.text))
 
     _run(action)
 
@@ -356,10 +424,13 @@ def explain(
 ) -> None:
     """Show why a plan is what it is: timeline, memory per stage, breakdown, the binding constraint."""
     from planner.explain import explanation, render_html, render_png
-    from planner.planfile import load_plan, write_bytes_atomic, write_text_atomic
+    from planner.fileio import write_bytes_atomic, write_text_atomic
+    from planner.planfile import load_plan
     from planner.report import plan_table
 
     def action() -> None:
+        if png is not None:
+            _needs("matplotlib", "plot", "--png")
         plan = load_plan(plan_file, reprice=reprice)
         ex = explanation(plan)
         typer.echo(plan_table(plan))
@@ -370,11 +441,7 @@ def explain(
             write_text_atomic(html_out, render_html(ex))
             typer.echo(f"report written to {html_out}")
         if png is not None:
-            try:
-                image = render_png(ex)
-            except ImportError:
-                raise InputError("--png needs matplotlib: pip install -e '.[plot]'") from None
-            write_bytes_atomic(png, image)
+            write_bytes_atomic(png, render_png(ex))
             typer.echo(f"timeline written to {png}")
 
     _run(action)
@@ -400,12 +467,15 @@ def sweep(
 ) -> None:
     """What-if studies: best plan against GPU count, hardware, bandwidth, sequence or batch; or the GPUs
     needed to train --tokens in --days."""
-    from planner.planfile import write_bytes_atomic, write_text_atomic
+    from planner.fileio import write_bytes_atomic, write_text_atomic
     from planner.report import plan_table
     from planner.sweep import Job, capacity, sweep_plot
     from planner.sweep import sweep as run_sweep
 
     def action() -> None:
+        _check({"--gpus": (gpus, 1, MAX_GPUS), "--max-gpus": (max_gpus, 1, MAX_GPUS)})
+        if png is not None:
+            _needs("matplotlib", "plot", "--png")
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)
         runtime = Runtime(attention=attention)
         if tokens is not None or days is not None:
@@ -427,10 +497,7 @@ def sweep(
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))
         if png is not None:
-            try:
-                write_bytes_atomic(png, sweep_plot(frame, vary))
-            except ImportError:
-                raise InputError("--png needs matplotlib: pip install -e '.[plot]'") from None
+            write_bytes_atomic(png, sweep_plot(frame, vary))
 
     _run(action)
 
@@ -461,17 +528,16 @@ def profile_layers(
     repeats: Annotated[int, typer.Option(min=1, help="Timed repeats (after two warm-ups); the median is kept.")] = 5,
 ) -> None:
     """Time real decoder, embedding and LM-head layers with PyTorch and write a cost table."""
+    from planner.fileio import write_text_atomic
     from planner.loaders import load_model
-    from planner.planfile import write_text_atomic
 
     def action() -> None:
         if device not in ("cpu", "cuda"):
             raise InputError(f"--device must be cpu or cuda, got {device!r}")
-        try:
-            from cost_models.layerprofile import decoder_module, scaled, shard, table
-            from cost_models.layerprofile import profile_layers as measure
-        except ImportError:
-            raise InputError("profiling needs torch: pip install -e '.[profile]'") from None
+        _check({"--seq-len": (seq_len, 1, MAX_SEQ_LEN)})
+        _needs("torch", "profile", "profiling")
+        from cost_models.layerprofile import decoder_module, scaled, shard, table
+        from cost_models.layerprofile import profile_layers as measure
         spec, tps = scaled(load_model(model), scale), _int_list(tp, "--tp")
         rows = measure(spec, tps, _int_list(mbs, "--mbs"), seq_len, device, repeats)
         built_with = decoder_module(shard(spec, tps[0]))[1]
@@ -492,16 +558,15 @@ def profile_network(
     repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after three warm-ups).")] = 5,
 ) -> None:
     """Time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; fit alpha-beta."""
-    from planner.planfile import write_text_atomic
+    from planner.fileio import write_text_atomic
 
     def action() -> None:
         if backend not in ("gloo", "nccl"):
             raise InputError(f"--backend must be gloo or nccl, got {backend!r}")
-        try:
-            from cost_models.netprofile import fit, fragment, measure
-            samples = measure(backend, procs, repeats)
-        except ImportError:
-            raise InputError("profiling needs torch: pip install -e '.[profile]'") from None
+        _needs("torch", "profile", "profiling")
+        from cost_models.netprofile import fit, fragment, measure
+
+        samples = measure(backend, procs, repeats)
         fits = fit(samples, procs)
         write_text_atomic(out, fragment(fits, samples, backend, procs))
         for f in fits:
@@ -555,7 +620,7 @@ def calibrate(
 
     from planner.calibrate import calibrate as fit_runs
     from planner.calibrate import check, fragment, load_runs, report
-    from planner.planfile import write_text_atomic
+    from planner.fileio import write_text_atomic
 
     def action() -> None:
         from hardware_profiles import load_hardware
@@ -612,8 +677,13 @@ def hardware() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="meshplan")
+    """Console-script entry point. Ctrl-C exits 130 without a traceback, also while typer builds the command line
+    (the imports above have their own guard)."""
+    try:
+        app(prog_name="meshplan")
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

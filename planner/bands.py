@@ -303,7 +303,7 @@ def dumps_bands(table: BandTable) -> str:
 
 def save_bands(table: BandTable, path: str | Path) -> None:
     """Write the table as YAML, atomically."""
-    from planner.planfile import write_text_atomic  # planfile reads bands: import here, not at the top
+    from planner.fileio import write_text_atomic
 
     write_text_atomic(Path(path), dumps_bands(table))
 

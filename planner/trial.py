@@ -32,7 +32,8 @@ import yaml
 from planner.emitters import Target, emit
 from planner.emitters.common import UnsupportedPlanError, layout_summary
 from planner.errors import InputError
-from planner.planfile import Plan, save_plan, write_text_atomic
+from planner.fileio import write_text_atomic
+from planner.planfile import Plan, dumps
 
 MANIFEST = "trials.yaml"
 PLAN_COPY = "plan.yaml"
@@ -98,8 +99,7 @@ def _config_text(launcher: TrialLauncher, text: str, steps: int) -> str:
 
 
 def _write_executable(path: Path, text: str) -> None:
-    write_text_atomic(path, text)
-    path.chmod(path.stat().st_mode | 0o111)
+    write_text_atomic(path, text, executable=True)
 
 
 def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, out: Path) -> list[Trial]:
@@ -137,7 +137,7 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
         _write_executable(folder / "launch.sh", script)
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",
                             f"{name}/{LOG}"))
-    save_plan(plan, out / PLAN_COPY)
+    write_text_atomic(out / PLAN_COPY, dumps(plan, PLAN_COPY))
     manifest = {"plan": PLAN_COPY, "launcher": launcher.value, "steps": steps,
                 "trials": [{k: v for k, v in vars(t).items() if v is not None} for t in trials]}
     header = (f"# meshplan trial: {top_k} layouts of {plan.model.name} on {plan.cluster.num_gpus} x "

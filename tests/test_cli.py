@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cli import app
@@ -104,3 +107,98 @@ def test_hardware_overrides_change_the_prediction() -> None:
     base = [*EVAL, "--tp", "8", "--pp", "8", "--mbs", "1", "--json"]
     small = json.loads(runner.invoke(app, [*base, "--memory-gib", "40"]).output)
     assert small["fits"] is False and small["memory_capacity_gib"] == 40
+
+
+def _plan_file(tmp_path: Path) -> Path:
+    out = tmp_path / "plan.yaml"
+    res = runner.invoke(app, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq-len",
+                              "4096", "--global-batch", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_output_files_honour_the_umask(tmp_path: Path) -> None:
+    """Plan files and launcher configs get 0666 & ~umask, shell scripts 0777 & ~umask (issue 21 item 7)."""
+    import os
+    import stat
+
+    for mask, plain, script in ((0o022, 0o644, 0o755), (0o077, 0o600, 0o700), (0o002, 0o664, 0o775)):
+        folder = tmp_path / f"umask{mask:03o}"
+        folder.mkdir()
+        old = os.umask(mask)
+        try:
+            plan = _plan_file(folder)
+            for target, name in (("megatron", "launch.sh"), ("deepspeed", "ds.json")):
+                res = runner.invoke(app, ["emit", str(plan), "--to", target, "--out", str(folder / name)])
+                assert res.exit_code == 0, res.output
+        finally:
+            os.umask(old)
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+        assert modes == {"plan.yaml": plain, "launch.sh": script, "ds.json": plain}, (oct(mask), modes)
+        assert (folder / "launch.sh").read_text().startswith("#!")
+
+
+def _import_cli_with(hook: str) -> subprocess.CompletedProcess[str]:
+    """`import cli` in a fresh interpreter whose import of one module is replaced by `hook` (it raises)."""
+    code = ("import builtins, sys\n_real = builtins.__import__\n"
+            f"def _hooked(name, *args, **kwargs):\n{hook}\n    return _real(name, *args, **kwargs)\n"
+            "builtins.__import__ = _hooked\nimport cli\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_ctrl_c_while_loading_exits_130_without_traceback() -> None:
+    """Ctrl-C while cli.py imports its modules, directly or turned into an ImportError by an extension's
+    initialisation (ortools does that), exits 130 without a traceback; an unrelated ImportError still surfaces."""
+    direct = _import_cli_with("    if name == 'typer':\n        raise KeyboardInterrupt")
+    assert direct.returncode == 130 and "Traceback" not in direct.stderr, direct.stderr
+    wrapped = _import_cli_with("    if name == 'cost_models.step':\n"
+                               "        try:\n            raise KeyboardInterrupt\n"
+                               "        except KeyboardInterrupt as exc:\n"
+                               "            raise ImportError('initialization failed') from exc")
+    assert wrapped.returncode == 130 and "Traceback" not in wrapped.stderr, wrapped.stderr
+    broken = _import_cli_with("    if name == 'cost_models.step':\n        raise ImportError('broken install')")
+    assert broken.returncode == 1 and "ImportError: broken install" in broken.stderr
+
+
+def test_ctrl_c_while_typer_builds_the_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cli
+
+    def interrupted(**_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    assert info.value.code == 130
+
+
+def test_optional_dependencies_checked_up_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing matplotlib or torch is named before any work; any other ImportError surfaces as itself
+    (issue 19: it used to read as 'needs matplotlib')."""
+    import importlib.util
+
+    import planner.explain
+
+    plan = _plan_file(tmp_path)
+    real_find_spec = importlib.util.find_spec
+    missing: set[str] = {"matplotlib", "torch"}
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in missing else real_find_spec(name, *a))
+    res = runner.invoke(app, ["explain", str(plan), "--png", str(tmp_path / "x.png")])
+    assert res.exit_code == 2 and "error: --png needs matplotlib: pip install -e '.[plot]'" in res.output
+    assert not (tmp_path / "x.png").exists()
+    res = runner.invoke(app, ["profile", "layers", "--model", "llama3-8b", "--out", str(tmp_path / "c.csv")])
+    assert res.exit_code == 2 and "error: profiling needs torch" in res.output
+
+    missing.clear()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "matplotlib"
+                        else real_find_spec(name, *a))
+
+    def broken(_: object) -> bytes:
+        raise ImportError("cannot import name 'helper' from 'somewhere'")
+
+    monkeypatch.setattr(planner.explain, "render_png", broken)
+    res = runner.invoke(app, ["explain", str(plan), "--png", str(tmp_path / "x.png")])
+    assert isinstance(res.exception, ImportError) and "helper" in str(res.exception)
+    assert "needs matplotlib" not in res.output
