@@ -610,7 +610,8 @@ def calibrate(
     runs: Annotated[list[Path], typer.Argument(help="Measured runs: YAML (a list of runs or `runs:`) or CSV with "
                                                     "columns name, model, gpus, seq_len, global_batch, dtype, the "
                                                     "layout (tp, pp, cp, vpp, mbs, zero, recompute, sp, ...) and "
-                                                    "step_time_s.")],
+                                                    "step_time_s; Megatron-LM logs; or the trials.yaml of "
+                                                    "`meshplan trial` with its logs.")],
     hardware: Annotated[str, typer.Option(help="Hardware preset or profile to calibrate (fragments allowed).")],
     out: Annotated[Path | None, typer.Option(help="Write the fitted profile fragment here; plan with "
                                                   "--hardware PRESET,FILE.")] = None,
