@@ -166,8 +166,22 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
         raise InputError(f"{origin}: {exc}") from None
 
 
+def _provenance(values: Any, fragment_path: str) -> str:
+    """One line from a fragment's `calibration:` section (written by `meshplan calibrate`): which runs the
+    fitted values came from and how well they predict them. It changes no number."""
+    if not isinstance(values, dict) or not isinstance(values.get("runs"), list):
+        raise InputError(f"hardware fragment {fragment_path}: calibration must be a mapping with a list of runs")
+    runs = ", ".join(str(r) for r in values["runs"])
+    errors = [f"{key.replace('_pct', '').replace('_', '-')} {values[key]} %" for key in
+              ("before_pct", "after_pct", "held_out_pct") if isinstance(values.get(key), (int, float))]
+    return (f"{Path(fragment_path).name}: fitted on {len(values['runs'])} runs ({runs})"
+            + (f" of {values['hardware']}" if values.get("hardware") else "")
+            + (f"; mean |error| {', '.join(errors)}" if errors else ""))
+
+
 def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> dict[str, Any]:
-    """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile."""
+    """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile. A `calibration:`
+    section (from `meshplan calibrate`) is provenance, collected under the merged data's `_provenance`."""
     path = Path(fragment_path)
     try:
         frag = yaml.safe_load(path.read_text())
@@ -177,10 +191,13 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> dict[str, A
         raise InputError(f"hardware fragment {fragment_path}: expected a mapping of sections (gpu, node, network)")
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     for section, values in frag.items():
+        if section == "calibration":
+            merged["_provenance"] = [*merged.get("_provenance", []), _provenance(values, fragment_path)]
+            continue
         allowed = _SCHEMA.get(section) if section else None
         if allowed is None or not isinstance(values, dict) or not isinstance(merged.get(section), dict):
             raise InputError(f"hardware fragment {fragment_path}: unknown section {section!r}; "
-                             "allowed: gpu, node, network")
+                             "allowed: gpu, node, network, calibration")
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise InputError(f"hardware fragment {fragment_path}: {section}: unknown keys {unknown}; "
@@ -201,7 +218,9 @@ def load_hardware(name_or_path: str, num_gpus: int,
     data, origin = _read(base)
     for frag in fragments:
         data = _merge(data, frag, origin)
-    return apply_overrides(parse_profile(data, origin, num_gpus=max(num_gpus, 1)), overrides)
+    provenance = tuple(data.pop("_provenance", ()))
+    cluster = parse_profile(data, origin, num_gpus=max(num_gpus, 1))
+    return apply_overrides(replace(cluster, provenance=provenance) if provenance else cluster, overrides)
 
 
 def apply_overrides(cluster: ClusterSpec, overrides: HardwareOverrides) -> ClusterSpec:

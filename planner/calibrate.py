@@ -356,7 +356,8 @@ def check(cal: Calibration) -> None:
 
 
 def fragment(cal: Calibration, cluster: ClusterSpec) -> dict[str, Any]:
-    """The hardware-profile fragment (`--hardware PRESET,fragment.yaml`) holding the fitted values."""
+    """The hardware-profile fragment (`--hardware PRESET,fragment.yaml`) holding the fitted values, and its
+    provenance (`calibration:`: the base profile, the runs, the mean errors), which plans record."""
     fitted = apply(cluster, dict(cal.after))
     gpu: dict[str, Any] = {}
     if Param.GEMM_SCALE in cal.after or Param.GEMM_SHIFT in cal.after:
@@ -372,6 +373,9 @@ def fragment(cal: Calibration, cluster: ClusterSpec) -> dict[str, Any]:
         out["node"] = {"scale_up_efficiency": round(cal.after[Param.SCALE_UP_EFFICIENCY], 4)}
     if Param.SCALE_OUT_EFFICIENCY in cal.after:
         out["network"] = {"efficiency": round(cal.after[Param.SCALE_OUT_EFFICIENCY], 4)}
+    out["calibration"] = {"hardware": cal.hardware, "runs": [r.name for r in cal.runs],
+                          "before_pct": round(cal.before_pct, 1), "after_pct": round(cal.after_pct, 1),
+                          "held_out_pct": round(cal.held_out_pct, 1)}
     return out
 
 

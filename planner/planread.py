@@ -166,6 +166,8 @@ def parse_plan(data: Any, origin: str) -> PlanData:
     model = model_from_mapping(data["model"], f"{origin}: model")
     hw = data["hardware"]
     cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
+    if hw.get("provenance"):
+        cluster = replace(cluster, provenance=tuple(hw["provenance"]))
     j = data["job"]
     job = JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
                   runtime=Runtime(attention=AttentionKernel(j["attention"]),

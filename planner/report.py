@@ -83,6 +83,7 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
     lines = [
         f"{model.name} on {cluster.num_gpus} x {cluster.name}, seq {job.seq_len}, global batch "
         f"{job.global_batch}, {job.dtype.value}",
+        *(f"hardware calibrated: {line}" for line in cluster.provenance),
         f"layout: {head}, micro-batches {pred.num_microbatches}",
         "",
         f"  step time            {pred.step_time_s:12.4f} s{_band_note(pred, band)}",

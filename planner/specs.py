@@ -405,6 +405,8 @@ class ClusterSpec:
     scale_up_size: int
     scale_up: LinkSpec
     scale_out: LinkSpec
+    # where fitted values came from: one line per calibrated fragment merged in (`meshplan calibrate`)
+    provenance: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "gpus_per_node", "scale_up_size"):

@@ -184,3 +184,22 @@ def test_trial_manifest_pairs_each_log_with_its_layout(tmp_path: Path) -> None:
     assert [r.layout for r in runs] == [ranked[0].layout, ranked[1].layout]
     assert [r.step_time_s for r in runs] == pytest.approx([4.2, 4.8])
     assert all(r.cluster.num_gpus == 16 and r.job.global_batch == 64 for r in runs)
+
+
+def test_plans_record_where_the_fitted_values_came_from(tmp_path: Path) -> None:
+    """The fragment's `calibration:` section changes no number; plans made with it record it and keep it."""
+    runs = _synthetic(tmp_path)
+    cal = calibrate(runs, "h100-sxm")
+    frag = tmp_path / "fitted.yaml"
+    frag.write_text(yaml.safe_dump(fragment(cal, runs[0].cluster)))
+    cluster = load_hardware(f"h100-sxm,{frag}", 8)
+    (line,) = cluster.provenance
+    assert line.startswith("fitted.yaml: fitted on 5 runs (a, b, c, d, e) of h100-sxm; mean |error| before ")
+    without = {k: v for k, v in fragment(cal, runs[0].cluster).items() if k != "calibration"}
+    (tmp_path / "bare.yaml").write_text(yaml.safe_dump(without))
+    bare = load_hardware(f"h100-sxm,{tmp_path / 'bare.yaml'}", 8)
+    assert bare.provenance == () and bare.gpu == cluster.gpu and bare.scale_out == cluster.scale_out
+    best = planner.plan("llama3-8b", cluster, gpus=8, seq_len=4096, global_batch=32)
+    planner.save_plan(best, tmp_path / "plan.yaml")
+    assert yaml.safe_load((tmp_path / "plan.yaml").read_text())["hardware"]["provenance"] == [line]
+    assert planner.load_plan(tmp_path / "plan.yaml").cluster.provenance == (line,)
