@@ -253,7 +253,8 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
     return {
         "name": cluster.name,
         "description": description,
-        "gpu": {"name": gpu.name, "architecture": gpu.architecture, "memory_gib": gpu.memory_gib, "hbm_gbs": gpu.hbm_gbs,
+        "gpu": {"name": gpu.name, "architecture": gpu.architecture, "memory_gib": gpu.memory_gib,
+                "hbm_gbs": gpu.hbm_gbs,
                 "peak_bf16_tflops": gpu.peak_bf16_tflops, "peak_fp8_tflops": gpu.peak_fp8_tflops,
                 "matmul_efficiency": [list(p) for p in gpu.matmul_efficiency.points],
                 "attention_efficiency": gpu.attention_efficiency, "memory_efficiency": gpu.memory_efficiency,

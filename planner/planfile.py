@@ -16,8 +16,6 @@ planner/planread.py; `read_plan` and `load_plan` here call it.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +27,6 @@ from cost_models.profile import MeasuredCosts
 from cost_models.schedules import LAUNCHERS
 from hardware_profiles import profile_mapping
 from planner.bands import StepBand, band_dict, band_for, load_bands, step_band
-from planner.errors import InputError
 from planner.loaders import model_mapping
 from planner.report import layout_dict, prediction_dict
 from planner.search import Certificate, Ranked
@@ -172,23 +169,17 @@ def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None
 
 
 def write_text_atomic(target: Path, text: str) -> None:
-    """Write `text` to `target` through a temporary file in the same folder and a rename."""
-    write_bytes_atomic(target, text.encode())
+    """Write `text` to `target` atomically with the umask's mode (planner.fileio; scripts executable)."""
+    from planner import fileio
+
+    fileio.write_text_atomic(target, text, fileio.is_script(text))
 
 
 def write_bytes_atomic(target: Path, data: bytes) -> None:
-    """Write `data` to `target` through a temporary file in the same folder and a rename."""
-    target = Path(target)
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
-    except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
+    """Write `data` to `target` atomically with the umask's mode (planner.fileio)."""
+    from planner import fileio
+
+    fileio.write_bytes_atomic(target, data)
 
 
 def read_plan(path: str | Path) -> tuple[ModelSpec, ClusterSpec, JobSpec, Layout]:
