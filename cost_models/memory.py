@@ -45,7 +45,7 @@ only with --activation-func-fp8-input-store, not modelled).
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, fields
 
 from cost_models.flops import mlp_params_of_width, norm_params, projector_weights_and_biases, vision_outer_params
 from planner.specs import (
@@ -262,7 +262,7 @@ def layer_token_bytes(model: ModelSpec, seq_len: int, tp: int, sp: bool, attenti
     att = attention_token_bytes(model, tp, r, seq_len, attention, fp8)
     mlp = (moe_token_bytes(model, tp, r, etp, load, fp8) if moe and model.moe is not None
            else mlp_token_bytes(model, tp, r, fp8))
-    return TokenBytes(*(x + y for x, y in zip(astuple(att), astuple(mlp), strict=True)))
+    return TokenBytes(*(getattr(att, f.name) + getattr(mlp, f.name) for f in fields(TokenBytes)))
 
 
 def selective_modules(recompute: Recompute, modules: frozenset[RecomputeModule] | None) -> frozenset[RecomputeModule]:

@@ -112,9 +112,11 @@ class SearchResult:
 def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate, cache: _LayerTimes | None = None) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
     sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
+    if cache is not None:
+        return cache.state_bound(c)
     layout = c.layout()
     beside = layout.head_beside_embedding
-    params = cache.params(c, beside) if cache else rank_params(model, job, c.tp, beside, c.ep, c.etp)
+    params = rank_params(model, job, c.tp, beside, c.ep, c.etp)
     params = params.scaled(1 / c.pp)
     states = stage_states(params, layout, job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
@@ -127,9 +129,28 @@ class _LayerTimes:
         self.model, self.cluster, self.job = model, cluster, job
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
-        self._families: dict[tuple[Candidate, bool], tuple[float, float, float, float]] = {}
+        self._families: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
         self._hops: dict[tuple[int, int, Schedule], int] = {}
+        self._states: dict[tuple[object, ...], float] = {}
+        self._beside: dict[tuple[int, int, Schedule], bool] = {}
+
+    def beside(self, c: Candidate) -> bool:
+        """Whether the candidate's embedding and LM head share a rank (it depends on pp, vpp and the schedule)."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._beside:
+            self._beside[key] = c.layout().head_beside_embedding
+        return self._beside[key]
+
+    def state_bound(self, c: Candidate) -> float:
+        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
+        if key not in self._states:
+            params = self.params(c, beside).scaled(1 / c.pp)
+            states = stage_states(params, c.layout(), self.job.runtime.grad_reduce_bytes)
+            self._states[key] = states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+        return self._states[key]
 
     def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
         """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
@@ -164,11 +185,11 @@ class _LayerTimes:
         the average stage's gradient reduction and optimizer step. Exposed communication is convex in
         (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
         Recomputation chosen by the split only adds time."""
-        layout = c.layout()
-        stage, hop, backward, tail = self._family(replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B),
-                                                  layout.head_beside_embedding)
+        stage, hop, backward, tail = self._family(c, self.beside(c))
         m = self.job.global_batch // (c.dp * c.mbs)
-        stage += self.hops(layout) * hop / c.pp * p2p_exposure(layout, self.job, self.cluster)
+        if c.pp > 1:
+            layout = c.layout()
+            stage += self.hops(layout) * hop / c.pp * p2p_exposure(layout, self.job, self.cluster)
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
             return stage * m + tail
         if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
@@ -181,9 +202,11 @@ class _LayerTimes:
         the average stage's time (without pipeline sends), one send, its backward, and the tail priced with
         the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
         windows shrink."""
-        key = (c, head_beside_embedding)
+        key = (c.tp, c.pp, c.dp, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
+               head_beside_embedding)
         if key in self._families:
             return self._families[key]
+        c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
         model, job, cluster = self.model, self.job, self.cluster
         times = self.get(c)
         layout = c.layout()

@@ -119,6 +119,10 @@ class SearchSpec:
             object.__setattr__(self, "recompute_modules", pinned)
 
 
+_RECOMPUTE_ORDER = tuple(Recompute)
+_SCHEDULE_ORDER = tuple(Schedule)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """Degrees of one layout family; the stage split and per-stage recomputation come later."""
@@ -144,9 +148,10 @@ class Candidate:
                       recompute_modules=self.modules)
 
     def sort_key(self) -> tuple[int, ...]:
-        modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules)
+        """A total order on candidates (ties in the search break on it, so plans are reproducible)."""
+        modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules) if self.modules else 0
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
-                list(Recompute).index(self.recompute), modules, int(self.sp), list(Schedule).index(self.schedule),
+                _RECOMPUTE_ORDER.index(self.recompute), modules, int(self.sp), _SCHEDULE_ORDER.index(self.schedule),
                 self.ep, self.etp)
 
 
