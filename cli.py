@@ -3,6 +3,7 @@ and an exit code (2: bad input or a layout that breaks a rule; 3: nothing fits).
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -464,6 +465,8 @@ def sweep(
     png: Annotated[Path | None, typer.Option(help="Plot throughput and MFU against the varied quantity.")] = None,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
+    workers: Annotated[int | None, typer.Option(help="Processes that plan the points (default: the cores "
+                                                     "there are).")] = None,
 ) -> None:
     """What-if studies: best plan against GPU count, hardware, bandwidth, sequence or batch; or the GPUs
     needed to train --tokens in --days."""
@@ -491,8 +494,9 @@ def sweep(
             return
         if vary is None or values is None or gpus is None:
             raise InputError("give --gpus, --vary and --values (or --tokens and --days for capacity mode)")
+        procs = (os.cpu_count() or 1) if workers is None else workers
         frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
-                          [v.strip() for v in values.split(",") if v.strip()])
+                          [v.strip() for v in values.split(",") if v.strip()], workers=procs)
         typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))

@@ -80,19 +80,39 @@ def _change(varied: Varied, raw: str) -> tuple[Any, dict[str, Any]]:
         raise InputError(f"--values: {raw!r} is not a number, as {varied.value} needs") from None
 
 
+def _point(job: Job, varied: Varied, raw: str) -> dict[str, Any]:
+    """One row of a sweep: the best plan at one value (a module-level function, so worker processes run it)."""
+    value, changes = _change(varied, raw)
+    try:
+        return _row(value, _plan(job, **changes))
+    except InfeasibleError as exc:
+        return _row(value, None, str(exc))
+
+
 def sweep(job: Job, varied: Varied, values: list[str],
-          progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+          progress: Callable[[int, int], None] | None = None, workers: int = 1) -> pd.DataFrame:
+    """The best plan at each value, in order. With `workers` > 1 the points are planned in that many
+    processes (each search is independent and single-threaded); the rows are the same as with one."""
     if not values:
         raise InputError(f"--values must name at least one {varied.value} value (comma-separated), got none")
-    rows = []
-    for i, raw in enumerate(values):
-        value, changes = _change(varied, raw)
-        try:
-            rows.append(_row(value, _plan(job, **changes)))
-        except InfeasibleError as exc:
-            rows.append(_row(value, None, str(exc)))
-        if progress is not None:
-            progress(i + 1, len(values))
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"--workers must be a positive integer, got {workers!r}")
+    for raw in values:  # a bad value is named before any planning starts
+        _change(varied, raw)
+    rows: list[dict[str, Any]] = []
+    if workers == 1 or len(values) == 1:
+        for raw in values:
+            rows.append(_point(job, varied, raw))
+            if progress is not None:
+                progress(len(rows), len(values))
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(values))) as pool:
+            for row in pool.map(_point, [job] * len(values), [varied] * len(values), values):
+                rows.append(row)
+                if progress is not None:
+                    progress(len(rows), len(values))
     frame = pd.DataFrame(rows)
     frame.insert(0, varied.value, frame.pop("value"))
     return frame

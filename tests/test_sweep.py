@@ -64,3 +64,28 @@ def test_cli_capacity_and_errors() -> None:
     res = runner.invoke(app, ["sweep", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq-len", "8192",
                               "--global-batch", "512", "--gpus", "8", "--vary", "gpus", "--values", "8,x"])
     assert res.exit_code == 2 and "'x' is not a number" in res.output
+
+
+def test_workers_give_the_same_rows() -> None:
+    """Points planned in two processes come back in order and equal the single-process sweep (a point that
+    fits nothing included)."""
+    values = ["8", "16", "1", "32"]
+    one = sweep(JOB, Varied.GPUS, values, workers=1)
+    two = sweep(JOB, Varied.GPUS, values, workers=2)
+    pd.testing.assert_frame_equal(one, two)
+    assert list(two["gpus"]) == [8, 16, 1, 32] and not two["fits"][2]
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 1.5])
+def test_workers_must_be_a_positive_integer(workers: object) -> None:
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="--workers must be a positive integer"):
+        sweep(JOB, Varied.GPUS, ["8"], workers=workers)  # type: ignore[arg-type]
+
+
+def test_a_bad_value_is_named_before_planning() -> None:
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="'x' is not a number"):
+        sweep(JOB, Varied.GPUS, ["8", "x"], workers=2)
