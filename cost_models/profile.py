@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from planner.errors import InputError
 from planner.specs import ModelSpec
@@ -74,6 +76,8 @@ class MeasuredCosts:
 
 def read_frame(path: str | Path) -> pd.DataFrame:
     """A cost table as a DataFrame (CSV, or parquet by suffix), or an InputError naming the problem."""
+    import pandas as pd  # only cost tables need pandas: kept out of every command's start-up
+
     target = Path(path)
     try:
         frame = pd.read_parquet(target) if target.suffix == ".parquet" else pd.read_csv(target)

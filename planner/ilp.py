@@ -20,9 +20,11 @@ import math
 import time
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import pulp
-from ortools.sat.python import cp_model
+if TYPE_CHECKING:  # the solvers load when a split is solved, not at start-up
+    import pulp
+    from ortools.sat.python import cp_model
 
 from planner.partition import Split, SplitProblem, make_split, stage_tables
 
@@ -61,6 +63,8 @@ class Outcome:
 
 def run_cpsat(model: cp_model.CpModel, options: SolveOptions) -> tuple[cp_model.CpSolver, Outcome]:
     """Solve `model` with CP-SAT under the options; the solver holds the values."""
+    from ortools.sat.python import cp_model
+
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = options.time_limit_s
     solver.parameters.num_workers = options.threads
@@ -74,6 +78,8 @@ def run_cpsat(model: cp_model.CpModel, options: SolveOptions) -> tuple[cp_model.
 
 def run_highs(prob: pulp.LpProblem, variables: list[pulp.LpVariable], options: SolveOptions) -> Outcome:
     """Solve `prob` with HiGHS to optimality (or the time limit); found only when `variables` have values."""
+    import pulp
+
     status = pulp.LpStatus[prob.solve(pulp.HiGHS(msg=False, gapRel=1e-9, gapAbs=0.0,
                                                  timeLimit=options.time_limit_s, threads=options.threads))]
     if status != "Optimal" or any(v.value() is None for v in variables):
@@ -95,6 +101,8 @@ def _hidden(p: SplitProblem, s: int) -> tuple[float, float]:
 
 
 def build_cpsat(p: SplitProblem, hint: Split | None = None) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
+    from ortools.sat.python import cp_model
+
     model = cp_model.CpModel()
     L, P = p.num_layers, p.num_stages
     n = [model.new_int_var(1, L, f"n_{s}") for s in range(P)]
@@ -132,6 +140,8 @@ def solve_cpsat(p: SplitProblem, options: SolveOptions = SolveOptions(), hint: S
 
 
 def build_highs(p: SplitProblem) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
+    import pulp
+
     L, P = p.num_layers, p.num_stages
     prob = pulp.LpProblem("stage_split", pulp.LpMinimize)
     n = [prob.add_variable(f"n_{s}", 1, L, cat="Integer") for s in range(P)]

@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pulp
-from ortools.sat.python import cp_model
+if TYPE_CHECKING:  # the solvers load when a split is solved, not at start-up
+    pass
 
 from planner.ilp import NS, IlpResult, SolveOptions, Solver, run_cpsat, run_highs
 from planner.partition import KindSplitProblem, Split, kind_segment_tables, kind_split
@@ -69,6 +69,8 @@ def _read(p: KindSplitProblem, placed: list[list[float]]) -> Split:
 
 
 def solve_highs_kinds(p: KindSplitProblem, options: SolveOptions | None = None) -> IlpResult:
+    import pulp
+
     options = options or SolveOptions()
     start = time.perf_counter()
     L, P, kinds = p.num_layers, p.num_stages, p.kinds
@@ -100,6 +102,8 @@ def solve_highs_kinds(p: KindSplitProblem, options: SolveOptions | None = None) 
 
 def solve_cpsat_kinds(p: KindSplitProblem, options: SolveOptions | None = None,
                       hint: Split | None = None) -> IlpResult:
+    from ortools.sat.python import cp_model
+
     options = options or SolveOptions()
     start = time.perf_counter()
     L, P, kinds = p.num_layers, p.num_stages, p.kinds

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from hardware_profiles import HardwareOverrides
 from planner.api import plan
@@ -113,6 +114,8 @@ def sweep(job: Job, varied: Varied, values: list[str],
                 rows.append(row)
                 if progress is not None:
                     progress(len(rows), len(values))
+    import pandas as pd  # the table is a DataFrame; importing it here keeps pandas out of other commands
+
     frame = pd.DataFrame(rows)
     frame.insert(0, varied.value, frame.pop("value"))
     return frame
