@@ -68,15 +68,20 @@ def test_torchtitan_trials_parse_with_its_config_manager(tmp_path: Path) -> None
 
 
 def test_deepspeed_trials_log_every_step(tmp_path: Path) -> None:
-    """The two keys are DeepSpeed's own (its config constants); the rest is the emitter's, which
-    tests/test_emitters.py runs through DeepSpeedConfig."""
+    """The two keys are DeepSpeed's own (its config constants; the rest is the emitter's, which
+    tests/test_emitters.py runs through DeepSpeedConfig), and DeepSpeed's launcher parses the command."""
     pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
     from deepspeed.runtime.constants import STEPS_PER_PRINT, WALL_CLOCK_BREAKDOWN
 
     (t,) = write_trials(_plan(Target.DEEPSPEED, 1), TrialLauncher.DEEPSPEED, 1, 5, tmp_path)
     config = json.loads((tmp_path / t.config).read_text())
     assert config[STEPS_PER_PRINT] == 1 and config[WALL_CLOCK_BREAKDOWN] is True
-    assert "--deepspeed_config deepspeed.json" in (tmp_path / t.script).read_text()
+    from deepspeed.launcher.runner import parse_args
+
+    words = [w for w in _command(tmp_path / t.script) if w != "$@"]
+    assert words[0] == "deepspeed"
+    launch = parse_args([w if "TRAIN_SCRIPT" not in w else "train.py" for w in words[1:]])
+    assert (launch.num_nodes, launch.num_gpus, launch.user_args) == (2, 8, ["--deepspeed_config", "deepspeed.json"])
 
 
 def test_layouts_a_launcher_cannot_run_are_named_not_substituted(tmp_path: Path) -> None:
