@@ -362,9 +362,10 @@ def _plan_chain(costs: Path, hardware: str, gpus: int, batch: int, overrides: An
 
 
 class _Progress:
-    """A progress bar on stderr that appears only once a search has run for a second."""
+    """A progress bar on stderr that appears only once a search has run for a second (and only on a terminal)."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "searching layouts") -> None:
+        self.label = label
         self.start = time.perf_counter()
         self.bar: Any = None
         self.task: Any = None
@@ -381,7 +382,7 @@ class _Progress:
 
             self.bar = Progress(console=Console(stderr=True), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("searching layouts", total=total)
+            self.task = self.bar.add_task(self.label, total=total)
         self.bar.update(self.task, completed=done, total=total)
 
     def __exit__(self, *exc: object) -> None:
@@ -436,6 +437,7 @@ def explain(
         ex = explanation(plan)
         typer.echo(plan_table(plan))
         typer.echo(f"\n  binding constraint: {ex.binding}")
+        typer.echo(f"  {ex.verdict}")
         for c in ex.comparisons:
             typer.echo(f"  alternative {c.rank}: {100 * c.slower_by:+.1f} % ({c.reason})")
         if html_out is not None:
@@ -462,7 +464,9 @@ def sweep(
     days: Annotated[float | None, typer.Option(help="Capacity mode: days to train them in.")] = None,
     max_gpus: Annotated[int, typer.Option(help="Capacity mode: the largest cluster to consider.")] = 131072,
     csv: Annotated[Path | None, typer.Option(help="Write the table as CSV.")] = None,
-    png: Annotated[Path | None, typer.Option(help="Plot throughput and MFU against the varied quantity.")] = None,
+    png: Annotated[Path | None, typer.Option(help="Plot tokens/s per GPU (and total tokens/s, MFU or step time "
+                                                  "where that is not a rescaling of it) against the varied "
+                                                  "quantity, each point labelled with its layout.")] = None,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
     workers: Annotated[int | None, typer.Option(help="Processes that plan the points (default: the cores "
@@ -485,7 +489,8 @@ def sweep(
             if tokens is None or days is None:
                 raise InputError("capacity mode needs both --tokens and --days")
             job = Job(model, hardware, 1, seq_len, batch, runtime, dtype)
-            answer = capacity(job, tokens, days, max_gpus)
+            with _Progress("planning GPU counts") as progress:
+                answer = capacity(job, tokens, days, max_gpus, progress=progress.update)
             typer.echo(f"{answer.gpus} GPUs train {tokens:.3g} tokens in {answer.days:.1f} days "
                        f"(target {days:g}); counts planned: "
                        + ", ".join(f"{g}: {'no fit' if d is None else f'{d:.1f} d'}" for g, d in answer.tried))
@@ -495,8 +500,10 @@ def sweep(
         if vary is None or values is None or gpus is None:
             raise InputError("give --gpus, --vary and --values (or --tokens and --days for capacity mode)")
         procs = (os.cpu_count() or 1) if workers is None else workers
-        frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
-                          [v.strip() for v in values.split(",") if v.strip()], workers=procs)
+        with _Progress(f"planning {vary.value} values") as progress:
+            frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
+                              [v.strip() for v in values.split(",") if v.strip()], progress=progress.update,
+                              workers=procs)
         typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))
@@ -631,7 +638,8 @@ def calibrate(
         from hardware_profiles import load_hardware
         load_hardware(hardware, 1)  # a bad preset or fragment is named once, not per run
         measured = [run for path in runs for run in load_runs(path, hardware)]
-        cal = fit_runs(measured, hardware)
+        with _Progress("fitting (all runs, then each held out)") as progress:
+            cal = fit_runs(measured, hardware, progress=progress.update)
         typer.echo(report(cal))
         check(cal)
         if out is not None:

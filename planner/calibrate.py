@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -330,18 +330,24 @@ def _fit(runs: Sequence[MeasuredRun], params: Sequence[Param], start: Mapping[Pa
     return result.values, result.converged
 
 
-def calibrate(runs: Sequence[MeasuredRun], hardware: str) -> Calibration:
-    """Fit `hardware`'s parameters to `runs`, with leave-one-out predictions; InputError if refused."""
+def calibrate(runs: Sequence[MeasuredRun], hardware: str,
+              progress: Callable[[int, int], None] | None = None) -> Calibration:
+    """Fit `hardware`'s parameters to `runs`, with leave-one-out predictions; InputError if refused.
+    `progress(done, total)` after each of the len(runs) + 1 fits (all runs, then each held out)."""
     if len(runs) < MIN_RUNS:
         raise InputError(f"calibration needs at least {MIN_RUNS} runs (one is held out to check the fit), "
                          f"got {len(runs)}")
     params = params_seen(runs)
     start = {p: current_value(runs[0].cluster, p) for p in params}
     after, converged = _fit(runs, params, start)
+    if progress is not None:
+        progress(1, len(runs) + 1)
     fits = []
     for i, run in enumerate(runs):
         others = [r for j, r in enumerate(runs) if j != i]
         held, _ = _fit(others, params, start)
+        if progress is not None:
+            progress(i + 2, len(runs) + 1)
         fits.append(RunFit(run.name, run.step_time_s, _predict(run, {}), _predict(run, after), _predict(run, held)))
     return Calibration(hardware, params, start, after, tuple(fits), converged)
 

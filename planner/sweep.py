@@ -5,11 +5,13 @@ scale-out bandwidth, sequence length, global batch) and returns a pandas DataFra
 the best layout, its step time, throughput, MFU and memory, or why nothing fits.
 `capacity` finds the fewest GPUs whose best plan trains `tokens` within `days`, trying whole-node
 counts in powers of two and the 1.5x steps between them in increasing order (every count it reports
-was planned, none interpolated).
+was planned, none interpolated). `sweep_figure` draws a sweep: tokens/s per GPU, one other quantity where it
+is not a rescaling of that, and each point's layout.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
 from hardware_profiles import HardwareOverrides
 from planner.api import plan
@@ -133,9 +136,11 @@ class CapacityAnswer:
     tried: tuple[tuple[int, float | None], ...]  # (GPUs, days or None when nothing fit)
 
 
-def capacity(job: Job, tokens: float, days: float, max_gpus: int) -> CapacityAnswer:
+def capacity(job: Job, tokens: float, days: float, max_gpus: int,
+             progress: Callable[[int, int], None] | None = None) -> CapacityAnswer:
     """The fewest GPUs, among whole-node counts in powers of two and the 1.5x steps between them, whose
-    best plan trains `tokens` in at most `days` (scanned in increasing order; every count is planned)."""
+    best plan trains `tokens` in at most `days` (scanned in increasing order; every count is planned).
+    `progress(done, total)` after each count planned, of all the counts the scan may plan."""
     real(tokens, "--tokens", 0.0, MAX_TOKENS)
     real(days, "--days", 0.0, MAX_DAYS)
     integer(max_gpus, "--max-gpus", 1, MAX_GPUS)
@@ -148,9 +153,13 @@ def capacity(job: Job, tokens: float, days: float, max_gpus: int) -> CapacityAns
             result = _plan(job, gpus=gpus)
         except InfeasibleError:
             tried.append((gpus, None))
+            if progress is not None:
+                progress(len(tried), len(counts))
             continue
         need = tokens / result.best.prediction.tokens_per_s / 86400
         tried.append((gpus, need))
+        if progress is not None:
+            progress(len(tried), len(counts))
         if need <= days:
             return CapacityAnswer(gpus, result, need, tuple(tried))
     raise InfeasibleError(f"no cluster of up to {max_gpus} GPUs trains {tokens:.3g} tokens in {days:g} days "
@@ -181,27 +190,79 @@ def _fewest_at_peak(job: Job, tokens: float, days: float) -> int:
     return int(flops / (days * 86400 * load_hardware(job.hardware, 1).gpu.peak(job.dtype)))
 
 
-def sweep_plot(frame: pd.DataFrame, varied: Varied) -> bytes:
-    """Throughput per GPU and MFU of the best plan against the varied quantity, as a PNG."""
-    import io
+# The right-hand axis: a second quantity that is not a rescaling of tokens/s per GPU for this sweep, or none.
+# With the GPU count fixed, total tokens/s is tokens/s per GPU times a constant, and with the GPU model and the
+# model's FLOPs per token fixed, so is MFU: each is plotted only where it tells something new.
+SECOND_AXIS: dict[Varied, tuple[str, str, float] | None] = {
+    Varied.GPUS: ("tokens_per_s", "total tokens/s", 1.0),  # per GPU falls while the total rises
+    Varied.HARDWARE: ("mfu", "MFU %", 100.0),  # the GPU's peak changes with the preset
+    Varied.SEQ_LEN: ("mfu", "MFU %", 100.0),  # attention FLOPs per token grow with the sequence
+    Varied.GLOBAL_BATCH: ("step_time_s", "step time (s)", 1.0),  # more sequences per step
+    Varied.INTER_NODE_GBPS: None,  # same GPUs, model and batch: every other quantity rescales tokens/s per GPU
+}
+_LAYOUT_TOKEN = re.compile(r"(tp|pp|dp|cp|ep|etp|vpp|mbs|zero)(\d+)")
 
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def short_layout(line: str) -> str:
+    """Two lines for a point's label from a `layout_line` (the frame's `layout` column): the degrees, then
+    virtual stages, micro-batch size, ZeRO stage and recomputation when there is some (sp, the schedule and
+    recomputed modules are in the table)."""
+    parts: dict[str, str] = {m.group(1): m.group(2) for m in map(_LAYOUT_TOKEN.fullmatch, line.split()) if m}
+    recompute = next((b for b in (re.split(r"[\[+]", t)[0] for t in line.split()) if b in ("selective", "full")), "")
+    first = " ".join(f"{k}{parts[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "etp") if k in parts)
+    second = " ".join([*(f"{k}{parts[k]}" for k in ("vpp", "mbs", "zero") if k in parts), recompute]).strip()
+    return f"{first}\n{second}"
+
+
+def sweep_figure(frame: pd.DataFrame, varied: Varied) -> Figure:
+    """Tokens/s per GPU of the best plan against the varied quantity (left axis), the sweep's SECOND_AXIS
+    quantity on the right, each point labelled with its layout (`short_layout`), as a matplotlib Figure."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import EngFormatter
 
     fits = frame[frame["fits"]]
     labels = [str(v) for v in fits[varied.value]]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(labels, fits["tokens_per_s_per_gpu"], marker="o", color="C0")
+    per_gpu = list(fits["tokens_per_s_per_gpu"])
+    fig = Figure(figsize=(max(8.0, 1.15 * len(labels) + 2.5), 5.0))  # a slot per point wider than its label
+    ax = fig.subplots()
+    lines: list[Line2D] = ax.plot(labels, per_gpu, marker="o", color="C0", label="tokens/s per GPU")
     ax.set_xlabel(varied.value)
     ax.set_ylabel("tokens/s per GPU", color="C0")
-    mfu = ax.twinx()
-    mfu.plot(labels, 100 * fits["mfu"], marker="s", color="C1")
-    mfu.set_ylabel("MFU %", color="C1")
-    ax.set_title("best plan per value")
+    ax.tick_params(axis="y", colors="C0")
+    ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # 10k, not an offset label the legend could cover
+    second = SECOND_AXIS[varied]
+    if second is not None:
+        column, name, scale = second
+        right = ax.twinx()
+        lines += right.plot(labels, [scale * v for v in fits[column]], marker="s", linestyle="--", color="C1",
+                            label=name)
+        right.set_ylabel(name, color="C1")
+        right.tick_params(axis="y", colors="C1")
+        right.set_ylim(0, 1.15 * max(scale * v for v in fits[column]))
+        if column == "tokens_per_s":
+            right.yaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.set_zorder(right.get_zorder() + 1)  # the labelled line and its labels above the right axis' line
+        ax.patch.set_visible(False)
+    for i, (label, y, lay) in enumerate(zip(labels, per_gpu, fits["layout"], strict=True)):
+        above = i % 2 == 0  # neighbours alternate above and below their points: no two labels meet
+        ax.annotate(short_layout(lay), (label, y), xytext=(0, 9 if above else -9), textcoords="offset points",
+                    ha="center", va="bottom" if above else "top", fontsize=7, linespacing=1.1,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.margins(y=0.3)
+    ax.legend(handles=lines, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
+    missing = [str(v) for v in frame[~frame["fits"]][varied.value]]
+    ax.set_title("best plan per value" + (f" (nothing fits at {', '.join(missing)})" if missing else ""),
+                 loc="left", fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def sweep_plot(frame: pd.DataFrame, varied: Varied) -> bytes:
+    """`sweep_figure` as PNG bytes (needs matplotlib: pip install -e '.[plot]')."""
+    import io
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
+    sweep_figure(frame, varied).savefig(buf, format="png", dpi=110)
     return buf.getvalue()

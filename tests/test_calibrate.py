@@ -203,3 +203,39 @@ def test_plans_record_where_the_fitted_values_came_from(tmp_path: Path) -> None:
     planner.save_plan(best, tmp_path / "plan.yaml")
     assert yaml.safe_load((tmp_path / "plan.yaml").read_text())["hardware"]["provenance"] == [line]
     assert planner.load_plan(tmp_path / "plan.yaml").cluster.provenance == (line,)
+
+
+def test_progress_after_every_fit(tmp_path: Path) -> None:
+    """The fit on all runs, then one per held-out run: len(runs) + 1 reports, in order."""
+    runs = _synthetic(tmp_path)[:3]
+    calls: list[tuple[int, int]] = []
+    calibrate(runs, "h100-sxm", progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_cli_calibrate_reports_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import cli
+    from cli import app
+
+    made: list[tuple[str, list[tuple[int, int]]]] = []
+
+    class Recorder:  # stands in for cli._Progress
+        def __init__(self, label: str = "") -> None:
+            made.append((label, []))
+
+        def __enter__(self) -> Recorder:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def update(self, done: int, total: int) -> None:
+            made[-1][1].append((done, total))
+
+    monkeypatch.setattr(cli, "_Progress", Recorder)
+    runs = _write(tmp_path, [dict(RUNS[0], name="x", step_time_s=5.0), dict(RUNS[2], name="y", step_time_s=4.0)])
+    result = CliRunner().invoke(app, ["calibrate", str(runs), "--hardware", "h100-sxm"])
+    assert result.exit_code in (0, 2), result.output  # 2: refused after the fits; the progress came first
+    assert made == [("fitting (all runs, then each held out)", [(1, 3), (2, 3), (3, 3)])]

@@ -7,15 +7,19 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from planner import plan, save_plan
-from planner.explain import explanation, render_html
+from planner import load_plan, plan, save_plan
+from planner.explain import Explanation, explain_figure, explanation, render_html
+from planner.report import layout_line
+from planner.search import Ranked
 from planner.space import SearchSpec
+from planner.verdict import TERM_NAMES, Contender, plan_verdict, seconds, why_best
 
 runner = CliRunner()
 
@@ -48,6 +52,7 @@ def test_html_is_self_contained(plan_file: Path, tmp_path: Path) -> None:
     assert "src=" not in page and "<script" not in page and "http://" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
     assert "Binding constraint" in page and "Why this plan beat the next ones" in page
+    assert "Against the runner-up</b>: The plan beats the runner-up (" in page
 
 
 def test_explanation_names_constraint_and_alternatives(plan_file: Path) -> None:
@@ -102,3 +107,147 @@ def test_explain_shows_the_file_and_reprices_on_request(plan_file: Path, tmp_pat
     with caplog.at_level("WARNING", logger="planner.planread"):
         assert runner.invoke(app, ["explain", str(plan_file)]).exit_code == 0
     assert caplog.records == []
+
+
+# ---- the timeline picture: legend, chunk numbers, sends (read from matplotlib's objects, not pixels) ----------
+
+def _drawn(fig: Any) -> Any:
+    """The figure drawn on an Agg canvas (so that texts have extents); its renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return canvas.get_renderer()
+
+
+def _timeline_axes(fig: Any) -> Any:
+    return next(ax for ax in fig.axes if ax.get_gid() == "timeline")
+
+
+def _check_numbers_readable(ex: Explanation, fig: Any) -> list[Any]:
+    """Every chunk number sits inside a bar of its chunk on its stage, at 5 pt or more, and no two overlap."""
+    renderer = _drawn(fig)
+    ax = _timeline_axes(fig)
+    numbers = [t for t in ax.texts if t.get_gid() == "chunk"]
+    boxes = []
+    for t in numbers:
+        x, y = t.get_position()
+        (bar,) = [e for e in ex.timeline.events if e.device == y and e.start < x < e.end]
+        assert str(bar.op.chunk) == t.get_text() and t.get_fontsize() >= 5
+        box = t.get_window_extent(renderer)
+        left, right = (ax.transData.transform((v, y))[0] for v in (bar.start, bar.end))
+        assert left <= box.x0 and box.x1 <= right, t.get_text()
+        boxes.append(box)
+    boxes.sort(key=lambda b: (b.y0, b.x0))
+    for a, b in zip(boxes, boxes[1:], strict=False):
+        assert not a.overlaps(b)
+    return numbers
+
+
+def test_timeline_legend_chunk_numbers_and_sends(plan_file: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    ex = explanation(load_plan(plan_file))
+    fig = explain_figure(ex)
+    ax = _timeline_axes(fig)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[0] == "forward" and legend[1].startswith("backward") and legend[-1].startswith("send (")
+    has_w = any(e.op.kind.value == "W" for e in ex.timeline.events)
+    assert ("weight gradient" in legend) == has_w
+    assert ax.get_legend().get_title().get_text() == "number on a bar: model chunk"
+    # one line per send: each micro-batch crosses every stage boundary forward and back
+    crossings = sum(a != b for a, b in zip(ex.placement, ex.placement[1:], strict=False))
+    (lines,) = [c for c in ax.collections if c.get_gid() == "sends"]
+    assert len(lines.get_segments()) == len(ex.sends) == 2 * crossings * ex.shown_microbatches == 2 * 3 * 16
+    assert all(s.end > s.start for s in ex.sends)
+    numbers = _check_numbers_readable(ex, fig)
+    assert {t.get_text() for t in numbers} == {"0", "1", "2", "3"}  # pp 4, one chunk per stage
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"stage {d}" for d in range(4)]
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_timeline_reads_at_pp16(vpp: int) -> None:
+    """Sixteen stages: one labelled row per stage naming its chunks, rows that do not overlap, the chunks keyed
+    in the legend (by shade) when a stage holds two, numbers only where a bar holds them."""
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    result = plan("llama3-70b", "h100-sxm", gpus=128, seq_len=4096, global_batch=16,
+                  spec=SearchSpec(pp=16, vpp=vpp, top_k=2))
+    ex = explanation(result)
+    fig = explain_figure(ex)
+    _check_numbers_readable(ex, fig)
+    renderer = _drawn(fig)
+    ax = _timeline_axes(fig)
+    ticks = ax.get_yticklabels()
+    assert len(ticks) == 16 and min(t.get_fontsize() for t in ticks) >= 7
+    boxes = [t.get_window_extent(renderer) for t in ticks]
+    assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:], strict=False))
+    legend = ax.get_legend()
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    texts = [t.get_text() for t in legend.get_texts()]
+    if vpp == 1:
+        assert [t.get_text() for t in ticks] == [f"stage {d}" for d in range(16)]
+        assert ax.get_ylabel() == "pipeline stage (= model chunk)"
+    else:
+        for d, tick in enumerate(ticks):
+            assert tick.get_text() == f"stage {d}: chunks " + ",".join(
+                str(c) for c in range(32) if ex.placement[c] == d)
+        assert texts[-2:] == ["chunk 1 of each stage: 0-15", "chunk 2 of each stage: 16-31"]
+
+
+# ---- why the plan beats the runner-up -----------------------------------------------------------------------
+
+def test_verdict_names_the_runner_up_and_the_largest_difference(tmp_path: Path) -> None:
+    result = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, spec=SearchSpec(top_k=3))
+    sentence = plan_verdict(result)
+    best, runner_up = result.best, result.alternatives[0]
+
+    def terms(r: Ranked) -> dict[str, float]:  # the breakdown; the simulator's re-pricing of the pipeline: bubble
+        t = r.prediction.breakdown.as_dict()
+        t["bubble"] += r.step_time_s - r.prediction.step_time_s
+        return t
+
+    diffs = {k: terms(runner_up)[k] - terms(best)[k] for k in terms(best)}
+    assert sum(diffs.values()) == pytest.approx(runner_up.step_time_s - best.step_time_s)
+    key = max(diffs, key=lambda k: abs(diffs[k]))
+    assert f"({layout_line(runner_up.layout)})" in sentence
+    assert f"{seconds(diffs[key])} {'less' if diffs[key] > 0 else 'more'} {TERM_NAMES[key]}" in sentence
+    assert ("within model error" in sentence) == result.indistinguishable[0]
+    assert sentence == explanation(result).verdict and sentence.endswith(".") and ". " not in sentence  # one
+    save_plan(result, tmp_path / "plan.yaml")
+    res = runner.invoke(app, ["explain", str(tmp_path / "plan.yaml")])
+    assert res.exit_code == 0 and sentence in " ".join(res.output.split())
+
+
+BEST = Contender("tp2 pp4", 10.0, {"compute": 8.0, "bubble": 1.0, "tp_comm": 1.0}, (9.8, 10.2))
+
+
+@pytest.mark.parametrize(("runner_terms", "within", "expected"), [
+    ({"compute": 8.0, "bubble": 1.42, "tp_comm": 0.9}, False,
+     "The plan beats the runner-up (tp4 pp2) by 3.2 %: 0.42 s less pipeline bubble, partly offset by 0.10 s more "
+     "TP communication; the gap is beyond model error (bands 9.8-10.2 s and 10.3-10.5 s do not overlap)."),
+    ({"compute": 8.0, "bubble": 1.4, "tp_comm": 1.2}, True,
+     "The plan beats the runner-up (tp4 pp2) by 6 %: 0.40 s less pipeline bubble and 0.20 s less TP communication; "
+     "the two are within model error (bands 9.8-10.2 s and 10.3-10.5 s overlap), so the model cannot say which "
+     "is faster."),
+    ({"compute": 8.0, "bubble": 1.5, "tp_comm": 0.95, "dp_comm": 0.004}, False,  # 0.05 s is under 20 % of 0.5 s
+     "The plan beats the runner-up (tp4 pp2) by 4.5 %: 0.50 s less pipeline bubble; the gap is beyond model error "
+     "(bands 9.8-10.2 s and 10.3-10.5 s do not overlap)."),
+    ({"compute": 7.5, "bubble": 1.3, "tp_comm": 1.3, "dp_comm": 0.3}, False,  # the largest difference is a cost
+     "The plan beats the runner-up (tp4 pp2) by 4 %: 0.30 s less pipeline bubble, partly offset by 0.50 s more "
+     "compute; the gap is beyond model error (bands 9.8-10.2 s and 10.3-10.5 s do not overlap)."),
+])
+def test_why_best_on_hand_made_breakdowns(runner_terms: dict, within: bool, expected: str) -> None:
+    runner_up = Contender("tp4 pp2", sum(runner_terms.values()), runner_terms, (10.3, 10.5))
+    assert why_best(BEST, runner_up, within) == expected
+
+
+def test_why_best_small_numbers_and_no_bands() -> None:
+    best = Contender("a", 1.0, {"compute": 0.99, "pp_p2p": 0.01})
+    runner_up = Contender("b", 1.004, {"compute": 0.99, "pp_p2p": 0.014})
+    assert why_best(best, runner_up, True) == ("The plan beats the runner-up (b) by 0.4 %: 4 ms less pipeline "
+                                               "send/receive; the two are within model error, so the model cannot "
+                                               "say which is faster.")
+
+
+def test_verdict_without_alternatives() -> None:
+    result = plan("llama3-8b", "h100-sxm", gpus=8, seq_len=4096, global_batch=64, spec=SearchSpec(top_k=1))
+    assert plan_verdict(result) == "The plan kept no alternative to compare with (plan with --top-k 2 or more)."

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from planner.sweep import Job, Varied, capacity, sweep
+from planner.sweep import SECOND_AXIS, Job, Varied, capacity, short_layout, sweep, sweep_figure
 
 runner = CliRunner()
 JOB = Job("llama3-8b", "h100-sxm", 64, 4096, 256)
@@ -89,3 +90,142 @@ def test_a_bad_value_is_named_before_planning() -> None:
 
     with pytest.raises(InputError, match="'x' is not a number"):
         sweep(JOB, Varied.GPUS, ["8", "x"], workers=2)
+
+
+# ---- the sweep picture: one quantity per axis, each point labelled with its layout --------------------------
+
+LAYOUTS = ["tp1 pp1 dp64 cp1 vpp1 mbs2 zero2 none", "tp1 pp2 dp32 cp1 vpp2 mbs2 zero1 none zb-v",
+           "tp2 pp4 dp64 cp2 vpp8 mbs1 sp zero1 none interleaved-1f1b",
+           "tp4 pp12 dp16 cp2 vpp1 mbs1 sp zero1 full zb-h1",
+           "tp8 pp16 dp8 cp4 ep8 etp1 vpp2 mbs1 sp zero1 selective[core_attn,mlp] zb-v"]
+
+
+def _frame(varied: Varied, n: int = 10) -> pd.DataFrame:
+    """A sweep table of `n` fitting points (and one that fits nothing) whose throughputs are nearly equal: the
+    labels' worst case (neighbours at the same height)."""
+    rows: list[dict[str, Any]] = [
+        {varied.value: 8 * 2**i, "fits": True, "step_time_s": 1.0 + 0.01 * i, "tokens_per_s": 1e6 * 2**i,
+         "tokens_per_s_per_gpu": 1e4 - i, "mfu": 0.5 - 0.001 * i, "peak_memory_gib": 60.0,
+         "layout": LAYOUTS[i % len(LAYOUTS)], "note": ""} for i in range(n)]
+    rows.append({varied.value: 4, "fits": False, "note": "no layout fits"})
+    return pd.DataFrame(rows)
+
+
+def _labels(fig: Any) -> list[Any]:
+    return [c for c in fig.axes[0].get_children() if type(c).__name__ == "Annotation"]
+
+
+@pytest.mark.parametrize("varied", list(Varied))
+def test_sweep_figure_one_quantity_per_axis(varied: Varied) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    fig = sweep_figure(_frame(varied), varied)
+    second = SECOND_AXIS[varied]
+    assert len(fig.axes) == (1 if second is None else 2)
+    assert [len(ax.get_lines()) for ax in fig.axes] == [1] * len(fig.axes)  # one line per axis
+    assert [ax.get_ylabel() for ax in fig.axes] == ["tokens/s per GPU", *([second[1]] if second else [])]
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == [1e4 - i for i in range(10)]
+    if second is not None:  # never the same line twice: the right axis is not a rescaling of the left
+        left, right = (ax.get_lines()[0].get_ydata() for ax in fig.axes)
+        ratios = {round(float(r) / float(v), 9) for r, v in zip(right, left, strict=True)}
+        assert len(ratios) > 1
+    assert "nothing fits at 4" in fig.axes[0].get_title(loc="left")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["tokens/s per GPU", *([second[1]] if second else [])]
+
+
+def test_sweep_figure_labels_every_point_without_overlap() -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    frame = _frame(Varied.GPUS)
+    fig = sweep_figure(frame, Varied.GPUS)
+    labels = _labels(fig)
+    assert [a.get_text() for a in labels] == [short_layout(lay) for lay in frame[frame["fits"]]["layout"]]
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = [a.get_window_extent(renderer) for a in labels]
+    page = fig.bbox
+    for i, box in enumerate(boxes):
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+        assert all(not box.overlaps(other) for other in boxes[i + 1:]), labels[i].get_text()
+        assert labels[i].get_fontsize() >= 7
+
+
+def test_short_layout() -> None:
+    assert short_layout("tp2 pp4 dp64 cp2 vpp8 mbs1 sp zero1 none interleaved-1f1b") == \
+        "tp2 pp4 dp64 cp2\nvpp8 mbs1 zero1"
+    assert short_layout("tp8 pp16 dp8 cp4 ep8 etp1 vpp2 mbs1 sp zero1 selective[core_attn,mlp] zb-v") == \
+        "tp8 pp16 dp8 cp4 ep8 etp1\nvpp2 mbs1 zero1 selective"
+    assert short_layout("tp1 pp2 dp4 cp1 vpp1 mbs1 zero3 full+full[1, 0] 1f1b") == \
+        "tp1 pp2 dp4 cp1\nvpp1 mbs1 zero3 full"
+
+
+# ---- progress ----------------------------------------------------------------------------------------------
+
+class _Recorder:
+    """Stands in for cli._Progress: records its label and every update."""
+
+    made: list[_Recorder] = []
+
+    def __init__(self, label: str = "searching layouts") -> None:
+        self.label, self.calls = label, []
+        _Recorder.made.append(self)
+
+    def __enter__(self) -> _Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def update(self, done: int, total: int) -> None:
+        self.calls.append((done, total))
+
+
+def test_cli_sweep_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cli
+
+    monkeypatch.setattr(cli, "_Progress", _Recorder)
+    _Recorder.made = []
+    res = runner.invoke(app, ["sweep", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64",
+                              "--seq-len", "4096", "--global-batch", "256", "--vary", "gpus", "--values", "8,16,32",
+                              "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    (bar,) = _Recorder.made
+    assert bar.label == "planning gpus values" and bar.calls == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_cli_capacity_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cli
+
+    monkeypatch.setattr(cli, "_Progress", _Recorder)
+    _Recorder.made = []
+    res = runner.invoke(app, ["sweep", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq-len", "8192",
+                              "--global-batch", "512", "--tokens", "1e12", "--days", "30"])
+    assert res.exit_code == 0, res.output
+    (bar,) = _Recorder.made
+    planned = res.output.split("counts planned: ")[1].splitlines()[0].count(":")
+    total = bar.calls[0][1]
+    assert bar.calls == [(i + 1, total) for i in range(planned)] and planned <= total
+
+
+@pytest.mark.parametrize(("varied", "values"), [
+    (Varied.GPUS, ["16", "64"]), (Varied.HARDWARE, ["a100-80gb", "h100-sxm"]),
+    (Varied.INTER_NODE_GBPS, ["100", "400"]), (Varied.SEQ_LEN, ["2048", "8192"]),
+    (Varied.GLOBAL_BATCH, ["128", "512"])])
+def test_second_axis_is_never_a_rescaling(varied: Varied, values: list[str]) -> None:
+    """On real sweeps: the right axis' quantity is not proportional to tokens/s per GPU, and where there is no
+    right axis every candidate (total tokens/s, MFU, 1 / step time) is."""
+    frame = sweep(JOB, varied, values)
+    per_gpu = frame["tokens_per_s_per_gpu"]
+    candidates = {"tokens_per_s": frame["tokens_per_s"], "mfu": frame["mfu"], "step_time_s": 1 / frame["step_time_s"]}
+
+    def rescales(column: str) -> bool:
+        ratios = candidates[column] / per_gpu
+        return bool(ratios.max() / ratios.min() - 1 < 1e-6)
+
+    second = SECOND_AXIS[varied]
+    if second is None:
+        assert all(rescales(c) for c in candidates)
+    else:
+        assert not rescales(second[0])
