@@ -13,7 +13,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any
 
-from cost_models.profile import read_costs
+from cost_models.profile import MeasuredCosts, read_costs
 from cost_models.step import Prediction, evaluate_layout
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner.checks import (
@@ -35,6 +35,7 @@ from planner.planfile import Plan
 from planner.search import ProgressFn, search
 from planner.space import SearchSpec
 from planner.specs import (
+    AttentionKernel,
     ClusterSpec,
     Dtype,
     JobSpec,
@@ -65,6 +66,25 @@ def _instance(value: object, kind: type | UnionType, name: str, what: str) -> No
         raise InputError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
 
 
+_RUNTIME_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "multi_rail", "moe_comm_overlap", "moe_dedup_dispatch",
+                  "tp_comm_overlap", "fp8_param_gather", "overlap_p2p_comm")
+
+
+def _check_runtime(runtime: Runtime) -> None:
+    """The fields of a Runtime that it does not check itself (its MoE factors it does): switches are bools, the
+    gradient-reduction width 2 or 4 bytes, the kernel an AttentionKernel, a cost table a MeasuredCosts."""
+    _instance(runtime, Runtime, "runtime", "a Runtime")
+    for name in _RUNTIME_FLAGS:
+        flag(getattr(runtime, name), f"runtime.{name}")
+    if runtime.grad_reduce_bytes not in (2, 4) or not is_integer(runtime.grad_reduce_bytes):
+        raise InputError(f"runtime.grad_reduce_bytes must be 2 (bf16) or 4 (fp32), got {runtime.grad_reduce_bytes!r}")
+    if not isinstance(runtime.attention, AttentionKernel):
+        raise InputError(f"runtime.attention must be an AttentionKernel ({', '.join(a.value for a in AttentionKernel)})"
+                         f", got {runtime.attention!r}")
+    if runtime.measured is not None:
+        _instance(runtime.measured, MeasuredCosts, "runtime.measured", "a MeasuredCosts (a cost table) or None")
+
+
 def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
             global_batch: int, dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
             overrides: HardwareOverrides = HardwareOverrides()) -> Problem:
@@ -77,7 +97,7 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     integer(seq_len, "seq_len", 1, MAX_SEQ_LEN)
     integer(global_batch, "global_batch", 1, MAX_GLOBAL_BATCH)
     dtype = _enum(Dtype, dtype, "dtype")
-    _instance(runtime, Runtime, "runtime", "a Runtime")
+    _check_runtime(runtime)
     _instance(overrides, HardwareOverrides, "overrides", "a HardwareOverrides")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)

@@ -22,7 +22,7 @@ import pandas as pd
 from cost_models import memory as M
 from cost_models.comm import p2p_time
 from cost_models.pipeline import pipeline_time
-from cost_models.profile import read_frame
+from cost_models.profile import SHAPE_COLUMNS, checked_rows, read_frame, same_value
 from cost_models.schedules import in_flight
 from cost_models.step import adam_step_time, grad_sync_times
 from planner.errors import InfeasibleError, InputError
@@ -30,6 +30,9 @@ from planner.partition import best_boundaries
 from planner.specs import GIB, ClusterSpec, Schedule, ZeroStage
 
 LLM_KINDS = {"embedding", "decoder", "lm_head"}
+CHAIN_COLUMNS = ("kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
+                 "output_bytes")
+MAX_CHAIN_LAYERS = 1024  # the split DP holds a (layers + 1)^2 table per pipeline stage
 
 
 @dataclass(frozen=True)
@@ -55,21 +58,26 @@ class ChainTable:
 
 
 def read_chain(path: str) -> ChainTable:
+    """A chain table, every cell checked (cost_models.profile.checked_rows): counts, tp, mbs and seq_len whole
+    numbers, times and bytes finite and non-negative, one count per kind, one seq_len, at most MAX_CHAIN_LAYERS
+    layers; an InputError names the row, the column, the value and what is allowed."""
     frame = read_frame(path)
-    need = ["kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
-            "output_bytes"]
-    missing = [c for c in need if c not in frame.columns]
-    if missing:
-        raise InputError(f"cost table {path}: missing columns {missing}")
-    numbers = frame[need[1:]].apply(pd.to_numeric, errors="coerce")
-    bad = numbers.isna().any().any() or (numbers < 0).any().any() or (numbers[["count", "tp", "mbs"]] < 1).any().any()
-    if frame.empty or bad:
-        raise InputError(f"cost table {path}: {', '.join(need[1:])} must be numbers (count, tp, mbs at least 1)")
-    frame[need[1:]] = numbers
-    order = list(dict.fromkeys(frame["kind"]))
-    counts = frame.groupby("kind", sort=False)["count"].first()
-    kinds = tuple(k for k in order for _ in range(int(counts[k])))
-    return ChainTable(kinds, frame.set_index(["kind", "tp", "mbs"]).sort_index(), int(frame["seq_len"].iloc[0]))
+    missing = [c for c in CHAIN_COLUMNS if c not in frame.columns]
+    unknown = [c for c in frame.columns if c not in (*CHAIN_COLUMNS, "device")]
+    if missing or unknown:
+        problem = f"missing columns {missing}" if missing else f"unknown columns {unknown}"
+        raise InputError(f"cost table {path}: {problem}; a chain table has the columns {', '.join(CHAIN_COLUMNS)} "
+                         f"(and an optional device)")
+    rows = checked_rows(frame, path, CHAIN_COLUMNS[1:])
+    seq_len = same_value(rows, "seq_len", path, "the table")
+    order = list(dict.fromkeys(r["kind"] for r in rows))
+    counts = {k: same_value([r for r in rows if r["kind"] == k], "count", path, f"the {k} rows") for k in order}
+    if sum(counts.values()) > MAX_CHAIN_LAYERS:
+        raise InputError(f"cost table {path}: the chain's counts ({', '.join(f'{k} {n}' for k, n in counts.items())}) "
+                         f"add up to {sum(counts.values())} layers; at most {MAX_CHAIN_LAYERS} are planned")
+    kinds = tuple(k for k in order for _ in range(counts[k]))
+    clean = pd.DataFrame([{c: r[c] for c in CHAIN_COLUMNS} for r in rows])
+    return ChainTable(kinds, clean.set_index(["kind", "tp", "mbs"]).sort_index(), seq_len)
 
 
 @dataclass(frozen=True)
@@ -169,8 +177,11 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
 
 
 def is_chain_table(path: str) -> bool:
-    """True when the table is not the embedding / decoder / lm_head shape of a transformer."""
-    return set(read_frame(path)["kind"]) != LLM_KINDS
+    """True when the table is not a transformer's: a transformer's table has the model's shape columns (hidden_size,
+    ...) or only embedding, decoder and lm_head rows (one that lacks a kind is then refused as incomplete, not
+    planned as a chain of the kinds it has)."""
+    frame = read_frame(path)
+    return not set(SHAPE_COLUMNS) & set(frame.columns) and not set(frame["kind"]) <= LLM_KINDS
 
 
 def chain_plan_dict(table: ChainTable, plans: list[ChainPlan], costs: str, hardware: str, gpus: int,

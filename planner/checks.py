@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from enum import Enum
 from typing import TypeVar
 
@@ -84,6 +85,12 @@ def flag(value: object, name: str, error: type[MeshplanError] = InputError) -> b
     if not isinstance(value, bool):
         raise error(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def path_argument(value: object, name: str, what: str) -> None:
+    """A file path argument of the Python API: a str or an os.PathLike (not a number, None or bytes)."""
+    if not isinstance(value, str | os.PathLike):
+        raise InputError(f"{name} must be the path of {what} (a str or a Path), got {value!r} ({type(value).__name__})")
 
 
 def choice(kind: type[E], value: object, name: str, error: type[MeshplanError] = InputError) -> E:

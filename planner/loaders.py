@@ -6,7 +6,9 @@ This is the only module of the planner that handles raw dicts from files. Every 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import json
 from importlib import resources
 from pathlib import Path
@@ -65,10 +67,17 @@ _HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProx
 _HF_QK_NORM = frozenset({"qwen3", "qwen3_moe"})  # per-head query/key RMSNorm
 
 
-def _presets() -> dict[str, dict[str, Any]]:
+@functools.cache
+def _preset_data() -> dict[str, dict[str, Any]]:
+    """The presets file, parsed once per process (pure-Python YAML takes ~20 ms, every model lookup needs it)."""
     text = (resources.files("planner") / "presets" / "models.yaml").read_text()
     data: dict[str, dict[str, Any]] = yaml.safe_load(text)
     return data
+
+
+def _presets() -> dict[str, dict[str, Any]]:
+    """A copy of the presets for the caller to keep or change."""
+    return copy.deepcopy(_preset_data())
 
 
 def model_preset_names() -> list[str]:
@@ -162,6 +171,10 @@ def _vision(data: dict[str, Any], origin: str) -> VisionSpec | None:
 def _moe_mla(data: dict[str, Any], origin: str) -> tuple[MoESpec | None, MLASpec | None]:
     """The optional MoE and MLA parts of a model mapping; each needs all of its required keys."""
     moe = mla = None
+    extra = [k for k in data if k.startswith("moe_") and k not in _MOE_KEYS]
+    if extra and not any(k in data for k in _MOE_KEYS):
+        raise InputError(f"{origin}: {', '.join(extra)} describe MoE layers, which a model without "
+                         f"{', '.join(_MOE_KEYS)} does not have")
     if any(k in data for k in _MOE_KEYS):
         if not all(k in data for k in _MOE_KEYS):
             raise InputError(f"{origin}: a MoE model needs all of {list(_MOE_KEYS)}")
@@ -309,7 +322,7 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
                     "mla_q_lora_rank": config.get("q_lora_rank") or 0, "mla_kv_lora_rank": config["kv_lora_rank"],
                     "mla_qk_nope_head_dim": config["qk_nope_head_dim"],
                     "mla_qk_rope_head_dim": config["qk_rope_head_dim"], "mla_v_head_dim": config["v_head_dim"],
-                    "head_dim": config["qk_nope_head_dim"] + config["qk_rope_head_dim"],
+                    "head_dim": _sum(config["qk_nope_head_dim"], config["qk_rope_head_dim"]),
                     "mtp_layers": config.get("num_nextn_predict_layers", 0)}
     except KeyError as exc:
         raise InputError(f"{origin}: missing field {exc.args[0]!r} for model_type {kind!r}") from None
@@ -319,6 +332,11 @@ def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, An
 def _product(a: Any, b: Any) -> Any:
     """a x b when both are integers; otherwise `a` itself, which the integer check then names."""
     return a * b if is_integer(a) and is_integer(b) else a
+
+
+def _sum(a: Any, b: Any) -> Any:
+    """a + b when both are integers; otherwise the first that is not one, which the integer check then names."""
+    return a + b if is_integer(a) and is_integer(b) else (b if is_integer(a) else a)
 
 
 def load_model(name_or_path: str) -> ModelSpec:

@@ -27,6 +27,8 @@ from cost_models.profile import MeasuredCosts
 from cost_models.schedules import LAUNCHERS
 from hardware_profiles import profile_mapping
 from planner.bands import StepBand, band_dict, band_for, load_bands, step_band
+from planner.checks import path_argument
+from planner.errors import InputError
 from planner.loaders import model_mapping
 from planner.report import layout_dict, prediction_dict
 from planner.search import Certificate, Ranked
@@ -165,6 +167,9 @@ def dumps(plan: Plan, path: str | Path, record_timing: bool = False) -> str:
 
 def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None:
     """Write atomically: a temporary file in the same folder, then a rename."""
+    if not isinstance(plan, Plan):
+        raise InputError(f"plan must be a Plan (planner.plan or planner.load_plan), got {type(plan).__name__}")
+    path_argument(path, "path", "the plan file to write")
     write_text_atomic(Path(path), dumps(plan, path, record_timing))
 
 

@@ -10,6 +10,7 @@ re-priced step times of every layout where they differ. planner/planfile.py writ
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -21,9 +22,10 @@ from typing import Any
 import jsonschema
 import yaml
 
-from cost_models.profile import MeasuredCosts, MeasuredLayer
+from cost_models.profile import MIN_LAYER_MS, MeasuredCosts, MeasuredLayer, least_decoder_activation
 from cost_models.step import Breakdown, evaluate_layout
 from hardware_profiles import parse_profile
+from planner.checks import path_argument
 from planner.errors import InputError, MeshplanError
 from planner.ilp import Solver
 from planner.loaders import model_from_mapping
@@ -60,23 +62,107 @@ def _is_integer(_: Any, value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same type: JSON Schema's enum and const take 1.0 for 1 (and ZeroStage(1.0) is stage 1)."""
+    return type(a) is type(b) and a == b
+
+
+def _strict_enum(validator: Any, enums: list[Any], instance: Any, schema: dict[str, Any]) -> Any:
+    if not any(_same(instance, e) for e in enums):
+        yield jsonschema.ValidationError(f"{instance!r} is not one of {enums!r}")
+
+
+def _strict_const(validator: Any, const: Any, instance: Any, schema: dict[str, Any]) -> Any:
+    if not _same(instance, const):
+        yield jsonschema.ValidationError(f"{const!r} was expected")
+
+
 StrictValidator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
+    validators={"enum": _strict_enum, "const": _strict_const},
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
 
 
+@functools.cache
 def _schema() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((resources.files("planner") / "plan.schema.json").read_text())
     return data
+
+
+@functools.cache
+def _validator() -> Any:
+    """The schema's validator, built (and the schema itself checked) once per process: checking the schema took
+    two thirds of the time to load a plan."""
+    schema = _schema()
+    StrictValidator.check_schema(schema)
+    return StrictValidator(schema)
 
 
 def _where(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "top level"
 
 
-def _costs_from(data: dict[str, Any] | None) -> MeasuredCosts | None:
+def _non_finite(value: Any, where: str) -> tuple[str, float] | None:
+    """The path and value of the first NaN or infinite number in a parsed document (JSON Schema's minimum passes
+    both)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _check_figures(data: dict[str, Any], origin: str) -> None:
+    """The stored figures explain and report divide by and compare: step times above 0, the throughput, FLOP and
+    memory figures, the bands, the stages' figures and the search's gap and time not negative."""
+    def at_least(value: Any, where: str, low: float, strict: bool = False) -> None:
+        if value is not None and (value < low or (strict and value == low)):
+            raise InputError(f"{origin}: {where} must be a number {'>' if strict else '>='} {low:g}, got {value!r}")
+
+    figures = [("prediction", data["prediction"])]
+    figures += [(f"alternatives.{i}", alt) for i, alt in enumerate(data["alternatives"])]
+    for where, saved in figures:
+        for key in ("step_time_s", "simulated_step_time_s"):
+            at_least(saved.get(key), f"{where}.{key}", 0.0, strict=True)
+        for key in ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
+                    "peak_memory_gib"):
+            at_least(saved.get(key), f"{where}.{key}", 0.0)
+        for i, bound in enumerate(saved.get("band_s") or ()):
+            at_least(bound, f"{where}.band_s.{i}", 0.0)
+    at_least(data["prediction"].get("memory_capacity_gib"), "prediction.memory_capacity_gib", 0.0, strict=True)
+    for i, stage in enumerate(data["stages"]):
+        for key in ("compute_s", "peak_memory_gib"):
+            at_least(stage[key], f"stages.{i}.{key}", 0.0)
+    if data["search"] is not None:
+        at_least(data["search"]["gap"], "search.gap", 0.0)
+        at_least(data["search"]["solve_time_s"], "search.solve_time_s", 0.0)
+
+
+def _costs_from(data: dict[str, Any] | None, job_seq_len: int, hidden: int, origin: str) -> MeasuredCosts | None:
+    """The embedded cost table: measured at the job's sequence length, one row per (kind, tp, mbs), every layer
+    taking some time, decoder layers keeping at least their input."""
     if not data:
         return None
+    if data["seq_len"] != job_seq_len:
+        raise InputError(f"{origin}: costs.seq_len {data['seq_len']} must be the job's seq_len {job_seq_len} (a cost "
+                         f"table is measured at the sequence length it plans)")
+    seen: dict[tuple[str, int, int], int] = {}
+    for i, r in enumerate(data["rows"]):
+        key = (r["kind"], r["tp"], r["mbs"])
+        if key in seen:
+            raise InputError(f"{origin}: costs.rows.{i} repeats costs.rows.{seen[key]} (kind {key[0]}, tp {key[1]}, "
+                             f"mbs {key[2]}); one row per (kind, tp, mbs)")
+        seen[key] = i
+        if (r["forward_s"] + r["backward_s"]) * 1e3 < MIN_LAYER_MS:
+            raise InputError(f"{origin}: costs.rows.{i} forward_s + backward_s must be at least {MIN_LAYER_MS / 1e3:g} "
+                             f"s (a measured layer takes time), got {r['forward_s']:g} + {r['backward_s']:g}")
+        least = least_decoder_activation(job_seq_len, r["mbs"], hidden)
+        if r["kind"] == "decoder" and r["activation_bytes"] < least:
+            raise InputError(f"{origin}: costs.rows.{i} activation_bytes must be at least the decoder layer's 16-bit "
+                             f"input, 2 x seq_len x mbs x hidden_size = {least}, got {r['activation_bytes']:g}")
     rows = tuple(((r["kind"], r["tp"], r["mbs"]),
                   MeasuredLayer(r["forward_s"], r["backward_s"], r["activation_bytes"], r["params"]))
                  for r in data["rows"])
@@ -125,6 +211,13 @@ def _check_stages(stages: list[dict[str, Any]], layout: Layout, model: ModelSpec
             raise InputError(f"{origin}: stages[{rank}] (pp rank {stage['pp_rank']}) holds layers "
                              f"{stage['layer_ranges']}, but parallelism.layers_per_chunk {list(chunks)} gives pp rank "
                              f"{rank} layers {ranges}")
+        ends = [min((a for a, _ in ranges), default=-1), max((b for _, b in ranges), default=-1)]
+        stated = [stage["first_layer"], stage["last_layer"], stage["has_embedding"], stage["has_lm_head"]]
+        if stated != [*ends, rank == layout.embedding_rank, rank == layout.head_rank]:
+            raise InputError(f"{origin}: stages[{rank}] says first_layer {stage['first_layer']}, last_layer "
+                             f"{stage['last_layer']}, has_embedding {stage['has_embedding']}, has_lm_head "
+                             f"{stage['has_lm_head']}; its layers {ranges} under {layout.schedule.value} give "
+                             f"{ends[0]}, {ends[1]}, {rank == layout.embedding_rank}, {rank == layout.head_rank}")
         if stage["full_recompute_layers"] != layout.fully_recomputed(rank, model.num_layers):
             raise InputError(f"{origin}: stages[{rank}] fully recomputes {stage['full_recompute_layers']} layers, "
                              f"recompute.full_layers_per_stage says {layout.fully_recomputed(rank, model.num_layers)}")
@@ -157,28 +250,44 @@ class PlanData:
     alternatives: tuple[Layout, ...]
 
 
+def _job(data: dict[str, Any], model: ModelSpec, origin: str) -> JobSpec:
+    """The job section (and an embedded cost table) as a JobSpec; its range errors name the file and section."""
+    j = data["job"]
+    measured = _costs_from(data.get("costs"), j["seq_len"], model.hidden_size, origin)
+    try:
+        return JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
+                       runtime=Runtime(attention=AttentionKernel(j["attention"]),
+                                       overlap_grad_reduce=j["overlap_grad_reduce"],
+                                       overlap_param_gather=j["overlap_param_gather"],
+                                       grad_reduce_bytes=j["grad_reduce_bytes"],
+                                       measured=measured,
+                                       moe_capacity_factor=j.get("moe_capacity_factor"),
+                                       moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
+                                       moe_comm_overlap=j.get("moe_comm_overlap", False),
+                                       moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)))
+    except MeshplanError as exc:
+        raise InputError(f"{origin}: job: {exc}") from None
+
+
 def parse_plan(data: Any, origin: str) -> PlanData:
     """Validate a parsed plan, alternatives included, and return the layouts it describes."""
-    try:
-        jsonschema.validate(data, _schema(), cls=StrictValidator)
-    except jsonschema.ValidationError as exc:
-        raise InputError(f"{origin}: {_where(exc)}: {exc.message.splitlines()[0]}") from None
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))  # what jsonschema.validate raises
+    if error is not None:
+        raise InputError(f"{origin}: {_where(error)}: {error.message.splitlines()[0]}") from None
+    bad = _non_finite(data, "")
+    if bad is not None:
+        raise InputError(f"{origin}: {bad[0]} must be a finite number, got {bad[1]!r}")
+    known = _schema()["properties"]["prediction"]["properties"]
+    unknown = sorted(str(k) for k in data["prediction"] if k not in known)
+    if unknown:
+        raise InputError(f"{origin}: prediction: unknown keys {unknown}; allowed: {', '.join(known)}")
+    _check_figures(data, origin)
     model = model_from_mapping(data["model"], f"{origin}: model")
     hw = data["hardware"]
     cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
     if hw.get("provenance"):
         cluster = replace(cluster, provenance=tuple(hw["provenance"]))
-    j = data["job"]
-    job = JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
-                  runtime=Runtime(attention=AttentionKernel(j["attention"]),
-                                  overlap_grad_reduce=j["overlap_grad_reduce"],
-                                  overlap_param_gather=j["overlap_param_gather"],
-                                  grad_reduce_bytes=j["grad_reduce_bytes"],
-                                  measured=_costs_from(data.get("costs")),
-                                  moe_capacity_factor=j.get("moe_capacity_factor"),
-                                  moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
-                                  moe_comm_overlap=j.get("moe_comm_overlap", False),
-                                  moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)))
+    job = _job(data, model, origin)
     layout = _validated(layout_from_dict(data, origin), model, job, cluster.num_gpus, origin)
     _check_full(data["recompute"]["full_layers_per_stage"], layout, model, f"{origin}: recompute")
     if data["batching"]["global_batch"] != job.global_batch or \
@@ -186,6 +295,11 @@ def parse_plan(data: Any, origin: str) -> PlanData:
         raise InputError(f"{origin}: batching does not match: micro-batch {layout.mbs} x dp {layout.dp} x "
                          f"{data['batching']['num_microbatches']} micro-batches != global batch {job.global_batch}")
     _check_stages(data["stages"], layout, model, origin)
+    stored_m = data["prediction"].get("num_microbatches")
+    if stored_m is not None and stored_m != layout.num_microbatches(job):
+        raise InputError(f"{origin}: prediction.num_microbatches {stored_m} must be the layout's "
+                         f"{layout.num_microbatches(job)} (global batch {job.global_batch} / (mbs {layout.mbs} x dp "
+                         f"{layout.dp}))")
     alternatives = tuple(_alternative(alt, model, job, cluster.num_gpus, f"{origin}: alternatives[{i}] (alternative "
                                                                           f"{i + 2})")
                          for i, alt in enumerate(data["alternatives"]))
@@ -194,6 +308,7 @@ def parse_plan(data: Any, origin: str) -> PlanData:
 
 def read_plan_data(path: str | Path) -> tuple[Any, str]:
     """The parsed contents of a plan file (YAML, or JSON by suffix) and the name to give it in messages."""
+    path_argument(path, "path", "a plan file")
     target = Path(path)
     try:
         text = target.read_text()
