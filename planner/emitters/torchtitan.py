@@ -10,6 +10,30 @@ list `meshplan emit --to torch-actions` writes, which torch's _PipelineScheduleR
 activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
 The model is one of torchtitan's own flavors, matched by architecture (titan_flavors.py); any other model is
 refused with UnsupportedModelError, since torchtitan's job file cannot state dimensions.
+
+Gradient scale (torchtitan 0.2.2, measured by tests/test_launcher_training.py): the same model trains the same
+way only if gradient clipping sees the same gradient, and 0.2.2's gradient is not the mean-loss gradient in two
+layouts. No key of its job file changes how it normalises the loss, so the TOML compensates in the one key that
+reads the gradient's size, training.max_norm (torchtitan's default 1.0, times the factor below):
+- with pipelining (pp > 1) the gradient is the token sum, global_batch * seq_len times the mean: 0.2.2's
+  build_pipeline_schedule (distributed/pipeline_parallel.py) builds the schedule with scale_grads=False and the
+  trainer's loss_fn with reduction="sum" (components/loss.py), and the schedule runs backward on each
+  micro-batch's sum; train.py divides by global_valid_tokens only after pp_schedule.step() has run backward, for
+  the logged loss (pytorch/torchtitan#2972; fixed in 0.3.0, which passes global_valid_tokens into the schedule's
+  loss_kwargs). Without pipelining, train.py divides before backward. Every label of torchtitan's text datasets
+  is valid, so global_valid_tokens is global_batch * seq_len at every step.
+- with DDP (ZeRO-0, dp > 1) the gradient is the mean divided by dp: 0.2.2 divides the loss by the global token
+  count and its apply_ddp (models/llama3/infra/parallelize.py) still averages gradients over dp, where FSDP has
+  its division turned off (disable_fsdp_gradient_division). 0.3.0 replicates through FSDP2 on a
+  [dp_replicate, fsdp] mesh with that division off too.
+AdamW (torchtitan's default optimizer) is invariant to a constant gradient scale up to its eps (1e-8 against
+the square root of the second moment, which the scale grows with it), so clipping at max_norm * factor trains as
+clipping at max_norm does without the scale. What stays different: the grad_norm torchtitan logs (factor times
+the mean-loss norm), and eps's weight. With torchtitan 0.2.0 or 0.2.1 (which divide the loss themselves) set
+max_norm back to 1.0; the 0.3 overrides (emit_cli) carry no max_norm, as 0.3.0 normalises before backward.
+torchtitan 0.2.2's DDP is one-dimensional: a ZeRO-0 plan with dp > 1 and tp, pp or cp > 1 is written as
+data_parallel_replicate_degree = dp, which its apply_ddp refuses at start-up ("DDP has not supported > 1D
+parallelism"); FSDP (ZeRO-2/3) is its data parallelism next to other dimensions.
 """
 
 from __future__ import annotations
@@ -22,6 +46,7 @@ from planner.errors import UnsupportedModelError
 from planner.planfile import Plan
 from planner.specs import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 
+TITAN_MAX_NORM = 1.0  # torchtitan's training.max_norm default (config/job_config.py), scaled by grad_scale()
 ACTIONS_FILE = "pipeline_actions.csv"  # the one-wave plan's op order: meshplan emit PLAN --to torch-actions
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
              Schedule.ZB_V: "ZBVZeroBubble"}
@@ -96,6 +121,42 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     }
 
 
+def grad_scale(plan: Plan) -> float:
+    """How many times the mean-loss gradient torchtitan 0.2.2 clips and steps with for this layout (module doc):
+    the tokens of a step with pipelining, 1/dp with DDP, else 1."""
+    lay, job = plan.best.layout, plan.job
+    if lay.pp > 1:
+        return float(job.global_batch * job.seq_len)
+    if lay.zero is ZeroStage.NONE and lay.dp > 1:
+        return 1.0 / lay.dp
+    return 1.0
+
+
+def _max_norm_note(plan: Plan, scale: float) -> list[str]:
+    """The header lines that say why max_norm is not torchtitan's default (module doc: gradient scale)."""
+    lay, job = plan.best.layout, plan.job
+    if lay.pp > 1:
+        factor = f"{round(scale):,}"
+        why = f"pipelined, it backpropagates the token sum of a step, {job.global_batch} x {job.seq_len} tokens"
+    else:
+        factor = f"1/{lay.dp}"
+        why = f"its DDP averages over dp {lay.dp} gradients that are already means over the global batch"
+    return [f"# max_norm = {TITAN_MAX_NORM} (torchtitan's default) x {factor}: torchtitan 0.2.2 clips and steps with "
+            f"{factor} x the mean-loss gradient here ({why};",
+            "# pytorch/torchtitan#2972), so clipping acts as in a layout without this scale; its logged grad_norm is "
+            f"that multiple too. With torchtitan 0.2.0 or 0.2.1 set max_norm = {TITAN_MAX_NORM}."]
+
+
+def _ddp_warning(plan: Plan) -> list[str]:
+    """torchtitan 0.2.2's DDP is its only parallelism or nothing (module doc); say so where the file asks for more."""
+    lay = plan.best.layout
+    if lay.zero is not ZeroStage.NONE or lay.dp == 1 or lay.dp == plan.cluster.num_gpus:
+        return []
+    return [f"# warning: torchtitan 0.2.2 runs DDP (ZeRO-0, data_parallel_replicate_degree {lay.dp}) only as the sole "
+            "parallelism and stops at start-up here (\"DDP has not supported > 1D parallelism\");",
+            "# its data parallelism next to tp, pp or cp is FSDP: plan with --zero 2 or --zero 3 for torchtitan 0.2.2."]
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -117,7 +178,13 @@ def emit_toml(plan: Plan) -> str:
     if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
         lines[3:3] = [f"# the wave's op order, read from {ACTIONS_FILE} in the working directory: "
                       f"meshplan emit PLAN --to torch-actions --out {ACTIONS_FILE}"]
-    for section, values in sections(plan).items():
+    written = sections(plan)
+    scale = grad_scale(plan)
+    if scale != 1.0:
+        written["training"]["max_norm"] = TITAN_MAX_NORM * scale
+        lines[-1:-1] = _max_norm_note(plan, scale)
+    lines[-1:-1] = _ddp_warning(plan)
+    for section, values in written.items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
         lines.append("")
