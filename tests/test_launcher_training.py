@@ -39,15 +39,15 @@ pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[v
 HARDWARE, SEQ_LEN, GLOBAL_BATCH = "h100-sxm", 64, 8  # the plans' job: 8 sequences of 64 tokens a step
 STEPS = 5
 # Run parameters, not layout: torchtitan's defaults (lr 8e-4 after 200 warm-up steps) would leave the loss
-# where it starts for 5 steps; at 1e-2 after one warm-up step it falls by about 0.15, 150 times LOSS_RTOL.
+# where it starts for 5 steps; at 1e-2 after one warm-up step it falls by about 0.15 (2.5 %, 25 LOSS_RTOL).
 TITAN_LR, TITAN_WARMUP = 1e-2, 1
 # Tolerances, relative, against the one-process run. The layouts compute in different precisions, by
 # torchtitan's own rules: the one-process run and DDP under bf16 autocast, FSDP layouts with bf16 parameters
 # (FSDP's mixed precision), TP/PP layouts without FSDP in fp32. bf16 keeps 8 significant bits (a relative
 # spacing of 2^-8 = 0.4 %), so two runs round each product differently by up to that much; the loss averages
 # such errors over 512 tokens and the gradient norm over 280,000 gradients. Measured on this machine: loss
-# within 1.5e-4, gradient norm within 1.7e-3 (relative) of the one-process run, for every layout here. The
-# tolerances leave a margin of about 6 on both, and stay far below what the test is for: a layout that trains
+# within 2e-4, gradient norm within 1.7e-3 (relative) of the one-process run, for every layout here. The
+# tolerances leave a margin of 5 to 6, and stay far below what the test is for: a layout that trains
 # another model or another way moves the gradient norm by a factor (torchtitan 0.2.2's pipelined gradient is
 # 512 times the mean, its DDP gradient half of it), or the loss by more than its step-to-step change.
 LOSS_RTOL, GRAD_RTOL = 1e-3, 1e-2
@@ -119,7 +119,8 @@ class Titan:
     def train(self, workdir: Path, gpus: int, extra: list[str], seed: bool = False) -> list[dict[str, Any]]:
         argv = ["--job.config_file", str(workdir / "job.toml"), "--job.dump_folder", str(workdir / "out"),
                 "--training.steps", str(STEPS), "--metrics.log_freq", "1",
-                "--lr_scheduler.warmup_steps", str(TITAN_WARMUP), "--optimizer.lr", str(TITAN_LR), *extra]
+                "--lr_scheduler.warmup_steps", str(TITAN_WARMUP), "--optimizer.lr", str(TITAN_LR),
+                "--debug.seed", "0", *extra]  # the seed checkpoint's weights are the same in every test run
         support.run_ranks(support.titan_rank, gpus, (support.free_port(), str(workdir), argv, seed))
         return [] if seed else support.titan_steps(workdir, gpus)
 
