@@ -33,6 +33,7 @@ try:  # Ctrl-C while the modules load (half a second: pandas, numpy, ortools) ex
         MAX_GPUS,
         MAX_SEQ_LEN,
         MAX_TIME_LIMIT_S,
+        MAX_WORKERS,
         optional_integer,
         real,
     )
@@ -300,7 +301,8 @@ def plan(
         runtime = _runtime(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                            moe_dedup_dispatch)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
-        rc, modules = recompute_choice(recompute, recompute_modules) if recompute_modules else (recompute, None)
+        rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
+                       else (recompute, None))
         spec = SearchSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=rc, sp=sp,
                           recompute_modules=modules or None,
                           schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k,
@@ -480,7 +482,8 @@ def sweep(
     from planner.sweep import sweep as run_sweep
 
     def action() -> None:
-        _check({"--gpus": (gpus, 1, MAX_GPUS), "--max-gpus": (max_gpus, 1, MAX_GPUS)})
+        _check({"--gpus": (gpus, 1, MAX_GPUS), "--max-gpus": (max_gpus, 1, MAX_GPUS),
+                "--workers": (workers, 1, MAX_WORKERS)})
         if png is not None:
             _needs("matplotlib", "plot", "--png")
         batch = _global_batch(seq_len, global_batch, global_batch_tokens)

@@ -20,16 +20,21 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
 from cost_models.step import evaluate_layout
+from planner.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MEMORY_GIB, MAX_SEQ_LEN
 from planner.errors import InputError, LayoutError
 from planner.fit import BOUNDS, Param, apply, current_value, fit
 from planner.specs import ClusterSpec, JobSpec, Layout, ModelSpec
 
 MIN_RUNS = 2
+# upper bounds of a run's numbers (planner.checks for the job; a step of a day; a GPU's memory)
+RUN_LIMITS = MappingProxyType({"gpus": MAX_GPUS, "seq_len": MAX_SEQ_LEN, "global_batch": MAX_GLOBAL_BATCH,
+                               "step_time_s": 86400.0, "peak_memory_gib": MAX_MEMORY_GIB})
 LAYOUT_KEYS = ("tp", "pp", "cp", "vpp", "mbs", "zero", "recompute", "recompute_modules", "sp", "schedule",
                "ep", "etp")
 RUN_KEYS = ("name", "model", "gpus", "seq_len", "global_batch", "dtype", "step_time_s", "peak_memory_gib",
@@ -102,13 +107,16 @@ def _number(entry: Mapping[str, Any], key: str, where: str, *, integer: bool = F
         if required:
             raise InputError(f"{where}: missing {key!r}")
         return None
+    if isinstance(value, bool):
+        raise InputError(f"{where}: {key} must be a number, got {value!r}")
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise InputError(f"{where}: {key} must be a number, got {value!r}") from None
-    if not math.isfinite(number) or number <= 0 or (integer and number != int(number)):
+    high = RUN_LIMITS.get(key, 1e9)
+    if not math.isfinite(number) or number <= 0 or number > high or (integer and number != int(number)):
         kind = "a positive integer" if integer else "a positive finite number"
-        raise InputError(f"{where}: {key} must be {kind}, got {value!r}")
+        raise InputError(f"{where}: {key} must be {kind} up to {high:g}, got {value!r}")
     return int(number) if integer else number
 
 

@@ -26,6 +26,7 @@ MAX_WIDTH = 2**24  # hidden, FFN, head, expert and vocabulary sizes, heads and e
 MAX_TIME_LIMIT_S = 86400.0  # one ILP solve: a day
 MAX_PHYSICAL = 1e9  # bandwidths (GB/s), peaks (TFLOP/s), latencies (us), lengths in a hardware profile
 MAX_MEMORY_GIB = 1e6  # one GPU's memory
+MAX_WORKERS = 1024  # worker processes of one sweep
 
 
 def _num(x: float) -> str:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 from hardware_profiles import HardwareOverrides
 from planner.api import plan
-from planner.checks import MAX_GPUS, integer, real
+from planner.checks import MAX_GPUS, MAX_WORKERS, integer, real
 from planner.errors import InfeasibleError, InputError
 from planner.planfile import Plan
 from planner.report import layout_line
@@ -99,8 +99,8 @@ def sweep(job: Job, varied: Varied, values: list[str],
     processes (each search is independent and single-threaded); the rows are the same as with one."""
     if not values:
         raise InputError(f"--values must name at least one {varied.value} value (comma-separated), got none")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InputError(f"--workers must be a positive integer, got {workers!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise InputError(f"--workers must be a positive integer up to {MAX_WORKERS}, got {workers!r}")
     for raw in values:  # a bad value is named before any planning starts
         _change(varied, raw)
     rows: list[dict[str, Any]] = []

@@ -492,17 +492,11 @@ def test_model_files_found_by_the_fuzzer(tmp_path: Path) -> None:
 
 
 # the seeded sample: benchmarks/fuzz.py's generators, a few hundred cases of every target
-# silent accepts still left, outside the files this suite's fixes own: calibrate.py reads true as 1 and has no upper
-# bound on a run's peak memory; cli.py leaves --workers unchecked in capacity mode and skips an empty
-# --recompute-modules in `plan`
-LEFT = ("calibrate-runs", "capacity mode", "--recompute-modules ''")
-
 
 def test_seeded_sample_of_the_fuzz_benchmark(fuzz_inputs: Any) -> None:
     from fuzz import BAD_CLASSES, run_case
 
     results = [run_case(fuzz_inputs, runner, app, i) for i in range(300)]
-    found = [r for r in results if r.outcome in BAD_CLASSES
-             and not (r.outcome == "silent accept" and any(k in f"{r.target} {r.what}" for k in LEFT))]
+    found = [r for r in results if r.outcome in BAD_CLASSES]
     assert not found, "\n".join(f"{r.outcome}: [{r.target}] {r.what} -> {r.detail}" for r in found)
     assert sum(r.outcome == "refused" for r in results) > 150
