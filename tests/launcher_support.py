@@ -10,6 +10,7 @@ of the CI job.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import sys
@@ -203,6 +204,13 @@ def titan_rank(rank: int, world: int, port: int, workdir: str, argv: list[str], 
     sum_reductions_for_gloo()
     use_cpu()  # after every torchtitan module that copies device_type at import is imported
     init_logger()
+    from torchtitan.tools.logging import logger as titan_logger
+
+    # torchtitan's own log lines, as its stdout handler formats them, also into rank<r>.log: the log a real run
+    # writes, which tests read back with planner.runlogs (the spawned ranks' stdout is not captured)
+    to_file = logging.FileHandler(Path(workdir, f"rank{rank}.log"))
+    to_file.setFormatter(titan_logger.handlers[0].formatter)
+    titan_logger.addHandler(to_file)
     config = ConfigManager().parse_args(argv)
     trainer = titan_train.Trainer(config)
     logged: list[dict[str, float]] = []

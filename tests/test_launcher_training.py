@@ -178,6 +178,21 @@ def test_torchtitan_trains_each_layout_as_one_process_does(titan: tuple[Titan, l
     assert max_norm == pytest.approx(expected_scale)
 
 
+def test_torchtitan_logs_read_back_as_runs(titan: tuple[Titan, list[dict[str, Any]]]) -> None:
+    """The log torchtitan's trainer really wrote for the one-process run (its own logger and format) reads back
+    through planner.runlogs: every step, the tokens of a step, a positive steady step time, the peak memory."""
+    from planner.runlogs import Launcher, detect_launcher, parse_torchtitan_log
+
+    runner, reference = titan
+    text = (runner.root / "one-process" / "rank0.log").read_text()
+    assert detect_launcher(text) is Launcher.TORCHTITAN
+    log = parse_torchtitan_log(text, "rank0.log")
+    assert list(log.steps) == [r["step"] for r in reference] == list(range(1, STEPS + 1))
+    assert log.tokens_per_step == GLOBAL_BATCH * SEQ_LEN
+    assert 0 < log.steady_step_time_s(1) < 60 and all(tps > 0 for tps in log.tokens_per_s_per_gpu)
+    assert log.peak_memory_gib is not None
+
+
 def test_torchtitan_stops_ddp_next_to_pipelining(titan: tuple[Titan, list[dict[str, Any]]]) -> None:
     """A ZeRO-0 plan with dp 2 and pp 2 is written as DDP (data_parallel_replicate_degree 2), which torchtitan
     0.2.2 runs only as the sole parallelism: the file says so in its header, and the trainer stops at start-up
