@@ -82,6 +82,7 @@ class SearchSpec:
     max_waves: int = 2  # waves the wave schedule may run unless vpp is pinned (torchtitan places one)
     recompute_modules: frozenset[RecomputeModule] | None = None  # pin: selective recomputation of these modules
     module_recompute: bool = True  # offer `module_sets` (a launcher without --recompute-modules: False)
+    replicate_alone: bool = False  # ZeRO-0 (plain data parallelism) only with no tp, pp or cp beside it
 
     def __post_init__(self) -> None:
         """Types and ranges of every field (InputError naming it); enum values given as strings become members."""
@@ -92,7 +93,7 @@ class SearchSpec:
         integer(self.max_mbs, "max_mbs", 1, MAX_GLOBAL_BATCH)
         integer(self.top_k, "top_k", 1, MAX_TOP_K)
         integer(self.max_waves, "max_waves", 1, MAX_VPP // 2)
-        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute"):
+        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute", "replicate_alone"):
             flag(getattr(self, name), name)
         if self.sp is not None:
             flag(self.sp, "sp")
@@ -329,6 +330,9 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
                 for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
                     for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
+                        if (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1
+                                and tp * pp * cp > 1):
+                            continue
                         yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules)
 
 

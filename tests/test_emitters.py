@@ -417,7 +417,8 @@ def test_recompute_modules_are_emitted_where_launchers_take_them() -> None:
         return dataclasses.replace(p, best=dataclasses.replace(p.best, layout=dataclasses.replace(p.best.layout,
                                                                                                   **changes)))
 
-    for target, q in ((Target.TORCHTITAN, variant(zero=ZeroStage.GRADIENTS)), (Target.DEEPSPEED, variant(ep=1, pp=1, stage_layers=None))):
+    for target, q in ((Target.TORCHTITAN, variant(zero=ZeroStage.GRADIENTS)),
+                      (Target.DEEPSPEED, variant(ep=1, pp=1, stage_layers=None))):
         with pytest.raises(UnsupportedPlanError, match="layernorm, mla_up_proj"):
             emit(q, target, strict=True)
     fp8 = dict(arguments(_with_modules("layernorm,mla_up_proj,moe_act", "fp8")))
@@ -533,3 +534,21 @@ def test_cli_emit_refuses_an_unknown_model_for_torchtitan(tmp_path: Path) -> Non
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.output.startswith("error: torchtitan has no model definition for 'mistral-7b'")
     assert CliRunner().invoke(app, ["emit", str(path), "--to", "megatron"]).exit_code == 0
+
+
+def test_planning_for_torchtitan_leaves_out_ddp_beside_other_dimensions() -> None:
+    """torchtitan 0.2.2 runs DDP only as the sole parallelism: its capability keeps ZeRO-0 with dp > 1 to layouts
+    without tp, pp or cp, while a search without it does rank such layouts for this job."""
+    import planner
+    from planner.emitters import for_launcher
+    from planner.space import SearchSpec
+    from planner.specs import ZeroStage
+
+    def ddp_beside(p: planner.Plan) -> list[bool]:
+        return [r.layout.zero is ZeroStage.NONE and r.layout.dp > 1 and r.layout.tp * r.layout.pp * r.layout.cp > 1
+                for r in (p.best, *p.alternatives)]
+
+    job = dict(gpus=64, seq_len=4096, global_batch=128)
+    free = planner.plan("llama3-70b", "h100-sxm", spec=SearchSpec(top_k=40, zero_choices=(0, 2, 3)), **job)
+    titan = planner.plan("llama3-70b", "h100-sxm", spec=for_launcher(SearchSpec(top_k=40), Target.TORCHTITAN), **job)
+    assert any(ddp_beside(free)) and not any(ddp_beside(titan))

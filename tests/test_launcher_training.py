@@ -193,19 +193,25 @@ def test_torchtitan_logs_read_back_as_runs(titan: tuple[Titan, list[dict[str, An
     assert log.peak_memory_gib is not None
 
 
-def test_torchtitan_stops_ddp_next_to_pipelining(titan: tuple[Titan, list[dict[str, Any]]]) -> None:
-    """A ZeRO-0 plan with dp 2 and pp 2 is written as DDP (data_parallel_replicate_degree 2), which torchtitan
-    0.2.2 runs only as the sole parallelism: the file says so in its header, and the trainer stops at start-up
-    with torchtitan's message. (Planning for torchtitan still offers this layout: the emitter's docstring and
-    the header say what to plan instead.)"""
+def test_torchtitan_stops_ddp_next_to_pipelining(titan: tuple[Titan, list[dict[str, Any]]],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchtitan 0.2.2 runs DDP (ZeRO-0, data_parallel_replicate_degree) only as the sole parallelism: the trainer
+    stops at start-up on a file that asks for dp 2 beside pp 2 (written here with the emitter's refusal switched
+    off), which is why the emitter refuses that layout and planning for torchtitan leaves it out."""
     from torch.multiprocessing import ProcessRaisedException
 
+    from planner.emitters import CAPABILITIES, UnsupportedPlanError
+    from planner.emitters import torchtitan as titan_emitter
+
     runner, _ = titan
-    layout = (4, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ONE_F_ONE_B))
-    workdir = runner.job("PP2+DDP", *layout)
-    assert "warning: torchtitan 0.2.2 runs DDP" in (workdir / "job.toml").read_text()
+    gpus, spec = (4, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ONE_F_ONE_B))
+    with pytest.raises(UnsupportedPlanError, match="DDP .* only as the sole parallelism"):
+        emit(plan_for(runner.model, gpus, spec), Target.TORCHTITAN, strict=True)
+    assert CAPABILITIES[Target.TORCHTITAN].replicate_alone
+    monkeypatch.setattr(titan_emitter, "_refuse_ddp_beside_others", lambda plan: None)
+    runner.job("PP2+DDP", gpus, spec)
     with pytest.raises(ProcessRaisedException, match="DDP has not supported > 1D parallelism"):
-        runner.run("PP2+DDP", *layout)
+        runner.run("PP2+DDP", gpus, spec)
 
 
 # ----------------------------------------------------------------------------------------------- DeepSpeed

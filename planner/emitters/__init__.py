@@ -49,7 +49,8 @@ TITAN_TOML_SCHEDULES = (*TITAN_SCHEDULES, Schedule.WAVE)  # one wave, through th
 CAPABILITIES: dict[Target, SearchSpec] = {
     Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
     Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False,
-                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1, module_recompute=False),
+                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1, module_recompute=False,
+                                  replicate_alone=True),
     Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
                                       schedule_choices=TITAN_SCHEDULES, module_recompute=False),
     Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
@@ -106,7 +107,8 @@ def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
                    uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
                    vpp=spec.vpp if spec.vpp is not None else cap.vpp, max_ep=cap.max_ep,
                    max_waves=min(spec.max_waves, cap.max_waves),
-                   etp=spec.etp if spec.etp is not None else cap.etp)
+                   etp=spec.etp if spec.etp is not None else cap.etp,
+                   replicate_alone=spec.replicate_alone or cap.replicate_alone)
 
 
 __all__ = ["CAPABILITIES", "NEVER_SUBSTITUTED", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]

@@ -31,9 +31,10 @@ the square root of the second moment, which the scale grows with it), so clippin
 clipping at max_norm does without the scale. What stays different: the grad_norm torchtitan logs (factor times
 the mean-loss norm), and eps's weight. With torchtitan 0.2.0 or 0.2.1 (which divide the loss themselves) set
 max_norm back to 1.0; the 0.3 overrides (emit_cli) carry no max_norm, as 0.3.0 normalises before backward.
-torchtitan 0.2.2's DDP is one-dimensional: a ZeRO-0 plan with dp > 1 and tp, pp or cp > 1 is written as
-data_parallel_replicate_degree = dp, which its apply_ddp refuses at start-up ("DDP has not supported > 1D
-parallelism"); FSDP (ZeRO-2/3) is its data parallelism next to other dimensions.
+torchtitan 0.2.2's DDP is one-dimensional: its apply_ddp refuses data_parallel_replicate_degree beside tp, pp or cp
+at start-up ("DDP has not supported > 1D parallelism"), so a ZeRO-0 plan with dp > 1 beside other dimensions is
+refused here (emit writes the nearest layout it runs) and planning for torchtitan leaves such layouts out;
+FSDP (ZeRO-2/3) is its data parallelism next to other dimensions.
 """
 
 from __future__ import annotations
@@ -147,14 +148,15 @@ def _max_norm_note(plan: Plan, scale: float) -> list[str]:
             f"that multiple too. With torchtitan 0.2.0 or 0.2.1 set max_norm = {TITAN_MAX_NORM}."]
 
 
-def _ddp_warning(plan: Plan) -> list[str]:
-    """torchtitan 0.2.2's DDP is its only parallelism or nothing (module doc); say so where the file asks for more."""
+def _refuse_ddp_beside_others(plan: Plan) -> None:
+    """torchtitan 0.2.2's DDP is its only parallelism or nothing (module doc): refuse the layout, so that `emit`
+    writes the nearest one it runs (the capability `replicate_alone` keeps such layouts out of its search)."""
     lay = plan.best.layout
-    if lay.zero is not ZeroStage.NONE or lay.dp == 1 or lay.dp == plan.cluster.num_gpus:
-        return []
-    return [f"# warning: torchtitan 0.2.2 runs DDP (ZeRO-0, data_parallel_replicate_degree {lay.dp}) only as the sole "
-            "parallelism and stops at start-up here (\"DDP has not supported > 1D parallelism\");",
-            "# its data parallelism next to tp, pp or cp is FSDP: plan with --zero 2 or --zero 3 for torchtitan 0.2.2."]
+    if lay.zero is ZeroStage.NONE and lay.dp > 1 and lay.tp * lay.pp * lay.cp > 1:
+        raise UnsupportedPlanError(
+            f"torchtitan 0.2.2 runs DDP (ZeRO-0, data_parallel_replicate_degree {lay.dp}) only as the sole "
+            "parallelism and stops at start-up beside tp, pp or cp (\"DDP has not supported > 1D parallelism\"); "
+            "the nearest plan uses FSDP (--zero 2 or --zero 3)")
 
 
 def _toml_value(value: Any) -> str:
@@ -169,6 +171,7 @@ def _toml_value(value: Any) -> str:
 
 
 def emit_toml(plan: Plan) -> str:
+    _refuse_ddp_beside_others(plan)
     lines = ["# torchtitan 0.2.x job file written by meshplan", f"# {describe(plan)}",
              f"# torchrun --nnodes {facts(plan).nodes} --nproc-per-node {facts(plan).gpus_per_node} "
              "-m torchtitan.train --job.config_file THIS_FILE", ""]
@@ -183,7 +186,6 @@ def emit_toml(plan: Plan) -> str:
     if scale != 1.0:
         written["training"]["max_norm"] = TITAN_MAX_NORM * scale
         lines[-1:-1] = _max_norm_note(plan, scale)
-    lines[-1:-1] = _ddp_warning(plan)
     for section, values in written.items():
         lines.append(f"[{section}]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
