@@ -63,6 +63,8 @@ class RunFit:
     before_s: float
     after_s: float
     held_out_s: float
+    measured_gib: float | None = None  # peak memory, where the run logged it
+    predicted_gib: float = 0.0  # meshplan's peak memory per GPU (the fitted parameters do not change it)
 
     @staticmethod
     def error_pct(predicted: float, measured: float) -> float:
@@ -356,7 +358,9 @@ def calibrate(runs: Sequence[MeasuredRun], hardware: str,
         held, _ = _fit(others, params, start)
         if progress is not None:
             progress(i + 2, len(runs) + 1)
-        fits.append(RunFit(run.name, run.step_time_s, _predict(run, {}), _predict(run, after), _predict(run, held)))
+        preset = evaluate_layout(run.model, run.cluster, run.job, run.layout)
+        fits.append(RunFit(run.name, run.step_time_s, preset.step_time_s, _predict(run, after), _predict(run, held),
+                           run.peak_memory_gib, preset.peak_memory_gib))
     return Calibration(hardware, params, start, after, tuple(fits), converged)
 
 
@@ -394,13 +398,19 @@ def fragment(cal: Calibration, cluster: ClusterSpec) -> dict[str, Any]:
 
 
 def report(cal: Calibration) -> str:
-    """Per-run errors before, after and held out; the parameters that moved."""
+    """Per-run errors before, after and held out; measured against predicted peak memory where runs logged it;
+    the parameters that moved."""
     lines = [f"{'run':32} {'measured s':>10} {'preset':>8} {'fitted':>8} {'held out':>9}"]
     for r in cal.runs:
         lines.append(f"{r.name[:32]:32} {r.measured_s:10.3f} {RunFit.error_pct(r.before_s, r.measured_s):+7.1f}% "
                      f"{RunFit.error_pct(r.after_s, r.measured_s):+7.1f}% "
                      f"{RunFit.error_pct(r.held_out_s, r.measured_s):+8.1f}%")
     lines.append(f"{'mean |error|':32} {'':10} {cal.before_pct:7.1f}% {cal.after_pct:7.1f}% {cal.held_out_pct:8.1f}%")
+    memory = [r for r in cal.runs if r.measured_gib is not None]
+    if memory:  # not fitted: no parameter here moves memory; shown so that a model of memory gone wrong is seen
+        lines += ["", f"{'run':32} {'peak GiB':>10} {'predicted':>10} {'error':>8}"]
+        lines += [f"{r.name[:32]:32} {r.measured_gib:10.1f} {r.predicted_gib:10.1f} "
+                  f"{RunFit.error_pct(r.predicted_gib, r.measured_gib or 1.0):+7.1f}%" for r in memory]
     lines.append("")
     lines.append(f"{'parameter':24} {'preset':>8} {'fitted':>8}  (prior sigma)")
     for p in cal.params:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -39,6 +40,14 @@ MANIFEST = "trials.yaml"
 PLAN_COPY = "plan.yaml"
 LOG = "train.log"
 MAX_STEPS = 100_000
+# what `meshplan calibrate` reads from each launcher's train.log (planner/runlogs.py)
+COLLECT = MappingProxyType({
+    "megatron": "'elapsed time per iteration (ms)' of each iteration line after the first logged interval; 'max "
+                "allocated' of the '[Rank N] (after K iterations) memory (MB)' report; the arguments block",
+    "torchtitan": "'tps' of each 'step:' line after step 1, and the tokens of a step from its set-up lines",
+    "deepspeed": "CurrSamplesPerSec and MaxMemAllocated of the throughput timer lines, or the wall-clock "
+                 "breakdown's fwd + bwd + step",
+})
 
 
 class TrialLauncher(str, Enum):
@@ -138,7 +147,7 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",
                             f"{name}/{LOG}"))
     write_text_atomic(out / PLAN_COPY, dumps(plan, PLAN_COPY))
-    manifest = {"plan": PLAN_COPY, "launcher": launcher.value, "steps": steps,
+    manifest = {"plan": PLAN_COPY, "launcher": launcher.value, "steps": steps, "collect": COLLECT[launcher.value],
                 "trials": [{k: v for k, v in vars(t).items() if v is not None} for t in trials]}
     header = (f"# meshplan trial: {top_k} layouts of {plan.model.name} on {plan.cluster.num_gpus} x "
               f"{plan.cluster.name}, {steps} steps each with {launcher.value}.\n# Run each trial's launch.sh, "

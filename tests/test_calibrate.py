@@ -239,3 +239,17 @@ def test_cli_calibrate_reports_progress(tmp_path: Path, monkeypatch: pytest.Monk
     result = CliRunner().invoke(app, ["calibrate", str(runs), "--hardware", "h100-sxm"])
     assert result.exit_code in (0, 2), result.output  # 2: refused after the fits; the progress came first
     assert made == [("fitting (all runs, then each held out)", [(1, 3), (2, 3), (3, 3)])]
+
+
+def test_report_compares_logged_peak_memory(tmp_path: Path) -> None:
+    """Runs that logged peak memory get a table of it against meshplan's prediction (not fitted)."""
+    from planner.calibrate import report
+
+    runs = [replace(r, peak_memory_gib=40.0) if r.name == "a" else r for r in _synthetic(tmp_path)]
+    cal = calibrate(runs, "h100-sxm")
+    (a,) = [r for r in cal.runs if r.name == "a"]
+    predicted = evaluate_layout(runs[0].model, runs[0].cluster, runs[0].job, runs[0].layout).peak_memory_gib
+    assert (a.measured_gib, a.predicted_gib) == (40.0, pytest.approx(predicted))
+    text = report(cal)
+    assert "peak GiB" in text and f"{predicted:10.1f}" in text
+    assert "peak GiB" not in report(calibrate(_synthetic(tmp_path), "h100-sxm"))

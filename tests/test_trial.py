@@ -48,6 +48,7 @@ def test_megatron_trials_run_the_emitted_arguments_for_n_steps(tmp_path: Path) -
         assert (tmp_path / t.script).stat().st_mode & 0o100  # executable
     manifest = yaml.safe_load((tmp_path / MANIFEST).read_text())
     assert manifest["launcher"] == "megatron" and manifest["steps"] == 10
+    assert "elapsed time per iteration" in manifest["collect"] and "max allocated" in manifest["collect"]
     assert [e["log"] for e in manifest["trials"]] == [f"trial-{i}/train.log" for i in (1, 2, 3)]
     copy = load_plan(tmp_path / manifest["plan"])
     assert copy.best.layout == plan.best.layout and len(copy.alternatives) == len(plan.alternatives)
