@@ -179,9 +179,9 @@ def _provenance(values: Any, fragment_path: str) -> str:
             + (f"; mean |error| {', '.join(errors)}" if errors else ""))
 
 
-def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> dict[str, Any]:
-    """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile. A `calibration:`
-    section (from `meshplan calibrate`) is provenance, collected under the merged data's `_provenance`."""
+def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> tuple[dict[str, Any], str | None]:
+    """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile; with the line its
+    `calibration:` section (from `meshplan calibrate`) gives, if any: provenance, which changes no number."""
     path = Path(fragment_path)
     try:
         frag = yaml.safe_load(path.read_text())
@@ -190,9 +190,10 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> dict[str, A
     if not isinstance(frag, dict):
         raise InputError(f"hardware fragment {fragment_path}: expected a mapping of sections (gpu, node, network)")
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    provenance = None
     for section, values in frag.items():
         if section == "calibration":
-            merged["_provenance"] = [*merged.get("_provenance", []), _provenance(values, fragment_path)]
+            provenance = _provenance(values, fragment_path)
             continue
         allowed = _SCHEMA.get(section) if section else None
         if allowed is None or not isinstance(values, dict) or not isinstance(merged.get(section), dict):
@@ -204,7 +205,7 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> dict[str, A
                              f"allowed: {', '.join(allowed)}")
         merged[section].update(values)
     merged["name"] = f"{merged.get('name', origin)}+{path.stem}"
-    return merged
+    return merged, provenance
 
 
 def load_hardware(name_or_path: str, num_gpus: int,
@@ -216,11 +217,12 @@ def load_hardware(name_or_path: str, num_gpus: int,
     integer(num_gpus, "gpus", 0, MAX_GPUS)
     base, *fragments = name_or_path.split(",")
     data, origin = _read(base)
+    provenance: list[str] = []
     for frag in fragments:
-        data = _merge(data, frag, origin)
-    provenance = tuple(data.pop("_provenance", ()))
+        data, line = _merge(data, frag, origin)
+        provenance += [line] if line else []
     cluster = parse_profile(data, origin, num_gpus=max(num_gpus, 1))
-    return apply_overrides(replace(cluster, provenance=provenance) if provenance else cluster, overrides)
+    return apply_overrides(replace(cluster, provenance=tuple(provenance)) if provenance else cluster, overrides)
 
 
 def apply_overrides(cluster: ClusterSpec, overrides: HardwareOverrides) -> ClusterSpec:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -265,9 +265,8 @@ def _trial_runs(path: Path, data: dict[str, Any], hardware: str) -> list[Measure
         if isinstance(log, MegatronLog):
             step, memory = log.steady_step_time_s(), log.peak_memory_gib
         elif isinstance(log, TorchtitanLog):
-            if log.tokens_per_step is None:
-                log = TorchtitanLog(log.steps, log.tokens_per_s_per_gpu, log.peak_memory_gib,
-                                    plan.job.global_batch * plan.job.seq_len, log.source)
+            if log.tokens_per_step is None:  # the plan knows the tokens of a step
+                log = replace(log, tokens_per_step=plan.job.global_batch * plan.job.seq_len)
             step = log.steady_step_time_s(plan.cluster.num_gpus)
         else:
             assert isinstance(log, DeepSpeedLog)

@@ -109,16 +109,11 @@ class SearchResult:
     certificate: Certificate
 
 
-def _state_bound_bytes(model: ModelSpec, job: JobSpec, c: Candidate, cache: _LayerTimes | None = None) -> float:
-    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank,
-    sharded by the ZeRO stage, spread evenly over pp stages, plus the fixed buffer allowance."""
-    if cache is not None:
-        return cache.state_bound(c)
-    layout = c.layout()
-    beside = layout.head_beside_embedding
-    params = rank_params(model, job, c.tp, beside, c.ep, c.etp)
-    params = params.scaled(1 / c.pp)
-    states = stage_states(params, layout, job.runtime.grad_reduce_bytes)
+def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
+    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
+    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
+    fixed buffer allowance."""
+    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job.runtime.grad_reduce_bytes)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
 
 
@@ -131,7 +126,7 @@ class _LayerTimes:
         self._bounds: dict[Candidate, float] = {}
         self._families: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
-        self._hops: dict[tuple[int, int, Schedule], int] = {}
+        self._sends: dict[tuple[int, int, Schedule], float] = {}
         self._states: dict[tuple[object, ...], float] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
 
@@ -147,9 +142,7 @@ class _LayerTimes:
         beside = self.beside(c)
         key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
         if key not in self._states:
-            params = self.params(c, beside).scaled(1 / c.pp)
-            states = stage_states(params, c.layout(), self.job.runtime.grad_reduce_bytes)
-            self._states[key] = states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+            self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
         return self._states[key]
 
     def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
@@ -159,12 +152,15 @@ class _LayerTimes:
             self._params[key] = rank_params(self.model, self.job, c.tp, head_beside_embedding, c.ep, c.etp)
         return self._params[key]
 
-    def hops(self, layout: Layout) -> int:
-        """Sends and receives of all ranks per micro-batch and direction (they depend on pp, vpp, schedule)."""
-        key = (layout.pp, layout.vpp, layout.schedule)
-        if key not in self._hops:
-            self._hops[key] = sum(pipeline_hops(layout, r) for r in range(layout.pp))
-        return self._hops[key]
+    def sends(self, c: Candidate) -> float:
+        """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
+        every rank's hops over pp, times the exposed share (`p2p_exposure`); they depend on pp, vpp, schedule."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._sends:
+            layout = c.layout()
+            hops = sum(pipeline_hops(layout, r) for r in range(layout.pp))
+            self._sends[key] = hops / c.pp * p2p_exposure(layout, self.job, self.cluster)
+        return self._sends[key]
 
     def get(self, c: Candidate) -> LayerTimes:
         knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
@@ -188,8 +184,7 @@ class _LayerTimes:
         stage, hop, backward, tail = self._family(c, self.beside(c))
         m = self.job.global_batch // (c.dp * c.mbs)
         if c.pp > 1:
-            layout = c.layout()
-            stage += self.hops(layout) * hop / c.pp * p2p_exposure(layout, self.job, self.cluster)
+            stage += self.sends(c) * hop
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
             return stage * m + tail
         if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
@@ -403,10 +398,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     pool = list(candidates(model, cluster, job, spec))
     if not pool:
         raise InfeasibleError(no_layout_reason(model, cluster, job, spec))
-    fitting = [c for c in pool if _state_bound_bytes(model, job, c, layer_times) <= capacity]
+    fitting = [c for c in pool if layer_times.state_bound(c) <= capacity]
     pruned_memory = len(pool) - len(fitting)
     if not fitting:
-        raise InfeasibleError(_no_fit_message(model, cluster, job, pool))
+        raise InfeasibleError(_no_fit_message(layer_times, pool))
     # best-first over a heap: module-set variants (`space.module_family`) join it only when their cheaper sibling
     # (same degrees, none or the default selective, or the previous set) needed fully recomputed layers or did not fit
     family = module_family(model, job, spec)
@@ -438,7 +433,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         elif entry[:2] > top[0][:2]:
             heapq.heapreplace(top, entry)
     if not top:
-        raise InfeasibleError(_no_fit_message(model, cluster, job, fitting))
+        raise InfeasibleError(_no_fit_message(layer_times, fitting))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     # on uneven stages the simulator is the reference: it re-ranks the finalists (ties keep the order)
     ranked = [replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction))
@@ -456,9 +451,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     return SearchResult(ranked[0], tuple(ranked[1:]), cert)
 
 
-def _no_fit_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pool: list[Candidate]) -> str:
+def _no_fit_message(layer_times: _LayerTimes, pool: list[Candidate]) -> str:
     """Name the tightest resource and what would make the job fit."""
-    need_bytes, _, leanest = min((_state_bound_bytes(model, job, c), c.sort_key(), c) for c in pool)
+    cluster, job = layer_times.cluster, layer_times.job
+    need_bytes, _, leanest = min((layer_times.state_bound(c), c.sort_key(), c) for c in pool)
     need = need_bytes / GIB
     cap = cluster.gpu.memory_gib
     spare = cap - M.BUFFER_ALLOWANCE_GIB

@@ -107,10 +107,6 @@ def _config_text(launcher: TrialLauncher, text: str, steps: int) -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-def _write_executable(path: Path, text: str) -> None:
-    write_text_atomic(path, text, executable=True)
-
-
 def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, out: Path) -> list[Trial]:
     """Write the trial folder for `plan`'s best `top_k` layouts; return what was written (skips included)."""
     if not 1 <= top_k <= 1 + len(plan.alternatives):
@@ -136,14 +132,14 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
         config = launcher.config_name
         body = _config_text(launcher, text, steps)
         if launcher is TrialLauncher.MEGATRON:
-            _write_executable(folder / config, body)
+            write_text_atomic(folder / config, body, executable=True)
         else:
             write_text_atomic(folder / config, body)
         script = (f"#!/usr/bin/env bash\n# meshplan trial {rank + 1} of {top_k}: {label}; predicted "
                   f"{ranked.step_time_s:.3f} s/step\n# Runs {steps} steps and logs each one to {LOG}; then: "
                   f"meshplan calibrate {MANIFEST} --hardware HARDWARE\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\n"
                   f"{_launch(launcher, plan, steps, config)} 2>&1 | tee {LOG}\n")
-        _write_executable(folder / "launch.sh", script)
+        write_text_atomic(folder / "launch.sh", script, executable=True)
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",
                             f"{name}/{LOG}"))
     write_text_atomic(out / PLAN_COPY, dumps(plan, PLAN_COPY))
