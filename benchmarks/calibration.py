@@ -5,7 +5,7 @@
 Observations (benchmarks/published.py): 32 Megatron-LM runs on DGX A100 (Narayanan et al. 2021 Tables 1-2,
 Korthikanti et al. 2022) and the DGX H100 runs of NVIDIA's NeMo 24.07 and Megatron-Bridge 25.09/25.11/26.04
 performance tables, every one as seconds per step. Per GPU generation (ampere: a100-80gb, hopper: h100-sxm)
-the physical parameters of planner/fit.py are fitted by bounded least squares, starting from and regularised
+the physical parameters of planner/studies/fit.py are fitted by bounded least squares, starting from and regularised
 towards the prior values in benchmarks/data/calibration/prior_<generation>.yaml (published figures).
 
 Printed:
@@ -18,7 +18,7 @@ MoE runs are predicted but not fitted (their rows differ by up to 2x between rel
 software, not physics); their error is reported separately.
 
 --write puts the fitted parameters into the generation's hardware profiles; --write-bands writes
-planner/error_bands.yaml from the leave-one-source-out residuals; --record writes the figures of record
+planner/outputs/error_bands.yaml from the leave-one-source-out residuals; --record writes the figures of record
 (benchmarks/data/calibration/accuracy_of_record.yaml). --check exits 1 on a regression: a mean error more than
 0.25 points above the figure of record, a pair ranking more than 1 point below it, or a run predicted not to
 fit. The issue's targets (in-sample mean ≤ 5 % on dense runs, ≤ 12 % on MoE runs, leave-one-source-out
@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from published import DATA, Observation, all_observations, contradicted, rate_pairs  # noqa: E402
 
 from hardware_profiles import load_hardware  # noqa: E402
-from planner.bands import Residual, fit_bands, regime_of, save_bands  # noqa: E402
-from planner.fit import Param, apply, current_value, fit  # noqa: E402
-from planner.specs import ClusterSpec  # noqa: E402
+from planner.core import ClusterSpec  # noqa: E402
+from planner.outputs.bands import Residual, fit_bands, regime_of, save_bands  # noqa: E402
+from planner.studies.fit import Param, apply, current_value, fit  # noqa: E402
 
 PROFILES = {"ampere": "a100-80gb", "hopper": "h100-sxm"}
 # profiles that share a generation's fitted GPU and network shares (--write updates them all)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="write the fitted parameters into the profiles")
     parser.add_argument("--record", action="store_true", help="write the figures of record --check compares with")
     parser.add_argument("--write-bands", action="store_true",
-                        help="write planner/error_bands.yaml from the leave-one-source-out residuals")
+                        help="write planner/outputs/error_bands.yaml from the leave-one-source-out residuals")
     args = parser.parse_args(argv)
 
     observations, skipped = all_observations()
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_bands:
         residuals = [Residual(regime_of(o.model, o.cluster, o.job), o.measured_step_s / held_out[o.run_id] - 1,
                               o.run_id, o.source) for o in observations]
-        path = ROOT / "planner" / "error_bands.yaml"
+        path = ROOT / "planner" / "outputs" / "error_bands.yaml"
         save_bands(fit_bands(residuals, 0.9, held_out=True,
                              description=f"leave-one-source-out, {len(residuals)} published runs "
                                          f"({', '.join(archs)})"), path)

@@ -41,7 +41,7 @@ def _train(rank: int, world: int, port: int, mode: str, layers: int, steps: int,
 
     from cost_models.layerprofile import decoder_module, scaled
     from cost_models.torch_reference import Head
-    from planner.loaders import load_model
+    from planner.inputs.loaders import load_model
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     from cost_models.profile import read_costs
     from hardware_profiles import load_hardware
     from planner import evaluate
-    from planner.loaders import load_model
-    from planner.specs import Runtime
+    from planner.core import Runtime
+    from planner.inputs.loaders import load_model
 
     torch.set_num_threads(THREADS)  # profile under the conditions of the training processes
     spec = dataclasses.replace(scaled(load_model("llama3-8b"), 0.0625), num_layers=args.layers)

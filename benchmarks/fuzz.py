@@ -85,7 +85,7 @@ def classify_cli(res: Any) -> tuple[str, str]:
 
 
 def classify_api(call: Callable[[], Any]) -> tuple[str, str]:
-    from planner.errors import MeshplanError
+    from planner.core.errors import MeshplanError
 
     try:
         call()

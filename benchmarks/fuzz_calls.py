@@ -145,8 +145,8 @@ def _bad_for(name: str, value: Any) -> bool:
 
 def api_case(rng: random.Random, tiny: str, plan_path: str, folder: Path) -> Case:
     import planner
-    from planner.space import SearchSpec
-    from planner.sweep import Job, Varied, capacity, sweep
+    from planner.search.space import SearchSpec
+    from planner.studies.sweep import Job, Varied, capacity, sweep
 
     job = {"gpus": 4, "seq_len": 512, "global_batch": 8}
     roll = rng.random()

@@ -121,8 +121,8 @@ class Inputs:
     def _base_plans(self) -> list[dict[str, Any]]:
         import planner
         from planner.api import model_and_costs
-        from planner.planfile import plan_to_dict
-        from planner.specs import Runtime
+        from planner.core import Runtime
+        from planner.outputs.planfile import plan_to_dict
 
         table = self._write("base-costs.csv", _csv(self.cost_rows))
         model, runtime, limits = model_and_costs(None, Path(table), 128, Runtime())
@@ -262,7 +262,7 @@ class Inputs:
             return Case("cost-table", note, bad, args=["plan", "--costs", path, "--hardware", "h100-sxm", "--gpus",
                                                        str(gpus), "--seq-len", str(seq), "--global-batch", "8"])
         from planner.api import model_and_costs
-        from planner.specs import Runtime
+        from planner.core import Runtime
 
         return Case("cost-table", note, bad, call=lambda: model_and_costs(None, Path(path), seq, Runtime()))
 
@@ -275,7 +275,7 @@ class Inputs:
             return Case("chain-table", note, bad, args=["plan", "--costs", path, "--hardware", "a100-40gb", "--gpus",
                                                         str(gpus), "--seq-len", "1", "--global-batch", "64"])
         from hardware_profiles import load_hardware
-        from planner.chain import plan_chain, read_chain
+        from planner.search.chain import plan_chain, read_chain
 
         return Case("chain-table", note, bad,
                     call=lambda: plan_chain(read_chain(path), load_hardware("a100-40gb", gpus), 64))

@@ -25,12 +25,13 @@ from typing import Any
 import yaml
 
 from cost_models.flops import model_flops_per_sequence, narayanan_iteration_flops
-from cost_models.step import Prediction, evaluate_layout
+from cost_models.prediction import Prediction
+from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
 from planner.api import Problem, make_layout
-from planner.errors import LayoutError
-from planner.loaders import load_model, model_from_mapping
-from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Runtime
+from planner.core import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Runtime
+from planner.core.errors import LayoutError
+from planner.inputs.loaders import load_model, model_from_mapping
 
 DATA = Path(__file__).resolve().parent / "data" / "calibration"
 A100_RUNS = DATA / "published_runs.yaml"

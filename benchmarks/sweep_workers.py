@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.sweep import Job, Varied, sweep  # noqa: E402
+from planner.studies.sweep import Job, Varied, sweep  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

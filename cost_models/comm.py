@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from planner.specs import ClusterSpec, LinkSpec
+from planner.core import ClusterSpec, LinkSpec
 
 
 class Collective(str, Enum):

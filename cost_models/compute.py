@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.specs import Dtype, GpuSpec
+from planner.core import Dtype, GpuSpec
 
 
 @dataclass(frozen=True)
@@ -98,3 +98,8 @@ def flash_attention_time(flops_fwd: float, key_len: float, head_dim: float, gpu:
     eff = attention_efficiency(gpu, key_len, head_dim)
     t = flops_fwd / (gpu.peak(Dtype.BF16) * eff)
     return t, 2.5 * t / gpu.attention_backward_ratio
+
+
+# Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
+# 1.5 x the forward traffic; residual adds have no backward kernel.
+ELEMENTWISE_BACKWARD = 1.5

@@ -22,62 +22,20 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cost_models.comm import (
     Collective,
-    all_to_all_time,
     collective_time,
-    dedup_dispatch_time,
     p2p_time,
-    ranks_per_domain,
 )
-from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
+from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
+from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms
+from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
-from planner.errors import LayoutError
-from planner.specs import AttentionKernel, ClusterSpec, Dtype, JobSpec, ModelSpec, Recompute, RecomputeModule
-
-# Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
-# 1.5 x the forward traffic; residual adds have no backward kernel.
-ELEMENTWISE_BACKWARD = 1.5
-
-
-@dataclass(frozen=True)
-class LayerTime:
-    """Seconds for one layer and one micro-batch on one GPU."""
-
-    forward: float = 0.0
-    backward: float = 0.0
-    recompute: float = 0.0
-    tp_comm: float = 0.0
-    cp_comm: float = 0.0  # exposed part only
-    ep_comm: float = 0.0  # expert-parallel all-to-all (and expert-TP gathers), not overlapped
-
-    @property
-    def total(self) -> float:
-        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
-
-    def __add__(self, other: LayerTime) -> LayerTime:
-        return LayerTime(self.forward + other.forward, self.backward + other.backward,
-                         self.recompute + other.recompute, self.tp_comm + other.tp_comm,
-                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
-
-    def scaled(self, k: float) -> LayerTime:
-        return LayerTime(self.forward * k, self.backward * k, self.recompute * k, self.tp_comm * k,
-                         self.cp_comm * k, self.ep_comm * k)
-
-
-@dataclass(frozen=True)
-class LayerKnobs:
-    tp: int
-    cp: int
-    sp: bool
-    mbs: int
-    recompute: Recompute
-    ep: int = 1
-    etp: int = 1
-    modules: frozenset[RecomputeModule] = frozenset()  # what selective recomputation recomputes (Layout's)
+from cost_models.moe import moe_mlp_time, routed_rows
+from planner.core import AttentionKernel, ClusterSpec, Dtype, JobSpec, ModelSpec, Recompute, RecomputeModule
+from planner.core.errors import LayoutError
 
 
 def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int, multi_rail: bool) -> float:
@@ -107,142 +65,6 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     fwd_bytes = elements * (4 + (5 if model.dropout else 0))
     bwd_bytes = elements * (6 + (5 if model.dropout else 0))
     return f1 + f2 + memory_time(fwd_bytes, gpu), b1 + b2 + memory_time(bwd_bytes, gpu)
-
-
-def head_dims(model: ModelSpec) -> tuple[int, int]:
-    """(query/key, value) width of one attention head: d and d, or MLA's d_nope + d_rope and d_v."""
-    if model.mla is None:
-        return model.head_dim, model.head_dim
-    return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
-
-
-def attention_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
-    """Projection GEMMs of the attention block on one TP rank: QKV and output projection; with MLA the
-    replicated down projections h -> r_q and h -> r_kv + d_rope, the split up projections r_q -> a·qk/t and
-    r_kv -> a·(d_nope + d_v)/t, and the output projection a·d_v/t -> h (DeepSeek-V3 section 2.1.1)."""
-    h, mla = model.hidden_size, model.mla
-    if mla is None:
-        q_local = model.q_dim / tp
-        kv_local = kv_heads_per_rank(model, tp) * model.head_dim
-        return Gemm(tokens, q_local + 2 * kv_local, h), Gemm(tokens, h, q_local)
-    heads = model.num_attention_heads / tp
-    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-    q = ((Gemm(tokens, mla.q_lora_rank, h), Gemm(tokens, heads * qk, mla.q_lora_rank)) if mla.q_lora_rank
-         else (Gemm(tokens, heads * qk, h),))
-    return (*q, Gemm(tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h),
-            Gemm(tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
-            Gemm(tokens, h, heads * mla.v_head_dim))
-
-
-def mlp_gemms(model: ModelSpec, tokens: float, width: float) -> tuple[Gemm, Gemm]:
-    """FC1 (gate and up when gated) and FC2 of an MLP of local width `width` on `tokens` rows."""
-    h = model.hidden_size
-    return Gemm(tokens, (2 if model.gated_mlp else 1) * width, h), Gemm(tokens, h, width)
-
-
-def _counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec, job: JobSpec,
-                        dtype: Dtype | None = None) -> tuple[float, float]:
-    """(forward, backward) seconds of GEMMs each run `count` times as separate kernels, in `dtype` (default:
-    the job's)."""
-    fwd = bwd = 0.0
-    for g, count in gemms:
-        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype)
-        fwd, bwd = fwd + count * gf, bwd + count * gb
-    return fwd, bwd
-
-
-def _gemms_time(gemms: Iterable[Gemm], cluster: ClusterSpec, job: JobSpec) -> tuple[float, float]:
-    return _counted_gemms_time(((g, 1.0) for g in gemms), cluster, job)
-
-
-@dataclass(frozen=True)
-class MoETime:
-    """One MoE MLP per micro-batch: compute forward/backward and the forward's expert-parallel traffic."""
-
-    forward: float
-    backward: float
-    comm_forward: float  # dispatch + combine all-to-alls (+ expert-TP gather and scatter); backward repeats it
-
-
-def routed_rows(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float) -> tuple[float, float]:
-    """(tokens a rank routes, routed copies it computes): T·r of the layer's T tokens (r = 1/t under SP), and
-    k·T·r·etp·load copies (gathered over the etp ranks, scaled to the busiest rank's load)."""
-    assert model.moe is not None
-    local = tokens / knobs.tp if knobs.sp else tokens
-    return local, local * model.moe.top_k * knobs.etp * load
-
-
-def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 1.0) -> list[tuple[Gemm, float]]:
-    """(GEMM, how many) of one MoE MLP on one rank (see `moe_mlp_time`): the router on the rank's T·r tokens,
-    per local expert FC1 and FC2 on its share of the k·T·r·etp·load routed copies, the shared experts."""
-    assert model.moe is not None
-    moe, t = model.moe, knobs.tp
-    local, copies = routed_rows(model, knobs, tokens, load)
-    local_experts = moe.num_experts / knobs.ep
-    out = [(Gemm(local, moe.num_experts, model.hidden_size), 1.0)]
-    out += [(g, local_experts) for g in mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / knobs.etp)]
-    if moe.shared_ffn_hidden_size:
-        out += [(g, 1.0) for g in mlp_gemms(model, tokens, moe.shared_ffn_hidden_size / t)]
-    return out
-
-
-def node_limit(model: ModelSpec, ep: int, etp: int, cluster: ClusterSpec) -> int:
-    """Scale-up domains a token may reach under group-limited routing (0: no limit). Experts sit on the ep
-    ranks in order, so each of the D domains the group spans holds E/D experts and each routing group E/G:
-    with whole groups per domain (G % D == 0) a token reaches at most min(group limit, D) domains
-    (DeepSeek-V3: 8 groups on 8 nodes, 4 per token); with each group spread over D/G domains, at most
-    group limit x D/G; otherwise the groups give no bound."""
-    moe = model.moe
-    if moe is None or not moe.group_top_k:
-        return 0
-    domains = -(-ep // ranks_per_domain(cluster, ep, etp))
-    if domains <= 1:
-        return 0
-    if moe.groups % domains == 0:
-        return min(moe.group_top_k, domains)
-    if domains % moe.groups == 0:
-        return moe.group_top_k * (domains // moe.groups)
-    return 0
-
-
-def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float) -> MoETime:
-    """Router, routed experts and shared experts of one MoE layer on one GPU (Fedus et al. 2021; Megatron-core
-    MoE with the all-to-all token dispatcher and parallel folding).
-
-    The layer's T tokens reach it sequence-sharded (T·r per rank, r = 1/t with SP). Each rank routes its
-    tokens (router GEMM [T·r, h]x[h, E]), sends k copies of each to the ranks holding their experts
-    (all-to-all over the ep group; with etp > 1 the copies are all-gathered over the etp ranks that split
-    each expert) and combines the results the same way back. With balanced routing each rank then computes
-    k·T·r·etp copies over its E/ep experts, each a grouped GEMM of k·T·r·etp·ep/E rows against the expert's
-    f_e/etp-wide matrices; the busiest rank's load is `Runtime.moe_load_factor` x that (dropless skew or
-    capacity padding), and it sets the pace. Shared experts run as a dense MLP of width f_s/t on the T tokens.
-    Backward moves the same bytes again (gradients of the dispatched and combined tokens)."""
-    assert model.moe is not None
-    moe, h, gpu = model.moe, model.hidden_size, cluster.gpu
-    rt, ep, etp = job.runtime, knobs.ep, knobs.etp
-    load = rt.moe_load_factor
-    local, copies = routed_rows(model, knobs, tokens, load)
-    router, *experts = moe_gemms(model, knobs, tokens, load)
-    # the router stays bf16 in fp8 training (Transformer Engine quantises only its own linear layers; DeepSeek-V3
-    # section 3.3.1 keeps the gating module in its original precision)
-    fwd, bwd = _counted_gemms_time(experts, cluster, job)
-    rf, rb = _counted_gemms_time([router], cluster, job, Dtype.BF16)
-    fwd, bwd = fwd + rf, bwd + rb
-    # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
-    # and writes the FC1 output; top-k and softmax over the fp32 router scores
-    act = (6 if model.gated_mlp else 4) * moe.ffn_hidden_size / etp
-    elementwise = memory_time(copies * (2 * 2 * 2 * h + act) + local * moe.num_experts * 4 * 3, gpu)
-    fwd, bwd = fwd + elementwise, bwd + ELEMENTWISE_BACKWARD * elementwise
-    sent = local * moe.top_k * load * h * 2  # bytes of routed copies one rank sends (bf16)
-    if rt.moe_dedup_dispatch:
-        comm = 2 * dedup_dispatch_time(local * load * h * 2, moe.top_k, ep, etp, cluster,
-                                       node_limit(model, ep, etp, cluster))
-    else:
-        comm = 2 * all_to_all_time(sent, ep, etp, cluster)
-    if etp > 1:
-        comm += (collective_time(Collective.ALL_GATHER, sent * etp, etp, 1, cluster, rt.multi_rail)
-                 + collective_time(Collective.REDUCE_SCATTER, sent * etp, etp, 1, cluster, rt.multi_rail))
-    return MoETime(fwd, bwd, comm)
 
 
 def _measured_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, kind: str,
@@ -305,7 +127,7 @@ def module_recompute_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, 
         if mla.q_lora_rank:
             ups.append(Gemm(tokens, heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim), mla.q_lora_rank))
         rope = 4 * (model.num_attention_heads / t + 1) * mla.qk_rope_head_dim
-        compute += (_gemms_time(ups, cluster, job)[0]
+        compute += (gemms_time(ups, cluster, job)[0]
                     + memory_time(tokens * (4 * (mla.q_lora_rank + mla.kv_lora_rank) + rope), gpu))
     if moe and model.moe is not None:
         if RecomputeModule.MOE in mods:
@@ -316,12 +138,12 @@ def module_recompute_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, 
             compute += memory_time(copies * gate_bytes * model.moe.ffn_hidden_size / knobs.etp, gpu)
         shared = model.moe.shared_ffn_hidden_size
         if RecomputeModule.SHARED_EXPERTS in mods and shared:
-            compute += (_gemms_time(mlp_gemms(model, tokens, shared / t), cluster, job)[0]
+            compute += (gemms_time(mlp_gemms(model, tokens, shared / t), cluster, job)[0]
                         + memory_time(tokens * gate_bytes * shared / t, gpu))
             tp += redo.tp_collective
     elif RecomputeModule.MLP in mods:
         f = model.ffn_hidden_size / t
-        compute += _gemms_time(mlp_gemms(model, tokens, f), cluster, job)[0] + memory_time(tokens * gate_bytes * f, gpu)
+        compute += gemms_time(mlp_gemms(model, tokens, f), cluster, job)[0] + memory_time(tokens * gate_bytes * f, gpu)
         tp += redo.tp_collective
     return compute, (tp if t > 1 else 0.0), ep
 
@@ -338,7 +160,7 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     tokens = knobs.mbs * job.seq_len / knobs.cp
     q_local = model.q_dim / t
     kv_local = kv_heads_per_rank(model, t) * model.head_dim
-    fwd, bwd = _gemms_time(attention_gemms(model, tokens, t), cluster, job)
+    fwd, bwd = gemms_time(attention_gemms(model, tokens, t), cluster, job)
     r = 1.0 / t if knobs.sp else 1.0
     hidden_bytes = (8 + 12 + (2 if model.dropout else 0)) * h * r
     rope_bytes = 0.0 if model.learned_positions else 4 * (q_local + kv_local)
@@ -349,7 +171,7 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
         act_bytes = 0.0
     else:
-        mf, mb = _gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
+        mf, mb = gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
         fwd, bwd = fwd + mf, bwd + mb
         act_bytes = (6 if model.gated_mlp else 4) * f / t
     gemm_f, gemm_b = fwd, bwd
@@ -411,7 +233,7 @@ def vision_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Lay
     gemms = [Gemm(rows, vision.hidden_size, 3 * vision.patch_size**2), Gemm(rows, width / knobs.tp, vision.hidden_size)]
     if vision.projector_hidden:
         gemms.append(Gemm(rows, model.hidden_size, width / knobs.tp))
-    fwd, bwd = _gemms_time(tuple(gemms), cluster, job)
+    fwd, bwd = gemms_time(tuple(gemms), cluster, job)
     return LayerTime(fwd, bwd) + decoder_layer_time(encoder, vjob, cluster, vknobs).scaled(vision.num_layers)
 
 

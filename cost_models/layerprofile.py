@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from planner.errors import InputError
-from planner.specs import ModelSpec
+from planner.core import ModelSpec
+from planner.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ With a table, times come from the rows and communication stays analytical (TP co
 pipeline sends are priced from the hardware profile; the table's device may not be the cluster's).
 
 Every cell is checked before it is used (`checked_rows`): counts, degrees, sizes and shapes are whole numbers
-in the ranges of planner.checks (1.0 is read as 1, 1.5 is refused), times and byte counts finite and
+in the ranges of planner.core.checks (1.0 is read as 1, 1.5 is refused), times and byte counts finite and
 non-negative; a row of each kind for every measured (tp, mbs), one seq_len and one model shape per table, no
 (kind, tp, mbs) twice. A bad table is refused with one line naming the row (counted from 1 after the header),
 the column, the value and what is allowed.
@@ -32,16 +32,24 @@ import contextlib
 import math
 import numbers
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
-from planner.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, integer, path_argument, real
-from planner.errors import InputError, MeshplanError
-from planner.specs import ModelSpec
+from planner.core import MeasuredCosts, MeasuredLayer, ModelSpec
+from planner.core.checks import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MAX_WIDTH,
+    integer,
+    path_argument,
+    real,
+)
+from planner.core.errors import InputError, MeshplanError
 
 COLUMNS = ("kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
            "output_bytes", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size",
@@ -57,42 +65,6 @@ INTEGER_COLUMNS = {"count": MAX_LAYERS, "tp": MAX_GPUS, "mbs": MAX_GLOBAL_BATCH,
 # the real-valued columns and their largest values (the smallest is 0)
 REAL_COLUMNS = {"forward_ms": MAX_LAYER_MS, "backward_ms": MAX_LAYER_MS, "activation_bytes": MAX_BYTES,
                 "params": MAX_BYTES, "output_bytes": MAX_BYTES}
-
-
-@dataclass(frozen=True)
-class MeasuredLayer:
-    forward_s: float
-    backward_s: float
-    activation_bytes: float
-    params: float
-
-
-@dataclass(frozen=True)
-class MeasuredCosts:
-    """Rows of a cost table keyed by (kind, tp, mbs); frozen and hashable so layouts can cache on it."""
-
-    rows: tuple[tuple[tuple[str, int, int], MeasuredLayer], ...]
-    seq_len: int
-    source: str
-
-    def get(self, kind: str, tp: int, mbs: int) -> MeasuredLayer:
-        for key, layer in self.rows:
-            if key == (kind, tp, mbs):
-                return layer
-        raise InputError(f"cost table {self.source} has no {kind} row for tp {tp}, mbs {mbs}; measured: "
-                         f"{sorted({(k[1], k[2]) for k, _ in self.rows})} (tp, mbs)")
-
-    def params(self, kind: str, tp: int) -> float:
-        for key, layer in self.rows:
-            if key[0] == kind and key[1] == tp:
-                return layer.params
-        raise InputError(f"cost table {self.source} has no {kind} row for tp {tp}")
-
-    def tp_degrees(self) -> tuple[int, ...]:
-        return tuple(sorted({k[1] for k, _ in self.rows if k[0] == "decoder"}))
-
-    def micro_batches(self) -> tuple[int, ...]:
-        return tuple(sorted({k[2] for k, _ in self.rows if k[0] == "decoder"}))
 
 
 def read_frame(path: str | Path) -> pd.DataFrame:

@@ -24,7 +24,7 @@ torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBu
 forwards of the down chunk, d pairs of up/down forwards, p − d up-chunk F/B/W triples, then F-B-W on
 either chunk in turn, and a cool-down that drains the input gradients before the weight gradients.
 The wave (Hanayo, Liu et al. SC'23) places 2W chunks per rank in W waves, each down the ranks and back up
-(`planner.specs.wave_rank`): a micro-batch turns at either end without a send, and embedding and loss share rank
+(`planner.core.wave_rank`): a micro-batch turns at either end without a send, and embedding and loss share rank
 0. Hanayo's own runtime order is not reproduced here (its paper's figures are not to hand); this order is
 meshplan's: every rank runs its chunks' F and B (backward not split) in the order a 1F1B pipeline of one
 chunk per device over all v·p chunks reaches them in unit time slots (`wave_slot`; ties: backward first, then
@@ -35,7 +35,7 @@ B > F; it makes fewer sends than interleaving and every rank holds about W·p + 
 from __future__ import annotations
 
 from cost_models.simulator import Op, OpKind, Program
-from planner.specs import WAVE_PLACED, Schedule, wave_chunks, wave_rank
+from planner.core import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)
 

@@ -6,37 +6,32 @@ Step time = pipeline(stage times per micro-batch)                       (cost_mo
           + tied-embedding gradient all-reduce between first and last stage (pp > 1).
 Stage time per micro-batch = Σ its layers' LayerTime + 2 pipeline send/recv per model chunk
           (+ exposed ZeRO-2 gradient reduce-scatters, ZeRO-3 weight gathers as well).
-Gradient reduction over the n = dp·cp ranks (Megatron-LM reduces over DP x CP):
-  ZeRO-0 all-reduce of grad_bytes·P; ZeRO-1 reduce-scatter of grad_bytes·P + all-gather of 2·P;
-  ZeRO-2 the all-gather only (its reduce-scatter runs per micro-batch);
-  with overlap_grad_reduce it hides behind the last micro-batch's backward, with
-  overlap_param_gather the gather behind the first forward; ZeRO-3 gathers bf16 weights before each
-  forward and backward and reduce-scatters gradients after each backward, module by module,
-  overlapped with compute per phase.
-Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter (read fp32
-  grad, master, m, v; write master, m, v, bf16 weight; grad-norm read; buffer reset).
+Data-parallel reduction, weight gathers and the optimizer: cost_models.sync; parameters per rank:
+cost_models.params; the result types: cost_models.prediction.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.comm import Collective, collective_time, p2p_time
-from cost_models.compute import Gemm, gemm_fwd_bwd_time, memory_time
-from cost_models.layer import (
-    LayerKnobs,
-    LayerTime,
-    decoder_layer_time,
-    embedding_time,
-    head_time,
-    vision_time,
-)
+from cost_models.compute import Gemm, gemm_fwd_bwd_time
+from cost_models.knobs import LayerKnobs, LayerTime
+from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
+from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
+from cost_models.prediction import Breakdown, Prediction, StageCost, StageLayers
 from cost_models.schedules import W_SHARE, in_flight
-from planner.specs import (
+from cost_models.sync import (
+    dp_reduce_exposed,
+    optimizer_time,
+    sharded_dp_exposed,
+    stage_states,
+)
+from planner.core import (
     GIB,
     AttentionKernel,
     ClusterSpec,
@@ -49,166 +44,6 @@ from planner.specs import (
     ZeroStage,
 )
 
-OPTIMIZER_BYTES_PER_PARAM = 38.0
-ZERO3_UNITS_PER_LAYER = 4  # QKV, output projection, FC1, FC2: one gather / reduce-scatter each
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """One pipeline rank: its layers, time per micro-batch and peak memory per GPU."""
-
-    pp_rank: int
-    first_layer: int  # decoder layer indices, inclusive; -1/-1 when the stage holds none
-    last_layer: int
-    num_layers: int
-    has_embedding: bool
-    has_lm_head: bool
-    time: LayerTime  # per micro-batch, all model chunks of this rank
-    p2p_s: float  # per micro-batch
-    sharded_dp_exposed_s: float  # per micro-batch (ZeRO-2/3)
-    dp_exposed_s: float  # per step
-    optimizer_s: float  # per step
-    weights_gib: float
-    gradients_gib: float
-    optimizer_state_gib: float
-    activations_gib: float  # stored decoder-layer activations at the stage's peak
-    other_gib: float  # embedding/logits activations, recompute and ZeRO-3 working buffers
-    buffers_gib: float
-    layers: StageLayers = field(default_factory=lambda: StageLayers())
-
-    @property
-    def compute_s(self) -> float:
-        """Forward + backward (+ recompute) seconds per micro-batch, communication included."""
-        return self.time.total + self.p2p_s + self.sharded_dp_exposed_s
-
-    @property
-    def peak_memory_gib(self) -> float:
-        return (self.weights_gib + self.gradients_gib + self.optimizer_state_gib + self.activations_gib
-                + self.other_gib + self.buffers_gib)
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    """Seconds of one step by cause, along the critical path; they add up to the step time."""
-
-    compute_s: float
-    recompute_s: float
-    tp_comm_s: float
-    cp_comm_s: float
-    ep_comm_s: float
-    pp_p2p_s: float
-    sharded_dp_comm_s: float
-    bubble_s: float
-    dp_comm_s: float
-    optimizer_s: float
-    embedding_sync_s: float
-
-    def as_dict(self) -> dict[str, float]:
-        return {k.removesuffix("_s"): v for k, v in self.__dict__.items()}
-
-
-@dataclass(frozen=True)
-class Prediction:
-    step_time_s: float
-    tokens_per_s: float
-    model_tflops_per_gpu: float
-    hardware_tflops_per_gpu: float
-    mfu: float
-    hfu: float
-    peak_memory_gib: float
-    memory_capacity_gib: float
-    fits: bool
-    bubble_fraction: float
-    num_microbatches: int
-    breakdown: Breakdown
-    stages: tuple[StageCost, ...]
-
-
-def gather_bytes(job: JobSpec, cluster: ClusterSpec) -> float:
-    """Bytes per parameter of ZeRO's weight all-gathers: bf16, or fp8 when the job trains in fp8 with
-    `Runtime.fp8_param_gather` on a GPU with fp8 tensor cores."""
-    fp8 = job.runtime.fp8_param_gather and cluster.gpu.has_fp8(job.dtype)
-    return 1.0 if fp8 else M.WEIGHT_BYTES
-
-
-def grad_sync_times(params: float, zero: ZeroStage, n: int, stride: int, cluster: ClusterSpec, grad_bytes: float,
-                    multi_rail: bool, weight_bytes: float = M.WEIGHT_BYTES) -> tuple[float, float]:
-    """(gradient reduction, weight gather) seconds per step over n data-parallel ranks, unhidden:
-    ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated weights
-    (`weight_bytes` each: bf16, or fp8 with fp8 parameter gathers); ZeRO-2 only gathers (its reduce-scatter
-    runs per micro-batch); ZeRO-3 does both per module."""
-    if zero >= ZeroStage.WEIGHTS:
-        return 0.0, 0.0
-    reduce = 0.0
-    if zero is not ZeroStage.GRADIENTS:
-        kind = Collective.ALL_REDUCE if zero is ZeroStage.NONE else Collective.REDUCE_SCATTER
-        reduce = collective_time(kind, params * grad_bytes, n, stride, cluster, multi_rail)
-    gather = 0.0 if zero is ZeroStage.NONE else collective_time(
-        Collective.ALL_GATHER, params * weight_bytes, n, stride, cluster, multi_rail)
-    return reduce, gather
-
-
-@dataclass(frozen=True)
-class StageParams:
-    """Parameters of one pipeline rank by the group that reduces their gradients: `dense` over the dp·cp
-    data-parallel ranks, `expert` (routed experts) over the expert-data-parallel ranks."""
-
-    dense: float
-    expert: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return self.dense + self.expert
-
-    def __add__(self, other: StageParams) -> StageParams:
-        return StageParams(self.dense + other.dense, self.expert + other.expert)
-
-    def scaled(self, k: float) -> StageParams:
-        return StageParams(self.dense * k, self.expert * k)
-
-
-def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, int, int], ...]:
-    """(parameters, ranks, stride) of each gradient-reduction group: dense over dp·cp (stride tp), experts
-    over tp·cp·dp/(etp·ep) (stride etp·ep on the folded expert mesh)."""
-    dense = (params.dense, layout.dp * layout.cp, layout.tp)
-    if params.expert:
-        return dense, (params.expert, layout.expert_dp, layout.etp * layout.ep)
-    return (dense,)
-
-
-def stage_states(params: StageParams, layout: Layout, grad_bytes: float) -> M.StateBytes:
-    """Weights, gradients and Adam state of a stage, each group sharded over its own data-parallel ranks."""
-    parts = [M.state_bytes(p, layout.zero, n, grad_bytes) for p, n, _ in _groups(params, layout)]
-    return M.StateBytes(sum(x.weights for x in parts), sum(x.gradients for x in parts),
-                        sum(x.optimizer for x in parts))
-
-
-def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-                      bwd_last: float, fwd_first: float) -> float:
-    """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage, both groups."""
-    rt = job.runtime
-    reduce = gather = 0.0
-    for p, n, stride in _groups(params, layout):
-        r, g = grad_sync_times(p, layout.zero, n, stride, cluster, rt.grad_reduce_bytes, rt.multi_rail,
-                               gather_bytes(job, cluster))
-        reduce, gather = reduce + r, gather + g
-    gpu = cluster.gpu
-    exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
-    hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
-    exposed_gather = gpu.exposed(gather, fwd_first) if hide_gather else gather
-    return exposed_reduce + exposed_gather
-
-
-def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
-    """Adam over `local_params` parameters updated on one GPU: bandwidth-bound."""
-    return memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
-
-
-def optimizer_time(params: StageParams, layout: Layout, cluster: ClusterSpec) -> float:
-    """Adam step over the parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on)."""
-    local = sum(p / (n if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, n, _ in _groups(params, layout))
-    return adam_step_time(local, cluster)
-
 
 def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: Layout) -> float:
     """One pipeline send/recv of one micro-batch's activations (bf16, sharded over tp and cp); 0 without PP."""
@@ -216,58 +51,6 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
         return 0.0
     nbytes = layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp
     return p2p_time(nbytes, layout.tp * layout.cp * layout.dp, cluster)
-
-
-def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-                       time: LayerTime) -> float:
-    """Per micro-batch communication of sharded data parallelism not hidden by compute.
-
-    ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (a sharded gradient
-    buffer cannot accumulate unreduced gradients). ZeRO-3 also all-gathers the weights before each
-    forward and backward (the recomputed forward reuses the backward's gather), module by module
-    (four weight matrices per decoder layer). Expert weights do the same over their own group."""
-    if layout.zero < ZeroStage.GRADIENTS:
-        return 0.0
-    gpu, rails = cluster.gpu, job.runtime.multi_rail
-    backward = time.backward + time.recompute
-    units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
-    scatter = gather = 0.0
-    for p, n, stride in _groups(params, layout):
-        grad_bytes = p * job.runtime.grad_reduce_bytes
-        if layout.zero is ZeroStage.GRADIENTS:
-            scatter += collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
-            continue
-        gather += units * collective_time(Collective.ALL_GATHER, p * gather_bytes(job, cluster) / units, n, stride,
-                                          cluster, rails)
-        scatter += units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster, rails)
-    if layout.zero is ZeroStage.GRADIENTS:
-        return gpu.exposed(scatter, backward)
-    return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
-
-
-@dataclass(frozen=True)
-class StageLayers:
-    """Decoder layers of one pipeline rank by kind, and how many of each are fully recomputed."""
-
-    dense: int = 0
-    moe: int = 0
-    dense_full: int = 0
-    moe_full: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.dense + self.moe
-
-    @property
-    def full(self) -> int:
-        return self.dense_full + self.moe_full
-
-    @staticmethod
-    def of(kinds: tuple[bool, ...], n_full: int) -> StageLayers:
-        """Counts for the layers with MoE flags `kinds` (in order), the first `n_full` fully recomputed."""
-        moe = sum(kinds)
-        moe_full = sum(kinds[:n_full])
-        return StageLayers(len(kinds) - moe, moe, n_full - moe_full, moe_full)
 
 
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, params: StageParams, first: bool,
@@ -343,54 +126,6 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Lay
     return LayerTimes(decoder_layer_time(model, job, cluster, knobs), decoder_layer_time(model, job, cluster, full),
                       embedding_time(model, job, cluster, knobs) + vision_time(model, job, cluster, knobs),
                       head_time(model, job, cluster, knobs) + mtp_time(model, job, cluster, knobs), moe, moe_full)
-
-
-def decoder_params(model: ModelSpec, job: JobSpec, tp: int, moe: bool = False) -> float:
-    """Parameters of one decoder layer on one TP rank reduced over the dense data-parallel group (for an MoE
-    layer without its routed experts): measured when the job has a cost table."""
-    measured = job.runtime.measured
-    return measured.params("decoder", tp) if measured else M.decoder_params_per_rank(model, tp, moe)
-
-
-def one_layer_params(model: ModelSpec, job: JobSpec, tp: int, ep: int, etp: int, moe: bool) -> StageParams:
-    """One decoder layer's parameters on one rank, by reduction group."""
-    return StageParams(decoder_params(model, job, tp, moe), M.expert_params_per_rank(model, ep, etp) if moe else 0.0)
-
-
-def embedding_params(model: ModelSpec, job: JobSpec, tp: int) -> float:
-    """The first stage's extra parameters: the embedding (and a vision encoder with its projector)."""
-    measured = job.runtime.measured
-    if measured:
-        return measured.params("embedding", tp)
-    return M.embedding_params_per_rank(model, tp) + M.vision_params_per_rank(model, tp)
-
-
-def head_params(model: ModelSpec, job: JobSpec, tp: int, beside_embedding: bool, ep: int = 1,
-                etp: int = 1) -> StageParams:
-    """LM head and final norm on the last stage, with the multi-token-prediction modules (three norms, the
-    2h x h projection split over TP, one decoder layer each)."""
-    measured = job.runtime.measured
-    if measured:
-        return StageParams(measured.params("lm_head", tp))
-    head = StageParams(M.lm_head_params_per_rank(model, tp, beside_embedding) + F.norm_params(model))
-    if model.mtp_layers:
-        moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
-        per = StageParams(3 * F.norm_params(model) + 2 * model.hidden_size**2 / tp) + one_layer_params(
-            model, job, tp, ep, etp, moe)
-        head = head + per.scaled(model.mtp_layers)
-    return head
-
-
-def rank_params(model: ModelSpec, job: JobSpec, tp: int, head_beside_embedding: bool, ep: int = 1,
-                etp: int = 1) -> StageParams:
-    """Parameters of one rank of the tp (and expert) mesh summed over all pipeline stages: decoder layers,
-    embedding, head and multi-token prediction."""
-    n_dense, n_moe = F.decoder_layer_counts(model)
-    layers = one_layer_params(model, job, tp, ep, etp, False).scaled(n_dense)
-    if n_moe:
-        layers = layers + one_layer_params(model, job, tp, ep, etp, True).scaled(n_moe)
-    return (layers + StageParams(embedding_params(model, job, tp))
-            + head_params(model, job, tp, head_beside_embedding, ep, etp))
 
 
 def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: bool, mbs: int,

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from planner.checks import MAX_GPUS, MAX_MEMORY_GIB, MAX_PHYSICAL, finite, integer, optional_integer, real
-from planner.errors import InputError, SpecError
-from planner.specs import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
+from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
+from planner.core.checks import MAX_GPUS, MAX_MEMORY_GIB, MAX_PHYSICAL, finite, integer, optional_integer, real
+from planner.core.errors import InputError, SpecError
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
@@ -111,7 +111,7 @@ def _curve(value: Any, where: str) -> EfficiencyCurve:
         raise InputError(f"{where}: {exc}") from None
 
 
-# optional physical keys of the gpu section and their upper bounds (defaults: planner.specs.GpuSpec)
+# optional physical keys of the gpu section and their upper bounds (defaults: planner.core.GpuSpec)
 _OPTIONAL_GPU: MappingProxyType[str, float | None] = MappingProxyType({
     "attention_half_seq": None, "attention_backward_ratio": 2.0, "fp8_matmul_ratio": 1.0})
 ARCHITECTURES = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "unknown")

@@ -11,30 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import UnionType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cost_models.prediction import Prediction
 from cost_models.profile import MeasuredCosts, read_costs
-from cost_models.step import Prediction, evaluate_layout
-from hardware_profiles import HardwareOverrides, load_hardware
-from planner.checks import (
-    MAX_GLOBAL_BATCH,
-    MAX_GPUS,
-    MAX_SEQ_LEN,
-    MAX_TIME_LIMIT_S,
-    choice,
-    flag,
-    integer,
-    is_integer,
-    optional_integer,
-    real,
-)
-from planner.errors import InputError, LayoutError
-from planner.ilp import SolveOptions, Solver
-from planner.loaders import load_model
-from planner.planfile import Plan
-from planner.search import ProgressFn, search
-from planner.space import SearchSpec
-from planner.specs import (
+from cost_models.step import evaluate_layout
+from hardware_profiles import HardwareOverrides, apply_overrides, load_hardware
+from planner.core import (
     AttentionKernel,
     ClusterSpec,
     Dtype,
@@ -47,6 +30,28 @@ from planner.specs import (
     Schedule,
     ZeroStage,
 )
+from planner.core.checks import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
+    MAX_TIME_LIMIT_S,
+    choice,
+    flag,
+    integer,
+    is_integer,
+    optional_integer,
+    real,
+)
+from planner.core.errors import InputError, LayoutError
+from planner.inputs.loaders import load_model
+from planner.outputs.plan import Plan
+from planner.search.exact import ProgressFn, search
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.space import SearchSpec
+
+if TYPE_CHECKING:  # imported where used: `meshplan plan` starts faster without them
+    from planner.outputs.emitters import Target
+    from planner.search.chain import ChainPlan, ChainTable
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
             global_batch: int, dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
             overrides: HardwareOverrides = HardwareOverrides()) -> Problem:
     """Turn names/paths into specs (specs pass through unchanged). Every argument is checked for its type and
-    range first (planner.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
+    range first (planner.core.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
     [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it."""
     _instance(model, ModelSpec | str, "model", "a preset name, a model file path or a ModelSpec")
     _instance(hardware, ClusterSpec | str, "hardware", "a preset name, a profile path or a ClusterSpec")
@@ -211,3 +216,48 @@ def model_and_costs(model: str | None, costs: Path | None, seq_len: int,
         raise InputError(f"the cost table {costs} was measured at seq_len {measured.seq_len}, not {seq_len}")
     limits = {"tp_choices": measured.tp_degrees(), "mbs_choices": measured.micro_batches(), "no_cp": True}
     return table_model, replace(runtime, measured=measured), limits
+
+
+def restricted_spec(spec: SearchSpec, limits: dict[str, Any], launcher: Target | None = None) -> SearchSpec:
+    """`spec` narrowed to what a cost table measured (`limits` from `model_and_costs`: its TP degrees and
+    micro-batch sizes, no context parallelism) and to what `launcher` can run."""
+    if limits:
+        if spec.cp not in (None, 1):
+            raise InputError("a cost table is measured on whole sequences: --cp must be 1 with --costs")
+        spec = replace(spec, **limits)
+    if launcher is None:
+        return spec
+    from planner.outputs.emitters import for_launcher
+
+    return for_launcher(spec, launcher)
+
+
+@dataclass(frozen=True)
+class ChainPlans:
+    """Plans of a chain of profiled layers that is not a transformer stack (`planner.search.chain`)."""
+
+    table: ChainTable
+    plans: list[ChainPlan]
+    document: dict[str, Any]  # the plan file's contents
+
+
+def plan_chain_table(costs: Path, hardware: str, gpus: int, global_batch: int,
+                     overrides: HardwareOverrides = HardwareOverrides(), top_k: int = 5) -> ChainPlans:
+    """Plan a chain table (a CNN or any chain of profiled layers: PP, DP and TP where measured)."""
+    from planner.search.chain import chain_plan_dict, plan_chain, read_chain
+
+    table = read_chain(str(costs))
+    plans = plan_chain(table, load_hardware(hardware, gpus, overrides), global_batch, top_k=top_k)
+    return ChainPlans(table, plans, chain_plan_dict(table, plans, str(costs), hardware, gpus, global_batch))
+
+
+def evaluate_plan_file(path: Path, hardware: str | None = None,
+                       overrides: HardwareOverrides = HardwareOverrides()) -> tuple[Problem, Layout, Prediction]:
+    """Re-predict a saved plan's layout with the current cost model, on its own hardware (with `overrides`) or on
+    `hardware`."""
+    from planner.outputs.planread import read_plan
+
+    model, cluster, job, layout = read_plan(path)
+    cluster = load_hardware(hardware, cluster.num_gpus, overrides) if hardware else apply_overrides(cluster, overrides)
+    layout.validate(model, job, cluster.num_gpus)
+    return Problem(model, cluster, job), layout, evaluate_layout(model, cluster, job, layout)

@@ -46,10 +46,10 @@ def write_tiny_model(path: Path) -> Path:
 def tiny_flavor() -> Any:
     """meshplan's side of the flavor shim. torchtitan builds only the flavors in its own code and its job file
     cannot state dimensions, so meshplan writes a flavor only for a model it matches by architecture
-    (planner/emitters/titan_flavors.py); none of the real ones fits a CPU. The test adds this one, with the
+    (planner/outputs/emitters/titan_flavors.py); none of the real ones fits a CPU. The test adds this one, with the
     model YAML's dimensions, to the flavors meshplan matches against (monkeypatched for the test only)."""
-    from planner.emitters.titan_flavors import Flavor
-    from planner.loaders import model_from_mapping
+    from planner.inputs.loaders import model_from_mapping
+    from planner.outputs.emitters.titan_flavors import Flavor
 
     spec = model_from_mapping({**TINY_MODEL, "name": f"torchtitan llama3 {TINY_FLAVOR}"}, "tiny flavor")
     return Flavor("llama3", TINY_FLAVOR, None, spec)
@@ -207,7 +207,7 @@ def titan_rank(rank: int, world: int, port: int, workdir: str, argv: list[str], 
     from torchtitan.tools.logging import logger as titan_logger
 
     # torchtitan's own log lines, as its stdout handler formats them, also into rank<r>.log: the log a real run
-    # writes, which tests read back with planner.runlogs (the spawned ranks' stdout is not captured)
+    # writes, which tests read back with planner.inputs.runlogs (the spawned ranks' stdout is not captured)
     to_file = logging.FileHandler(Path(workdir, f"rank{rank}.log"))
     to_file.setFormatter(titan_logger.handlers[0].formatter)
     titan_logger.addHandler(to_file)

@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 from cli import app
 from hardware_profiles import load_hardware
 from planner import InputError, load_plan, plan, save_plan
-from planner import bands
-from planner.bands import (
+from planner.core import Dtype, JobSpec
+from planner.inputs.loaders import load_model
+from planner.outputs import bands
+from planner.outputs.bands import (
     BandLevel,
     Regime,
     Residual,
@@ -29,8 +31,6 @@ from planner.bands import (
     save_bands,
     step_time_band,
 )
-from planner.loaders import load_model
-from planner.specs import Dtype, JobSpec
 
 runner = CliRunner()
 HOPPER_FP8_SHORT = Regime("hopper", Dtype.FP8, False, SeqBand.SHORT)

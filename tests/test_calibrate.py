@@ -13,9 +13,9 @@ import yaml
 import planner
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
-from planner.calibrate import _predict, calibrate, check, fragment, load_runs, params_seen
-from planner.errors import InputError
-from planner.fit import Param
+from planner.core.errors import InputError
+from planner.studies.calibrate import _predict, calibrate, check, fragment, load_runs, params_seen
+from planner.studies.fit import Param
 
 RUNS = [  # five layouts that stress different parameters: fp8 and bf16, TP, CP, FSDP, PP across nodes
     dict(name="a", model="llama3-8b", gpus=8, seq_len=8192, global_batch=64, dtype="bf16", tp=1, zero=1),
@@ -169,9 +169,9 @@ def test_a_megatron_log_is_a_run(tmp_path: Path) -> None:
 def test_trial_manifest_pairs_each_log_with_its_layout(tmp_path: Path) -> None:
     """meshplan trial's folder, logs written as Megatron-LM would, read back through the manifest; trials
     without a log yet are left out."""
-    from planner.emitters import Target, for_launcher
-    from planner.space import SearchSpec
-    from planner.trial import MANIFEST, TrialLauncher, write_trials
+    from planner.outputs.emitters import Target, for_launcher
+    from planner.search.space import SearchSpec
+    from planner.studies.trial import MANIFEST, TrialLauncher, write_trials
 
     plan = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
                         spec=for_launcher(SearchSpec(top_k=3), Target.MEGATRON))
@@ -216,12 +216,12 @@ def test_progress_after_every_fit(tmp_path: Path) -> None:
 def test_cli_calibrate_reports_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    import cli
     from cli import app
+    from planner.commands import studies
 
     made: list[tuple[str, list[tuple[int, int]]]] = []
 
-    class Recorder:  # stands in for cli._Progress
+    class Recorder:  # stands in for planner.commands.common.Progress
         def __init__(self, label: str = "") -> None:
             made.append((label, []))
 
@@ -234,7 +234,7 @@ def test_cli_calibrate_reports_progress(tmp_path: Path, monkeypatch: pytest.Monk
         def update(self, done: int, total: int) -> None:
             made[-1][1].append((done, total))
 
-    monkeypatch.setattr(cli, "_Progress", Recorder)
+    monkeypatch.setattr(studies, "Progress", Recorder)
     runs = _write(tmp_path, [dict(RUNS[0], name="x", step_time_s=5.0), dict(RUNS[2], name="y", step_time_s=4.0)])
     result = CliRunner().invoke(app, ["calibrate", str(runs), "--hardware", "h100-sxm"])
     assert result.exit_code in (0, 2), result.output  # 2: refused after the fits; the progress came first
@@ -243,7 +243,7 @@ def test_cli_calibrate_reports_progress(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_report_compares_logged_peak_memory(tmp_path: Path) -> None:
     """Runs that logged peak memory get a table of it against meshplan's prediction (not fitted)."""
-    from planner.calibrate import report
+    from planner.studies.calibrate import report
 
     runs = [replace(r, peak_memory_gib=40.0) if r.name == "a" else r for r in _synthetic(tmp_path)]
     cal = calibrate(runs, "h100-sxm")

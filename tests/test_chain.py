@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from hardware_profiles import load_hardware
-from planner.chain import best_split, plan_chain, read_chain
+from planner.search.chain import best_split, plan_chain, read_chain
 
 runner = CliRunner()
 

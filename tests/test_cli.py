@@ -152,12 +152,12 @@ def test_ctrl_c_while_loading_exits_130_without_traceback() -> None:
     initialisation (ortools does that), exits 130 without a traceback; an unrelated ImportError still surfaces."""
     direct = _import_cli_with("    if name == 'typer':\n        raise KeyboardInterrupt")
     assert direct.returncode == 130 and "Traceback" not in direct.stderr, direct.stderr
-    wrapped = _import_cli_with("    if name == 'cost_models.step':\n"
+    wrapped = _import_cli_with("    if name == 'cost_models.prediction':\n"
                                "        try:\n            raise KeyboardInterrupt\n"
                                "        except KeyboardInterrupt as exc:\n"
                                "            raise ImportError('initialization failed') from exc")
     assert wrapped.returncode == 130 and "Traceback" not in wrapped.stderr, wrapped.stderr
-    broken = _import_cli_with("    if name == 'cost_models.step':\n        raise ImportError('broken install')")
+    broken = _import_cli_with("    if name == 'cost_models.prediction':\n        raise ImportError('broken install')")
     assert broken.returncode == 1 and "ImportError: broken install" in broken.stderr
 
 
@@ -178,7 +178,7 @@ def test_optional_dependencies_checked_up_front(tmp_path: Path, monkeypatch: pyt
     (issue 19: it used to read as 'needs matplotlib')."""
     import importlib.util
 
-    import planner.explain
+    import planner.outputs.explain
 
     plan = _plan_file(tmp_path)
     real_find_spec = importlib.util.find_spec
@@ -198,7 +198,7 @@ def test_optional_dependencies_checked_up_front(tmp_path: Path, monkeypatch: pyt
     def broken(_: object) -> bytes:
         raise ImportError("cannot import name 'helper' from 'somewhere'")
 
-    monkeypatch.setattr(planner.explain, "render_png", broken)
+    monkeypatch.setattr(planner.outputs.explain, "render_png", broken)
     res = runner.invoke(app, ["explain", str(plan), "--png", str(tmp_path / "x.png")])
     assert isinstance(res.exception, ImportError) and "helper" in str(res.exception)
     assert "needs matplotlib" not in res.output

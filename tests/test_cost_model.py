@@ -13,7 +13,7 @@ from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.schedules import in_flight
 from hardware_profiles import HardwareOverrides, load_hardware
 from planner import evaluate
-from planner.specs import AttentionKernel, Runtime, Schedule
+from planner.core import AttentionKernel, Runtime, Schedule
 
 MEGATRON_2022 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False, overlap_param_gather=False,
                         multi_rail=False)
@@ -136,8 +136,8 @@ def test_multi_rail_speeds_up_fsdp_across_nodes() -> None:
 def test_fp8_param_gather_halves_the_weight_gathers_of_fp8_training() -> None:
     """Megatron --fp8-param-gather: FSDP gathers fp8 weights, 1 byte per parameter instead of bf16's 2, so the
     gathers take about half as long (the gradient reduce-scatters do not change); bf16 training is unaffected."""
-    from cost_models.step import gather_bytes
-    from planner.specs import Dtype, JobSpec
+    from cost_models.sync import gather_bytes
+    from planner.core import Dtype, JobSpec
     h100 = load_hardware("h100-sxm", 16)
     on = Runtime(fp8_param_gather=True)
     assert gather_bytes(JobSpec(seq_len=4096, global_batch=16, dtype=Dtype.FP8, runtime=on), h100) == 1.0

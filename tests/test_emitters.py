@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from planner import plan
-from planner.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, UnsupportedPlanError, emit
-from planner.emitters.megatron import arguments
-from planner.emitters.titan_flavors import FLAVORS, Flavor, flavor_of
-from planner.errors import UnsupportedModelError
-from planner.planfile import Plan
-from planner.space import SearchSpec
-from planner.specs import ModelSpec, Schedule, ZeroStage
+from planner.core import ModelSpec, Schedule, ZeroStage
+from planner.core.errors import UnsupportedModelError
+from planner.outputs.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, UnsupportedPlanError, emit
+from planner.outputs.emitters.megatron import arguments
+from planner.outputs.emitters.titan_flavors import FLAVORS, Flavor, flavor_of
+from planner.outputs.plan import Plan
+from planner.search.space import SearchSpec
 
 GOLDEN = Path(__file__).parent / "golden"
-FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
+FLAGS = Path(__file__).resolve().parents[1] / "planner" / "outputs" / "emitters" / "megatron_flags.txt"
 
 
 # the dense cases keep to Megatron's schedules, so that the Megatron-LM checks below see the plans themselves
@@ -348,7 +348,7 @@ def test_wave_plans_for_torchtitan_and_the_action_list(tmp_path: Path) -> None:
     from torch.distributed.pipelining import schedules
     from torchtitan.config import ConfigManager
 
-    from planner.emitters.torchtitan import ACTIONS_FILE
+    from planner.outputs.emitters.torchtitan import ACTIONS_FILE
 
     one = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
                spec=SearchSpec(pp=4, vpp=2, zero=2, schedule=Schedule.WAVE, top_k=1))
@@ -381,7 +381,7 @@ def test_wave_plans_for_torchtitan_and_the_action_list(tmp_path: Path) -> None:
 
 def test_planning_for_torchtitan_keeps_to_one_wave() -> None:
     """`--launcher torchtitan` may plan the wave, but only the one wave torchtitan can place (vpp 2)."""
-    from planner.emitters import for_launcher
+    from planner.outputs.emitters import for_launcher
 
     spec = for_launcher(SearchSpec(pp=4, zero=2, schedule=Schedule.WAVE, top_k=5), Target.TORCHTITAN)
     result = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, spec=spec)
@@ -394,7 +394,7 @@ def test_planning_for_torchtitan_keeps_to_one_wave() -> None:
 
 def _with_modules(modules: str, dtype: str = "bf16") -> Plan:
     """The DeepSeek-V3 golden case's plan with selective recomputation of `modules` (a pin)."""
-    from planner.specs import Recompute, RecomputeModule
+    from planner.core import Recompute, RecomputeModule
 
     return plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360, dtype=dtype,
                 spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=1, schedule=Schedule.ONE_F_ONE_B,
@@ -540,9 +540,9 @@ def test_planning_for_torchtitan_leaves_out_ddp_beside_other_dimensions() -> Non
     """torchtitan 0.2.2 runs DDP only as the sole parallelism: its capability keeps ZeRO-0 with dp > 1 to layouts
     without tp, pp or cp, while a search without it does rank such layouts for this job."""
     import planner
-    from planner.emitters import for_launcher
-    from planner.space import SearchSpec
-    from planner.specs import ZeroStage
+    from planner.core import ZeroStage
+    from planner.outputs.emitters import for_launcher
+    from planner.search.space import SearchSpec
 
     def ddp_beside(p: planner.Plan) -> list[bool]:
         return [r.layout.zero is ZeroStage.NONE and r.layout.dp > 1 and r.layout.tp * r.layout.pp * r.layout.cp > 1

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from cli import app
 from planner import load_plan, plan, save_plan
-from planner.explain import Explanation, explain_figure, explanation, render_html
-from planner.report import layout_line
-from planner.search import Ranked
-from planner.space import SearchSpec
-from planner.verdict import TERM_NAMES, Contender, plan_verdict, seconds, why_best
+from planner.outputs.explain import Explanation, explain_figure, explanation, render_html
+from planner.outputs.report import layout_line
+from planner.outputs.verdict import TERM_NAMES, Contender, plan_verdict, seconds, why_best
+from planner.search.ranked import Ranked
+from planner.search.space import SearchSpec
 
 runner = CliRunner()
 
@@ -92,19 +92,19 @@ def test_explain_shows_the_file_and_reprices_on_request(plan_file: Path, tmp_pat
     def step_line(output: str) -> str:
         return next(line for line in output.splitlines() if line.strip().startswith("step time"))
 
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         res = runner.invoke(app, ["explain", str(edited)])
     assert res.exit_code == 0, res.output
     assert f"{3 * now:12.4f} s" in step_line(res.output)
     assert [r.getMessage().count(f"stored {3 * now:.6g} s, re-priced {now:.6g} s") for r in caplog.records] == [1]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         res = runner.invoke(app, ["explain", str(edited), "--reprice"])
     assert res.exit_code == 0, res.output
     assert f"{now:12.4f} s" in step_line(res.output)
     assert len(caplog.records) == 1 and "showing the re-priced figures" in caplog.records[0].getMessage()
     caplog.clear()
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         assert runner.invoke(app, ["explain", str(plan_file)]).exit_code == 0
     assert caplog.records == []
 

@@ -6,8 +6,8 @@ import pytest
 
 from cost_models import flops as F
 from planner import evaluate, load_model
-from planner.loaders import model_preset_names, published_params
-from planner.specs import AttentionKernel, Runtime
+from planner.core import AttentionKernel, Runtime
+from planner.inputs.loaders import model_preset_names, published_params
 
 MOE_PRESETS = [n for n in model_preset_names() if load_model(n).moe is not None]
 DENSE_OPEN = [n for n in model_preset_names() if not n.startswith(("megatron", "gpt3")) and n not in MOE_PRESETS]

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 import planner
 from cli import app
 from hardware_profiles import HardwareOverrides, load_hardware
-from planner.errors import InputError, MeshplanError
-from planner.space import SearchSpec
+from planner.core.errors import InputError, MeshplanError
+from planner.search.space import SearchSpec
 
 runner = CliRunner()
 SEED = 21
@@ -277,7 +277,7 @@ def test_random_api_calls() -> None:
             raise AssertionError(f"{target}({name}={value!r}) was accepted")
 
 
-# item 2: cost tables, cell by cell (cost_models/profile.py, planner/chain.py)
+# item 2: cost tables, cell by cell (cost_models/profile.py, planner/search/chain.py)
 def _table(tmp_path: Path, rows: list[dict[str, Any]], name: str = "costs.csv") -> str:
     from fuzz_inputs import _csv
 
@@ -370,7 +370,7 @@ def test_bad_chain_tables_are_refused(tmp_path: Path, name: str, rows: list[dict
     assert message in assert_clean_failure(args, message)
 
 
-# item 4: plan files, read by `meshplan explain` and `planner.load_plan` (planner/planread.py)
+# item 4: plan files, read by `meshplan explain` and `planner.load_plan` (planner/outputs/planread.py)
 @pytest.fixture(scope="module")
 def fuzz_inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """benchmarks/fuzz_inputs.py's base inputs: tiny models and plans made once (pp 2 with two chunks per rank

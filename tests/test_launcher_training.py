@@ -28,10 +28,10 @@ import launcher_support as support
 import pytest
 
 from planner import plan
-from planner.emitters import Target, emit
-from planner.planfile import Plan
-from planner.space import SearchSpec
-from planner.specs import ModelSpec, Recompute, Schedule
+from planner.core import ModelSpec, Recompute, Schedule
+from planner.outputs.emitters import Target, emit
+from planner.outputs.plan import Plan
+from planner.search.space import SearchSpec
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[validate]')")
@@ -81,7 +81,7 @@ ONE_PROCESS = (1, pins(tp=1, pp=1, zero=0))
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
-    from planner.loaders import load_model
+    from planner.inputs.loaders import load_model
 
     return load_model(str(support.write_tiny_model(tmp_path_factory.mktemp("model") / "tiny-llama.yaml")))
 
@@ -111,7 +111,7 @@ class Titan:
         workdir.mkdir(exist_ok=True)
         (workdir / "job.toml").write_text(emit(p, Target.TORCHTITAN, strict=True).text)
         if p.best.layout.schedule is Schedule.WAVE:
-            from planner.emitters.torchtitan import ACTIONS_FILE
+            from planner.outputs.emitters.torchtitan import ACTIONS_FILE
 
             (workdir / ACTIONS_FILE).write_text(emit(p, Target.TORCH_ACTIONS).text)
         return workdir
@@ -143,7 +143,7 @@ def titan(tmp_path_factory: pytest.TempPathFactory, tiny: ModelSpec) -> Iterator
     weights; torchtitan's own answer is a seed checkpoint written by one process and loaded by every run."""
     pytest.importorskip("torchtitan", reason="torchtitan not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
-    from planner.emitters import titan_flavors
+    from planner.outputs.emitters import titan_flavors
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(titan_flavors, "FLAVORS", (*titan_flavors.FLAVORS, support.tiny_flavor()))
@@ -163,7 +163,7 @@ def test_torchtitan_trains_each_layout_as_one_process_does(titan: tuple[Titan, l
                                                            name: str) -> None:
     """Same loss and same clipping at every step. torchtitan 0.2.2 clips and steps with a multiple of the mean-loss
     gradient under pipelining (the token sum) and DDP (the mean over dp): the emitted max_norm is torchtitan's
-    1.0 times that multiple (planner/emitters/torchtitan.py), so what decides clipping, the gradient norm over
+    1.0 times that multiple (planner/outputs/emitters/torchtitan.py), so what decides clipping, the gradient norm over
     max_norm, is the one-process run's; the logged norm itself is that multiple of the one-process norm."""
     runner, reference = titan
     gpus, spec = TITAN_LAYOUTS[name]
@@ -180,8 +180,8 @@ def test_torchtitan_trains_each_layout_as_one_process_does(titan: tuple[Titan, l
 
 def test_torchtitan_logs_read_back_as_runs(titan: tuple[Titan, list[dict[str, Any]]]) -> None:
     """The log torchtitan's trainer really wrote for the one-process run (its own logger and format) reads back
-    through planner.runlogs: every step, the tokens of a step, a positive steady step time, the peak memory."""
-    from planner.runlogs import Launcher, detect_launcher, parse_torchtitan_log
+    through planner.inputs.runlogs: every step, the tokens of a step, a positive steady step time, the peak memory."""
+    from planner.inputs.runlogs import Launcher, detect_launcher, parse_torchtitan_log
 
     runner, reference = titan
     text = (runner.root / "one-process" / "rank0.log").read_text()
@@ -200,8 +200,8 @@ def test_torchtitan_stops_ddp_next_to_pipelining(titan: tuple[Titan, list[dict[s
     off), which is why the emitter refuses that layout and planning for torchtitan leaves it out."""
     from torch.multiprocessing import ProcessRaisedException
 
-    from planner.emitters import CAPABILITIES, UnsupportedPlanError
-    from planner.emitters import torchtitan as titan_emitter
+    from planner.outputs.emitters import CAPABILITIES, UnsupportedPlanError
+    from planner.outputs.emitters import torchtitan as titan_emitter
 
     runner, _ = titan
     gpus, spec = (4, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ONE_F_ONE_B))
@@ -289,7 +289,7 @@ def megatron_degrees(text: str, num_layers: int) -> dict[str, int]:
 
 
 def placement_groups(rank: int, d: dict[str, int]) -> dict[str, list[int]]:
-    """The ranks that share each group with `rank`, placed as meshplan prices them (planner/specs.py Layout:
+    """The ranks that share each group with `rank`, placed as meshplan prices them (planner/core/specs.py Layout:
     TP innermost, then CP, DP, PP outermost; Megatron-LM's default order tp-cp-ep-dp-pp)."""
     sizes = {"tp": d["tp"], "cp": d["cp"], "dp": d["dp"], "pp": d["pp"]}
     strides, stride = {}, 1

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cost_models.flops import total_params
-from planner.errors import InputError
-from planner.loaders import REQUIRED_MODEL_KEYS, load_model, model_from_mapping
+from planner.core.errors import InputError
+from planner.inputs.loaders import REQUIRED_MODEL_KEYS, load_model, model_from_mapping
 
 TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 1024,
         "num_attention_heads": 8, "vocab_size": 1000, "gated_mlp": False, "tied_embeddings": True}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from cost_models import memory as M
 from planner import evaluate, load_model
-from planner.specs import GIB, AttentionKernel, Recompute, Runtime
+from planner.core import GIB, AttentionKernel, Recompute, Runtime
 
 UNFUSED = AttentionKernel.UNFUSED
 NAMES = {"megatron-22b": "megatron-22b", "gpt3-175b": "gpt3-175b", "megatron-530b": "megatron-530b",

@@ -13,17 +13,24 @@ import pytest
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.comm import all_to_all_time
-from cost_models.layer import LayerKnobs, attention_gemms, decoder_layer_time, moe_gemms
-from cost_models.step import StageLayers, evaluate_layout, layout_costs, rank_params, stage_cost
+from cost_models.gemms import attention_gemms
+from cost_models.knobs import LayerKnobs
+from cost_models.layer import decoder_layer_time
+from cost_models.moe import moe_gemms
+from cost_models.params import rank_params
+from cost_models.prediction import StageLayers
+from cost_models.step import evaluate_layout, layout_costs, stage_cost
 from hardware_profiles import load_hardware
 from planner import plan as run_plan
 from planner.api import make_layout, resolve
-from planner.errors import LayoutError, SpecError
-from planner.loaders import load_model
-from planner.partition import KindSplitProblem, brute_force_kinds, solve_kinds
-from planner.planfile import Plan, load_plan, plan_to_dict, save_plan
-from planner.space import SearchSpec
-from planner.specs import GIB, JobSpec, Layout, Recompute, Runtime, ZeroStage
+from planner.core import GIB, JobSpec, Layout, Recompute, Runtime, ZeroStage
+from planner.core.errors import LayoutError, SpecError
+from planner.inputs.loaders import load_model
+from planner.outputs.plan import Plan
+from planner.outputs.planfile import plan_to_dict, save_plan
+from planner.outputs.planread import load_plan
+from planner.search.partition import KindSplitProblem, brute_force_kinds, solve_kinds
+from planner.search.space import SearchSpec
 
 MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "llama4-maverick"]
 JOB = JobSpec(seq_len=4096, global_batch=64)
@@ -232,7 +239,7 @@ def test_ep_is_searched() -> None:
 @pytest.mark.parametrize("name", MOE_PRESETS)
 def test_model_keys_round_trip(name: str) -> None:
     """What a plan file stores of an MoE/MLA model reads back as the same model."""
-    from planner.loaders import model_from_mapping, model_mapping
+    from planner.inputs.loaders import model_from_mapping, model_mapping
 
     model = load_model(name)
     assert model_from_mapping(model_mapping(model), "test") == model
@@ -253,7 +260,7 @@ def test_all_to_all_overlap_hides_part_of_the_traffic() -> None:
 @pytest.mark.parametrize("seed", range(40))
 def test_layer_kind_milp_equals_brute_force(seed: int) -> None:
     """The per-layer MILP (HiGHS and CP-SAT) finds the DP's optimum on the same instances."""
-    from planner.ilp_kinds import solve_cpsat_kinds, solve_highs_kinds
+    from planner.search.ilp_kinds import solve_cpsat_kinds, solve_highs_kinds
 
     p = _kind_instance(seed)
     ref = brute_force_kinds(p)
@@ -269,7 +276,7 @@ def test_deduplicated_dispatch_crosses_each_node_once() -> None:
     k = 8 uniformly routed copies that is 8(1 − (7/8)^8)·7/8 ≈ 4.6 NIC crossings instead of 7, and DeepSeek-V3's
     group-limited routing (4 of 8 groups, one group per node at EP64) caps it at 4·7/8 = 3.5."""
     from cost_models.comm import dedup_dispatch_time
-    from cost_models.layer import node_limit
+    from cost_models.moe import node_limit
 
     cluster = load_hardware("h800", 2048)
     out, up = cluster.scale_out, cluster.scale_up
@@ -293,7 +300,7 @@ def test_deduplicated_dispatch_crosses_each_node_once() -> None:
 
 def test_expert_pins_the_model_rules_out_are_named() -> None:
     """`plan --ep/--etp` pins that the model alone rules out fail as layout errors (exit 2), not as 'nothing fits'."""
-    from planner.errors import InfeasibleError
+    from planner.core.errors import InfeasibleError
 
     with pytest.raises(LayoutError, match="need a mixture-of-experts model"):
         run_plan("llama3-8b", "h100-sxm", gpus=8, seq_len=4096, global_batch=8, spec=SearchSpec(ep=2))
@@ -308,7 +315,7 @@ def test_v_placed_split_of_a_mixed_stack_competes_with_balanced_chunks() -> None
     """On Llama 4's alternating dense/MoE stack a ZB-V layout is also offered the per-rank split (rank 0 holds
     embedding and head, so it gets fewer layers); the cost model prices it as the chunks really fall and it
     beats the balanced chunks here."""
-    from planner.specs import Schedule
+    from planner.core import Schedule
 
     result = run_plan("llama4-maverick", "h100-sxm", gpus=256, seq_len=8192, global_batch=512,
                       spec=SearchSpec(pp=4, tp=1, cp=4, ep=64, schedule=Schedule.ZB_V, top_k=1))

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from planner.ilp import solve_cpsat, solve_highs
-from planner.partition import SplitProblem, brute_force, solve_dp
+from planner.search.ilp import solve_cpsat, solve_highs
+from planner.search.partition import SplitProblem, brute_force, solve_dp
 
 
 def _instance(seed: int) -> SplitProblem:

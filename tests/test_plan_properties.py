@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from cost_models.step import evaluate_layout
 from planner import InfeasibleError, plan
-from planner.loaders import model_from_mapping
-from planner.space import SearchSpec
+from planner.inputs.loaders import model_from_mapping
+from planner.search.space import SearchSpec
 
 
 @st.composite

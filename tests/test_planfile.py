@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from planner import InputError, load_plan, plan, save_plan
-from planner.planfile import plan_to_dict
+from planner.outputs.planfile import plan_to_dict
 
 runner = CliRunner()
 ARGS = dict(gpus=16, seq_len=4096, global_batch=64)
@@ -126,7 +126,7 @@ def test_load_keeps_what_the_file_says(tmp_path: Path, small_plan, caplog: pytes
     data["alternatives"][0]["tokens_per_s"] = 1.0
     path = tmp_path / "old.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         kept = load_plan(path)
     assert kept.best.prediction.step_time_s == 2 * now and kept.best.prediction.breakdown.compute_s == pytest.approx(
         small_plan.best.prediction.breakdown.compute_s + now, rel=1e-12)
@@ -136,7 +136,7 @@ def test_load_keeps_what_the_file_says(tmp_path: Path, small_plan, caplog: pytes
     assert f"best layout: step time stored {2 * now:.6g} s, re-priced {now:.6g} s (-50.00 %)" in record.getMessage()
     assert "showing the stored figures" in record.getMessage() and "alternative" not in record.getMessage()
     caplog.clear()
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         fresh = load_plan(path, reprice=True)
     assert fresh.best.prediction == small_plan.best.prediction
     assert fresh.alternatives[0].prediction.tokens_per_s == small_plan.alternatives[0].prediction.tokens_per_s
@@ -145,7 +145,7 @@ def test_load_keeps_what_the_file_says(tmp_path: Path, small_plan, caplog: pytes
     assert "showing the re-priced figures" in record.getMessage()
     caplog.clear()
     save_plan(small_plan, path)
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         load_plan(path)
     assert caplog.records == []  # a file this model wrote re-prices to itself: nothing to say
 
@@ -158,7 +158,7 @@ def test_older_file_without_alternative_splits(tmp_path: Path, small_plan, caplo
         del alt["layout"]["layers_per_chunk"]
     path = tmp_path / "older.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with caplog.at_level("WARNING", logger="planner.planread"):
+    with caplog.at_level("WARNING", logger="planner.outputs.planread"):
         loaded = load_plan(path)
     uneven = [i for i, r in enumerate(small_plan.alternatives)
               if r.layout.stage_layers != dataclasses.replace(r.layout, stage_layers=None).chunk_layers(32)]

@@ -15,7 +15,7 @@ from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.profile import COLUMNS, read_costs
 from planner import InputError, evaluate, load_model
-from planner.specs import AttentionKernel, Recompute, Runtime
+from planner.core import AttentionKernel, Recompute, Runtime
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""planner.runlogs on sample logs written with the launchers' own format strings.
+"""planner.inputs.runlogs on sample logs written with the launchers' own format strings.
 
 Sources of the formats (the strings below are copied from them, not invented):
 - Megatron-LM (NVIDIA/Megatron-LM) HEAD d98e8a64ddf34856e74b24714e3bedb2f5a39553 and core_v0.16.1
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from planner.errors import InputError
-from planner.runlogs import (
+from planner.core.errors import InputError
+from planner.inputs.runlogs import (
     DeepSpeedLog,
     Launcher,
     MegatronLog,

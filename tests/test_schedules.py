@@ -10,7 +10,7 @@ import pytest
 from cost_models.pipeline import pipeline_time
 from cost_models.schedules import closed_form, in_flight, program
 from cost_models.simulator import Durations, Op, OpKind, Program, simulate
-from planner.specs import Schedule
+from planner.core import Schedule
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
          (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_V, 2)]
@@ -152,8 +152,8 @@ def test_zbv_split_unloads_the_first_rank() -> None:
     """ZB-V puts the embedding and the LM head on rank 0: the per-rank split gives it fewer layers, beats the
     balanced chunks, halves each rank's layers over its two chunks, and the simulator runs the result."""
     from planner import plan as run_plan
-    from planner.search import v_chunks
-    from planner.space import SearchSpec
+    from planner.search.space import SearchSpec
+    from planner.search.splits import v_chunks
 
     result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64,
                       spec=SearchSpec(pp=16, schedule=Schedule.ZB_V, top_k=3))
@@ -170,7 +170,7 @@ def test_zbv_split_unloads_the_first_rank() -> None:
                                              (5, 2, Schedule.ZB_V), (1, 1, Schedule.ONE_F_ONE_B),
                                              (3, 2, Schedule.WAVE), (4, 6, Schedule.WAVE)])
 def test_rank_chunks_inverts_chunk_rank(pp: int, vpp: int, schedule: Schedule) -> None:
-    from planner.specs import Layout
+    from planner.core import Layout
 
     lay = Layout(pp=pp, vpp=vpp, schedule=schedule)
     for rank in range(pp):
@@ -215,9 +215,10 @@ def test_wave_order_runs_in_torch(pp: int, m: int) -> None:
 def test_wave_chunks_and_layout_rules() -> None:
     """A wave layout needs an even vpp, pp > 1 and 2p micro-batches; its per-rank split is shared over the
     rank's chunks in wave order (ZB-V's halving is the two-chunk case)."""
-    from planner.loaders import load_model
-    from planner.search import v_chunks
-    from planner.specs import JobSpec, Layout, LayoutError
+    from planner.core import JobSpec, Layout
+    from planner.core.errors import LayoutError
+    from planner.inputs.loaders import load_model
+    from planner.search.splits import v_chunks
 
     per_rank = (3, 5, 4, 7)
     sizes = v_chunks(per_rank, 4)
@@ -237,8 +238,8 @@ def test_wave_search_splits_per_rank_and_simulates() -> None:
     """A pinned wave is searched with one or two waves, its uniform stack split exactly per rank (rank 0
     carries embedding and head) and shared over each rank's chunks, and its finalists are simulated."""
     from planner import plan as run_plan
-    from planner.search import v_chunks
-    from planner.space import SearchSpec
+    from planner.search.space import SearchSpec
+    from planner.search.splits import v_chunks
 
     result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64,
                       spec=SearchSpec(pp=8, schedule=Schedule.WAVE, top_k=4))
@@ -256,7 +257,7 @@ def test_interleaved_pipeline_sends_overlap_compute() -> None:
     it, and in plain 1F1B (which waits on each), all of it does."""
     from hardware_profiles import load_hardware
     from planner import evaluate
-    from planner.specs import Runtime
+    from planner.core import Runtime
     kw = dict(gpus=64, seq_len=8192, global_batch=128, tp=4, pp=8, mbs=1, dtype="fp8")
     kappa = 1 - load_hardware("h100-sxm", 64).gpu.overlap_efficiency
     waits = evaluate("llama3-70b", "h100-sxm", vpp=5, runtime=Runtime(overlap_p2p_comm=False), **kw)

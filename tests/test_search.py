@@ -8,10 +8,10 @@ import pytest
 from hardware_profiles import load_hardware
 from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
-from planner.ilp import SolveOptions, Solver
-from planner.search import _LayerTimes, _price, search
-from planner.space import SearchSpec, candidates, module_family, next_module_set
-from planner.specs import JobSpec
+from planner.core import JobSpec
+from planner.search.exact import _LayerTimes, _price, search
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
 SMALL = [("llama3-8b", "h100-sxm", 8, 4096, 32), ("llama2-13b", "a100-40gb", 16, 4096, 64),
          ("mistral-7b", "l40s", 8, 4096, 16)]
@@ -127,7 +127,7 @@ def test_search_is_never_worse_than_a_published_layout_in_the_model() -> None:
 
 def test_job_spec_runtime_changes_the_answer() -> None:
     """Unfused attention makes selective recomputation a real choice (it is pruned with fused attention)."""
-    from planner.specs import AttentionKernel, Runtime
+    from planner.core import AttentionKernel, Runtime
 
     cluster = load_hardware("a100-80gb", 64)
     pr = resolve("gpt3-175b", cluster, gpus=64, seq_len=2048, global_batch=64,
@@ -153,7 +153,7 @@ TINY_DEEPSEEK = {"name": "tiny-deepseek", "num_layers": 12, "hidden_size": 1024,
 def test_moe_search_equals_exhaustive_pricing(case: tuple) -> None:
     """With expert degrees in the space and dense/MoE stacks split by the segment DP, best-first pruning still
     loses nothing."""
-    from planner.loaders import model_from_mapping
+    from planner.inputs.loaders import model_from_mapping
 
     model, hw, gpus, seq, batch, pp = case
     spec_model = model_from_mapping(model, "test") if isinstance(model, dict) else model

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from planner.sweep import SECOND_AXIS, Job, Varied, capacity, short_layout, sweep, sweep_figure
+from planner.studies.sweep import SECOND_AXIS, Job, Varied, capacity, short_layout, sweep, sweep_figure
 
 runner = CliRunner()
 JOB = Job("llama3-8b", "h100-sxm", 64, 4096, 256)
@@ -79,14 +79,14 @@ def test_workers_give_the_same_rows() -> None:
 
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5])
 def test_workers_must_be_a_positive_integer(workers: object) -> None:
-    from planner.errors import InputError
+    from planner.core.errors import InputError
 
     with pytest.raises(InputError, match="--workers must be a positive integer"):
         sweep(JOB, Varied.GPUS, ["8"], workers=workers)  # type: ignore[arg-type]
 
 
 def test_a_bad_value_is_named_before_planning() -> None:
-    from planner.errors import InputError
+    from planner.core.errors import InputError
 
     with pytest.raises(InputError, match="'x' is not a number"):
         sweep(JOB, Varied.GPUS, ["8", "x"], workers=2)
@@ -164,7 +164,7 @@ def test_short_layout() -> None:
 # ---- progress ----------------------------------------------------------------------------------------------
 
 class _Recorder:
-    """Stands in for cli._Progress: records its label and every update."""
+    """Stands in for planner.commands.common.Progress: records its label and every update."""
 
     made: list[_Recorder] = []
 
@@ -183,9 +183,9 @@ class _Recorder:
 
 
 def test_cli_sweep_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cli
+    from planner.commands import studies
 
-    monkeypatch.setattr(cli, "_Progress", _Recorder)
+    monkeypatch.setattr(studies, "Progress", _Recorder)
     _Recorder.made = []
     res = runner.invoke(app, ["sweep", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64",
                               "--seq-len", "4096", "--global-batch", "256", "--vary", "gpus", "--values", "8,16,32",
@@ -196,9 +196,9 @@ def test_cli_sweep_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cli_capacity_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cli
+    from planner.commands import studies
 
-    monkeypatch.setattr(cli, "_Progress", _Recorder)
+    monkeypatch.setattr(studies, "Progress", _Recorder)
     _Recorder.made = []
     res = runner.invoke(app, ["sweep", "--model", "llama3-8b", "--hardware", "h100-sxm", "--seq-len", "8192",
                               "--global-batch", "512", "--tokens", "1e12", "--days", "30"])

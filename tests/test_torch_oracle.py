@@ -7,7 +7,7 @@ import pytest
 
 from cost_models import flops as F
 from planner import load_model
-from planner.loaders import model_from_mapping
+from planner.inputs.loaders import model_from_mapping
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
 nn = torch.nn
@@ -69,7 +69,7 @@ def test_moe_parameter_counts_equal_transformers_models(kind: str) -> None:
     that is left out, and keeps DeepSeek's router score bias as a buffer, so that is added in."""
     from transformers import AutoModelForCausalLM
 
-    from planner.loaders import model_from_hf_config
+    from planner.inputs.loaders import model_from_hf_config
 
     config = _hf_moe_configs()[kind]
     with torch.device("meta"):
@@ -90,7 +90,7 @@ def test_moe_flops_equal_flop_counter_on_transformers_models(kind: str) -> None:
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModelForCausalLM
 
-    from planner.loaders import model_from_hf_config
+    from planner.inputs.loaders import model_from_hf_config
 
     config = _hf_moe_configs()[kind]
     torch.manual_seed(0)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.emitters.actions import action_rows
-from planner.specs import Schedule
+from planner.core import Schedule
+from planner.outputs.emitters.actions import action_rows
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
 

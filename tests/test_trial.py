@@ -12,13 +12,13 @@ import pytest
 import yaml
 
 import planner
-from planner.emitters import Target, for_launcher
-from planner.errors import InputError
-from planner.planfile import load_plan
-from planner.space import SearchSpec
-from planner.trial import MANIFEST, TrialLauncher, write_trials
+from planner.core.errors import InputError
+from planner.outputs.emitters import Target, for_launcher
+from planner.outputs.planread import load_plan
+from planner.search.space import SearchSpec
+from planner.studies.trial import MANIFEST, TrialLauncher, write_trials
 
-FLAGS = Path(__file__).resolve().parents[1] / "planner" / "emitters" / "megatron_flags.txt"
+FLAGS = Path(__file__).resolve().parents[1] / "planner" / "outputs" / "emitters" / "megatron_flags.txt"
 
 
 def _plan(target: Target, top_k: int = 3) -> planner.Plan:

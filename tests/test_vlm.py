@@ -13,12 +13,13 @@ from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
 from planner import plan as run_plan
 from planner.api import make_layout, resolve
-from planner.emitters import Target, UnsupportedPlanError, emit
-from planner.errors import InputError, LayoutError
-from planner.loaders import load_model, model_from_hf_config, model_from_mapping, model_mapping
-from planner.planfile import load_plan, save_plan
-from planner.space import SearchSpec
-from planner.specs import JobSpec, Layout, Schedule
+from planner.core import JobSpec, Layout, Schedule
+from planner.core.errors import InputError, LayoutError
+from planner.inputs.loaders import load_model, model_from_hf_config, model_from_mapping, model_mapping
+from planner.outputs.emitters import Target, UnsupportedPlanError, emit
+from planner.outputs.planfile import save_plan
+from planner.outputs.planread import load_plan
+from planner.search.space import SearchSpec
 
 torch = pytest.importorskip("torch", reason="torch is not installed (the [profile] extra)")
 

@@ -1,0 +1,56 @@
+"""The GEMMs of a decoder layer on one tensor-parallel rank (attention projections, MLP) and their forward and
+backward times."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cost_models.compute import Gemm, gemm_fwd_bwd_time
+from cost_models.memory import kv_heads_per_rank
+from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
+
+
+def head_dims(model: ModelSpec) -> tuple[int, int]:
+    """(query/key, value) width of one attention head: d and d, or MLA's d_nope + d_rope and d_v."""
+    if model.mla is None:
+        return model.head_dim, model.head_dim
+    return model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim
+
+
+def attention_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[Gemm, ...]:
+    """Projection GEMMs of the attention block on one TP rank: QKV and output projection; with MLA the
+    replicated down projections h -> r_q and h -> r_kv + d_rope, the split up projections r_q -> a·qk/t and
+    r_kv -> a·(d_nope + d_v)/t, and the output projection a·d_v/t -> h (DeepSeek-V3 section 2.1.1)."""
+    h, mla = model.hidden_size, model.mla
+    if mla is None:
+        q_local = model.q_dim / tp
+        kv_local = kv_heads_per_rank(model, tp) * model.head_dim
+        return Gemm(tokens, q_local + 2 * kv_local, h), Gemm(tokens, h, q_local)
+    heads = model.num_attention_heads / tp
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    q = ((Gemm(tokens, mla.q_lora_rank, h), Gemm(tokens, heads * qk, mla.q_lora_rank)) if mla.q_lora_rank
+         else (Gemm(tokens, heads * qk, h),))
+    return (*q, Gemm(tokens, mla.kv_lora_rank + mla.qk_rope_head_dim, h),
+            Gemm(tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank),
+            Gemm(tokens, h, heads * mla.v_head_dim))
+
+
+def mlp_gemms(model: ModelSpec, tokens: float, width: float) -> tuple[Gemm, Gemm]:
+    """FC1 (gate and up when gated) and FC2 of an MLP of local width `width` on `tokens` rows."""
+    h = model.hidden_size
+    return Gemm(tokens, (2 if model.gated_mlp else 1) * width, h), Gemm(tokens, h, width)
+
+
+def counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec, job: JobSpec,
+                        dtype: Dtype | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds of GEMMs each run `count` times as separate kernels, in `dtype` (default:
+    the job's)."""
+    fwd = bwd = 0.0
+    for g, count in gemms:
+        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype)
+        fwd, bwd = fwd + count * gf, bwd + count * gb
+    return fwd, bwd
+
+
+def gemms_time(gemms: Iterable[Gemm], cluster: ClusterSpec, job: JobSpec) -> tuple[float, float]:
+    return counted_gemms_time(((g, 1.0) for g in gemms), cluster, job)

@@ -1,0 +1,45 @@
+"""What prices one layer and what it costs: the knobs a layer's time depends on (tp, cp, sp, mbs, recompute, the expert
+mesh) and the seconds of one layer and micro-batch on one GPU by cause."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.core import Recompute, RecomputeModule
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds for one layer and one micro-batch on one GPU."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    recompute: float = 0.0
+    tp_comm: float = 0.0
+    cp_comm: float = 0.0  # exposed part only
+    ep_comm: float = 0.0  # expert-parallel all-to-all (and expert-TP gathers), not overlapped
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+
+    def __add__(self, other: LayerTime) -> LayerTime:
+        return LayerTime(self.forward + other.forward, self.backward + other.backward,
+                         self.recompute + other.recompute, self.tp_comm + other.tp_comm,
+                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
+
+    def scaled(self, k: float) -> LayerTime:
+        return LayerTime(self.forward * k, self.backward * k, self.recompute * k, self.tp_comm * k,
+                         self.cp_comm * k, self.ep_comm * k)
+
+
+@dataclass(frozen=True)
+class LayerKnobs:
+    tp: int
+    cp: int
+    sp: bool
+    mbs: int
+    recompute: Recompute
+    ep: int = 1
+    etp: int = 1
+    modules: frozenset[RecomputeModule] = frozenset()  # what selective recomputation recomputes (Layout's)

@@ -1,0 +1,104 @@
+"""What a prediction says: the step time and headline figures, the seconds of the step by cause, and each pipeline
+rank's time and memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cost_models.knobs import LayerTime
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline rank: its layers, time per micro-batch and peak memory per GPU."""
+
+    pp_rank: int
+    first_layer: int  # decoder layer indices, inclusive; -1/-1 when the stage holds none
+    last_layer: int
+    num_layers: int
+    has_embedding: bool
+    has_lm_head: bool
+    time: LayerTime  # per micro-batch, all model chunks of this rank
+    p2p_s: float  # per micro-batch
+    sharded_dp_exposed_s: float  # per micro-batch (ZeRO-2/3)
+    dp_exposed_s: float  # per step
+    optimizer_s: float  # per step
+    weights_gib: float
+    gradients_gib: float
+    optimizer_state_gib: float
+    activations_gib: float  # stored decoder-layer activations at the stage's peak
+    other_gib: float  # embedding/logits activations, recompute and ZeRO-3 working buffers
+    buffers_gib: float
+    layers: StageLayers = field(default_factory=lambda: StageLayers())
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward (+ recompute) seconds per micro-batch, communication included."""
+        return self.time.total + self.p2p_s + self.sharded_dp_exposed_s
+
+    @property
+    def peak_memory_gib(self) -> float:
+        return (self.weights_gib + self.gradients_gib + self.optimizer_state_gib + self.activations_gib
+                + self.other_gib + self.buffers_gib)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds of one step by cause, along the critical path; they add up to the step time."""
+
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_p2p_s: float
+    sharded_dp_comm_s: float
+    bubble_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    embedding_sync_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_s"): v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    peak_memory_gib: float
+    memory_capacity_gib: float
+    fits: bool
+    bubble_fraction: float
+    num_microbatches: int
+    breakdown: Breakdown
+    stages: tuple[StageCost, ...]
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """Decoder layers of one pipeline rank by kind, and how many of each are fully recomputed."""
+
+    dense: int = 0
+    moe: int = 0
+    dense_full: int = 0
+    moe_full: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.moe
+
+    @property
+    def full(self) -> int:
+        return self.dense_full + self.moe_full
+
+    @staticmethod
+    def of(kinds: tuple[bool, ...], n_full: int) -> StageLayers:
+        """Counts for the layers with MoE flags `kinds` (in order), the first `n_full` fully recomputed."""
+        moe = sum(kinds)
+        moe_full = sum(kinds[:n_full])
+        return StageLayers(len(kinds) - moe, moe, n_full - moe_full, moe_full)

@@ -1,0 +1,207 @@
+"""What every command shares: the Typer apps, the option types, the range checks of command-line numbers,
+the error-to-exit-code wrapper and the progress bar."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from cost_models.prediction import Prediction
+from planner.core import (
+    AttentionKernel,
+    ClusterSpec,
+    Dtype,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Runtime,
+)
+from planner.core.checks import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
+    optional_integer,
+    real,
+)
+from planner.core.errors import InputError, MeshplanError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="meshplan: plan and predict parallel layouts for large-model training.")
+
+
+T = TypeVar("T")
+
+
+def run(action: Callable[[], T]) -> T:
+    """Run `action`; turn meshplan's errors into a one-line message and their exit code."""
+    try:
+        return action()
+    except MeshplanError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def needs(module: str, extra: str, what: str) -> None:
+    """Refuse, before any work, a command whose optional dependency is not installed (other import errors
+    surface as they are)."""
+    if importlib.util.find_spec(module) is None:
+        raise InputError(f"{what} needs {module}: pip install -e '.[{extra}]'")
+
+
+def check(ints: dict[str, tuple[int | None, int, int]] | None = None,
+           reals: dict[str, tuple[float | None, float, float]] | None = None) -> None:
+    """Range checks of command-line numbers before any work: {flag: (value, low, high)}; None is not given."""
+    for name, (value, low, high) in (ints or {}).items():
+        optional_integer(value, name, low, high)
+    for name, (number, low_f, high_f) in (reals or {}).items():
+        if number is not None:
+            real(number, name, low_f, high_f)
+
+
+def global_batch_of(seq_len: int, global_batch: int | None, global_batch_tokens: int | None) -> int:
+    check({"--seq-len": (seq_len, 1, MAX_SEQ_LEN), "--global-batch": (global_batch, 1, MAX_GLOBAL_BATCH),
+            "--global-batch-tokens": (global_batch_tokens, 1, MAX_GLOBAL_BATCH * MAX_SEQ_LEN)})
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise InputError("give exactly one of --global-batch (sequences) or --global-batch-tokens")
+    if global_batch_tokens is not None:
+        if global_batch_tokens % seq_len or global_batch_tokens // seq_len > MAX_GLOBAL_BATCH:
+            raise InputError(f"--global-batch-tokens {global_batch_tokens} must be a multiple of --seq-len {seq_len} "
+                             f"of at most {MAX_GLOBAL_BATCH} sequences")
+        return global_batch_tokens // seq_len
+    assert global_batch is not None
+    return global_batch
+
+
+def degrees(**pins: int | None) -> None:
+    """Parallel degrees and micro-batch size given on the command line: integers >= 1 (not checked: absent)."""
+    check({f"--{name.replace('_', '-')}": (value, 1, MAX_GLOBAL_BATCH if "mbs" in name else MAX_GPUS)
+            for name, value in pins.items()})
+
+
+def echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout, pred: Prediction,
+                     as_json: bool) -> None:
+    from planner.outputs.bands import band_for, load_bands, step_band
+    from planner.outputs.report import layout_dict, prediction_dict, prediction_table
+
+    band = step_band(pred.step_time_s, band_for(load_bands(), model, cluster, job))
+    if as_json:
+        out: dict[str, Any] = {**prediction_dict(pred, band), "layout": layout_dict(layout), "model": model.name,
+                               "hardware": cluster.name, "gpus": cluster.num_gpus, "seq_len": job.seq_len,
+                               "global_batch": job.global_batch}
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        typer.echo(prediction_table(model, cluster, job, layout, pred, band))
+
+
+RecomputeModules = Annotated[str | None, typer.Option(
+    help="Megatron's --recompute-modules, comma-separated (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
+         "shared_experts); implies --recompute selective.")]
+
+
+Model = Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")]
+
+
+Hardware = Annotated[str, typer.Option(help="Hardware preset or hardware-profile YAML.")]
+
+
+Gpus = Annotated[int, typer.Option(help="Total number of GPUs.")]
+
+
+SeqLen = Annotated[int, typer.Option(help="Sequence length in tokens.")]
+
+
+GlobalBatch = Annotated[int | None, typer.Option(help="Sequences per optimizer step.")]
+
+
+GlobalBatchTokens = Annotated[int | None, typer.Option(help="Tokens per optimizer step (instead of --global-batch).")]
+
+
+DtypeOpt = Annotated[Dtype, typer.Option(help="Precision of the matrix multiplications.")]
+
+
+GpusPerNode = Annotated[int | None, typer.Option(help="Override the profile's GPUs per node.")]
+
+
+InterNode = Annotated[float | None, typer.Option(help="Override scale-out bandwidth per GPU, Gbit/s.")]
+
+
+MemoryGib = Annotated[float | None, typer.Option(help="Override GPU memory, GiB.")]
+
+
+Attention = Annotated[AttentionKernel, typer.Option(help="Attention kernel the framework runs.")]
+
+
+CapacityFactor = Annotated[float | None, typer.Option(
+    min=1.0, help="MoE: pad every expert's buffer to this x its mean load (default: dropless routing).")]
+
+
+LoadImbalance = Annotated[float, typer.Option(
+    min=1.0, help="MoE dropless routing: tokens on the busiest expert rank over the mean.")]
+
+
+CommOverlap = Annotated[bool, typer.Option(
+    "--moe-comm-overlap", help="MoE: hide expert all-to-alls behind another micro-batch's compute (Megatron-LM "
+                               "--overlap-moe-expert-parallel-comm, DualPipe).")]
+
+
+DedupDispatch = Annotated[bool, typer.Option(
+    "--moe-dedup-dispatch", help="MoE: send a token once to each remote node holding its experts and forward it "
+                                 "over NVLink (DeepEP; Megatron-LM's flex dispatcher).")]
+
+
+def runtime_of(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool,
+             dedup: bool) -> Runtime:
+    return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance,
+                   moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
+
+
+class Progress:
+    """A progress bar on stderr that appears only once a search has run for a second (and only on a terminal)."""
+
+    def __init__(self, label: str = "searching layouts") -> None:
+        self.label = label
+        self.start = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.start < 1.0 or not sys.stderr.isatty():
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+profile_app = typer.Typer(no_args_is_help=True,
+                          help="Measure layers and the network with PyTorch (needs the profile extra).")
+
+
+app.add_typer(profile_app, name="profile")
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InputError(f"{flag} takes comma-separated positive integers, got {text!r}")
+    return values

@@ -1,0 +1,299 @@
+"""`meshplan evaluate`, `plan`, `emit` and `explain`: parse the flags, call planner.api, print."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from planner.commands.common import (
+    Attention,
+    CapacityFactor,
+    CommOverlap,
+    DedupDispatch,
+    DtypeOpt,
+    GlobalBatch,
+    GlobalBatchTokens,
+    Gpus,
+    GpusPerNode,
+    Hardware,
+    InterNode,
+    LoadImbalance,
+    MemoryGib,
+    Progress,
+    RecomputeModules,
+    SeqLen,
+    app,
+    check,
+    degrees,
+    echo_prediction,
+    global_batch_of,
+    needs,
+    run,
+    runtime_of,
+)
+from planner.core import (
+    AttentionKernel,
+    Dtype,
+    Recompute,
+    Schedule,
+)
+from planner.core.checks import (
+    MAX_GPUS,
+    MAX_TIME_LIMIT_S,
+)
+from planner.core.errors import InputError
+from planner.outputs.emitters import Target as EmitTarget
+from planner.search.ilp import Solver
+
+if TYPE_CHECKING:
+    from planner.api import ChainPlans
+
+
+@app.command()
+def evaluate(
+    model: Annotated[str | None, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware preset or profile YAML (with --plan: re-predict "
+                                                       "the plan on this hardware).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total number of GPUs.")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="Sequence length in tokens.")] = None,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Re-predict a saved plan file.")] = None,
+    global_batch: GlobalBatch = None,
+    global_batch_tokens: GlobalBatchTokens = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages (model chunks) per rank.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE models).")] = 1,
+    etp: Annotated[int | None, typer.Option(help="Expert tensor-parallel degree (MoE models; default 1).")] = None,
+    mbs: Annotated[int, typer.Option(help="Micro-batch size in sequences.")] = 1,
+    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
+    recompute_modules: RecomputeModules = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
+    zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
+    schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
+                                                           "with --vpp > 1).")] = None,
+    dtype: DtypeOpt = Dtype.BF16,
+    attention: Attention = AttentionKernel.FLASH,
+    moe_capacity_factor: CapacityFactor = None,
+    moe_load_imbalance: LoadImbalance = 1.0,
+    moe_comm_overlap: CommOverlap = False,
+    moe_dedup_dispatch: DedupDispatch = False,
+    gpus_per_node: GpusPerNode = None,
+    inter_node_gbps: InterNode = None,
+    memory_gib: MemoryGib = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Predict step time, throughput, MFU and per-GPU memory of one layout (given by flags or --plan)."""
+    from hardware_profiles import HardwareOverrides
+    from planner.api import evaluate_plan_file, make_layout, resolve
+
+    def action() -> None:
+        from cost_models.step import evaluate_layout
+
+        overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
+        degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs)
+        if plan_file is not None:
+            problem, layout, pred = evaluate_plan_file(plan_file, hardware, overrides)
+            echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
+            return
+        if model is None or hardware is None or gpus is None or seq_len is None:
+            raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
+        check({"--gpus": (gpus, 1, MAX_GPUS)})
+        batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
+        problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
+                          runtime=runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
+                           moe_dedup_dispatch),
+                          overrides=overrides)
+        layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
+                             recompute=recompute, schedule=schedule, ep=ep, etp=etp,
+                             recompute_modules=recompute_modules)
+        pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
+        echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
+
+    run(action)
+
+
+@app.command()
+def plan(
+    hardware: Hardware,
+    gpus: Gpus,
+    seq_len: SeqLen,
+    model: Annotated[str | None, typer.Option(help="Preset name, model YAML or Hugging Face config.json "
+                                                   "(optional with --costs).")] = None,
+    costs: Annotated[Path | None, typer.Option(help="Cost table (meshplan profile layers) replacing the "
+                                                    "analytical compute times.")] = None,
+    global_batch: GlobalBatch = None,
+    global_batch_tokens: GlobalBatchTokens = None,
+    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    top_k: Annotated[int, typer.Option(min=1, help="Alternatives to keep and show.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    solver: Annotated[Solver, typer.Option(help="Stage-split solver: DP, or the ILP (CP-SAT, HiGHS).")] = Solver.DP,
+    time_limit: Annotated[float, typer.Option(help="Time limit per ILP solve, seconds.")] = 10.0,
+    tp: Annotated[int | None, typer.Option(help="Pin tensor parallelism.")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pin pipeline parallelism.")] = None,
+    cp: Annotated[int | None, typer.Option(help="Pin context parallelism.")] = None,
+    vpp: Annotated[int | None, typer.Option(help="Pin virtual stages per rank.")] = None,
+    ep: Annotated[int | None, typer.Option(help="Pin expert parallelism (MoE models).")] = None,
+    etp: Annotated[int | None, typer.Option(help="Pin expert tensor parallelism (MoE models).")] = None,
+    mbs: Annotated[int | None, typer.Option(help="Pin the micro-batch size.")] = None,
+    zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
+    recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
+    recompute_modules: RecomputeModules = None,
+    sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
+    schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
+    launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher can run.")] = None,
+    max_tp: Annotated[int | None, typer.Option(help="Largest TP degree (default: the scale-up domain).")] = None,
+    max_mbs: Annotated[int, typer.Option(min=1, help="Largest micro-batch size.")] = 8,
+    no_cp: Annotated[bool, typer.Option("--no-cp", help="Switch context parallelism off.")] = False,
+    no_partial_recompute: Annotated[bool, typer.Option("--no-partial-recompute",
+                                                       help="No per-stage counts of fully recomputed layers.")] = False,
+    emit_target: Annotated[EmitTarget | None, typer.Option("--emit", help="Also print a launcher config.")] = None,
+    even_split: Annotated[bool, typer.Option("--even-split", help="Keep Megatron-LM's even layer split (no solved "
+                                                                   "split, no per-stage recomputation).")] = False,
+    record_timing: Annotated[bool, typer.Option("--record-timing",
+                                                help="Write the search time into the plan (the file then differs "
+                                                     "between runs).")] = False,
+    dtype: DtypeOpt = Dtype.BF16,
+    attention: Attention = AttentionKernel.FLASH,
+    moe_capacity_factor: CapacityFactor = None,
+    moe_load_imbalance: LoadImbalance = 1.0,
+    moe_comm_overlap: CommOverlap = False,
+    moe_dedup_dispatch: DedupDispatch = False,
+    gpus_per_node: GpusPerNode = None,
+    inter_node_gbps: InterNode = None,
+    memory_gib: MemoryGib = None,
+) -> None:
+    """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
+    from hardware_profiles import HardwareOverrides
+    from planner.api import model_and_costs, plan_chain_table, recompute_choice, restricted_spec
+    from planner.api import plan as run_plan
+    from planner.core.fileio import write_text_atomic
+    from planner.outputs.planfile import dumps, plan_to_dict
+    from planner.outputs.report import plan_table
+    from planner.search.chain import is_chain_table
+    from planner.search.space import MAX_TOP_K, SearchSpec
+
+    def action() -> None:
+        check({"--gpus": (gpus, 1, MAX_GPUS), "--top-k": (top_k, 1, MAX_TOP_K)},
+               {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
+        degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
+        batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
+        overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
+        if costs is not None and model is None and is_chain_table(str(costs)):
+            _print_chain(plan_chain_table(costs, hardware, gpus, batch, overrides, top_k), out, as_json)
+            return
+        runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
+                            moe_dedup_dispatch)
+        model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
+        rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
+                       else (recompute, None))
+        spec = restricted_spec(SearchSpec(
+            tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=rc, sp=sp,
+            recompute_modules=modules or None, schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp,
+            top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split),
+            limits, launcher)
+        with Progress() as progress:
+            result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
+                              runtime=runtime,
+                              overrides=overrides,
+                              spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update)
+        if out is not None:
+            write_text_atomic(out, dumps(result, out, record_timing))
+        if as_json:
+            typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2))
+        else:
+            typer.echo(plan_table(result))
+            if out is not None:
+                typer.echo(f"\nplan written to {out}")
+        if emit_target is not None:
+            from planner.outputs.emitters import emit as emit_config
+
+            emitted = emit_config(result, emit_target)
+            if emitted.note:
+                typer.echo(f"note: {emitted.note}", err=True)
+            typer.echo(emitted.text)
+
+    run(action)
+
+
+def _print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
+    """Write and print the plans of a chain table."""
+    import yaml
+
+    from planner.core.fileio import write_text_atomic
+
+    if out is not None:
+        write_text_atomic(out, yaml.safe_dump(chain.document, sort_keys=False))
+    if as_json:
+        typer.echo(json.dumps(chain.document, indent=2))
+        return
+    doc, table = chain.document, chain.table
+    typer.echo(f"{table.num_layers}-layer chain from {doc['costs']} on {doc['gpus']} x {doc['hardware']}, "
+               f"global batch {doc['global_batch']}")
+    typer.echo(f"  {'#':>2} {'step s':>9} {'samples/s':>10} {'peak GiB':>9}  layout (layers per stage)")
+    for i, p in enumerate(chain.plans):
+        typer.echo(f"  {i + 1:>2} {p.step_time_s:9.4f} {p.samples_per_s:10.1f} {max(p.stage_memory_gib):9.2f}  "
+                   f"tp{p.tp} pp{p.pp} dp{p.dp} mbs{p.mbs} zero{int(p.zero)} {list(p.stage_layers)}")
+
+
+@app.command()
+def emit(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
+    to: Annotated[EmitTarget, typer.Option("--to", help="Launcher to write for.")],
+    out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail when the launcher cannot run the plan's layout "
+                                                          "instead of writing the best layout it can run.")] = False,
+) -> None:
+    """Turn a plan into a launcher configuration (Megatron-LM, torchtitan, DeepSpeed, NeMo)."""
+    from planner.core.fileio import is_script, write_text_atomic
+    from planner.outputs.emitters import emit as emit_config
+    from planner.outputs.planread import load_plan
+
+    def action() -> None:
+        emitted = emit_config(load_plan(plan_file), to, strict)
+        if emitted.note:
+            typer.echo(f"note: {emitted.note}", err=True)
+        if out is None:
+            typer.echo(emitted.text, nl=False)
+        else:
+            write_text_atomic(out, emitted.text, executable=is_script(emitted.text))
+
+    run(action)
+
+
+@app.command()
+def explain(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
+    png: Annotated[Path | None, typer.Option(help="Write the timeline, memory and breakdown as a PNG.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report.")] = None,
+    reprice: Annotated[bool, typer.Option("--reprice", help="Show the current cost model's figures instead of the "
+                                                            "ones the file stores (a warning says where they "
+                                                            "differ).")] = False,
+) -> None:
+    """Show why a plan is what it is: timeline, memory per stage, breakdown, the binding constraint."""
+    from planner.core.fileio import write_bytes_atomic, write_text_atomic
+    from planner.outputs.explain import explanation, render_html, render_png
+    from planner.outputs.planread import load_plan
+    from planner.outputs.report import plan_table
+
+    def action() -> None:
+        if png is not None:
+            needs("matplotlib", "plot", "--png")
+        plan = load_plan(plan_file, reprice=reprice)
+        ex = explanation(plan)
+        typer.echo(plan_table(plan))
+        typer.echo(f"\n  binding constraint: {ex.binding}")
+        typer.echo(f"  {ex.verdict}")
+        for c in ex.comparisons:
+            typer.echo(f"  alternative {c.rank}: {100 * c.slower_by:+.1f} % ({c.reason})")
+        if html_out is not None:
+            write_text_atomic(html_out, render_html(ex))
+            typer.echo(f"report written to {html_out}")
+        if png is not None:
+            write_bytes_atomic(png, render_png(ex))
+            typer.echo(f"timeline written to {png}")
+
+    run(action)

@@ -1,0 +1,76 @@
+"""`meshplan profile layers` and `profile network`: time real layers and collectives with PyTorch (the
+[profile] extra) and write a cost table or a hardware-profile fragment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.commands.common import Model, check, int_list, needs, profile_app, run
+from planner.core.checks import (
+    MAX_SEQ_LEN,
+)
+from planner.core.errors import InputError
+
+
+@profile_app.command("layers")
+def profile_layers(
+    model: Model,
+    out: Annotated[Path, typer.Option(help="Cost table to write (.csv).")],
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    tp: Annotated[str, typer.Option(help="TP degrees to measure, comma-separated.")] = "1",
+    mbs: Annotated[str, typer.Option(help="Micro-batch sizes to measure, comma-separated.")] = "1",
+    seq_len: Annotated[int, typer.Option(min=1, help="Sequence length in tokens.")] = 2048,
+    scale: Annotated[float, typer.Option(help="Scale heads, FFN and vocabulary down (a CPU cannot hold 8B).")] = 1.0,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats (after two warm-ups); the median is kept.")] = 5,
+) -> None:
+    """Time real decoder, embedding and LM-head layers with PyTorch and write a cost table."""
+    from planner.core.fileio import write_text_atomic
+    from planner.inputs.loaders import load_model
+
+    def action() -> None:
+        if device not in ("cpu", "cuda"):
+            raise InputError(f"--device must be cpu or cuda, got {device!r}")
+        check({"--seq-len": (seq_len, 1, MAX_SEQ_LEN)})
+        needs("torch", "profile", "profiling")
+        from cost_models.layerprofile import decoder_module, scaled, shard, table
+        from cost_models.layerprofile import profile_layers as measure
+        spec, tps = scaled(load_model(model), scale), int_list(tp, "--tp")
+        rows = measure(spec, tps, int_list(mbs, "--mbs"), seq_len, device, repeats)
+        built_with = decoder_module(shard(spec, tps[0]))[1]
+        write_text_atomic(out, table(spec, rows, f"{device} ({built_with})"))
+        for r in rows:
+            typer.echo(f"{r.kind:9} tp {r.tp} mbs {r.mbs}: forward {r.forward_ms:8.3f} ms  "
+                       f"backward {r.backward_ms:8.3f} ms  activations {r.activation_bytes / 2**20:8.2f} MiB")
+        typer.echo(f"cost table written to {out} ({spec.name})")
+
+    run(action)
+
+
+@profile_app.command("network")
+def profile_network(
+    out: Annotated[Path, typer.Option(help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
+    backend: Annotated[str, typer.Option(help="torch.distributed backend: nccl (GPUs) or gloo (CPU).")] = "gloo",
+    procs: Annotated[int, typer.Option(min=2, help="Processes to spawn (one per GPU with nccl).")] = 2,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after three warm-ups).")] = 5,
+) -> None:
+    """Time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; fit alpha-beta."""
+    from planner.core.fileio import write_text_atomic
+
+    def action() -> None:
+        if backend not in ("gloo", "nccl"):
+            raise InputError(f"--backend must be gloo or nccl, got {backend!r}")
+        needs("torch", "profile", "profiling")
+        from cost_models.netprofile import fit, fragment, measure
+
+        samples = measure(backend, procs, repeats)
+        fits = fit(samples, procs)
+        write_text_atomic(out, fragment(fits, samples, backend, procs))
+        for f in fits:
+            typer.echo(f"{f.collective.value:15} alpha {f.alpha_s * 1e6:9.1f} us  "
+                       f"busbw {f.busbw_bytes_per_s / 1e9:8.3f} GB/s")
+        typer.echo(f"fragment written to {out}")
+
+    run(action)

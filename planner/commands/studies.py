@@ -1,0 +1,165 @@
+"""`meshplan sweep`, `trial` and `calibrate`: parse the flags, call planner.studies, print."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.commands.common import (
+    Attention,
+    DtypeOpt,
+    GlobalBatch,
+    GlobalBatchTokens,
+    Hardware,
+    Model,
+    Progress,
+    SeqLen,
+    app,
+    check,
+    global_batch_of,
+    needs,
+    run,
+)
+from planner.core import (
+    AttentionKernel,
+    Dtype,
+    Runtime,
+)
+from planner.core.checks import (
+    MAX_GPUS,
+    MAX_WORKERS,
+)
+from planner.core.errors import InputError
+from planner.studies.sweep import Varied
+
+
+@app.command()
+def sweep(
+    model: Model,
+    hardware: Hardware,
+    seq_len: SeqLen,
+    global_batch: GlobalBatch = None,
+    global_batch_tokens: GlobalBatchTokens = None,
+    gpus: Annotated[int | None, typer.Option(help="Total number of GPUs (not needed with --tokens/--days).")] = None,
+    vary: Annotated[Varied | None, typer.Option(help="The quantity to vary.")] = None,
+    values: Annotated[str | None, typer.Option(help="Comma-separated values of the varied quantity.")] = None,
+    tokens: Annotated[float | None, typer.Option(help="Capacity mode: tokens to train.")] = None,
+    days: Annotated[float | None, typer.Option(help="Capacity mode: days to train them in.")] = None,
+    max_gpus: Annotated[int, typer.Option(help="Capacity mode: the largest cluster to consider.")] = 131072,
+    csv: Annotated[Path | None, typer.Option(help="Write the table as CSV.")] = None,
+    png: Annotated[Path | None, typer.Option(help="Plot tokens/s per GPU (and total tokens/s, MFU or step time "
+                                                  "where that is not a rescaling of it) against the varied "
+                                                  "quantity, each point labelled with its layout.")] = None,
+    dtype: DtypeOpt = Dtype.BF16,
+    attention: Attention = AttentionKernel.FLASH,
+    workers: Annotated[int | None, typer.Option(help="Processes that plan the points (default: the cores "
+                                                     "there are).")] = None,
+) -> None:
+    """What-if studies: best plan against GPU count, hardware, bandwidth, sequence or batch; or the GPUs
+    needed to train --tokens in --days."""
+    from planner.core.fileio import write_bytes_atomic, write_text_atomic
+    from planner.outputs.report import plan_table
+    from planner.studies.sweep import Job, capacity, sweep_plot
+    from planner.studies.sweep import sweep as run_sweep
+
+    def action() -> None:
+        check({"--gpus": (gpus, 1, MAX_GPUS), "--max-gpus": (max_gpus, 1, MAX_GPUS),
+                "--workers": (workers, 1, MAX_WORKERS)})
+        if png is not None:
+            needs("matplotlib", "plot", "--png")
+        batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
+        runtime = Runtime(attention=attention)
+        if tokens is not None or days is not None:
+            if tokens is None or days is None:
+                raise InputError("capacity mode needs both --tokens and --days")
+            job = Job(model, hardware, 1, seq_len, batch, runtime, dtype)
+            with Progress("planning GPU counts") as progress:
+                answer = capacity(job, tokens, days, max_gpus, progress=progress.update)
+            typer.echo(f"{answer.gpus} GPUs train {tokens:.3g} tokens in {answer.days:.1f} days "
+                       f"(target {days:g}); counts planned: "
+                       + ", ".join(f"{g}: {'no fit' if d is None else f'{d:.1f} d'}" for g, d in answer.tried))
+            typer.echo("")
+            typer.echo(plan_table(answer.plan))
+            return
+        if vary is None or values is None or gpus is None:
+            raise InputError("give --gpus, --vary and --values (or --tokens and --days for capacity mode)")
+        procs = (os.cpu_count() or 1) if workers is None else workers
+        with Progress(f"planning {vary.value} values") as progress:
+            frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
+                              [v.strip() for v in values.split(",") if v.strip()], progress=progress.update,
+                              workers=procs)
+        typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if csv is not None:
+            write_text_atomic(csv, frame.to_csv(index=False))
+        if png is not None:
+            write_bytes_atomic(png, sweep_plot(frame, vary))
+
+    run(action)
+
+
+@app.command()
+def trial(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan` (with alternatives).")],
+    to: Annotated[str, typer.Option("--to", help="Launcher: megatron, torchtitan or deepspeed.")],
+    out: Annotated[Path, typer.Option(help="Folder for the trial scripts and their manifest.")],
+    top_k: Annotated[int, typer.Option("--top-k", help="How many of the plan's best layouts to try.")] = 3,
+    steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 20,
+) -> None:
+    """Write launch scripts that train the plan's best layouts for a few steps, logging every step."""
+    from planner.outputs.planread import load_plan
+    from planner.studies.trial import MANIFEST, TrialLauncher, write_trials
+
+    def action() -> None:
+        try:
+            launcher = TrialLauncher(to)
+        except ValueError:
+            raise InputError(f"--to must be one of {', '.join(t.value for t in TrialLauncher)}, got {to!r}") from None
+        trials = write_trials(load_plan(plan_file), launcher, top_k, steps, out)
+        for t in trials:
+            where = f"{out / t.script}" if t.script else f"skipped: {t.skipped}"
+            typer.echo(f"{t.name}  {t.layout}  predicted {t.predicted_step_s:.3f} s/step  {where}")
+        if any(t.skipped for t in trials):
+            typer.echo(f"note: plan with --launcher {launcher.value} to rank only layouts {launcher.value} can run")
+        typer.echo(f"manifest: {out / MANIFEST}; after the runs: meshplan calibrate {out / MANIFEST} --hardware H")
+
+    run(action)
+
+
+@app.command()
+def calibrate(
+    runs: Annotated[list[Path], typer.Argument(help="Measured runs: YAML (a list of runs or `runs:`) or CSV with "
+                                                    "columns name, model, gpus, seq_len, global_batch, dtype, the "
+                                                    "layout (tp, pp, cp, vpp, mbs, zero, recompute, sp, ...) and "
+                                                    "step_time_s; Megatron-LM logs; or the trials.yaml of "
+                                                    "`meshplan trial` with its logs.")],
+    hardware: Annotated[str, typer.Option(help="Hardware preset or profile to calibrate (fragments allowed).")],
+    out: Annotated[Path | None, typer.Option(help="Write the fitted profile fragment here; plan with "
+                                                  "--hardware PRESET,FILE.")] = None,
+) -> None:
+    """Fit the hardware profile's physical parameters to your own measured runs (held-out check first)."""
+    import yaml
+
+    from planner.core.fileio import write_text_atomic
+    from planner.studies.calibrate import calibrate as fit_runs
+    from planner.studies.calibrate import check, fragment, load_runs, report
+
+    def action() -> None:
+        from hardware_profiles import load_hardware
+        load_hardware(hardware, 1)  # a bad preset or fragment is named once, not per run
+        measured = [run for path in runs for run in load_runs(path, hardware)]
+        with Progress("fitting (all runs, then each held out)") as progress:
+            cal = fit_runs(measured, hardware, progress=progress.update)
+        typer.echo(report(cal))
+        check(cal)
+        if out is not None:
+            header = (f"# meshplan calibrate: {len(measured)} runs ({', '.join(str(p) for p in runs)}) on {hardware}; "
+                      f"mean |error| {cal.before_pct:.1f} % -> {cal.after_pct:.1f} %, held out "
+                      f"{cal.held_out_pct:.1f} %\n")
+            write_text_atomic(out, header + yaml.safe_dump(fragment(cal, measured[0].cluster), sort_keys=False,
+                                                      default_flow_style=None))
+            typer.echo(f"fragment written to {out}; plan with --hardware {hardware},{out}")
+
+    run(action)

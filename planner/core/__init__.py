@@ -1,0 +1,36 @@
+"""The bottom layer: the frozen specs every other part reads (model, cluster, job, layout and their enums),
+the error types and the input bounds. It imports nothing from the rest of meshplan, so the cost model
+(`cost_models`) can build on it alone.
+
+The spec types are re-exported here (`from planner.core import Layout, ModelSpec`); `errors`, `checks` and
+`fileio` are imported as modules of their own.
+"""
+
+from planner.core.enums import (
+    DEFAULT_RECOMPUTE_MODULES,
+    GIB,
+    WAVE_PLACED,
+    AttentionKernel,
+    Dtype,
+    LayerKind,
+    Norm,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+    module_names,
+    wave_chunks,
+    wave_rank,
+)
+from planner.core.hardware import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
+from planner.core.job import JobSpec, Runtime
+from planner.core.layout import Layout, non_default_modules
+from planner.core.measured import MeasuredCosts, MeasuredLayer
+from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
+
+__all__ = [
+    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "AttentionKernel", "ClusterSpec", "Dtype", "EfficiencyCurve",
+    "GpuSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts", "MeasuredLayer",
+    "ModelSpec", "MoESpec", "Norm", "Recompute", "RecomputeModule", "Runtime", "Schedule", "VisionSpec",
+    "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules", "wave_chunks", "wave_rank",
+]

@@ -1,0 +1,105 @@
+"""Type and range checks of the numbers that cross meshplan's boundaries (the Python API, the command line,
+input files): each one is an integer where an integer is meant (bool is not one), finite, and within a
+documented range, else a one-line error naming the argument, what is allowed and what was given.
+
+The upper bounds are far above any real training job; they exist so that an absurd number (10**20 GPUs) is
+refused before any work instead of hanging the search or overflowing a float or a tuple size.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from enum import Enum
+from typing import TypeVar
+
+from planner.core.errors import InputError, MeshplanError
+
+E = TypeVar("E", bound=Enum)
+
+MAX_GPUS = 10**7  # about 100x the largest clusters built so far
+MAX_SEQ_LEN = 2**24  # 16.8M tokens per sequence, above the longest context windows trained
+MAX_GLOBAL_BATCH = 10**8  # sequences per optimizer step
+MAX_LAYERS = 10**4  # decoder layers (the deepest published LLMs have ~130)
+MAX_WIDTH = 2**24  # hidden, FFN, head, expert and vocabulary sizes, heads and experts
+MAX_TIME_LIMIT_S = 86400.0  # one ILP solve: a day
+MAX_PHYSICAL = 1e9  # bandwidths (GB/s), peaks (TFLOP/s), latencies (us), lengths in a hardware profile
+MAX_MEMORY_GIB = 1e6  # one GPU's memory
+MAX_WORKERS = 1024  # worker processes of one sweep
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _allowed(low: float, high: float | None, low_open: bool = False) -> str:
+    if high is None:
+        return f"{'>' if low_open else '>='} {_num(low)}"
+    return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}]"
+
+
+def is_integer(value: object) -> bool:
+    """An int (numpy's included), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def integer(value: object, name: str, low: int = 1, high: int | None = None,
+            error: type[MeshplanError] = InputError) -> int:
+    """`value` as an int in [low, high]; a bool, float or string is refused, as is anything out of range."""
+    if not is_integer(value):
+        raise error(f"{name} must be an integer {_allowed(low, high)}, got {value!r} ({type(value).__name__})")
+    number = int(value)  # type: ignore[call-overload]
+    if number < low or (high is not None and number > high):
+        raise error(f"{name} must be an integer {_allowed(low, high)}, got {number}")
+    return number
+
+
+def optional_integer(value: object, name: str, low: int = 1, high: int | None = None,
+                     error: type[MeshplanError] = InputError) -> int | None:
+    return None if value is None else integer(value, name, low, high, error)
+
+
+def finite(value: object) -> bool:
+    """A real number (not a bool) that is neither NaN nor infinite, nor an int too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def real(value: object, name: str, low: float = 0.0, high: float | None = None, *, low_open: bool = True,
+         error: type[MeshplanError] = InputError) -> float:
+    """`value` as a finite float above `low` (or at it, unless `low_open`) and at most `high`."""
+    if not finite(value):
+        raise error(f"{name} must be a finite number {_allowed(low, high, low_open)}, got {value!r}")
+    number = float(value)  # type: ignore[arg-type]
+    if number < low or (low_open and number == low) or (high is not None and number > high):
+        raise error(f"{name} must be a finite number {_allowed(low, high, low_open)}, got {value!r}")
+    return number
+
+
+def flag(value: object, name: str, error: type[MeshplanError] = InputError) -> bool:
+    """A real bool (1 and "yes" are not)."""
+    if not isinstance(value, bool):
+        raise error(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def path_argument(value: object, name: str, what: str) -> None:
+    """A file path argument of the Python API: a str or an os.PathLike (not a number, None or bytes)."""
+    if not isinstance(value, str | os.PathLike):
+        raise InputError(f"{name} must be the path of {what} (a str or a Path), got {value!r} ({type(value).__name__})")
+
+
+def choice(kind: type[E], value: object, name: str, error: type[MeshplanError] = InputError) -> E:
+    """`value` as a member of the enum `kind` (a member, or its value such as "selective")."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)  # type: ignore[call-arg]
+    except (ValueError, TypeError):
+        allowed = ", ".join(str(v.value) for v in kind)  # type: ignore[attr-defined]
+        raise error(f"{name} must be one of {allowed}, got {value!r}") from None

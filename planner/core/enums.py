@@ -1,0 +1,116 @@
+"""The named choices of a plan: number formats, recomputation and its modules, pipeline schedules, ZeRO
+stages, norms, attention kernels and layer kinds (str/int enums: their values are the plan file's and the
+launchers' spellings)."""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+from planner.core.errors import LayoutError
+
+GIB = 1024**3
+
+
+class Dtype(str, Enum):
+    """Precision of the matrix multiplications (weights stay bf16, master weights fp32)."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022, section 4-5)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"  # recompute the attention core (QK^T, softmax, dropout, PV)
+    FULL = "full"  # keep only each layer's input, recompute the whole layer in backward
+
+
+class RecomputeModule(str, Enum):
+    """Parts of a decoder layer that selective recomputation may recompute: megatron-core 0.16.1's
+    `--recompute-modules` choices (TransformerConfig.recompute_modules; cost_models.memory says what each frees).
+    layernorm, mla_up_proj and moe_act discard their outputs after use and recompute them in backward; core_attn,
+    mlp, moe and shared_experts checkpoint their block, keeping its input."""
+
+    CORE_ATTN = "core_attn"
+    MOE_ACT = "moe_act"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MLP = "mlp"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+
+    @classmethod
+    def parse(cls, text: str) -> frozenset[RecomputeModule]:
+        """Comma-separated module names, e.g. "layernorm,mla_up_proj,moe_act"."""
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        allowed = [m.value for m in cls]
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise LayoutError(f"unknown recompute module(s) {', '.join(unknown) or repr(text)}; allowed: "
+                              f"{', '.join(allowed)}")
+        return frozenset(cls(n) for n in names)
+
+
+# Megatron's default for --recompute-granularity selective
+DEFAULT_RECOMPUTE_MODULES = frozenset({RecomputeModule.CORE_ATTN})
+
+
+def module_names(modules: frozenset[RecomputeModule]) -> list[str]:
+    """Module names in Megatron's order (the enum's)."""
+    return [m.value for m in RecomputeModule if m in modules]
+
+
+class Schedule(str, Enum):
+    """Pipeline schedules (cost_models.schedules has their closed forms and op orders)."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED_1F1B = "interleaved-1f1b"
+    ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023)
+    ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
+    WAVE = "wave"  # chunks placed as waves down and back up the ranks (Hanayo, Liu et al. SC'23), unsplit backward
+
+
+WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.WAVE})  # chunk k on rank k going down, then back up, ...
+
+
+def wave_rank(chunk: int, pp: int) -> int:
+    """Rank of model chunk `chunk` when chunks sweep down the ranks and back up in turn: sweep j = chunk // pp
+    runs ranks 0..pp−1 when j is even and pp−1..0 when odd (ZB-V's V is two sweeps, a wave of W waves 2W)."""
+    sweep, offset = divmod(chunk, pp)
+    return offset if sweep % 2 == 0 else pp - 1 - offset
+
+
+def wave_chunks(rank: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The chunks `wave_rank` puts on `rank`, one per sweep, in model order."""
+    return tuple(j * pp + (rank if j % 2 == 0 else pp - 1 - rank) for j in range(vpp))
+
+
+class ZeroStage(IntEnum):
+    """What the data-parallel group shards: 1 optimizer state, 2 + gradients, 3 + weights."""
+
+    NONE = 0
+    OPTIMIZER = 1
+    GRADIENTS = 2
+    WEIGHTS = 3
+
+
+class Norm(str, Enum):
+    LAYERNORM = "layernorm"  # weight and bias
+    RMSNORM = "rmsnorm"  # weight only
+
+
+class AttentionKernel(str, Enum):
+    """Which attention implementation runs: it changes both time and stored activations."""
+
+    FLASH = "flash"  # fused, causal blocks skipped, no s^2 tensor kept (FlashAttention-2/3, cuDNN)
+    UNFUSED = "unfused"  # batched GEMMs + softmax + dropout kept in memory (Megatron 2021-2022)
+
+
+class LayerKind(str, Enum):
+    EMBEDDING = "embedding"
+    DECODER = "decoder"
+    FINAL_NORM = "final_norm"
+    LM_HEAD = "lm_head"
+    LOSS = "loss"

@@ -1,0 +1,121 @@
+"""Where it is trained: one GPU's peaks and achievable shares, the links between GPUs, and the cluster."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from planner.core.checks import MAX_GPUS, finite, integer
+from planner.core.enums import Dtype
+from planner.core.errors import SpecError
+
+
+@dataclass(frozen=True)
+class EfficiencyCurve:
+    """Achievable fraction of peak as a function of work size (FLOPs per kernel).
+
+    Points are (size, efficiency) with sizes strictly increasing and efficiencies non-decreasing in
+    (0, 1]; between points the curve is linear in log(size), outside it is clamped.
+    """
+
+    points: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise SpecError("efficiency curve needs at least one (size, efficiency) point")
+        sizes = [p[0] for p in self.points]
+        effs = [p[1] for p in self.points]
+        if not all(finite(s) and finite(e) for s, e in self.points):
+            raise SpecError(f"efficiency curve points must be finite numbers, got {list(self.points)}")
+        if any(s <= 0 for s in sizes) or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise SpecError(f"efficiency curve sizes must be positive and increasing, got {sizes}")
+        if any(not 0 < e <= 1 for e in effs) or any(b < a for a, b in zip(effs, effs[1:], strict=False)):
+            raise SpecError(f"efficiency curve values must be in (0, 1] and non-decreasing, got {effs}")
+
+    def at(self, size: float) -> float:
+        pts = self.points
+        if size <= pts[0][0]:
+            return pts[0][1]
+        if size >= pts[-1][0]:
+            return pts[-1][1]
+        i = bisect.bisect_right([p[0] for p in pts], size)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
+        return y0 + w * (y1 - y0)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU's peaks and the achievable shares of them (physical quantities, fitted per GPU generation by
+    benchmarks/calibration.py; hardware_profiles/SCHEMA.md says what each one means)."""
+
+    name: str
+    memory_gib: float
+    hbm_gbs: float  # HBM bandwidth, GB/s
+    peak_bf16_tflops: float
+    peak_fp8_tflops: float | None  # None where the GPU has no fp8 tensor cores
+    matmul_efficiency: EfficiencyCurve
+    attention_efficiency: float  # fused attention forward, long causal sequences, head dim 128: share of bf16 peak
+    memory_efficiency: float  # achievable fraction of HBM bandwidth for element-wise kernels
+    overlap_efficiency: float  # 1 − the slowdown a collective causes the compute it overlaps
+    architecture: str = "unknown"  # GPU generation (ampere, hopper, ...): selects the calibrated error band
+    attention_half_seq: float = 1024.0  # key length at which fused attention reaches half its long-sequence rate
+    attention_backward_ratio: float = 0.75  # fused attention backward rate / forward rate (FLOPs per second)
+    fp8_matmul_ratio: float = 0.8  # fp8 GEMM share of fp8 peak / bf16 GEMM share of bf16 peak, same size
+
+    def exposed(self, comm_s: float, compute_s: float) -> float:
+        """Seconds a collective adds to the critical path when it runs beside `compute_s` of compute:
+            exposed = max(comm − compute, 0) + κ · min(comm, compute),   κ = 1 − overlap_efficiency.
+        What the compute cannot cover is exposed; while both run, the NCCL kernels take SMs and HBM bandwidth
+        from the compute kernels and slow them by κ of the overlapped time (Rashidi et al. 2021, "Enabling
+        compute-communication overlap in distributed deep learning training platforms"; Jangda et al. 2022).
+        κ is fitted per GPU generation (benchmarks/calibration.py)."""
+        kappa = 1.0 - self.overlap_efficiency
+        return max(comm_s - compute_s, 0.0) + kappa * min(comm_s, compute_s)
+
+    def peak(self, dtype: Dtype) -> float:
+        """Dense peak in FLOP/s for `dtype`; fp8 falls back to bf16 where the GPU has no fp8 units."""
+        if dtype is Dtype.FP8 and self.peak_fp8_tflops:
+            return self.peak_fp8_tflops * 1e12
+        return self.peak_bf16_tflops * 1e12
+
+    def has_fp8(self, dtype: Dtype) -> bool:
+        return dtype is Dtype.FP8 and bool(self.peak_fp8_tflops)
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One network tier as seen by one GPU: per-direction bandwidth, latency, achievable fraction."""
+
+    bandwidth_gbs: float  # GB/s per direction per GPU
+    latency_us: float
+    efficiency: float  # achieved bus bandwidth / line rate for large messages (nccl-tests)
+
+    @property
+    def bus_bytes_per_s(self) -> float:
+        return self.bandwidth_gbs * 1e9 * self.efficiency
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """`num_gpus` GPUs in nodes of `gpus_per_node`; scale-up domains of `scale_up_size` GPUs
+    (NVLink/NVSwitch, xGMI; 1 where GPUs only share PCIe) and a scale-out network (NICs)."""
+
+    name: str
+    gpu: GpuSpec
+    num_gpus: int
+    gpus_per_node: int
+    scale_up_size: int
+    scale_up: LinkSpec
+    scale_out: LinkSpec
+    # where fitted values came from: one line per calibrated fragment merged in (`meshplan calibrate`)
+    provenance: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpus", "gpus_per_node", "scale_up_size"):
+            integer(getattr(self, name), name, 1, MAX_GPUS, SpecError)
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise SpecError(
+                f"{self.num_gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
+            )

@@ -1,0 +1,79 @@
+"""How it is trained: the sequence length, global batch and number format of the job, and what the
+training framework does that the cost depends on (`Runtime`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, finite, integer
+from planner.core.enums import AttentionKernel, Dtype
+from planner.core.errors import SpecError
+from planner.core.measured import MeasuredCosts
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the training framework does that the cost depends on (kernels, overlap, precision of
+    gradient reduction). Defaults describe a current Megatron-LM / torchtitan run."""
+
+    attention: AttentionKernel = AttentionKernel.FLASH
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    grad_reduce_bytes: int = 4  # fp32 gradient buckets (Megatron with bf16)
+    multi_rail: bool = True  # collectives spread over all NICs of a group's members in a node (NCCL >= 2.12)
+    measured: MeasuredCosts | None = None  # a profiled cost table replaces the analytical compute times
+    # Mixture of experts: None routes dropless; a factor c pads every expert's buffer to c x its mean load
+    # (GShard capacity, Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity).
+    moe_capacity_factor: float | None = None
+    # dropless routing: tokens on the busiest expert-parallel rank over the mean (1.0: perfectly balanced)
+    moe_load_imbalance: float = 1.0
+    # expert all-to-alls of one micro-batch run beside another's compute (Megatron-LM
+    # --overlap-moe-expert-parallel-comm, DeepSeek's DualPipe); off: they sit on the critical path
+    moe_comm_overlap: bool = False
+    # DeepEP-style dispatch: a token crosses to each remote scale-up domain holding its experts once and is
+    # forwarded over NVLink there (Megatron's flex dispatcher with the deepep backend); off: one copy per expert
+    moe_dedup_dispatch: bool = False
+    # TP collectives split into chunks and pipelined with the GEMMs that produce or consume them (Megatron-LM
+    # --tp-comm-overlap with Transformer Engine userbuffers, torchtitan async TP); off: each sits on the path
+    tp_comm_overlap: bool = False
+    # fp8 training keeps the weights as fp8 tensors and gathers them in fp8 (Megatron-LM --fp8-param-gather,
+    # torchtitan float8 FSDP all-gather): ZeRO's weight all-gathers move 1 byte per parameter instead of 2
+    fp8_param_gather: bool = False
+    # schedules of several chunks per rank post their pipeline sends and receives asynchronously and wait on
+    # them only when the data is needed (Megatron-LM's default with interleaving, --no-overlap-p2p-communication
+    # turns it off; torch.distributed.pipelining's runtime always); 1F1B without chunks waits on each
+    overlap_p2p_comm: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("moe_capacity_factor", "moe_load_imbalance"):
+            value = getattr(self, name)
+            if value is not None and not finite(value):
+                raise SpecError(f"{name} must be a finite number >= 1, got {value!r}")
+        if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
+            raise SpecError(f"moe capacity factor must be >= 1 (it pads buffers), got {self.moe_capacity_factor}")
+        if self.moe_dedup_dispatch and self.moe_capacity_factor is not None:
+            raise SpecError("deduplicated (DeepEP) dispatch routes dropless: it cannot pad to a capacity factor")
+        if self.moe_load_imbalance < 1.0:
+            raise SpecError(f"moe load imbalance must be >= 1 (busiest rank over the mean), got "
+                            f"{self.moe_load_imbalance}")
+
+    @property
+    def moe_load_factor(self) -> float:
+        """Tokens the busiest expert rank computes and exchanges, over the balanced mean."""
+        return self.moe_capacity_factor if self.moe_capacity_factor is not None else self.moe_load_imbalance
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+    dtype: Dtype = Dtype.BF16
+    runtime: Runtime = Runtime()
+
+    def __post_init__(self) -> None:
+        integer(self.seq_len, "seq_len", 1, MAX_SEQ_LEN, SpecError)
+        integer(self.global_batch, "global_batch", 1, MAX_GLOBAL_BATCH, SpecError)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch

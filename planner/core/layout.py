@@ -1,0 +1,232 @@
+"""A parallel layout: the degrees, schedule, recomputation and stage split of a plan, with the rules
+Megatron-LM enforces (`Layout.validate`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
+from planner.core.enums import (
+    DEFAULT_RECOMPUTE_MODULES,
+    WAVE_PLACED,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+    wave_chunks,
+    wave_rank,
+)
+from planner.core.errors import LayoutError
+from planner.core.job import JobSpec
+from planner.core.model import ModelSpec, check_expert_degrees
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout. Placement on the GPU mesh is TP innermost, then CP, DP, PP outermost.
+
+    `stage_layers` optionally gives the number of decoder layers on each of the pp·vpp model chunks
+    (in pipeline order); by default they are spread evenly, remainder to the middle chunks.
+    `recompute_layers` optionally gives, per pipeline rank, how many of its decoder layers are fully
+    recomputed (Megatron-LM's block method: the first ones of the rank); the others use `recompute`.
+
+    Mixture-of-experts layers fold their own mesh over the same GPUs (Megatron-core's MoE parallel
+    folding): the tp·cp·dp ranks of a pipeline stage become etp·ep·edp, experts are split over `ep`
+    ranks and each expert's matrices over `etp`; expert gradients reduce over edp = tp·cp·dp/(etp·ep).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    vpp: int = 1
+    mbs: int = 1
+    sp: bool = False
+    zero: ZeroStage = ZeroStage.NONE
+    recompute: Recompute = Recompute.NONE
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    stage_layers: tuple[int, ...] | None = None
+    recompute_layers: tuple[int, ...] | None = None
+    ep: int = 1
+    etp: int = 1
+    # what selective recomputation recomputes (Megatron's --recompute-modules); empty unless recompute is selective
+    recompute_modules: frozenset[RecomputeModule] = frozenset()
+
+    def __post_init__(self) -> None:
+        # one spelling per layout: selective without modules means Megatron's default, other modes carry none
+        modules = ((self.recompute_modules or DEFAULT_RECOMPUTE_MODULES) if self.recompute is Recompute.SELECTIVE
+                   else frozenset())
+        object.__setattr__(self, "recompute_modules", frozenset(modules))
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same expert shard and reduce its gradients: tp·cp·dp / (etp·ep)."""
+        return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    def num_microbatches(self, job: JobSpec) -> int:
+        return job.global_batch // (self.mbs * self.dp)
+
+    def chunk_rank(self, chunk: int) -> int:
+        """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or sweeps down and back up for
+        ZB-V and the wave (`wave_rank`: ZB-V's chunk k on rank k going down, then rank 2·pp − 1 − k)."""
+        if self.schedule in WAVE_PLACED:
+            return wave_rank(chunk, self.pp)
+        return chunk % self.pp
+
+    @property
+    def embedding_rank(self) -> int:
+        return self.chunk_rank(0)
+
+    @property
+    def head_rank(self) -> int:
+        """The rank of the last chunk: LM head, loss and multi-token prediction."""
+        return self.chunk_rank(self.pp * self.vpp - 1)
+
+    @property
+    def head_beside_embedding(self) -> bool:
+        """Embedding and LM head on one rank (no pipeline, ZB-V, the wave): a tied head needs no copy or sync."""
+        return self.embedding_rank == self.head_rank
+
+    def rank_chunks(self, rank: int) -> tuple[int, ...]:
+        """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
+        if self.schedule in WAVE_PLACED:
+            return wave_chunks(rank, self.pp, self.vpp)
+        return tuple(range(rank, self.pp * self.vpp, self.pp))
+
+    def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers per model chunk, in pipeline order (chunk k lives on rank `chunk_rank(k)`)."""
+        if self.stage_layers is not None:
+            return self.stage_layers
+        chunks = self.pp * self.vpp
+        base, extra = divmod(num_layers, chunks)
+        # Extra layers go to the middle chunks: the ends also carry the embedding and the LM head.
+        start = (chunks - extra) // 2
+        return tuple(base + (1 if start <= i < start + extra else 0) for i in range(chunks))
+
+    def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
+        """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
+        enforces, REFERENCE.md section 2)."""
+        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "ep", "etp"):
+            integer(getattr(self, name), name, 1, MAX_GPUS if name != "mbs" else MAX_GLOBAL_BATCH, LayoutError)
+        for name in ("stage_layers", "recompute_layers"):
+            counts = getattr(self, name)
+            if counts is not None and not all(is_integer(n) for n in counts):
+                raise LayoutError(f"{name} must be whole numbers of layers, got {list(counts)}")
+        if self.world != num_gpus:
+            raise LayoutError(
+                f"world size {num_gpus} != tp {self.tp} * pp {self.pp} * cp {self.cp} * dp {self.dp}"
+            )
+        if model.num_attention_heads % self.tp:
+            raise LayoutError(
+                f"attention heads {model.num_attention_heads} not divisible by tp {self.tp}"
+            )
+        if model.num_kv_heads % self.tp and self.tp % model.num_kv_heads:
+            raise LayoutError(
+                f"kv heads {model.num_kv_heads} and tp {self.tp}: one must divide the other"
+            )
+        if self.sp and self.tp == 1:
+            raise LayoutError("sequence parallelism needs tp > 1")
+        if model.vision is not None and model.vision.num_attention_heads % self.tp:
+            raise LayoutError(f"vision encoder heads {model.vision.num_attention_heads} not divisible by tp {self.tp} "
+                              "(the encoder is split like the language model)")
+        self._validate_experts(model)
+        self._validate_modules(model)
+        if self.cp > 1 and job.seq_len % (2 * self.cp):
+            raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
+        if job.global_batch % (self.mbs * self.dp):
+            raise LayoutError(
+                f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
+            )
+        m = self.num_microbatches(job)
+        if self.schedule is Schedule.ZB_V:
+            if self.vpp != 2 or self.pp == 1:
+                raise LayoutError(f"zb-v runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
+                                  f"{self.vpp}, pp {self.pp}")
+            if m < 2 * self.pp - 1:
+                raise LayoutError(f"zb-v needs at least 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
+        elif self.schedule is Schedule.WAVE:
+            if self.vpp % 2 or self.pp == 1:
+                raise LayoutError(f"the wave schedule runs waves down and back up the ranks: it needs an even vpp "
+                                  f"(2 per wave) and pp > 1, got vpp {self.vpp}, pp {self.pp}")
+            if m < 2 * self.pp:
+                raise LayoutError(f"the wave schedule needs at least 2 * pp = {2 * self.pp} micro-batches, got {m}")
+        elif (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
+            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v and wave) vpp 1;"
+                              f" got {self.schedule.value} with vpp {self.vpp}")
+        if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:
+            if self.pp == 1:
+                raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
+            if m % self.pp:
+                raise LayoutError(
+                    f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}"
+                )
+        chunks = self.pp * self.vpp
+        if self.stage_layers is None:
+            if model.num_layers < chunks:
+                raise LayoutError(
+                    f"layers {model.num_layers} < pp {self.pp} * vpp {self.vpp} = {chunks} model chunks"
+                )
+        else:
+            if len(self.stage_layers) != chunks or any(n < 0 for n in self.stage_layers):
+                raise LayoutError(f"stage_layers needs {chunks} non-negative counts (pp * vpp)")
+            if sum(self.stage_layers) != model.num_layers:
+                raise LayoutError(
+                    f"stage_layers sum to {sum(self.stage_layers)}, model has {model.num_layers} layers"
+                )
+        if self.recompute_layers is not None:
+            if self.recompute is Recompute.FULL:
+                raise LayoutError("recompute_layers is for partial recomputation; recompute=full covers every layer")
+            per_rank = self.rank_layers(model.num_layers)
+            if len(self.recompute_layers) != self.pp or any(
+                    not 0 <= r <= n for r, n in zip(self.recompute_layers, per_rank, strict=True)):
+                raise LayoutError(
+                    f"recompute_layers {list(self.recompute_layers)} needs one count per pp rank, each between 0 "
+                    f"and that rank's layers {list(per_rank)}"
+                )
+
+    def _validate_modules(self, model: ModelSpec) -> None:
+        """The rules megatron-core 0.16.1 applies to recompute_modules, and modules the model has none of."""
+        mods = self.recompute_modules
+        if RecomputeModule.MLA_UP_PROJ in mods and model.mla is None:
+            raise LayoutError("recompute module mla_up_proj needs multi-latent attention; the model has none")
+        has_moe = model.moe is not None
+        for m in (RecomputeModule.MOE_ACT, RecomputeModule.MOE, RecomputeModule.SHARED_EXPERTS):
+            if m in mods and not has_moe:
+                raise LayoutError(f"recompute module {m.value} needs a mixture-of-experts model; {model.name} is dense")
+        if RecomputeModule.SHARED_EXPERTS in mods and not (model.moe and model.moe.shared_ffn_hidden_size):
+            raise LayoutError(f"recompute module shared_experts needs shared experts; {model.name} has none")
+
+    def _validate_experts(self, model: ModelSpec) -> None:
+        check_expert_degrees(model, self.ep, self.etp)
+        if model.moe is None:
+            return
+        inner = self.tp * self.cp * self.dp
+        if inner % (self.ep * self.etp):
+            raise LayoutError(f"etp {self.etp} * ep {self.ep} must divide tp * cp * dp = {inner} (the ranks of "
+                              "one pipeline stage, which the expert layers fold into etp x ep x expert-dp)")
+        if self.ep > 1 and self.tp > 1 and not self.sp:
+            raise LayoutError("expert parallelism with tp > 1 needs sequence parallelism (--sp)")
+
+    def rank_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers held by each pipeline rank (all its model chunks)."""
+        chunks = self.chunk_layers(num_layers)
+        return tuple(sum(chunks[c] for c in self.rank_chunks(rank)) for rank in range(self.pp))
+
+    def fully_recomputed(self, rank: int, num_layers: int) -> int:
+        """Decoder layers of `rank` whose whole forward is recomputed in backward."""
+        if self.recompute is Recompute.FULL:
+            return self.rank_layers(num_layers)[rank]
+        return self.recompute_layers[rank] if self.recompute_layers is not None else 0
+
+
+def non_default_modules(layout: Layout) -> bool:
+    """The layout recomputes modules other than selective recomputation's default (reports name them then)."""
+    return bool(layout.recompute_modules) and layout.recompute_modules != DEFAULT_RECOMPUTE_MODULES

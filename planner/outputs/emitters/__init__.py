@@ -1,0 +1,114 @@
+"""Launcher configurations from a plan: pure functions Plan -> text.
+
+Targets: megatron (Megatron-LM arguments as a bash array + the torchrun line), torchtitan (TOML for
+torchtitan 0.2.x), torchtitan-cli (override list for torchtitan 0.3.x), deepspeed (ds_config.json),
+nemo (NeMo-Run and Megatron-Bridge overrides), torch-actions (the pipeline's op order as the action list
+torch.distributed.pipelining's runtime reads; torchtitan runs one-wave plans from it).
+
+Each emitter raises `UnsupportedPlanError` for a plan its launcher cannot express, naming what is
+unsupported. `emit` then (unless strict) searches the plan's own job again within what that launcher
+can run (`CAPABILITIES`) and emits that layout instead, saying so in the result's `note`, in the file's
+header where the format has comments, and with the predicted cost of the change: never a silently
+different configuration. An action list is only ever the plan's own (it pairs with the plan's layout).
+A model the launcher cannot build at all (torchtitan builds only its own flavors) raises
+`UnsupportedModelError` (planner.core.errors), which no other layout would help: it is never substituted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from planner.core import Schedule
+from planner.core.errors import InfeasibleError
+from planner.outputs.emitters import actions, deepspeed, megatron, nemo, torchtitan
+from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
+from planner.outputs.plan import Plan
+from planner.search.exact import search
+from planner.search.space import SearchSpec
+
+
+class Target(str, Enum):
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    TORCHTITAN_CLI = "torchtitan-cli"
+    DEEPSPEED = "deepspeed"
+    NEMO = "nemo"
+    TORCH_ACTIONS = "torch-actions"
+
+
+EMITTERS: dict[Target, Callable[[Plan], str]] = {
+    Target.MEGATRON: megatron.emit, Target.TORCHTITAN: torchtitan.emit_toml, Target.TORCHTITAN_CLI: torchtitan.emit_cli,
+    Target.DEEPSPEED: deepspeed.emit, Target.NEMO: nemo.emit, Target.TORCH_ACTIONS: actions.emit,
+}
+# What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
+MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
+TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_V)
+TITAN_TOML_SCHEDULES = (*TITAN_SCHEDULES, Schedule.WAVE)  # one wave, through the action list
+CAPABILITIES: dict[Target, SearchSpec] = {
+    Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
+    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False,
+                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1, module_recompute=False,
+                                  replicate_alone=True),
+    Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
+                                      schedule_choices=TITAN_SCHEDULES, module_recompute=False),
+    Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
+                                 schedule_choices=(Schedule.ONE_F_ONE_B,), max_ep=1, etp=1, module_recompute=False),
+    Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
+    Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B,
+                                                       Schedule.ZB_V, Schedule.WAVE)),
+}
+NEVER_SUBSTITUTED = frozenset({Target.TORCH_ACTIONS})  # the plan's own op order or nothing: it pairs with its layout
+COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
+
+
+@dataclass(frozen=True)
+class Emitted:
+    text: str
+    note: str | None  # set when the launcher could not run the plan's own layout
+
+
+def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
+    """The launcher configuration of `plan`, or of the best layout `target` can run (see module doc)."""
+    if plan.model.vision is not None:
+        raise UnsupportedPlanError(
+            f"no launcher configuration is written for vision-language models yet ({plan.model.name}): they train "
+            "through the launchers' multimodal entry points (Megatron-LM examples/multimodal, NeMo's VLM recipes), "
+            "whose arguments meshplan does not check; the plan file carries the layout")
+    try:
+        return Emitted(EMITTERS[target](plan), None)
+    except UnsupportedPlanError as exc:
+        if strict or target in NEVER_SUBSTITUTED:
+            raise
+        reason = str(exc)
+    try:
+        result = search(plan.model, plan.cluster, plan.job, replace(CAPABILITIES[target], top_k=1))
+    except InfeasibleError as exc:
+        raise UnsupportedPlanError(f"{reason}; and no layout {target.value} can run fits this job ({exc})") from None
+    nearest = Plan(plan.model, plan.cluster, plan.job, result.best, (), result.certificate)
+    old, new = plan.best.prediction.step_time_s, nearest.best.prediction.step_time_s
+    note = (f"{target.value} cannot run this plan ({reason.split(';')[0]}); written instead: the fastest layout it can "
+            f"run, {layout_summary(nearest.best.layout)}, predicted {new:.3f} s/step ({100 * (new / old - 1):+.1f} % "
+            f"against the plan's {old:.3f} s); pass --strict to refuse instead")
+    text = EMITTERS[target](nearest)
+    prefix = COMMENT.get(target)
+    if prefix is not None:
+        text = f"{prefix}NOTE: {note}\n{text}"
+    return Emitted(text, note)
+
+
+def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
+    """`spec` narrowed to what `target` can run (plan for a launcher from the start)."""
+    cap = CAPABILITIES[target]
+    return replace(spec, zero_choices=cap.zero_choices, schedule_choices=cap.schedule_choices,
+                   partial_recompute=spec.partial_recompute and cap.partial_recompute,
+                   module_recompute=spec.module_recompute and cap.module_recompute,
+                   uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
+                   vpp=spec.vpp if spec.vpp is not None else cap.vpp, max_ep=cap.max_ep,
+                   max_waves=min(spec.max_waves, cap.max_waves),
+                   etp=spec.etp if spec.etp is not None else cap.etp,
+                   replicate_alone=spec.replicate_alone or cap.replicate_alone)
+
+
+__all__ = ["CAPABILITIES", "NEVER_SUBSTITUTED", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]

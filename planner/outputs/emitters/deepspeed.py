@@ -1,0 +1,72 @@
+"""DeepSpeed: ds_config.json (REFERENCE.md section 4).
+
+train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x DP, with DeepSpeed's DP =
+world / (pp x tp) (tensor parallelism comes from the model's mpu, not from this file). ZeRO 0-3 map to
+zero_optimization.stage, offload explicitly off (the plan keeps all state on the GPU); the pipeline
+engine supports ZeRO 0-1 only and splits layers with its own partition methods, so only even pipeline
+splits are expressed; there is no context parallelism and no selective or per-stage recomputation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from planner.core import AttentionKernel, Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from planner.outputs.emitters.common import UnsupportedPlanError, facts
+from planner.outputs.plan import Plan
+
+
+def config(plan: Plan) -> dict[str, Any]:
+    lay, job = plan.best.layout, plan.job
+    f = facts(plan)
+    if lay.ep > 1 or lay.etp > 1:
+        raise UnsupportedPlanError(f"DeepSpeed's config has no expert parallelism (ep {lay.ep}, etp {lay.etp}: it is "
+                                   "set in the model code, deepspeed.moe.layer.MoE(ep_size=...)); the nearest plan "
+                                   "runs ep 1")
+    if lay.cp > 1:
+        raise UnsupportedPlanError(f"DeepSpeed's config has no context parallelism (cp {lay.cp}); the nearest plan "
+                                   "runs cp 1 (re-plan with --no-cp)")
+    if lay.pp > 1 and lay.zero >= ZeroStage.GRADIENTS:
+        raise UnsupportedPlanError(f"DeepSpeed's pipeline engine supports ZeRO 0-1, not ZeRO-{int(lay.zero)} with "
+                                   f"pp {lay.pp}; the nearest plan uses --zero 1")
+    if lay.pp > 1 and not f.uniform_chunks:
+        raise UnsupportedPlanError(f"DeepSpeed partitions pipeline stages itself; this plan splits {list(f.chunks)}: "
+                                   "the nearest plan uses an even split (re-plan with --even-split)")
+    if lay.pp > 1 and lay.schedule is not Schedule.ONE_F_ONE_B:
+        raise UnsupportedPlanError(f"DeepSpeed's pipeline engine runs its own 1F1B-style schedule, not "
+                                   f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
+    if non_default_modules(lay):
+        raise UnsupportedPlanError(f"DeepSpeed checkpoints whole layers only, not Megatron modules "
+                                   f"({', '.join(module_names(lay.recompute_modules))}); the nearest plan uses "
+                                   "--recompute full or none")
+    if lay.recompute_layers is not None or (
+            lay.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED):
+        raise UnsupportedPlanError("DeepSpeed checkpoints whole layers only; the nearest plan uses --recompute full "
+                                   "or none")
+    zero: dict[str, Any] = {"stage": int(lay.zero), "overlap_comm": job.runtime.overlap_grad_reduce,
+                            "contiguous_gradients": True}
+    if lay.zero >= ZeroStage.OPTIMIZER:  # the plan keeps every state on the GPU
+        zero["offload_optimizer"] = {"device": "none"}
+    if lay.zero is ZeroStage.WEIGHTS:
+        zero["offload_param"] = {"device": "none"}
+    cfg: dict[str, Any] = {
+        "train_batch_size": job.global_batch,
+        "train_micro_batch_size_per_gpu": lay.mbs,
+        "gradient_accumulation_steps": f.num_microbatches,
+        "bf16": {"enabled": True},
+        "gradient_clipping": 1.0,
+        "zero_optimization": zero,
+    }
+    if lay.recompute is Recompute.FULL:
+        cfg["activation_checkpointing"] = {"partition_activations": lay.sp, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False, "synchronize_checkpoint_boundary": False,
+                                           "profile": False}
+    if lay.pp > 1:
+        cfg["pipeline"] = {"stages": lay.pp, "partition": "uniform", "activation_checkpoint_interval":
+                           1 if lay.recompute is Recompute.FULL else 0}
+    return cfg
+
+
+def emit(plan: Plan) -> str:
+    return json.dumps(config(plan), indent=2) + "\n"

@@ -1,0 +1,219 @@
+"""Megatron-LM: the plan as command-line arguments (a bash array, one per line) and the torchrun line.
+
+Flag names are those of megatron/training/arguments.py (listed in megatron_flags.txt with their source).
+Rules (REFERENCE.md section 2): DP comes from the world size; 1F1B without VPP, interleaved with it; an
+even split needs nothing, uneven first/last stages use --decoder-first/last-pipeline-num-layers, any
+other split (and any split with VPP that is not even) --pipeline-model-parallel-layout; partial
+recomputation is the block method with one count for every stage; ZeRO-1 is the distributed optimizer,
+ZeRO-2/3 Megatron-FSDP. MoE models get their experts, routing (all-to-all dispatcher, grouped GEMMs, the
+capacity factor when the plan pads to one), --moe-layer-freq for dense/MoE mixes, expert parallelism and
+MTP; MLA models their low-rank dimensions.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.core import AttentionKernel, Dtype, Norm, Recompute, RecomputeModule, Schedule, ZeroStage, module_names
+from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
+from planner.outputs.plan import Plan
+
+FSDP_STRATEGY = {ZeroStage.GRADIENTS: "optim_grads", ZeroStage.WEIGHTS: "optim_grads_params"}
+
+
+def _model_args(plan: Plan) -> list[tuple[str, object]]:
+    m, job = plan.model, plan.job
+    args: list[tuple[str, object]] = [
+        ("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size), ("--ffn-hidden-size", m.ffn_hidden_size),
+        ("--num-attention-heads", m.num_attention_heads)]
+    if m.head_dim * m.num_attention_heads != m.hidden_size and m.mla is None:  # MLA states its own head widths
+        args.append(("--kv-channels", m.head_dim))
+    if m.num_kv_heads != m.num_attention_heads:
+        args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
+    args += [("--seq-length", job.seq_len), ("--max-position-embeddings", max(job.seq_len, m.learned_positions)),
+             ("--position-embedding-type", "learned_absolute" if m.learned_positions else "rope"),
+             ("--normalization", "LayerNorm" if m.norm is Norm.LAYERNORM else "RMSNorm"),
+             ("--vocab-size", m.vocab_size)]
+    if m.gated_mlp:
+        args.append(("--swiglu", None))
+    if not m.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if not m.linear_bias:
+        args.append(("--disable-bias-linear", None))
+        if m.qkv_bias:
+            args.append(("--add-qkv-bias", None))
+    if not m.dropout:
+        args += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
+    if m.qk_norm:
+        args.append(("--qk-layernorm", None))
+    return args + _mla_args(plan) + _moe_args(plan)
+
+
+def _mla_args(plan: Plan) -> list[tuple[str, object]]:
+    """Multi-head latent attention: --qk-head-dim is the no-rope part of a query/key head, --qk-pos-emb-head-dim
+    its rotary part."""
+    mla = plan.model.mla
+    if mla is None:
+        return []
+    args: list[tuple[str, object]] = [("--multi-latent-attention", None)]
+    if mla.q_lora_rank:
+        args.append(("--q-lora-rank", mla.q_lora_rank))
+    return args + [("--kv-lora-rank", mla.kv_lora_rank), ("--qk-head-dim", mla.qk_nope_head_dim),
+                   ("--qk-pos-emb-head-dim", mla.qk_rope_head_dim), ("--v-head-dim", mla.v_head_dim)]
+
+
+def moe_layer_pattern(kinds: tuple[bool, ...]) -> str:
+    """--moe-layer-freq as the Python list expression Megatron evaluates: 1 for an MoE layer, 0 for a dense one,
+    one '[k]*n' term per run of equal layers (e.g. '[0]*3+[1]*58'), or '([0]*(s-1)+[1])*n' for a periodic stack."""
+    flags = [int(k) for k in kinds]
+    for period in range(1, len(flags) // 2 + 1):
+        if len(flags) % period == 0 and flags == flags[:period] * (len(flags) // period) and period < len(flags):
+            if period > 1:
+                return f"({moe_layer_pattern(tuple(bool(f) for f in flags[:period]))})*{len(flags) // period}"
+            break
+    runs: list[tuple[int, int]] = []
+    for flag in flags:
+        if runs and runs[-1][0] == flag:
+            runs[-1] = (flag, runs[-1][1] + 1)
+        else:
+            runs.append((flag, 1))
+    return "+".join(f"[{flag}]*{n}" for flag, n in runs)
+
+
+def _moe_args(plan: Plan) -> list[tuple[str, object]]:
+    """Experts, routing and the token dispatcher the cost model assumes (all-to-all, grouped GEMMs), expert
+    parallelism, and multi-token prediction."""
+    m, lay, rt = plan.model, plan.best.layout, plan.job.runtime
+    args: list[tuple[str, object]] = []
+    if m.moe is not None:
+        moe = m.moe
+        args += [("--num-experts", moe.num_experts), ("--moe-router-topk", moe.top_k),
+                 ("--moe-ffn-hidden-size", moe.ffn_hidden_size)]
+        if moe.shared_ffn_hidden_size:
+            args.append(("--moe-shared-expert-intermediate-size", moe.shared_ffn_hidden_size))
+        if not all(m.moe_layers()):
+            args.append(("--moe-layer-freq", moe_layer_pattern(m.moe_layers())))
+        if moe.router_bias:  # aux-loss-free balancing (DeepSeek-V3) runs on sigmoid scores
+            args += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+        if moe.top_k == 1:  # a softmax over one chosen score has no gradient: Megatron routes top-1 pre-softmax
+            args.append(("--moe-router-pre-softmax", None))
+        if moe.group_top_k:
+            args += [("--moe-router-num-groups", moe.groups), ("--moe-router-group-topk", moe.group_top_k)]
+        if rt.moe_dedup_dispatch:
+            args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+        else:
+            args.append(("--moe-token-dispatcher-type", "alltoall"))
+        args.append(("--moe-grouped-gemm", None))
+        if rt.moe_capacity_factor is not None:
+            args += [("--moe-expert-capacity-factor", rt.moe_capacity_factor),
+                     ("--moe-pad-expert-input-to-capacity", None)]
+        args += [("--expert-model-parallel-size", lay.ep), ("--expert-tensor-parallel-size", lay.etp)]
+        if rt.moe_comm_overlap and lay.ep > 1:
+            if lay.pp > 1 and lay.vpp == 1:
+                raise UnsupportedPlanError(
+                    "Megatron-LM overlaps expert all-to-alls (--overlap-moe-expert-parallel-comm) only without a "
+                    f"pipeline or with virtual stages; this plan runs pp {lay.pp} with vpp 1: re-plan with --vpp 2 "
+                    "or more, or without --moe-comm-overlap")
+            args += [("--overlap-moe-expert-parallel-comm", None), ("--delay-wgrad-compute", None)]
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", m.mtp_layers))
+    return args
+
+
+def _pipeline_args(plan: Plan) -> list[tuple[str, object]]:
+    lay, f = plan.best.layout, facts(plan)
+    if lay.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B) and lay.pp > 1:
+        raise UnsupportedPlanError(f"Megatron-LM has no {lay.schedule.value} schedule (1F1B without VPP, "
+                                   "interleaved with it); the nearest plan uses --schedule 1f1b")
+    args: list[tuple[str, object]] = [("--pipeline-model-parallel-size", lay.pp)]
+    if lay.pp == 1:
+        return args
+    chunks = f.chunks
+    if f.uniform_chunks:
+        if lay.vpp > 1:
+            args.append(("--num-layers-per-virtual-pipeline-stage", chunks[0]))
+        return args
+    middle = chunks[1:-1]
+    if lay.vpp == 1 and len(set(middle)) <= 1 and (lay.pp == 2 or middle[0] != 0):
+        return args + [("--decoder-first-pipeline-num-layers", chunks[0]),
+                       ("--decoder-last-pipeline-num-layers", chunks[-1])]
+    return args + [("--pipeline-model-parallel-layout", pipeline_layout(chunks, plan.model.mtp_layers))]
+
+
+def pipeline_layout(chunks: tuple[int, ...], mtp_layers: int = 0) -> str:
+    """Megatron's layout string: chunks in pipeline order separated by '|', embedding 'E' first, the
+    multi-token-prediction layers 'm' and the loss 'L' last, 't*n' for n decoder layers."""
+    parts = [f"t*{n}" if n > 1 else "t" * n for n in chunks]
+    parts[0] = "E" + parts[0]
+    parts[-1] = parts[-1] + "m" * mtp_layers + "L"
+    return "|".join(parts)
+
+
+def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
+    lay = plan.best.layout
+    block = partial_recompute(plan)
+    if block is not None:
+        if lay.recompute is Recompute.SELECTIVE:
+            raise UnsupportedPlanError(
+                "Megatron-LM cannot mix selective recomputation with fully recomputed layers; the nearest plan "
+                f"recomputes {block} layers per stage fully and the rest not at all (--recompute none)")
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"), ("--recompute-num-layers", block)]
+    if lay.recompute is Recompute.FULL:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
+    if lay.recompute is Recompute.SELECTIVE:
+        return [("--recompute-granularity", "selective"),
+                ("--recompute-modules", tuple(module_names(lay.recompute_modules)))]
+    return []
+
+
+def fp8_recipe(plan: Plan) -> list[tuple[str, object]]:
+    """megatron-core refuses moe_act and layernorm recomputation under FP8 with its default delayed scaling
+    (TransformerConfig.__post_init__, 0.16.1); such plans name a current-scaling recipe: blockwise, the
+    fine-grained scaling DeepSeek-V3 trains with (section 3.3.2; Transformer Engine >= 2.6 on Hopper)."""
+    mods = plan.best.layout.recompute_modules
+    if plan.job.dtype is Dtype.FP8 and mods & {RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM}:
+        return [("--fp8-recipe", "blockwise")]
+    return []
+
+
+def arguments(plan: Plan) -> list[tuple[str, object]]:
+    """(flag, value) pairs; value None for a switch."""
+    lay, job = plan.best.layout, plan.job
+    args = _model_args(plan)
+    args += [("--tensor-model-parallel-size", lay.tp), *_pipeline_args(plan), ("--context-parallel-size", lay.cp)]
+    if lay.cp > 1:
+        args.append(("--cp-comm-type", "p2p"))
+    if lay.sp:
+        args.append(("--sequence-parallel", None))
+    args += [("--micro-batch-size", lay.mbs), ("--global-batch-size", job.global_batch)]
+    args += _recompute_args(plan)
+    if lay.zero is ZeroStage.OPTIMIZER:
+        args.append(("--use-distributed-optimizer", None))
+    elif lay.zero in FSDP_STRATEGY:
+        args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero])]
+    if job.runtime.overlap_grad_reduce and lay.dp * lay.cp > 1:
+        args.append(("--overlap-grad-reduce", None))
+        if job.runtime.overlap_param_gather and lay.zero is ZeroStage.OPTIMIZER:
+            args.append(("--overlap-param-gather", None))
+    args.append(("--bf16", None))
+    if job.dtype is Dtype.FP8:
+        args.append(("--fp8-format", "hybrid"))
+        args += fp8_recipe(plan)
+    args.append(("--attention-backend", "flash" if job.runtime.attention is AttentionKernel.FLASH else "unfused"))
+    return args
+
+
+def emit(plan: Plan) -> str:
+    f = facts(plan)
+    lines = ["#!/usr/bin/env bash", f"# Megatron-LM launch for {describe(plan)}",
+             "# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.",
+             f"# World size {f.gpus} = {f.nodes} node(s) x {f.gpus_per_node} GPUs; DP is derived by Megatron-LM.",
+             "MEGATRON_ARGS=("]
+    for flag, value in arguments(plan):
+        values = value if isinstance(value, tuple) else (value,)  # a tuple: several words (argparse nargs="*")
+        lines.append(f"  {flag}" if value is None else f"  {flag} {' '.join(shlex.quote(str(v)) for v in values)}")
+    lines += [")", "",
+              f'torchrun --nnodes {f.nodes} --nproc-per-node {f.gpus_per_node} --node-rank "${{NODE_RANK:-0}}" \\',
+              '  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\',
+              '  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"', ""]
+    return "\n".join(lines)

@@ -1,0 +1,143 @@
+"""Presentation of predictions: a JSON-ready dict and a readable text table (no I/O here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cost_models.prediction import Prediction
+from cost_models.schedules import LAUNCHERS
+from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules
+from planner.outputs.bands import StepBand, band_dict, describe
+from planner.outputs.plan import Plan
+
+
+def layout_dict(layout: Layout) -> dict[str, Any]:
+    """The layout's degrees; ep and etp only where they are not 1 (dense plans keep their form)."""
+    experts = {"ep": layout.ep, "etp": layout.etp} if layout.ep > 1 or layout.etp > 1 else {}
+    return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "vpp": layout.vpp,
+            "mbs": layout.mbs, "sp": layout.sp, "zero_stage": int(layout.zero),
+            "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts,
+            **({"recompute_modules": module_names(layout.recompute_modules)} if non_default_modules(layout) else {})}
+
+
+def prediction_dict(pred: Prediction, band: StepBand | None = None) -> dict[str, Any]:
+    """The fields `meshplan evaluate --json` prints (units in the names); with a band, also
+    `step_time_band_s` [low, high] and `step_time_band` (its percentages, regime key and residual count)."""
+    banded = {} if band is None else {"step_time_band_s": [band.low_s, band.high_s],
+                                      "step_time_band": band_dict(band)}
+    return {
+        "step_time_s": pred.step_time_s,
+        **banded,
+        "tokens_per_s": pred.tokens_per_s,
+        "model_tflops_per_gpu": pred.model_tflops_per_gpu,
+        "hardware_tflops_per_gpu": pred.hardware_tflops_per_gpu,
+        "mfu": pred.mfu,
+        "hfu": pred.hfu,
+        "peak_memory_gib": pred.peak_memory_gib,
+        "memory_capacity_gib": pred.memory_capacity_gib,
+        "fits": pred.fits,
+        "bubble_fraction": pred.bubble_fraction,
+        "num_microbatches": pred.num_microbatches,
+        "breakdown": pred.breakdown.as_dict(),
+        "stages": [
+            {"pp_rank": s.pp_rank, "num_layers": s.num_layers, "first_layer": s.first_layer,
+             "last_layer": s.last_layer, "has_embedding": s.has_embedding, "has_lm_head": s.has_lm_head,
+             "compute_s": s.compute_s, "peak_memory_gib": s.peak_memory_gib,
+             "memory_gib": {"weights": s.weights_gib, "gradients": s.gradients_gib,
+                            "optimizer": s.optimizer_state_gib, "activations": s.activations_gib,
+                            "other": s.other_gib, "buffers": s.buffers_gib}}
+            for s in pred.stages
+        ],
+    }
+
+
+def _stage_rows(pred: Prediction) -> list[str]:
+    stages = list(pred.stages)
+    if len(stages) > 6:  # the ends and the heaviest middle stage tell the story
+        heavy = max(stages[1:-1], key=lambda s: s.peak_memory_gib)
+        stages = [stages[0], heavy, stages[-1]]
+    rows = [f"  {'stage':>5} {'layers':>6} {'s/micro-batch':>13} {'weights+grads+optim':>19} "
+            f"{'activations':>11} {'other':>6} {'peak GiB':>9}"]
+    for s in stages:
+        states = s.weights_gib + s.gradients_gib + s.optimizer_state_gib
+        rows.append(f"  {s.pp_rank:>5} {s.num_layers:>6} {s.compute_s:>13.4f} {states:>19.2f} "
+                    f"{s.activations_gib:>11.2f} {s.other_gib + s.buffers_gib:>6.2f} {s.peak_memory_gib:>9.2f}")
+    return rows
+
+
+def _band_note(pred: Prediction, band: StepBand | None) -> str:
+    if band is None:
+        return ""
+    around = "" if band.step_s == pred.step_time_s else f" around the simulated {band.step_s:.4g} s"
+    return f"   ({describe(band)}{around})"
+
+
+def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
+                     pred: Prediction, band: StepBand | None = None) -> str:
+    """The prediction as text; with a band, the step-time line says its model error band."""
+    lay = layout_dict(layout)
+    head = " ".join(f"{k}={v}" for k, v in lay.items())
+    fit = "fits" if pred.fits else "DOES NOT FIT"
+    lines = [
+        f"{model.name} on {cluster.num_gpus} x {cluster.name}, seq {job.seq_len}, global batch "
+        f"{job.global_batch}, {job.dtype.value}",
+        *(f"hardware calibrated: {line}" for line in cluster.provenance),
+        f"layout: {head}, micro-batches {pred.num_microbatches}",
+        "",
+        f"  step time            {pred.step_time_s:12.4f} s{_band_note(pred, band)}",
+        f"  throughput           {pred.tokens_per_s:12.1f} tokens/s",
+        f"  model TFLOP/s/GPU    {pred.model_tflops_per_gpu:12.1f}   (MFU {100 * pred.mfu:.1f} %)",
+        f"  hardware TFLOP/s/GPU {pred.hardware_tflops_per_gpu:12.1f}   (HFU {100 * pred.hfu:.1f} %)",
+        f"  pipeline bubble      {100 * pred.bubble_fraction:12.1f} %",
+        f"  peak memory          {pred.peak_memory_gib:12.2f} GiB of {pred.memory_capacity_gib:g} ({fit})",
+        "",
+        "  step breakdown (s):",
+    ]
+    lines += [f"    {k:16} {v:10.4f}" for k, v in pred.breakdown.as_dict().items() if v > 0]
+    lines += ["", "  per stage:", *_stage_rows(pred)]
+    return "\n".join(lines)
+
+
+def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
+    """One-line form of a layout: degrees, ZeRO stage, recomputation, schedule (and ep/etp for MoE)."""
+    rec = layout.recompute.value
+    if non_default_modules(layout):
+        rec += f"[{','.join(module_names(layout.recompute_modules))}]"
+    if layout.recompute_layers and with_split_recompute:
+        rec += f"+full{list(layout.recompute_layers)}"
+    experts = f"ep{layout.ep} etp{layout.etp} " if layout.ep > 1 or layout.etp > 1 else ""
+    return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} {experts}vpp{layout.vpp} mbs{layout.mbs} "
+            f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}"
+            + (f" {layout.schedule.value}" if layout.pp > 1 else ""))
+
+
+def plan_table(plan: Plan) -> str:
+    """The best plan in full, then the alternatives one per line (≈: within model error of the best),
+    then the certificate."""
+    best, bands = plan.best, plan.bands
+    marks = ("", *("≈" if same else "" for same in plan.indistinguishable))
+    lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction, bands[0])]
+    if best.layout.stage_layers is not None and best.layout.vpp == 1:
+        lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
+    if best.layout.pp > 1:
+        lines.append(f"  schedule {best.layout.schedule.value} runs on: {', '.join(LAUNCHERS[best.layout.schedule])}")
+    lines += ["", f"  {'#':>2}   {'step s':>9} {'simulated':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "
+                  f"{'peak GiB':>9}  layout"]
+    for i, (r, b, mark) in enumerate(zip((best, *plan.alternatives), bands, marks, strict=True)):
+        p = r.prediction
+        sim = f"{r.simulated_step_time_s:9.3f}" if r.simulated_step_time_s is not None else f"{'-':>9}"
+        lines.append(f"  {i + 1:>2} {mark:1} {p.step_time_s:9.3f} {sim} {f'{b.low_s:.3f}-{b.high_s:.3f}':>13} "
+                     f"{p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} {p.peak_memory_gib:9.1f}  {layout_line(r.layout)}")
+    if plan.alternatives:
+        lines.append(f"  ≈ within model error: the alternative's band overlaps the best's, so the model cannot say "
+                     f"which is faster (bands cover {100 * bands[0].band.coverage:g} % of "
+                     f"{'held-out' if bands[0].band.held_out else 'in-sample calibration'} runs in regime "
+                     f"{bands[0].band.regime}{'; ' + bands[0].band.note if bands[0].band.note else ''}; "
+                     f"{sum(plan.indistinguishable)} of {len(plan.alternatives)} marked)")
+    cert = plan.certificate
+    if cert is not None:
+        verdict = "optimal within the modelled space" if cert.optimal else f"gap {100 * cert.gap:.2f} % left"
+        lines += ["", f"  search: {cert.candidates} candidates, {cert.evaluated} priced, {cert.pruned_memory} "
+                      f"pruned by memory, {cert.pruned_time} by the time bound, {cert.infeasible} did not fit; "
+                      f"{cert.solve_time_s:.2f} s, {verdict} ({cert.solver.value})"]
+    return "\n".join(lines)

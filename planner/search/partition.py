@@ -1,0 +1,322 @@
+"""Exact layer-to-stage split, with per-stage full recomputation, by dynamic programming.
+
+Stage s holding n decoder layers, r of them fully recomputed, costs per micro-batch (affine in n and
+r, read off the cost model by `planner.search.exact`):
+    T_s(n, r) = t0_s + (n − 1)·t1 + r·tr
+    M_s(n, r) = m0_s + (n − 1)·m1_s − r·mr_s + transient·[r > 0]   <=  capacity
+The first stage carries the embedding, the last the LM head and loss (in t0, m0), and stage s keeps
+activations of more or fewer micro-batches (in m1, mr), so every stage has its own line.
+The 1F1B step time is J = (m − 1)·max_s T_s + Σ_s T_s (cost_models.pipeline); for ZB-H1 the sum
+term of every stage but the last drops its weight-gradient time W_s = w0_s + (n − 1)·w1, which the
+schedule hides in the cooldown.
+
+For a fixed split the fewest recomputed layers that fit are best (T grows with r, M falls), so each
+(stage, n) has one time T_s(n) (∞ where nothing fits); it grows with n and feasibility is a prefix.
+Then: binary search gives the smallest bottleneck B* that admits a split (stage s can take at most
+c_s(B) layers; a split exists iff every c_s >= 1 and Σ c_s >= L); for each bottleneck B >= B* in
+increasing order a min-plus DP over (stage, layer boundary) gives the least Σ_s T_s with every
+T_s <= B; the scan stops once (m − 1)·B + min Σ T can no longer win. O(P·L²) per DP, vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class SplitProblem:
+    num_layers: int
+    num_microbatches: int
+    t0: tuple[float, ...]  # per stage: time with one layer, no recomputation
+    t1: float  # time per additional layer
+    tr: float  # extra time per fully recomputed layer
+    m0: tuple[float, ...]  # per stage: bytes with one layer
+    m1: tuple[float, ...]  # per stage: bytes per additional layer
+    mr: tuple[float, ...]  # per stage: bytes saved per fully recomputed layer
+    transient: float  # bytes held while a recomputed layer runs its backward
+    capacity: float
+    partial_recompute: bool  # may recompute some layers of a stage fully
+    w0: tuple[float, ...] = ()  # zero-bubble schedules: per stage, weight-gradient time with one layer
+    w1: float = 0.0  # ... and per additional layer; the sum term of every stage but the last drops it
+
+    def __post_init__(self) -> None:
+        if not len(self.t0) == len(self.m0) == len(self.m1) == len(self.mr):
+            raise ValueError("t0, m0, m1 and mr need one entry per stage")
+        if self.t1 <= 0 or self.tr < 0 or any(b < 0 or a <= b for a, b in zip(self.m1, self.mr, strict=True)):
+            raise ValueError("need t1 > 0, tr >= 0 and m1 > mr >= 0 per stage: a recomputed layer still "
+                             "holds its weights and its input")
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.t0)
+
+
+@dataclass(frozen=True)
+class Split:
+    layers: tuple[int, ...]
+    recompute: tuple[int, ...]  # fully recomputed layers per stage
+    stage_times: tuple[float, ...]
+    objective: float  # (m − 1)·max + Σ
+
+    @property
+    def bottleneck(self) -> float:
+        return max(self.stage_times)
+
+
+def fewest_recomputed(p: SplitProblem, stage: int, n: np.ndarray) -> np.ndarray:
+    """Smallest r in [0, n] with M_s(n, r) <= capacity, as float; ∞ where none fits (or n < 1)."""
+    plain = p.m0[stage] + (n - 1) * p.m1[stage]
+    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+    if p.partial_recompute and p.mr[stage] > 0:
+        need = np.ceil((plain + p.transient - p.capacity) / p.mr[stage] - _EPS)
+        r = np.where(np.isinf(r) & (need <= n), np.maximum(need, 1.0), r)
+    return np.where(n >= 1, r, np.inf)
+
+
+def stage_tables(p: SplitProblem) -> tuple[np.ndarray, np.ndarray]:
+    """time[s, n] and recompute[s, n] for n = 0..L (∞ where stage s cannot hold n layers)."""
+    n = np.arange(p.num_layers + 1, dtype=float)
+    times = np.empty((p.num_stages, n.size))
+    recs = np.empty_like(times)
+    for s in range(p.num_stages):
+        r = fewest_recomputed(p, s, n)
+        recs[s] = r
+        times[s] = np.where(np.isfinite(r), p.t0[s] + (n - 1) * p.t1 + np.nan_to_num(r, posinf=0) * p.tr, np.inf)
+    return times, recs
+
+
+def sum_costs(p: SplitProblem, times: np.ndarray) -> np.ndarray:
+    """What each (stage, n) adds to the Σ term: its time, less its hidden weight gradients (ZB-H1)."""
+    if not p.w0:
+        return times
+    n = np.arange(p.num_layers + 1, dtype=float)
+    hidden = np.array([p.w0[s] + (n - 1) * p.w1 if s < p.num_stages - 1 else 0 * n for s in range(p.num_stages)])
+    return times - hidden
+
+
+def least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] | None:
+    """Least Σ_s cost[s, i_s, i_{s+1}] over boundaries 0 = i_0 < ... < i_P = L with every (s, i, j) allowed:
+    a min-plus DP over (stage, layer boundary), vectorised over boundaries."""
+    stages, width = cost.shape[0], cost.shape[1]
+    f = np.full(width, np.inf)
+    f[0] = 0.0
+    picks = []
+    for s in range(stages):
+        cand = f[:, None] + np.where(allowed[s], cost[s], np.inf)  # [previous boundary i, boundary j]
+        pick = np.argmin(cand, axis=0)
+        f = cand[pick, np.arange(width)]
+        picks.append(pick)
+    if not np.isfinite(f[-1]):
+        return None
+    bounds, j = [width - 1], width - 1
+    for pick in reversed(picks):
+        j = int(pick[j])
+        bounds.append(j)
+    return float(f[-1]), bounds[::-1]
+
+
+def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndarray, m: int,
+                    start: float = 0.0) -> tuple[list[int], float] | None:
+    """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j].
+
+    For each bottleneck bound B (the distinct segment costs, from `start` up) a DP finds the least sum with
+    every stage within B; the scan stops once (m − 1)·B plus the unbounded least sum can no longer win."""
+    allowed = allowed & np.isfinite(max_cost)
+    unbounded = least_sum(sum_cost, allowed)
+    if unbounded is None:
+        return None
+    best: tuple[list[int], float] | None = None
+    for bound in np.unique(max_cost[allowed & (max_cost >= start)]):
+        if best is not None and (m - 1) * bound + unbounded[0] >= best[1]:
+            break
+        solved = least_sum(sum_cost, allowed & (max_cost <= bound * (1 + _EPS)))
+        if solved is None:
+            continue
+        pairs = list(zip(solved[1], solved[1][1:], strict=False))
+        value = (m - 1) * max(float(max_cost[s, a, b]) for s, (a, b) in enumerate(pairs)) + solved[0]
+        if best is None or value < best[1]:
+            best = (solved[1], value)
+    return best
+
+
+def segments(table: np.ndarray) -> np.ndarray:
+    """A per-(stage, layer count) table as per-(stage, first, end) segment costs (∞ for empty segments)."""
+    width = table.shape[1]
+    i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
+    count = np.clip(j - i, 0, None)
+    return np.where(j > i, table[:, count], np.inf)
+
+
+def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
+    return np.array([int(np.searchsorted(row[1:], bound + _EPS * max(1.0, bound), side="right")) for row in times])
+
+
+def solve_dp(p: SplitProblem) -> Split | None:
+    """The split minimising (m − 1)·max_s T_s + Σ_s (T_s − hidden W_s), or None when no split fits."""
+    times, recs = stage_tables(p)
+    if p.num_stages == 1:
+        return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
+    bounds = np.unique(times[np.isfinite(times)])
+    if not len(bounds):
+        return None
+    lo, hi = 0, len(bounds) - 1
+    while lo < hi:  # smallest bound with a split: every stage takes >= 1 layer and together >= L
+        mid = (lo + hi) // 2
+        caps = _max_layers(times, bounds[mid])
+        if caps.min() >= 1 and caps.sum() >= p.num_layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    max_cost = segments(times)
+    found = best_boundaries(max_cost, segments(sum_costs(p, times)), np.isfinite(max_cost), p.num_microbatches,
+                            start=float(bounds[lo]))
+    if found is None:
+        return None
+    layers = [b - a for a, b in zip(found[0], found[0][1:], strict=False)]
+    return make_split(p, times, recs, layers)
+
+
+def make_split(p: SplitProblem, times: np.ndarray, recs: np.ndarray, layers: list[int]) -> Split:
+    stage_times = tuple(float(times[s, n]) for s, n in enumerate(layers))
+    costs = sum_costs(p, times)
+    objective = (p.num_microbatches - 1) * max(stage_times) + sum(float(costs[s, n]) for s, n in enumerate(layers))
+    return Split(tuple(layers), tuple(int(recs[s, n]) for s, n in enumerate(layers)), stage_times, objective)
+
+
+def brute_force(p: SplitProblem) -> Split | None:
+    """Every split enumerated (small problems only): the reference the DP and ILP are tested against."""
+    times, recs = stage_tables(p)
+    best: Split | None = None
+    for cuts in combinations(range(1, p.num_layers), p.num_stages - 1):
+        bounds = (0, *cuts, p.num_layers)
+        layers = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        if any(not np.isfinite(times[s, n]) for s, n in enumerate(layers)):
+            continue
+        split = make_split(p, times, recs, layers)
+        if best is None or split.objective < best.objective:
+            best = split
+    return best
+
+
+@dataclass(frozen=True)
+class KindSplitProblem:
+    """The split problem for a stack whose layers differ in kind (dense and MoE MLPs): layer l has kind
+    kinds[l] and each kind its own per-layer time and memory. Stage s holding layers [i, j), the first r of
+    them fully recomputed (Megatron-LM's block method), costs
+        T_s = t0_s + Σ_l t1[k_l] + Σ_{first r} tr[k_l]
+        M_s = m0_s + Σ_l m1[s][k_l] − Σ_{first r} mr[s][k_l] + transient·[r > 0]  <=  capacity,
+    where the sums run over the segment's layers; r is the fewest that fit. The objective is that of
+    `SplitProblem`, solved over segments by the same bottleneck scan and min-plus DP."""
+
+    kinds: tuple[int, ...]
+    num_microbatches: int
+    t0: tuple[float, ...]  # per stage
+    t1: tuple[float, ...]  # per kind
+    tr: tuple[float, ...]  # per kind
+    m0: tuple[float, ...]  # per stage
+    m1: tuple[tuple[float, ...], ...]  # per stage, per kind
+    mr: tuple[tuple[float, ...], ...]  # per stage, per kind
+    transient: float
+    capacity: float
+    partial_recompute: bool
+    w0: tuple[float, ...] = ()  # zero-bubble schedules: per stage
+    w1: tuple[float, ...] = ()  # per kind
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.t0)
+
+
+def _prefix(values: tuple[float, ...], kinds: np.ndarray) -> np.ndarray:
+    """P[l] = Σ_{l' < l} values[kinds[l']], for l = 0..L."""
+    return np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=float)[kinds])])
+
+
+def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """time[s, i, j], sum-term cost[s, i, j] and recomputed layers[s, i, j] for segments [i, j) (∞ where
+    stage s cannot hold them or j <= i)."""
+    kinds = np.asarray(p.kinds, dtype=int)
+    width = p.num_layers + 1
+    i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
+    nonempty = j > i
+    time_prefix, rec_prefix = _prefix(p.t1, kinds), _prefix(p.tr, kinds)
+    base_time = time_prefix[j] - time_prefix[i]
+    weight_grads = 0.0
+    if p.w0:  # zero-bubble: the weight-gradient time of a segment, hidden by every stage but the last
+        w_prefix = _prefix(p.w1, kinds)
+        weight_grads = w_prefix[j] - w_prefix[i]
+    times = np.full((p.num_stages, width, width), np.inf)
+    sums = np.full_like(times, np.inf)
+    recs = np.zeros_like(times)
+    for s in range(p.num_stages):
+        mem_prefix = _prefix(p.m1[s], kinds)
+        plain = p.m0[s] + mem_prefix[j] - mem_prefix[i]
+        r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+        if p.partial_recompute:
+            saved = _prefix(p.mr[s], kinds)
+            need = plain + p.transient - p.capacity
+            # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
+            ends = np.searchsorted(saved, saved[:, None] + need - _EPS, side="left")
+            ok = np.isinf(r) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need - _EPS)
+            r = np.where(ok, np.maximum(ends - i, 1), r)
+        r = np.where(nonempty, r, np.inf)
+        finite = np.isfinite(r)
+        r_int = np.where(finite, r, 0).astype(int)
+        extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
+        t = np.where(finite, p.t0[s] + base_time + extra, np.inf)
+        times[s], recs[s] = t, np.where(finite, r, 0)
+        sums[s] = t - (p.w0[s] + weight_grads if p.w0 and s < p.num_stages - 1 else 0.0)
+    return times, sums, recs
+
+
+def kind_split(p: KindSplitProblem, times: np.ndarray, sums: np.ndarray, recs: np.ndarray,
+                bounds: list[int]) -> Split:
+    pairs = list(zip(bounds, bounds[1:], strict=False))
+    stage_times = tuple(float(times[s, a, b]) for s, (a, b) in enumerate(pairs))
+    total = sum(float(sums[s, a, b]) for s, (a, b) in enumerate(pairs))
+    objective = (p.num_microbatches - 1) * max(stage_times) + total
+    return Split(tuple(b - a for a, b in pairs), tuple(int(recs[s, a, b]) for s, (a, b) in enumerate(pairs)),
+                 stage_times, objective)
+
+
+def solve_kinds(p: KindSplitProblem) -> Split | None:
+    """The exact split of a stack with layers of several kinds, or None when no split fits."""
+    times, sums, recs = kind_segment_tables(p)
+    allowed = np.isfinite(times)
+    bounds = np.unique(times[allowed])
+    if not len(bounds) or least_sum(sums, allowed) is None:
+        return None
+    lo, hi = 0, len(bounds) - 1
+    while lo < hi:  # the smallest bottleneck that admits a split
+        mid = (lo + hi) // 2
+        if least_sum(sums, allowed & (times <= bounds[mid] * (1 + _EPS))) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    found = best_boundaries(times, sums, allowed, p.num_microbatches, start=float(bounds[lo]))
+    if found is None:
+        return None
+    return kind_split(p, times, sums, recs, found[0])
+
+
+def brute_force_kinds(p: KindSplitProblem) -> Split | None:
+    """Every split of a layer-kind problem enumerated (small problems only): the DP's reference."""
+    times, sums, recs = kind_segment_tables(p)
+    best: Split | None = None
+    for cuts in combinations(range(1, p.num_layers), p.num_stages - 1):
+        bounds = [0, *cuts, p.num_layers]
+        if any(not np.isfinite(times[s, a, b]) for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))):
+            continue
+        split = kind_split(p, times, sums, recs, bounds)
+        if best is None or split.objective < best.objective:
+            best = split
+    return best

@@ -1,0 +1,388 @@
+"""The layout space: one flat generator of valid degree tuples, with every divisibility and topology
+rule in one place (the same rules `Layout.validate` enforces, applied while generating so that no
+invalid tuple is ever priced).
+
+Dimensions and their ranges (each can be pinned through SearchSpec):
+  tp   divisors of the GPU count up to the scale-up domain (and max_tp), dividing the attention heads
+  cp   powers of two with seq/cp >= 2048 tokens per rank and seq % 2cp == 0 (off with no_cp)
+  pp   divisors of what tp·cp leave, at most the layer count
+  dp   the rest; the global batch must split into dp·mbs
+  mbs  divisors of the per-replica batch up to max_mbs
+  vpp  1, or 2..16 model chunks per rank with at least one layer each (interleaved 1F1B needs
+       micro-batches % pp == 0)
+  zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
+       (it only removes memory and element-wise work in this model), unless pinned.
+  recompute modules  selective recomputation of Megatron's --recompute-modules, a short nested family of sets
+       that free memory in this model (`module_sets`: layernorm, + moe_act, + mla_up_proj), or a pinned set.
+  schedule  interleaved 1F1B, ZB-V (vpp 2) or the wave (1 or 2 waves, `max_waves`: vpp 2 or 4; its memory
+            grows by p stages of activations per wave while its bubble halves; more when vpp is pinned)
+            with vpp > 1; 1F1B or ZB-H1 otherwise (`schedules_for`).
+  ep, etp   MoE models only: ep divides the experts, etp is 1 or tp, etp·ep divides tp·cp·dp
+            (`expert_options`); dense models 1 and 1.
+Dominated choices are not generated unless pinned, and the reason is a property of the cost model:
+  - ZeRO-0 when dp·cp > 1: ZeRO-1 moves fewer bytes (reduce-scatter of fp32 gradients + all-gather of
+    bf16 weights < all-reduce of fp32 gradients), updates fewer parameters and holds less state;
+  - selective recomputation with fused attention: the kernel already recomputes its scores, so
+    selective costs and saves exactly what no recomputation does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from itertools import product
+
+from planner.core import (
+    DEFAULT_RECOMPUTE_MODULES,
+    WAVE_PLACED,
+    AttentionKernel,
+    ClusterSpec,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+)
+from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, choice, flag, integer, optional_integer
+from planner.core.errors import InputError, LayoutError
+
+MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
+MAX_VPP = 16
+MAX_TOP_K = 10_000  # alternatives a search keeps
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Pins (a value fixes a dimension) and switches of the search; None leaves a dimension free."""
+
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    vpp: int | None = None
+    mbs: int | None = None
+    zero: int | None = None
+    zero_choices: tuple[int, ...] | None = None  # ZeRO stages a launcher supports (None: all)
+    schedule: Schedule | None = None
+    schedule_choices: tuple[Schedule, ...] | None = None  # schedules a launcher runs (None: all)
+    recompute: Recompute | None = None
+    sp: bool | None = None
+    max_tp: int | None = None
+    tp_choices: tuple[int, ...] | None = None  # e.g. the TP degrees a cost table measured
+    mbs_choices: tuple[int, ...] | None = None
+    max_mbs: int = 8
+    no_cp: bool = False
+    partial_recompute: bool = True  # per-stage counts of fully recomputed layers
+    uneven_split: bool = True  # solve the layer split; False: only layouts whose layers split evenly
+    top_k: int = 5
+    ep: int | None = None
+    etp: int | None = None
+    max_ep: int | None = None  # e.g. 1 for a launcher without expert parallelism
+    max_waves: int = 2  # waves the wave schedule may run unless vpp is pinned (torchtitan places one)
+    recompute_modules: frozenset[RecomputeModule] | None = None  # pin: selective recomputation of these modules
+    module_recompute: bool = True  # offer `module_sets` (a launcher without --recompute-modules: False)
+    replicate_alone: bool = False  # ZeRO-0 (plain data parallelism) only with no tp, pp or cp beside it
+
+    def __post_init__(self) -> None:
+        """Types and ranges of every field (InputError naming it); enum values given as strings become members."""
+        for name in ("tp", "pp", "cp", "vpp", "ep", "etp", "max_tp", "max_ep"):
+            optional_integer(getattr(self, name), name, 1, MAX_GPUS)
+        optional_integer(self.mbs, "mbs", 1, MAX_GLOBAL_BATCH)
+        optional_integer(self.zero, "zero", 0, 3)
+        integer(self.max_mbs, "max_mbs", 1, MAX_GLOBAL_BATCH)
+        integer(self.top_k, "top_k", 1, MAX_TOP_K)
+        integer(self.max_waves, "max_waves", 1, MAX_VPP // 2)
+        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute", "replicate_alone"):
+            flag(getattr(self, name), name)
+        if self.sp is not None:
+            flag(self.sp, "sp")
+        for name, low, high in (("tp_choices", 1, MAX_GPUS), ("mbs_choices", 1, MAX_GLOBAL_BATCH),
+                                ("zero_choices", 0, 3)):
+            values = getattr(self, name)
+            if values is not None:
+                if not isinstance(values, tuple | list | frozenset | set) or not values:
+                    raise InputError(f"{name} must be a non-empty tuple of integers in [{low}, {high}], got {values!r}")
+                object.__setattr__(self, name, tuple(integer(v, f"{name} entry", low, high) for v in values))
+        if self.schedule is not None:
+            object.__setattr__(self, "schedule", choice(Schedule, self.schedule, "schedule"))
+        if self.recompute is not None:
+            object.__setattr__(self, "recompute", choice(Recompute, self.recompute, "recompute"))
+        if self.schedule_choices is not None:
+            object.__setattr__(self, "schedule_choices", tuple(choice(Schedule, s, "schedule_choices entry")
+                                                               for s in self.schedule_choices))
+        if self.recompute_modules is not None:
+            mods = self.recompute_modules
+            if isinstance(mods, str) or not isinstance(mods, frozenset | set | tuple | list):
+                allowed = ", ".join(m.value for m in RecomputeModule)
+                raise InputError(f"recompute_modules must be a set of RecomputeModule ({allowed}), got {mods!r}")
+            pinned = frozenset(choice(RecomputeModule, m, "recompute_modules entry") for m in mods)
+            object.__setattr__(self, "recompute_modules", pinned)
+
+
+_RECOMPUTE_ORDER = tuple(Recompute)
+_SCHEDULE_ORDER = tuple(Schedule)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Degrees of one layout family; the stage split and per-stage recomputation come later."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    mbs: int
+    vpp: int
+    zero: ZeroStage
+    recompute: Recompute
+    sp: bool
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    ep: int = 1
+    etp: int = 1
+    modules: frozenset[RecomputeModule] = frozenset()  # with recompute selective (empty: Megatron's default)
+
+    def layout(self) -> Layout:
+        """The candidate as a layout with balanced chunks (the split comes later)."""
+        return Layout(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vpp=self.vpp, mbs=self.mbs, sp=self.sp,
+                      zero=self.zero, recompute=self.recompute, schedule=self.schedule, ep=self.ep, etp=self.etp,
+                      recompute_modules=self.modules)
+
+    def sort_key(self) -> tuple[int, ...]:
+        """A total order on candidates (ties in the search break on it, so plans are reproducible)."""
+        modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules) if self.modules else 0
+        return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
+                _RECOMPUTE_ORDER.index(self.recompute), modules, int(self.sp), _SCHEDULE_ORDER.index(self.schedule),
+                self.ep, self.etp)
+
+
+def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
+    """Schedules for a (pp, vpp): interleaved when vpp > 1 and the micro-batches divide by pp, ZB-V with two
+    chunks per rank and at least 2p − 1 micro-batches, the wave with an even vpp (up to `max_waves` waves
+    unless vpp is pinned) and at least 2p micro-batches; with one chunk per rank 1F1B and ZB-H1 (GPipe is as
+    fast as 1F1B and keeps all m micro-batches in memory: generated only when pinned); without a pipeline
+    only 1F1B, which then means no schedule at all."""
+    m = microbatches
+    if vpp > 1:
+        options = [Schedule.INTERLEAVED_1F1B] if m is None or m % pp == 0 else []
+        if _zbv_runs(pp, vpp, m):
+            options.append(Schedule.ZB_V)
+        if _wave_runs(pp, vpp, m, spec):
+            options.append(Schedule.WAVE)
+    elif pp == 1:
+        options = [Schedule.ONE_F_ONE_B]
+    else:
+        options = [Schedule.ONE_F_ONE_B, Schedule.ZB_H1] + ([Schedule.GPIPE] if spec.schedule is Schedule.GPIPE else [])
+    allowed = [s for s in options if spec.schedule_choices is None or s in spec.schedule_choices or pp == 1]
+    return [s for s in allowed if spec.schedule is None or s is spec.schedule or pp == 1]
+
+
+def _zbv_runs(pp: int, vpp: int, microbatches: int | None) -> bool:
+    """ZB-V: two chunks per rank and at least 2p − 1 micro-batches (None: not known yet)."""
+    return vpp == 2 and (microbatches is None or microbatches >= 2 * pp - 1)
+
+
+def _wave_runs(pp: int, vpp: int, microbatches: int | None, spec: SearchSpec) -> bool:
+    """The wave: an even vpp of at most `max_waves` waves (unless pinned) and at least 2p micro-batches."""
+    return (vpp % 2 == 0 and (vpp <= 2 * spec.max_waves or spec.vpp == vpp)
+            and (microbatches is None or microbatches >= 2 * pp))
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of n in increasing order (trial division up to sqrt(n))."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def _pinned(value: int | None, options: list[int]) -> list[int]:
+    return [v for v in options if value is None or v == value]
+
+
+def tp_options(model: ModelSpec, cluster: ClusterSpec, spec: SearchSpec) -> list[int]:
+    limit = min(cluster.scale_up_size, spec.max_tp or cluster.scale_up_size)
+    if spec.tp is not None:
+        limit = max(limit, spec.tp)  # an explicit pin may cross the scale-up domain
+    return _pinned(spec.tp, [t for t in _divisors(cluster.num_gpus) if t <= limit
+                             and (spec.tp_choices is None or t in spec.tp_choices)
+                             and model.num_attention_heads % t == 0
+                             and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)])
+
+
+def cp_options(job: JobSpec, rest: int, spec: SearchSpec) -> list[int]:
+    if spec.cp is not None:  # a pin is honoured whenever the layout rules allow it
+        ok = spec.cp >= 1 and rest % spec.cp == 0 and (spec.cp == 1 or job.seq_len % (2 * spec.cp) == 0)
+        return [spec.cp] if ok else []
+    if spec.no_cp:
+        return [1]
+    return [c for c in (1, 2, 4, 8, 16, 32, 64) if rest % c == 0
+            and (c == 1 or (job.seq_len % (2 * c) == 0 and job.seq_len // c >= MIN_TOKENS_PER_CP_RANK))]
+
+
+def _meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[tuple[int, ...]]:
+    """(tp, cp, pp, dp) with tp·cp·pp·dp = GPUs whose data-parallel degree divides the global batch."""
+    gpus = cluster.num_gpus
+    for tp in tp_options(model, cluster, spec):
+        for cp in cp_options(job, gpus // tp, spec):
+            for pp in _pinned(spec.pp, [p for p in _divisors(gpus // (tp * cp)) if p <= model.num_layers
+                                        and (spec.uneven_split or model.num_layers % p == 0)]):
+                dp = gpus // (tp * cp * pp)
+                if job.global_batch % dp == 0:
+                    yield tp, cp, pp, dp
+
+
+def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> list[int]:
+    """1, 2..MAX_VPP chunks of at least one layer when interleaving is allowed (m % pp == 0), else 2 for ZB-V
+    (m >= 2p − 1) and the even vpps of the wave (m >= 2p)."""
+    vpps = [1]
+    if pp < 2:
+        return _pinned(spec.vpp, vpps)
+    fits = [v for v in range(2, min(MAX_VPP, model.num_layers // pp) + 1)
+            if spec.uneven_split or model.num_layers % (pp * v) == 0]
+    if microbatches % pp == 0:
+        vpps += fits
+    else:
+        vpps += [v for v in fits if _zbv_runs(pp, v, microbatches) or _wave_runs(pp, v, microbatches, spec)]
+    return _pinned(spec.vpp, vpps)
+
+
+def expert_options(model: ModelSpec, tp: int, inner: int, sp: bool, spec: SearchSpec) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for a stage of `inner` = tp·cp·dp ranks: ep divides the experts, etp is 1 or tp (each
+    expert whole, or split like the dense layers), etp·ep divides the stage's ranks, and ep > 1 with tp > 1
+    needs SP. Dense models have (1, 1) only."""
+    if model.moe is None:
+        return [(1, 1)] if spec.ep in (None, 1) and spec.etp in (None, 1) else []
+    etps = sorted({1, tp}) if spec.etp is None else [spec.etp]
+    eps = _pinned(spec.ep, [e for e in _divisors(model.moe.num_experts) if spec.max_ep is None or e <= spec.max_ep])
+    return [(e, t) for t in etps for e in eps if inner % (e * t) == 0 and model.moe.ffn_hidden_size % t == 0
+            and not (e > 1 and tp > 1 and not sp)]
+
+
+def module_sets(model: ModelSpec, attention: AttentionKernel) -> list[frozenset[RecomputeModule]]:
+    """Selective module sets worth searching for `model`, nested and cheapest first (cost_models.memory and
+    cost_models.layer price them): layernorm (the separate norms of MLA and MoE layers: a memory-bound kernel),
+    then moe_act (MoE: the experts' activation, no all-to-all), then mla_up_proj (MLA: two GEMMs); each step frees
+    bytes the previous set keeps. Dense models with fused norms get none; with unfused attention each set also
+    recomputes core_attn (its s x s terms dominate). mlp, moe and shared_experts re-run GEMMs (and moe its
+    all-to-alls) and are left to full recomputation or a pin."""
+    steps: list[RecomputeModule] = []
+    if model.mla is not None or model.moe is not None:
+        steps.append(RecomputeModule.LAYERNORM)
+    if model.moe is not None:
+        steps.append(RecomputeModule.MOE_ACT)
+    if model.mla is not None:
+        steps.append(RecomputeModule.MLA_UP_PROJ)
+    base = {RecomputeModule.CORE_ATTN} if attention is AttentionKernel.UNFUSED else set()
+    return [frozenset(base | set(steps[:i + 1])) for i in range(len(steps))]
+
+
+def recompute_options(model: ModelSpec, job: JobSpec, spec: SearchSpec,
+                      ) -> list[tuple[Recompute, frozenset[RecomputeModule]]]:
+    """(granularity, modules) pairs: a pinned module set; a pinned granularity; else none, selective (Megatron's
+    default core_attn, unless fused attention makes it the same as none) and full (`module_family` comes later)."""
+    flash = job.runtime.attention is AttentionKernel.FLASH
+    if spec.recompute_modules:
+        return [(Recompute.SELECTIVE, frozenset(spec.recompute_modules))]
+    default = DEFAULT_RECOMPUTE_MODULES
+    if spec.recompute is not None:
+        return [(spec.recompute, default if spec.recompute is Recompute.SELECTIVE else frozenset())]
+    return [(r, default if r is Recompute.SELECTIVE else frozenset()) for r in Recompute
+            if not (r is Recompute.SELECTIVE and flash)]
+
+
+def module_family(model: ModelSpec, job: JobSpec, spec: SearchSpec) -> list[frozenset[RecomputeModule]]:
+    """The module sets the search may add (planner.search.exact: each only where the cheaper choice did not fit as it
+    is); none when recomputation is pinned or the launcher has no --recompute-modules."""
+    if not spec.module_recompute or spec.recompute is not None or spec.recompute_modules:
+        return []
+    return module_sets(model, job.runtime.attention)
+
+
+def next_module_set(c: Candidate, family: list[frozenset[RecomputeModule]], job: JobSpec) -> Candidate | None:
+    """The candidate with the next set of `family` after `c`'s recomputation (none with fused attention, else the
+    default selective, then each set in turn); None after the last or for full recomputation."""
+    if not family or c.recompute is Recompute.FULL:
+        return None
+    flash = job.runtime.attention is AttentionKernel.FLASH
+    base = c.recompute is (Recompute.NONE if flash else Recompute.SELECTIVE) and c.modules in (
+        frozenset(), DEFAULT_RECOMPUTE_MODULES)
+    if base:
+        return replace(c, recompute=Recompute.SELECTIVE, modules=family[0])
+    if c.modules in family and family.index(c.modules) + 1 < len(family):
+        return replace(c, modules=family[family.index(c.modules) + 1])
+    return None
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
+    """Every valid degree tuple, in a fixed order."""
+    recomputes = recompute_options(model, job, spec)
+    for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
+        per_replica = job.global_batch // dp
+        mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs
+                                      and (spec.mbs_choices is None or b in spec.mbs_choices)])
+        allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
+        dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
+        zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
+            z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
+        sps = [spec.sp] if spec.sp is not None else [tp > 1]
+        for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
+            if sp and tp == 1:
+                continue
+            for vpp in _vpps(model, pp, per_replica // mbs, spec):
+                for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
+                    for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
+                        if (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1
+                                and tp * pp * cp > 1):
+                            continue
+                        yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules)
+
+
+PIN_NAMES = ("tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "zero", "schedule", "recompute", "sp")
+MAX_DIAGNOSED = 20_000  # combinations `no_layout_reason` tries before it gives up looking for a valid one
+
+
+def _pinned_layout(gpus: int, tp: int, cp: int, pp: int, spec: SearchSpec) -> Layout:
+    """The layout of the pins with the free dimensions at their least restrictive values (vpp 1, or 2 for zb-v and
+    the wave; mbs 1; zero 0; no recomputation; SP with tp > 1; ep and etp 1); LayoutError when tp·cp·pp does not
+    divide the GPUs."""
+    if gpus % (tp * pp * cp):
+        raise LayoutError(f"world size {gpus} not divisible by tp {tp} * pp {pp} * cp {cp} = {tp * pp * cp}")
+    vpp = spec.vpp or (2 if spec.schedule in WAVE_PLACED else 1)
+    schedule = spec.schedule or (Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
+    recompute = Recompute.SELECTIVE if spec.recompute_modules else (spec.recompute or Recompute.NONE)
+    return Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=spec.mbs or 1,
+                  sp=(tp > 1) if spec.sp is None else spec.sp, zero=ZeroStage(spec.zero or 0), recompute=recompute,
+                  schedule=schedule, ep=spec.ep or 1, etp=spec.etp or 1,
+                  recompute_modules=frozenset(spec.recompute_modules or ()))
+
+
+def no_layout_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> str:
+    """Why `candidates` yields nothing, in one line: the layout rule (Layout.validate's message, with its numbers)
+    that the first combination of the pins breaks, the free degrees tried smallest first; or, when some combination
+    passes the layout rules, the search's own limits that exclude it."""
+    gpus, divisors = cluster.num_gpus, _divisors(cluster.num_gpus)
+    pins = ", ".join(f"{n} {getattr(spec, n).value if hasattr(getattr(spec, n), 'value') else getattr(spec, n)}"
+                     for n in PIN_NAMES if getattr(spec, n) is not None)
+    first: tuple[str, str] | None = None
+    combos = product([spec.tp] if spec.tp else divisors, [spec.cp] if spec.cp else [1],
+                     [spec.pp] if spec.pp else divisors)
+    for i, (tp, cp, pp) in enumerate(combos):
+        if i >= MAX_DIAGNOSED:
+            break
+        where = f"tp {tp}, pp {pp}, cp {cp}"
+        try:
+            layout = _pinned_layout(gpus, tp, cp, pp, spec)
+            where += f", dp {layout.dp}, mbs {layout.mbs}, vpp {layout.vpp}"
+            layout.validate(model, job, gpus)
+        except LayoutError as exc:
+            first = first or (where, str(exc))
+            continue
+        return (f"no valid layout for {gpus} GPUs within the search's limits{' with ' + pins if pins else ''}: {where} "
+                f"passes the layout rules but is outside them (--max-tp or the scale-up domain "
+                f"{cluster.scale_up_size}, a cost table's TP degrees and micro-batches, at least "
+                f"{MIN_TOKENS_PER_CP_RANK} tokens per CP rank, the launcher's ZeRO stages and schedules, "
+                "--even-split); relax them or pin that layout")
+    assert first is not None
+    rules = ("the global batch must split into dp x mbs and heads, layers and sequence must divide by tp, pp and 2 x cp"
+             + ("; etp x ep must divide tp x cp x dp" if model.moe is not None else ""))
+    return (f"no valid layout for {gpus} GPUs{' with ' + pins if pins else ''}: the first combination tried "
+            f"({first[0]}) breaks a layout rule: {first[1]} (in general: {rules})")

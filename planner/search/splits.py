@@ -1,0 +1,141 @@
+"""The layer-to-stage split of one candidate: the split problems the cost model poses (uniform stacks, stacks of
+several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP or integer programming."""
+
+from __future__ import annotations
+
+from cost_models.prediction import StageLayers
+from cost_models.schedules import W_SHARE, in_flight
+from cost_models.step import (
+    LayoutCosts,
+    stage_cost,
+)
+from planner.core import (
+    GIB,
+    Recompute,
+    Schedule,
+    wave_chunks,
+)
+from planner.search.ilp import SolveOptions, Solver, solve_ilp
+from planner.search.ilp_kinds import solve_kinds_ilp
+from planner.search.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
+from planner.search.space import SearchSpec
+
+
+def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
+    """Read the affine stage model of planner.search.partition off the cost model itself (`stage_cost` at one
+    and two layers, with and without full recomputation). Middle ranks share rank 1's times; their
+    activations scale with the micro-batches each keeps in flight."""
+    layout, model = costs.layout, costs.model
+    pp, m, full_base = layout.pp, costs.num_microbatches, layout.recompute is Recompute.FULL
+    two = min(2, model.num_layers)
+
+    def at(rank: int, n: int, f: int) -> tuple[float, float, float]:
+        st = stage_cost(costs, rank, costs.uniform(n, n if full_base else f))
+        return st.compute_s, st.activations_gib * GIB, (st.peak_memory_gib - st.activations_gib) * GIB
+
+    def weight_grad(rank: int, n: int) -> float:
+        return W_SHARE * stage_cost(costs, rank, costs.uniform(n, n if full_base else 0)).time.backward
+
+    zero_bubble = layout.schedule is Schedule.ZB_H1
+    # the ranks whose stages differ (first, a middle one, last), each priced once
+    probes = {q: (at(q, 1, 0), at(q, two, 0), at(q, 1, 1), in_flight(layout.schedule, q, pp, m, layout.vpp),
+                  (weight_grad(q, 1), weight_grad(q, two)) if zero_bubble else (0.0, 0.0))
+              for q in {0, min(1, pp - 1), pp - 1}}
+    t0, m0, m1, mr, w0 = [], [], [], [], []
+    t1 = tr = transient = w1 = 0.0
+    for rank in range(pp):
+        q = rank if rank in (0, pp - 1) else 1
+        (time1, act1, rest1), (time2, _, rest2), (time_r, act_r, rest_r), alive_q, (w_one, w_two) = probes[q]
+        k = in_flight(layout.schedule, rank, pp, m, layout.vpp) / alive_q
+        t1, tr = max((time2 - time1) if two == 2 else 1.0, 1e-12), max(time_r - time1, 0.0)
+        transient = max(transient, rest_r - rest1)
+        t0.append(time1)
+        if zero_bubble:
+            w0.append(w_one)
+            w1 = w_two - w_one if two == 2 else 0.0
+        m0.append(rest1 + k * act1)
+        per_layer = (rest2 - rest1 + k * act1) if two == 2 else k * act1 + 1.0
+        m1.append(per_layer)
+        mr.append(min(k * (act1 - act_r), per_layer * (1 - 1e-12)))
+    return SplitProblem(
+        num_layers=model.num_layers, num_microbatches=m, t0=tuple(t0), t1=t1, tr=tr, m0=tuple(m0), m1=tuple(m1),
+        mr=tuple(mr), transient=transient, capacity=costs.cluster.gpu.memory_gib * GIB,
+        partial_recompute=partial_recompute and not full_base, w0=tuple(w0), w1=w1)
+
+
+def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplitProblem:
+    """The layer-kind split model (dense and MoE layers) read off the cost model: every rank's stage priced
+    empty, with one layer of each kind and with that layer fully recomputed; the differences are the
+    per-layer coefficients (exposed ZeRO-2/3 traffic is linearised, and the full model re-checks the split)."""
+    layout = costs.layout
+    full_base = layout.recompute is Recompute.FULL
+
+    def at(rank: int, layers: StageLayers) -> tuple[float, float, float]:
+        st = stage_cost(costs, rank, layers)
+        return st.compute_s, st.peak_memory_gib * GIB, st.time.backward
+
+    kinds = (StageLayers(dense=1, dense_full=int(full_base)), StageLayers(moe=1, moe_full=int(full_base)))
+    fulls = (StageLayers(dense=1, dense_full=1), StageLayers(moe=1, moe_full=1))
+    t0, m0, m1, mr, w0 = [], [], [], [], []
+    t1: list[float] = []
+    tr: list[float] = []
+    w1: list[float] = []
+    transient = 0.0
+    for rank in range(layout.pp):
+        base_t, base_m, base_b = at(rank, StageLayers())
+        t0.append(base_t)
+        m0.append(base_m)
+        w0.append(W_SHARE * base_b)
+        row_m, row_r = [], []
+        t1, tr, w1 = [], [], []
+        for one, full in zip(kinds, fulls, strict=True):
+            time1, mem1, back1 = at(rank, one)
+            time_f, mem_f, _ = at(rank, full)
+            t1.append(max(time1 - base_t, 1e-12))
+            tr.append(max(time_f - time1, 0.0))
+            w1.append(W_SHARE * (back1 - base_b))
+            row_m.append(mem1 - base_m)
+            # the recomputed layer's transient copy is priced once per stage (the largest kind's), not per layer
+            own = costs.activations.moe if one.moe else costs.activations.dense
+            transient = max(transient, own)
+            row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
+        m1.append(tuple(row_m))
+        mr.append(tuple(row_r))
+    zero_bubble = layout.schedule is Schedule.ZB_H1
+    return KindSplitProblem(
+        kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches, t0=tuple(t0),
+        t1=tuple(t1), tr=tuple(tr), m0=tuple(m0), m1=tuple(m1), mr=tuple(mr), transient=transient,
+        capacity=costs.cluster.gpu.memory_gib * GIB, partial_recompute=partial_recompute and not full_base,
+        w0=tuple(w0) if zero_bubble else (), w1=tuple(w1) if zero_bubble else ())
+
+
+def v_chunks(per_rank: tuple[int, ...], vpp: int = 2) -> tuple[int, ...]:
+    """Chunk sizes in model order, for chunks placed in sweeps down and back up the ranks (ZB-V, the wave), from
+    per-rank layer counts: rank r's n layers shared evenly over its vpp chunks, the later sweeps taking the
+    remainder (ZB-V: the down chunk gets half rounded down, the up chunk the rest)."""
+    pp = len(per_rank)
+    sizes = [0] * (pp * vpp)
+    for rank, n in enumerate(per_rank):
+        base, extra = divmod(n, vpp)
+        for j, chunk in enumerate(wave_chunks(rank, pp, vpp)):
+            sizes[chunk] = base + (j >= vpp - extra)
+    return tuple(sizes)
+
+
+def solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver,
+                 options: SolveOptions) -> tuple[Split | None, float, bool]:
+    """(split, gap, optimal): the exact per-stage split of the layout's layers, by the DP or, when asked, the
+    MILP seeded with it; stacks whose layers differ in kind take the segment DP and the per-layer MILP."""
+    if costs.model.heterogeneous:
+        kinds = kind_split_problem(costs, spec.partial_recompute)
+        split = solve_kinds(kinds)
+        if solver is Solver.DP or split is None:
+            return split, 0.0, True
+        result = solve_kinds_ilp(kinds, solver, options, hint=split)
+    else:
+        problem = split_problem(costs, spec.partial_recompute)
+        split = solve_dp(problem)
+        if solver is Solver.DP or split is None:
+            return split, 0.0, True
+        result = solve_ilp(problem, solver, options, hint=split)
+    return result.split, result.gap, result.optimal

@@ -1,0 +1,115 @@
+"""Fitting a hardware profile's physical parameters to measured runs by bounded least squares.
+
+The parameters are physical shares and rates of one GPU generation, never per-run factors:
+- `gemm_scale`, `gemm_shift`: the GEMM efficiency curve η(F) becomes min(1, scale · η(F / shift)): how close
+  large GEMMs come to peak, and how large a GEMM must be to get there;
+- `fp8_matmul_ratio`, `attention_efficiency`, `overlap_efficiency`, `memory_efficiency` of the GPU;
+- `scale_up_efficiency`, `scale_out_efficiency`: achieved bus bandwidth over line rate of NVLink and the NICs.
+Each run contributes the residual log(predicted / measured step time); each parameter a prior residual
+(value − preset) / σ that keeps a few runs from moving parameters they barely see (a Gaussian prior at the
+preset's value, as in a maximum a posteriori fit). Solved with scipy.optimize.least_squares (trust region
+reflective, bounds on every parameter).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from planner.core import ClusterSpec, EfficiencyCurve
+
+
+class Param(str, Enum):
+    GEMM_SCALE = "gemm_scale"
+    GEMM_SHIFT = "gemm_shift"
+    FP8_MATMUL_RATIO = "fp8_matmul_ratio"
+    ATTENTION_EFFICIENCY = "attention_efficiency"
+    OVERLAP_EFFICIENCY = "overlap_efficiency"
+    MEMORY_EFFICIENCY = "memory_efficiency"
+    SCALE_UP_EFFICIENCY = "scale_up_efficiency"
+    SCALE_OUT_EFFICIENCY = "scale_out_efficiency"
+
+
+# (lower bound, upper bound, prior σ). gemm_shift is fitted in log10.
+BOUNDS: dict[Param, tuple[float, float, float]] = {
+    Param.GEMM_SCALE: (0.6, 1.4, 0.15),
+    Param.GEMM_SHIFT: (-1.5, 1.5, 0.5),
+    Param.FP8_MATMUL_RATIO: (0.4, 1.0, 0.15),
+    Param.ATTENTION_EFFICIENCY: (0.2, 0.9, 0.15),
+    Param.OVERLAP_EFFICIENCY: (0.0, 1.0, 0.3),
+    Param.MEMORY_EFFICIENCY: (0.5, 0.95, 0.1),
+    Param.SCALE_UP_EFFICIENCY: (0.3, 0.95, 0.15),
+    Param.SCALE_OUT_EFFICIENCY: (0.3, 0.95, 0.15),
+}
+
+
+def current_value(cluster: ClusterSpec, param: Param) -> float:
+    """The value `param` has in `cluster` (the curve's scale and shift are relative: 1 and 0)."""
+    gpu = cluster.gpu
+    return {
+        Param.GEMM_SCALE: 1.0, Param.GEMM_SHIFT: 0.0,
+        Param.FP8_MATMUL_RATIO: gpu.fp8_matmul_ratio, Param.ATTENTION_EFFICIENCY: gpu.attention_efficiency,
+        Param.OVERLAP_EFFICIENCY: gpu.overlap_efficiency, Param.MEMORY_EFFICIENCY: gpu.memory_efficiency,
+        Param.SCALE_UP_EFFICIENCY: cluster.scale_up.efficiency,
+        Param.SCALE_OUT_EFFICIENCY: cluster.scale_out.efficiency,
+    }[param]
+
+
+def scaled_curve(curve: EfficiencyCurve, scale: float, log10_shift: float) -> EfficiencyCurve:
+    """η'(F) = min(1, scale · η(F / 10^shift)) on the curve's own sizes."""
+    shift = 10.0 ** log10_shift
+    return EfficiencyCurve(tuple((size, min(1.0, scale * curve.at(size / shift))) for size, _ in curve.points))
+
+
+def apply(cluster: ClusterSpec, values: dict[Param, float]) -> ClusterSpec:
+    """`cluster` with the given parameter values."""
+    gpu = cluster.gpu
+    if Param.GEMM_SCALE in values or Param.GEMM_SHIFT in values:
+        gpu = replace(gpu, matmul_efficiency=scaled_curve(gpu.matmul_efficiency, values.get(Param.GEMM_SCALE, 1.0),
+                                                          values.get(Param.GEMM_SHIFT, 0.0)))
+    shares = {field: values[param] for param, field in (
+        (Param.FP8_MATMUL_RATIO, "fp8_matmul_ratio"), (Param.ATTENTION_EFFICIENCY, "attention_efficiency"),
+        (Param.OVERLAP_EFFICIENCY, "overlap_efficiency"), (Param.MEMORY_EFFICIENCY, "memory_efficiency"))
+        if param in values}
+    gpu = replace(gpu, **shares)  # type: ignore[arg-type]  # every key names a float field of GpuSpec
+    up, out = cluster.scale_up, cluster.scale_out
+    if Param.SCALE_UP_EFFICIENCY in values:
+        up = replace(up, efficiency=values[Param.SCALE_UP_EFFICIENCY])
+    if Param.SCALE_OUT_EFFICIENCY in values:
+        out = replace(out, efficiency=values[Param.SCALE_OUT_EFFICIENCY])
+    return replace(cluster, gpu=gpu, scale_up=up, scale_out=out)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    values: dict[Param, float]  # fitted
+    start: dict[Param, float]  # the preset's
+    cost: float  # sum of squared residuals (runs + priors) at the optimum
+    converged: bool
+
+
+# A prediction function: (run index, parameter values) -> predicted step seconds.
+Predictor = Callable[[int, dict[Param, float]], float]
+
+
+def fit(predict: Predictor, measured: Sequence[float], params: Sequence[Param], start: dict[Param, float],
+        prior_weight: float = 1.0) -> FitResult:
+    """Bounded least squares of log(predicted/measured) over the runs plus Gaussian priors at `start`."""
+    from scipy.optimize import least_squares  # imported here: only calibration needs scipy
+
+    free = list(params)
+    lo = [BOUNDS[p][0] for p in free]
+    hi = [BOUNDS[p][1] for p in free]
+    x0 = [min(max(start[p], lo[i] + 1e-9), hi[i] - 1e-9) for i, p in enumerate(free)]
+
+    def residuals(x: Sequence[float]) -> list[float]:
+        values = dict(zip(free, (float(v) for v in x), strict=True))
+        runs = [math.log(predict(i, values) / m) for i, m in enumerate(measured)]
+        priors = [math.sqrt(prior_weight) * (v - start[p]) / BOUNDS[p][2] * 0.05 for p, v in values.items()]
+        return runs + priors
+
+    sol = least_squares(residuals, x0, bounds=(lo, hi), diff_step=1e-3, xtol=1e-6, ftol=1e-6, max_nfev=200)
+    values = dict(zip(free, (float(v) for v in sol.x), strict=True))
+    return FitResult(values, {p: start[p] for p in free}, float(2 * sol.cost), bool(sol.success))

@@ -1,0 +1,125 @@
+"""The house rules of the repository layout (README, "Repository"): imports point down the layers, never up; no
+module imports itself back through a circle; no module grows much past 400 lines.
+
+Imports are read from the source (every `import` and `from ... import`, also those inside functions, which
+the commands use to start fast), so a lazy upward import is caught as well.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("planner", "cost_models", "hardware_profiles")
+# bottom to top: a module may import its own layer and the layers below it
+LAYERS = ("planner.core", "cost_models", "hardware_profiles", "planner.inputs", "planner.search", "planner.outputs",
+          "planner.api", "planner.studies", "planner.commands", "cli", "planner.__main__", "planner")
+MAX_LINES = 440  # "about 400": the largest rooms today are the log parsers and calibrate
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def sources() -> dict[str, Path]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")] + [ROOT / "cli.py"]
+    return {_module(p): p for p in files}
+
+
+def _owner(name: str, modules: set[str]) -> str | None:
+    """The module of ours that `name` (a dotted import target) resolves to, if any."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports (a package's own __init__ not counted as an edge of its members)."""
+    modules = set(files)
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for target in targets:
+                owner = _owner(target, modules)
+                if owner and owner != name and not name.startswith(owner + "."):
+                    edges[name].add(owner)
+    return edges
+
+
+def layer(module: str) -> int:
+    for i, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + "."):
+            return i
+    raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets if layer(b) > layer(a))
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_imports_point_down_the_layers() -> None:
+    edges = import_graph(sources())
+    assert "cost_models.step" in edges and "planner.core" in edges["cost_models.step"]  # the graph was read
+    assert upward(edges) == []
+
+
+def test_the_cost_model_depends_on_the_core_alone() -> None:
+    edges = import_graph(sources())
+    outside = {f"{a} -> {b}" for a, bs in edges.items() if a.startswith("cost_models") for b in bs
+               if not b.startswith(("cost_models", "planner.core"))}
+    assert outside == set()
+
+
+def test_no_import_circles() -> None:
+    assert circles(import_graph(sources())) == []
+
+
+def test_the_checks_can_fail() -> None:
+    """An upward import and a circle, made up, are both reported."""
+    edges = {"planner.core.model": {"planner.search.space"}, "planner.search.space": {"planner.core.model"}}
+    assert upward(edges) == ["planner.core.model -> planner.search.space"]
+    assert circles(edges) == [["planner.core.model", "planner.search.space"]]
+
+
+def test_modules_stay_small() -> None:
+    long = {name: n for name, path in sources().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
