@@ -40,12 +40,12 @@ from planner.core import (
     Recompute,
     Schedule,
 )
+from planner.core import Target as EmitTarget
 from planner.core.checks import (
     MAX_GPUS,
     MAX_TIME_LIMIT_S,
 )
 from planner.core.errors import InputError
-from planner.outputs.emitters import Target as EmitTarget
 from planner.search.ilp import Solver
 
 if TYPE_CHECKING:

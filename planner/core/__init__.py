@@ -17,6 +17,7 @@ from planner.core.enums import (
     Recompute,
     RecomputeModule,
     Schedule,
+    Target,
     ZeroStage,
     module_names,
     wave_chunks,
@@ -31,6 +32,6 @@ from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_ex
 __all__ = [
     "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "AttentionKernel", "ClusterSpec", "Dtype", "EfficiencyCurve",
     "GpuSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts", "MeasuredLayer",
-    "ModelSpec", "MoESpec", "Norm", "Recompute", "RecomputeModule", "Runtime", "Schedule", "VisionSpec",
+    "ModelSpec", "MoESpec", "Norm", "Recompute", "RecomputeModule", "Runtime", "Schedule", "Target", "VisionSpec",
     "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules", "wave_chunks", "wave_rank",
 ]

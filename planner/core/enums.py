@@ -114,3 +114,15 @@ class LayerKind(str, Enum):
     FINAL_NORM = "final_norm"
     LM_HEAD = "lm_head"
     LOSS = "loss"
+
+
+class Target(str, Enum):
+    """A launcher meshplan writes configurations for (planner.outputs.emitters); here, at the bottom, so that the
+    command line can offer the choices without importing the emitters."""
+
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    TORCHTITAN_CLI = "torchtitan-cli"
+    DEEPSPEED = "deepspeed"
+    NEMO = "nemo"
+    TORCH_ACTIONS = "torch-actions"

@@ -18,25 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import Enum
 
-from planner.core import Schedule
+from planner.core import Schedule, Target
 from planner.core.errors import InfeasibleError
 from planner.outputs.emitters import actions, deepspeed, megatron, nemo, torchtitan
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan
 from planner.search.exact import search
 from planner.search.space import SearchSpec
-
-
-class Target(str, Enum):
-    MEGATRON = "megatron"
-    TORCHTITAN = "torchtitan"
-    TORCHTITAN_CLI = "torchtitan-cli"
-    DEEPSPEED = "deepspeed"
-    NEMO = "nemo"
-    TORCH_ACTIONS = "torch-actions"
-
 
 EMITTERS: dict[Target, Callable[[Plan], str]] = {
     Target.MEGATRON: megatron.emit, Target.TORCHTITAN: torchtitan.emit_toml, Target.TORCHTITAN_CLI: torchtitan.emit_cli,
