@@ -13,7 +13,7 @@ cost_models.params; the result types: cost_models.prediction.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cost_models import flops as F
 from cost_models import memory as M
@@ -53,13 +53,12 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
     return p2p_time(nbytes, layout.tp * layout.cp * layout.dp, cluster)
 
 
-def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, params: StageParams, first: bool,
-                  last: bool) -> tuple[M.StateBytes, float, float]:
-    """(states, stored decoder activations, other activations and working buffers) in bytes."""
+def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
+                  last: bool) -> tuple[float, float]:
+    """(stored decoder activations, other activations and working buffers) in bytes."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
     acts = costs.activations
-    states = stage_states(params, layout, rt.grad_reduce_bytes)
     stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
               + layers.full * acts.full)
     alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
@@ -76,7 +75,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, params: St
         other += acts.moe if layers.moe_full else acts.dense
     if layout.zero is ZeroStage.WEIGHTS and layers.total:
         other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes, layout.ep, layout.etp)
-    return states, activations, other
+    return activations, other
 
 
 @dataclass(frozen=True)
@@ -158,6 +157,17 @@ class LayoutCosts:
     activations: LayerActivations
     kinds: tuple[bool, ...]  # per decoder layer: MoE or not
     mtp_moe: bool  # the multi-token-prediction layer has an MoE MLP
+    # per (holds the embedding, holds the head, layers): one object's cache, never compared or copied by `replace`
+    _bodies: dict[tuple[bool, bool, StageLayers], StageBody] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def body(self, first: bool, last: bool, layers: StageLayers) -> StageBody:
+        """`stage_body`, once per (embedding, head, layers): the split search prices the same layers on
+        many ranks, and ranks differ only in pipeline sends and activations in flight."""
+        key = (first, last, layers)
+        if key not in self._bodies:
+            self._bodies[key] = stage_body(self, first, last, layers)
+        return self._bodies[key]
 
     def uniform(self, n: int, n_full: int) -> StageLayers:
         """Counts for `n` layers of a homogeneous stack (all dense or all MoE), `n_full` recomputed."""
@@ -210,11 +220,22 @@ def layout_knobs(layout: Layout) -> LayerKnobs:
                       layout.recompute_modules)
 
 
-def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
-               layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
-    """Pipeline rank `rank` holding `layers` (decoder layers by kind, some fully recomputed)."""
+@dataclass(frozen=True)
+class StageBody:
+    """What a stage's layers and end pieces (embedding, LM head) cost on whichever rank holds them: time per
+    micro-batch, parameters, exposed ZeRO traffic, gradient reduction, optimizer step and states."""
+
+    time: LayerTime
+    params: StageParams
+    sharded_s: float
+    dp_s: float
+    optimizer_s: float
+    states: M.StateBytes
+
+
+def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
+    """The rank-independent part of `stage_cost` (`LayoutCosts.body` caches it)."""
     model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
-    first, last = rank == layout.embedding_rank, rank == layout.head_rank
     time = costs.layer_time(layers)
     params = costs.stage_params(layers)
     if first:
@@ -222,16 +243,26 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
     if last:
         time = time + costs.times.head
         params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
-    hops = pipeline_hops(layout, rank)
-    sharded = sharded_dp_exposed(params, layers.total, layout, job, cluster, time)
-    dp = dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp)
-    opt = optimizer_time(params, layout, cluster)
-    states, acts, other = _stage_memory(costs, rank, layers, params, first, last)
+    return StageBody(
+        time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
+        dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
+        optimizer_s=optimizer_time(params, layout, cluster),
+        states=stage_states(params, layout, job.runtime.grad_reduce_bytes))
+
+
+def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
+               layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
+    """Pipeline rank `rank` holding `layers` (decoder layers by kind, some fully recomputed)."""
+    job, cluster, layout = costs.job, costs.cluster, costs.layout
+    first, last = rank == layout.embedding_rank, rank == layout.head_rank
+    body = costs.body(first, last, layers)
+    states = body.states
+    acts, other = _stage_memory(costs, rank, layers, first, last)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
-        has_embedding=first, has_lm_head=last, time=time,
-        p2p_s=hops * costs.p2p_s * p2p_exposure(layout, job, cluster),
-        sharded_dp_exposed_s=sharded, dp_exposed_s=dp, optimizer_s=opt,
+        has_embedding=first, has_lm_head=last, time=body.time,
+        p2p_s=pipeline_hops(layout, rank) * costs.p2p_s * p2p_exposure(layout, job, cluster),
+        sharded_dp_exposed_s=body.sharded_s, dp_exposed_s=body.dp_s, optimizer_s=body.optimizer_s,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
         other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
@@ -276,7 +307,13 @@ def rank_stage_layers(costs: LayoutCosts, rank: int, ids: list[int]) -> StageLay
 def evaluate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
                     times: LayerTimes | None = None) -> Prediction:
     """Predict step time, throughput and per-GPU memory of `layout` (validated by the caller)."""
-    costs = layout_costs(model, cluster, job, layout, times)
+    return evaluate_costs(layout_costs(model, cluster, job, layout, times))
+
+
+def evaluate_costs(costs: LayoutCosts) -> Prediction:
+    """`evaluate_layout` of `costs.layout` from its shared costs (a search prices a solved split with the costs of
+    its balanced layout: they differ only in the split, which the shared costs do not depend on)."""
+    model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
     stages: list[StageCost] = []
     for rank, ids in enumerate(rank_layer_ids(layout, model.num_layers)):
         stages.append(stage_cost(costs, rank, rank_stage_layers(costs, rank, ids),

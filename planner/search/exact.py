@@ -16,7 +16,7 @@
    fit or its step time exceeds the set's bound (else the set is dominated: it frees memory for a looser split or
    fewer recomputed layers, which cannot repay more than the difference). A set's bound is at least its
    sibling's, so it joins the best-first order where it belongs.
-5. The chosen layout is priced by the plain cost model (`evaluate_layout`), which also re-checks
+5. The chosen layout is priced by the plain cost model (`evaluate_costs`, as `evaluate_layout`), which also re-checks
    that every stage fits.
 """
 
@@ -36,7 +36,7 @@ from cost_models.params import StageParams, rank_params
 from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import (
     LayerTimes,
-    evaluate_layout,
+    evaluate_costs,
     layer_times,
     layout_costs,
     p2p_exposure,
@@ -217,7 +217,7 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
         layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
     best: Ranked | None = None
     for layout in layouts:
-        prediction = evaluate_layout(model, cluster, job, layout, times)
+        prediction = evaluate_costs(replace(costs, layout=layout))
         if prediction.fits and (best is None or prediction.step_time_s < best.prediction.step_time_s):
             best = Ranked(layout, prediction)
     return _Priced(best, best is None, gap, optimal)

@@ -120,6 +120,17 @@ def least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] 
     return float(f[-1]), bounds[::-1]
 
 
+def least_bottleneck(cost: np.ndarray, allowed: np.ndarray) -> float:
+    """Least max_s cost[s, i_s, i_{s+1}] over boundaries 0 = i_0 < ... < i_P = L with every (s, i, j) allowed
+    (∞ when none): a min-max DP over (stage, layer boundary), one pass where a bisection over the bottleneck
+    would run a `least_sum` per step."""
+    f = np.full(cost.shape[1], np.inf)
+    f[0] = -np.inf
+    for s in range(cost.shape[0]):
+        f = np.maximum(f[:, None], np.where(allowed[s], cost[s], np.inf)).min(axis=0)
+    return float(f[-1])
+
+
 def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndarray, m: int,
                     start: float = 0.0) -> tuple[list[int], float] | None:
     """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j].
@@ -243,39 +254,45 @@ def _prefix(values: tuple[float, ...], kinds: np.ndarray) -> np.ndarray:
 
 def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """time[s, i, j], sum-term cost[s, i, j] and recomputed layers[s, i, j] for segments [i, j) (∞ where
-    stage s cannot hold them or j <= i)."""
+    stage s cannot hold them or j <= i), all stages at once."""
     kinds = np.asarray(p.kinds, dtype=int)
     width = p.num_layers + 1
     i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
     nonempty = j > i
     time_prefix, rec_prefix = _prefix(p.t1, kinds), _prefix(p.tr, kinds)
     base_time = time_prefix[j] - time_prefix[i]
-    weight_grads = 0.0
+    mem_prefix = np.stack([_prefix(row, kinds) for row in p.m1])  # [stage, boundary]
+    plain = np.asarray(p.m0)[:, None, None] + mem_prefix[:, None, :] - mem_prefix[:, :, None]
+    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+    if p.partial_recompute:
+        r = _fewest_recomputed(p, kinds, plain, r, i, j)
+    r = np.where(nonempty, r, np.inf)
+    finite = np.isfinite(r)
+    r_int = np.where(finite, r, 0).astype(int)
+    extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
+    times = np.where(finite, np.asarray(p.t0)[:, None, None] + base_time + extra, np.inf)
+    hidden = np.zeros((p.num_stages, 1, 1))
     if p.w0:  # zero-bubble: the weight-gradient time of a segment, hidden by every stage but the last
         w_prefix = _prefix(p.w1, kinds)
-        weight_grads = w_prefix[j] - w_prefix[i]
-    times = np.full((p.num_stages, width, width), np.inf)
-    sums = np.full_like(times, np.inf)
-    recs = np.zeros_like(times)
+        hidden = np.asarray(p.w0)[:, None, None] + (w_prefix[j] - w_prefix[i])
+        hidden[-1] = 0.0
+    return times, times - hidden, np.where(finite, r, 0)
+
+
+def _fewest_recomputed(p: KindSplitProblem, kinds: np.ndarray, plain: np.ndarray, r: np.ndarray, i: np.ndarray,
+                       j: np.ndarray) -> np.ndarray:
+    """`r` (0 where segment [i, j) fits as it is, else ∞) with the fewest leading layers to recompute fully
+    where that makes it fit."""
+    need = plain + p.transient - p.capacity
+    out = np.empty_like(r)
+    width = p.num_layers + 1
     for s in range(p.num_stages):
-        mem_prefix = _prefix(p.m1[s], kinds)
-        plain = p.m0[s] + mem_prefix[j] - mem_prefix[i]
-        r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
-        if p.partial_recompute:
-            saved = _prefix(p.mr[s], kinds)
-            need = plain + p.transient - p.capacity
-            # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
-            ends = np.searchsorted(saved, saved[:, None] + need - _EPS, side="left")
-            ok = np.isinf(r) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need - _EPS)
-            r = np.where(ok, np.maximum(ends - i, 1), r)
-        r = np.where(nonempty, r, np.inf)
-        finite = np.isfinite(r)
-        r_int = np.where(finite, r, 0).astype(int)
-        extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
-        t = np.where(finite, p.t0[s] + base_time + extra, np.inf)
-        times[s], recs[s] = t, np.where(finite, r, 0)
-        sums[s] = t - (p.w0[s] + weight_grads if p.w0 and s < p.num_stages - 1 else 0.0)
-    return times, sums, recs
+        saved = _prefix(p.mr[s], kinds)
+        # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
+        ends = np.searchsorted(saved, saved[:, None] + need[s] - _EPS, side="left")
+        ok = np.isinf(r[s]) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need[s] - _EPS)
+        out[s] = np.where(ok, np.maximum(ends - i, 1), r[s])
+    return out
 
 
 def kind_split(p: KindSplitProblem, times: np.ndarray, sums: np.ndarray, recs: np.ndarray,
@@ -293,15 +310,11 @@ def solve_kinds(p: KindSplitProblem) -> Split | None:
     times, sums, recs = kind_segment_tables(p)
     allowed = np.isfinite(times)
     bounds = np.unique(times[allowed])
-    if not len(bounds) or least_sum(sums, allowed) is None:
+    least = least_bottleneck(times, allowed)
+    if not len(bounds) or not np.isfinite(least):
         return None
-    lo, hi = 0, len(bounds) - 1
-    while lo < hi:  # the smallest bottleneck that admits a split
-        mid = (lo + hi) // 2
-        if least_sum(sums, allowed & (times <= bounds[mid] * (1 + _EPS))) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
+    # the smallest listed bottleneck b admitting a split within b·(1 + ε): the first with least <= b·(1 + ε)
+    lo = int(np.argmax(least <= bounds * (1 + _EPS)))
     found = best_boundaries(times, sums, allowed, p.num_microbatches, start=float(bounds[lo]))
     if found is None:
         return None
