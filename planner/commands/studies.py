@@ -57,6 +57,9 @@ def sweep(
     attention: Attention = AttentionKernel.FLASH,
     workers: Annotated[int | None, typer.Option(help="Processes that plan the points (default: the cores "
                                                      "there are).")] = None,
+    ray: Annotated[str | None, typer.Option("--ray", help="Plan the points as tasks on a Ray cluster: HOST:PORT, "
+                                                          "ray://HOST:PORT, auto, or local (a fresh local instance; "
+                                                          "the ray extra).")] = None,
 ) -> None:
     """What-if studies: best plan against GPU count, hardware, bandwidth, sequence or batch; or the GPUs
     needed to train --tokens in --days."""
@@ -75,6 +78,9 @@ def sweep(
         if tokens is not None or days is not None:
             if tokens is None or days is None:
                 raise InputError("capacity mode needs both --tokens and --days")
+            if ray is not None:
+                raise InputError("--ray runs --vary sweeps; capacity mode plans GPU counts one after another (it "
+                                 "stops at the first that fits), so it runs here")
             job = Job(model, hardware, 1, seq_len, batch, runtime, dtype)
             with Progress("planning GPU counts") as progress:
                 answer = capacity(job, tokens, days, max_gpus, progress=progress.update)
@@ -90,7 +96,7 @@ def sweep(
         with Progress(f"planning {vary.value} values") as progress:
             frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
                               [v.strip() for v in values.split(",") if v.strip()], progress=progress.update,
-                              workers=procs)
+                              workers=procs, ray_address=ray)
         typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))

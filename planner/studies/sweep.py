@@ -12,7 +12,7 @@ is not a rescaling of that, and each point's layout.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -93,35 +93,54 @@ def _point(job: Job, varied: Varied, raw: str) -> dict[str, Any]:
         return _row(value, None, str(exc))
 
 
-def sweep(job: Job, varied: Varied, values: list[str],
-          progress: Callable[[int, int], None] | None = None, workers: int = 1) -> pd.DataFrame:
+def sweep(job: Job, varied: Varied, values: list[str], progress: Callable[[int, int], None] | None = None,
+          workers: int = 1, ray_address: str | None = None) -> pd.DataFrame:
     """The best plan at each value, in order. With `workers` > 1 the points are planned in that many
-    processes (each search is independent and single-threaded); the rows are the same as with one."""
+    processes (each search is independent and single-threaded); the rows are the same as with one.
+
+    With `ray_address` the points run as Ray tasks on that cluster instead (planner/studies/sweep_ray.py: HOST:PORT,
+    ray://HOST:PORT, "auto", or "local" to start a Ray instance on this machine for the sweep), one task per
+    point, the rows again the same. `workers` is then checked but not used: the cluster's CPUs set how many
+    points run at once (and the CLI passes its default worker count along with --ray, so the pair is no error).
+    `progress(done, total)` after each point planned."""
     if not values:
         raise InputError(f"--values must name at least one {varied.value} value (comma-separated), got none")
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers must be a positive integer up to {MAX_WORKERS}, got {workers!r}")
     for raw in values:  # a bad value is named before any planning starts
         _change(varied, raw)
-    rows: list[dict[str, Any]] = []
-    if workers == 1 or len(values) == 1:
-        for raw in values:
-            rows.append(_point(job, varied, raw))
-            if progress is not None:
-                progress(len(rows), len(values))
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(workers, len(values))) as pool:
-            for row in pool.map(_point, [job] * len(values), [varied] * len(values), values):
-                rows.append(row)
-                if progress is not None:
-                    progress(len(rows), len(values))
+    rows = _rows([(job, varied, raw) for raw in values], progress, workers, ray_address)
     import pandas as pd  # the table is a DataFrame; importing it here keeps pandas out of other commands
 
     frame = pd.DataFrame(rows)
     frame.insert(0, varied.value, frame.pop("value"))
     return frame
+
+
+def _rows(points: list[tuple[Job, Varied, str]], progress: Callable[[int, int], None] | None, workers: int,
+          ray_address: str | None) -> list[dict[str, Any]]:
+    """`_point` of each point, in order: on Ray, in a process pool, or in this process."""
+    if ray_address is not None:
+        from planner.studies.sweep_ray import run_on_ray  # it, and ray in it, only when asked for
+
+        return run_on_ray(ray_address, _point, points, progress)
+    if workers == 1 or len(points) == 1:
+        return _collect((_point(*p) for p in points), len(points), progress)
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(points))) as pool:
+        return _collect(pool.map(_point, *zip(*points, strict=True)), len(points), progress)
+
+
+def _collect(rows: Iterable[dict[str, Any]], total: int,
+             progress: Callable[[int, int], None] | None) -> list[dict[str, Any]]:
+    """The rows as they come (lazily: a point is planned when its row is asked for), reporting progress."""
+    done: list[dict[str, Any]] = []
+    for row in rows:
+        done.append(row)
+        if progress is not None:
+            progress(len(done), total)
+    return done
 
 
 MAX_TOKENS = 1e18  # tokens to train: ~10^4 x the largest published runs
