@@ -7,7 +7,8 @@
    least the average), computed from per-layer times cached per (tp, cp, sp, mbs, recompute).
    Candidates are priced in increasing order of this bound and the scan stops when the bound
    reaches the k-th best step time found: every layout left is provably no better (best-first
-   branch and bound), so the answer is optimal within the modelled space.
+   branch and bound), so the answer is optimal within the modelled space. The heap starts from a cheaper floor of
+   each bound (`_LayerTimes.floor`) and computes the bound only when the floor comes first: the same order.
 4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
    solved exactly (planner.search.partition DP, or the CP-SAT / HiGHS model of planner.search.ilp); interleaved
    layouts use balanced model chunks.
@@ -31,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from cost_models import flops as F
 from cost_models import memory as M
-from cost_models.knobs import LayerKnobs
+from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.params import StageParams, rank_params
 from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import (
@@ -86,6 +87,7 @@ class _LayerTimes:
         self._sends: dict[tuple[int, int, Schedule], float] = {}
         self._states: dict[tuple[object, ...], float] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
+        self._floors: dict[tuple[object, ...], float] = {}
 
     def beside(self, c: Candidate) -> bool:
         """Whether the candidate's embedding and LM head share a rank (it depends on pp, vpp and the schedule)."""
@@ -130,6 +132,26 @@ class _LayerTimes:
             self._bounds[c] = self._bound(c)
         return self._bounds[c]
 
+    def floor(self, c: Candidate) -> float:
+        """A lower bound on `bound(c)` at the cost of a look-up: the average stage's layer times (per (knobs, pp))
+        over the micro-batches, less 1e-9 of it for rounding. Every term `_bound` adds to that is >= 0 (sends, ZeRO
+        traffic, tail, the wave's bubble), and the pipeline fill (p − 1)·stage exceeds ZB-H1's hidden weight
+        gradients (p − 1)·W_SHARE·backward. The search orders candidates by it and computes `bound` only for
+        those it reaches."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp)
+        if key not in self._floors:
+            self._floors[key] = self._average(c).total * (1 - 1e-9)
+        return self._floors[key] * (self.job.global_batch // (c.dp * c.mbs))
+
+    def _average(self, c: Candidate) -> LayerTime:
+        """The average stage's layer times: all decoder layers, the embedding and the head over pp ranks."""
+        times = self.get(c)
+        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
+        if times.moe is not None:
+            avg = avg + times.moe.scaled(n_moe / c.pp)
+        return avg
+
     def _bound(self, c: Candidate) -> float:
         """Lower bound on the step time of any split of candidate `c`.
 
@@ -160,14 +182,10 @@ class _LayerTimes:
             return self._families[key]
         c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
         model, job, cluster = self.model, self.job, self.cluster
-        times = self.get(c)
         layout = c.layout()
         hop = pipeline_hop_time(model, job, cluster, layout)
         layers = model.num_layers / c.pp
-        n_dense, n_moe = F.decoder_layer_counts(model)
-        avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
-        if times.moe is not None:
-            avg = avg + times.moe.scaled(n_moe / c.pp)
+        avg = self._average(c)
         params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
@@ -242,15 +260,20 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     # best-first over a heap: module-set variants (`space.module_family`) join it only when their cheaper sibling
     # (same degrees, none or the default selective, or the previous set) needed fully recomputed layers or did not fit
     family = module_family(model, job, spec)
-    heap = [(layer_times.bound(c), c.sort_key(), c) for c in fitting]
+    # lazily: a candidate enters at its `floor` and is re-queued at its bound when it reaches the top, so candidates
+    # are priced in the order of (bound, sort key) while most bounds are never computed
+    heap = [(layer_times.floor(c), c.sort_key(), False, c) for c in fitting]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
     evaluated = infeasible = expanded = 0
     worst_gap, all_optimal = 0.0, True
     while heap:
-        bound, _, cand = heapq.heappop(heap)
+        bound, key, exact, cand = heapq.heappop(heap)
         if len(top) >= spec.top_k and bound >= -top[0][0]:
             break
+        if not exact:
+            heapq.heappush(heap, (layer_times.bound(cand), key, True, cand))
+            continue
         priced = _price(model, cluster, job, cand, spec, solver, options, layer_times.get(cand))
         evaluated += 1
         worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
@@ -259,7 +282,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         nxt = next_module_set(cand, family, job)
         # else nxt is dominated: this one is already as fast as nxt could be
         if nxt is not None and (priced.ranked is None or layer_times.bound(nxt) < priced.ranked.prediction.step_time_s):
-            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), nxt))  # bound >= this one's: order holds
+            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), True, nxt))  # bound >= this one's: order holds
             expanded += 1
         if priced.ranked is None:
             infeasible += 1
