@@ -282,7 +282,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         nxt = next_module_set(cand, family, job)
         # else nxt is dominated: this one is already as fast as nxt could be
         if nxt is not None and (priced.ranked is None or layer_times.bound(nxt) < priced.ranked.prediction.step_time_s):
-            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), True, nxt))  # bound >= this one's: order holds
+            # its bound is >= this one's: the order holds
+            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), True, nxt))
             expanded += 1
         if priced.ranked is None:
             infeasible += 1
