@@ -202,3 +202,18 @@ def test_optional_dependencies_checked_up_front(tmp_path: Path, monkeypatch: pyt
     res = runner.invoke(app, ["explain", str(plan), "--png", str(tmp_path / "x.png")])
     assert isinstance(res.exception, ImportError) and "helper" in str(res.exception)
     assert "needs matplotlib" not in res.output
+
+
+def test_plan_loads_no_heavy_library_it_does_not_use() -> None:
+    """Start-up (issue 20): a plan of a preset on the DP solver needs none of pandas (cost tables, sweeps),
+    OR-Tools and PuLP (the ILP solvers), matplotlib, torch, scipy (calibration) or jsonschema (reading plans)."""
+    heavy = ("pandas", "ortools", "pulp", "matplotlib", "torch", "scipy", "jsonschema")
+    code = ("import sys, cli\n"
+            "sys.argv = ['meshplan', 'plan', '--model', 'llama3-8b', '--hardware', 'h100-sxm', '--gpus', '8',"
+            " '--seq-len', '4096', '--global-batch', '64']\n"
+            "try:\n    cli.main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            f"print('LOADED', sorted(m for m in {heavy!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "LOADED []"

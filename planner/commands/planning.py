@@ -173,7 +173,6 @@ def plan(
     from planner.core.fileio import write_text_atomic
     from planner.outputs.planfile import dumps, plan_to_dict
     from planner.outputs.report import plan_table
-    from planner.search.chain import is_chain_table
     from planner.search.space import MAX_TOP_K, SearchSpec
 
     def action() -> None:
@@ -182,7 +181,7 @@ def plan(
         degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
-        if costs is not None and model is None and is_chain_table(str(costs)):
+        if costs is not None and model is None and _chain_table(costs):
             _print_chain(plan_chain_table(costs, hardware, gpus, batch, overrides, top_k), out, as_json)
             return
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
@@ -217,6 +216,13 @@ def plan(
             typer.echo(emitted.text)
 
     run(action)
+
+
+def _chain_table(costs: Path) -> bool:
+    """Whether a cost table is a chain of layers rather than a transformer's (pandas loads only for tables)."""
+    from planner.search.chain import is_chain_table
+
+    return is_chain_table(str(costs))
 
 
 def _print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
