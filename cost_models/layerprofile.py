@@ -157,7 +157,9 @@ def decoder_module(part: ModelSpec) -> tuple[Any, str]:
 
 
 def profile_layers(model: ModelSpec, tps: list[int], mbss: list[int], seq_len: int, device_name: str,
-                   repeats: int) -> list[Row]:
+                   repeats: int, progress: Callable[[int, int], None] | None = None) -> list[Row]:
+    """Time the decoder layer, the embedding and the LM head of `model` sharded for each TP degree, at each
+    micro-batch size; `progress(done, total)` after each of them."""
     import torch
 
     from cost_models.torch_reference import Head
@@ -185,6 +187,8 @@ def profile_layers(model: ModelSpec, tps: list[int], mbss: list[int], seq_len: i
                 f, b, act, out = _measure(module, make, loss, device, repeats)
                 n_params = sum(p.numel() for p in module.parameters())
                 rows.append(Row(kind, count, tp, mbs, seq_len, f * 1e3, b * 1e3, act, n_params, out))
+                if progress is not None:
+                    progress(len(rows), 3 * len(tps) * len(mbss))
     return rows
 
 

@@ -75,7 +75,6 @@ def _worker(rank: int, world: int, port: int, backend: str, repeats: int, out: s
     # torch 2.13 renamed the tensor-in, tensor-out collectives; older releases have only the old names
     gather: Callable[..., object] = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     scatter: Callable[..., object] = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-    rows = []
     for nbytes in SIZES:
         n = nbytes // 4
         x = torch.ones(n, device=device)
@@ -95,20 +94,31 @@ def _worker(rank: int, world: int, port: int, backend: str, repeats: int, out: s
             Collective.SEND_RECV: send_recv,
         }
         for kind, op in ops.items():
-            rows.append(f"{kind.value},{nbytes},{_time(op, dist, repeats)!r}")
-    if rank == 0:
-        Path(out).write_text("\n".join(rows) + "\n")
+            row = f"{kind.value},{nbytes},{_time(op, dist, repeats)!r}\n"
+            if rank == 0:  # one line per measurement as it is taken: the parent counts them for its progress bar
+                with open(out, "a") as f:
+                    f.write(row)
     dist.destroy_process_group()
 
 
-def measure(backend: str = "gloo", procs: int = 2, repeats: int = 5) -> list[Sample]:
-    """Spawn `procs` processes and time every collective at every size."""
+def measure(backend: str = "gloo", procs: int = 2, repeats: int = 5,
+            progress: Callable[[int, int], None] | None = None) -> list[Sample]:
+    """Spawn `procs` processes and time every collective at every size; `progress(done, total)` is called with
+    the measurements taken so far while they run."""
     import torch.multiprocessing as mp
 
+    total = len(SIZES) * len(Collective)
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "samples.csv")
-        mp.spawn(_worker, args=(procs, _free_port(), backend, repeats, out), nprocs=procs, join=True)
-        lines = Path(out).read_text().split()
+        out = Path(tmp) / "samples.csv"
+        out.touch()
+        workers = mp.spawn(_worker, args=(procs, _free_port(), backend, repeats, str(out)), nprocs=procs,
+                           join=False)
+        while not workers.join(timeout=0.5):
+            if progress is not None:
+                progress(min(out.read_text().count("\n"), total), total)
+        lines = out.read_text().split()
+    if progress is not None:
+        progress(len(lines), total)
     return [Sample(Collective(k), int(n), float(t)) for k, n, t in (line.split(",") for line in lines)]
 
 

@@ -17,9 +17,13 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list, Path]:
-    from cost_models.netprofile import fit, fragment, measure
+    from cost_models.netprofile import SIZES, fit, fragment, measure
 
-    samples = measure("gloo", 2, repeats=3)
+    calls: list[tuple[int, int]] = []
+    samples = measure("gloo", 2, repeats=3, progress=lambda done, total: calls.append((done, total)))
+    total = len(SIZES) * len(Collective)
+    assert calls[-1] == (total, total) == (len(samples), total)  # the progress bar counts the measurements
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
     fits = fit(samples, 2)
     path = tmp_path_factory.mktemp("net") / "net.yaml"
     path.write_text(fragment(fits, samples, "gloo", 2))

@@ -89,7 +89,9 @@ def test_reference_block_activations_are_the_tensors_it_saves(monkeypatch: pytes
 
     monkeypatch.setattr(layerprofile, "decoder_module", lambda part: (Block(part), "reference block"))
     model = layerprofile.scaled(load_model("llama3-8b"), 0.0625)
-    rows = layerprofile.profile_layers(model, [1], [1], 128, "cpu", 1)
+    calls: list[tuple[int, int]] = []
+    rows = layerprofile.profile_layers(model, [1], [1], 128, "cpu", 1, lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 3), (2, 3), (3, 3)]  # decoder, embedding, LM head: the progress bar's steps
     decoder = next(r for r in rows if r.kind == "decoder")
     assert decoder.activation_bytes == 128 * 2 * _saved_per_token(model, 128, hf=False)
 

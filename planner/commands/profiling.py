@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.commands.common import Model, check, int_list, needs, profile_app, run
+from planner.commands.common import Model, Progress, check, int_list, needs, profile_app, run
 from planner.core.checks import (
     MAX_SEQ_LEN,
 )
@@ -38,7 +38,8 @@ def profile_layers(
         from cost_models.layerprofile import decoder_module, scaled, shard, table
         from cost_models.layerprofile import profile_layers as measure
         spec, tps = scaled(load_model(model), scale), int_list(tp, "--tp")
-        rows = measure(spec, tps, int_list(mbs, "--mbs"), seq_len, device, repeats)
+        with Progress("timing layers") as bar:
+            rows = measure(spec, tps, int_list(mbs, "--mbs"), seq_len, device, repeats, bar.update)
         built_with = decoder_module(shard(spec, tps[0]))[1]
         write_text_atomic(out, table(spec, rows, f"{device} ({built_with})"))
         for r in rows:
@@ -65,7 +66,8 @@ def profile_network(
         needs("torch", "profile", "profiling")
         from cost_models.netprofile import fit, fragment, measure
 
-        samples = measure(backend, procs, repeats)
+        with Progress("timing collectives") as bar:
+            samples = measure(backend, procs, repeats, bar.update)
         fits = fit(samples, procs)
         write_text_atomic(out, fragment(fits, samples, backend, procs))
         for f in fits:
