@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,41 @@ def test_plan_loads_no_heavy_library_it_does_not_use() -> None:
                           cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+PLAN_ARGS = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+             "--global-batch", "64"]
+
+
+@pytest.mark.parametrize("where", ["a-folder", "missing/parent/plan.yaml"])
+def test_out_to_a_folder_or_a_missing_parent_fails_cleanly(tmp_path: Path, where: str) -> None:
+    (tmp_path / "a-folder").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(app, [*PLAN_ARGS, "--out", str(tmp_path / where)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith(f"error: cannot write {tmp_path / where}")
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written, no temporary file left behind
+
+
+def test_a_yaml_tag_that_constructs_objects_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "model.yaml"
+    model.write_text('name: !!python/object/apply:os.system ["echo constructed"]\nnum_layers: 2\n')
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(model), "--hardware", "h100-sxm", "--gpus", "8",
+                                      "--seq-len", "4096", "--global-batch", "8"])
+    assert result.exit_code == 2 and "constructed" not in result.output
+    assert result.output.strip() == (f"error: {model}: not valid YAML (could not determine a constructor for the "
+                                     "tag 'tag:yaml.org,2002:python/object/apply:os.system')")
+
+
+def test_plans_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
+    """Sets (recompute modules) and dicts must not leak hash order into a plan file."""
+    files = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"plan-{seed}.yaml"
+        args = [*PLAN_ARGS, "--recompute-modules", "mlp,layernorm,core_attn", "--top-k", "3", "--out", str(out)]
+        code = f"import sys, cli; sys.argv = ['meshplan', *{args!r}]; cli.main()"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.returncode == 0, done.stderr
+        files.append(out.read_bytes())
+    assert files[0] == files[1]
