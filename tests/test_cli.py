@@ -251,8 +251,8 @@ def test_plans_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
         out = tmp_path / f"plan-{seed}.yaml"
         args = [*PLAN_ARGS, "--recompute-modules", "mlp,layernorm,core_attn", "--top-k", "3", "--out", str(out)]
         code = f"import sys, cli; sys.argv = ['meshplan', *{args!r}]; cli.main()"
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=120,
-                              env={**os.environ, "PYTHONHASHSEED": seed})
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PYTHONHASHSEED": seed})
         assert done.returncode == 0, done.stderr
         files.append(out.read_bytes())
     assert files[0] == files[1]
