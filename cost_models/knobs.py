@@ -18,19 +18,21 @@ class LayerTime:
     tp_comm: float = 0.0
     cp_comm: float = 0.0  # exposed part only
     ep_comm: float = 0.0  # expert-parallel all-to-all (and expert-TP gathers), not overlapped
+    host: float = 0.0  # the GPU waiting for the host to issue kernels (cost_models/host.py)
 
     @property
     def total(self) -> float:
-        return self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+        return (self.forward + self.backward + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm
+                + self.host)
 
     def __add__(self, other: LayerTime) -> LayerTime:
         return LayerTime(self.forward + other.forward, self.backward + other.backward,
                          self.recompute + other.recompute, self.tp_comm + other.tp_comm,
-                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm)
+                         self.cp_comm + other.cp_comm, self.ep_comm + other.ep_comm, self.host + other.host)
 
     def scaled(self, k: float) -> LayerTime:
         return LayerTime(self.forward * k, self.backward * k, self.recompute * k, self.tp_comm * k,
-                         self.cp_comm * k, self.ep_comm * k)
+                         self.cp_comm * k, self.ep_comm * k, self.host * k)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from cost_models.comm import (
 )
 from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
 from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms
+from cost_models.host import layer_host_wait
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
 from cost_models.moe import moe_mlp_time, routed_rows
@@ -201,7 +202,11 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     ep = 2 * ep_fwd + ep_re
     if job.runtime.moe_comm_overlap:  # hidden behind another micro-batch's attention and MLP, as far as it goes
         ep = gpu.exposed(ep, fwd + bwd + recompute)
-    return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep)
+    ep_pass = ep / (2 + (ep_re > 0))  # the exposed all-to-all time of one pass
+    passes = (fwd + tp_fwd + cp_f + ep_pass, bwd + tp_bwd + cp_b + ep_pass,
+              recompute + tp_re + (ep_pass if ep_re > 0 else 0.0))
+    host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0)
+    return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep, host)
 
 
 def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:

@@ -57,6 +57,7 @@ class Breakdown:
     dp_comm_s: float
     optimizer_s: float
     embedding_sync_s: float
+    host_s: float = 0.0  # the GPU waiting for the host to issue kernels (host-bound layers)
 
     def as_dict(self) -> dict[str, float]:
         return {k.removesuffix("_s"): v for k, v in self.__dict__.items()}

@@ -187,31 +187,37 @@ class LayoutCosts:
         return self.dense_params.scaled(layers.dense) + self.moe_params.scaled(layers.moe)
 
 
-def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
-                 times: LayerTimes | None = None) -> LayoutCosts:
-    """Everything the stages of `layout` share; `times` may come from a cache (they depend only on the
-    layout's LayerKnobs)."""
-    if times is None:
-        times = layer_times(model, cluster, job, layout_knobs(layout))
-    t, ep, etp = layout.tp, layout.ep, layout.etp
-
+def layer_activations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs) -> LayerActivations:
+    """Bytes a decoder layer of each kind stores per micro-batch under `knobs` (they depend on nothing else)."""
     fp8 = job.dtype is Dtype.FP8 and bool(cluster.gpu.peak_fp8_tflops)
 
     def act(rc: Recompute, moe: bool) -> float:
-        return decoder_activation(model, job, t, layout.cp, layout.sp, layout.mbs, rc, moe, etp,
-                                  layout.recompute_modules, fp8)
+        return decoder_activation(model, job, knobs.tp, knobs.cp, knobs.sp, knobs.mbs, rc, moe, knobs.etp,
+                                  knobs.modules, fp8)
 
+    has_moe = any(model.moe_layers())
+    return LayerActivations(act(knobs.recompute, False), act(knobs.recompute, True) if has_moe else 0.0,
+                            act(Recompute.FULL, False),
+                            M.vision_activation_bytes(model, knobs.mbs, knobs.tp, knobs.sp, knobs.recompute,
+                                                      job.runtime.attention))
+
+
+def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
+                 times: LayerTimes | None = None, activations: LayerActivations | None = None) -> LayoutCosts:
+    """Everything the stages of `layout` share; `times` and `activations` may come from a cache (they depend
+    only on the layout's LayerKnobs)."""
+    if times is None:
+        times = layer_times(model, cluster, job, layout_knobs(layout))
+    if activations is None:
+        activations = layer_activations(model, cluster, job, layout_knobs(layout))
+    t, ep, etp = layout.tp, layout.ep, layout.etp
     kinds = model.moe_layers()
     has_moe = any(kinds)
-    acts = LayerActivations(act(layout.recompute, False), act(layout.recompute, True) if has_moe else 0.0,
-                            act(Recompute.FULL, False),
-                            M.vision_activation_bytes(model, layout.mbs, t, layout.sp, layout.recompute,
-                                                      job.runtime.attention))
     return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), times,
                        p2p_s=pipeline_hop_time(model, job, cluster, layout),
                        dense_params=one_layer_params(model, job, t, ep, etp, False),
                        moe_params=one_layer_params(model, job, t, ep, etp, True) if has_moe else StageParams(0.0),
-                       activations=acts, kinds=kinds,
+                       activations=activations, kinds=kinds,
                        mtp_moe=model.moe is not None and model.moe.is_moe_layer(model.num_layers))
 
 
@@ -340,7 +346,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
         sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
         bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
-        embedding_sync_s=emb_sync)
+        embedding_sync_s=emb_sync, host_s=m * t.host)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
     n_full = sum(s.layers.full for s in stages)

@@ -17,6 +17,7 @@ import yaml
 from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
 from planner.core.checks import MAX_GPUS, MAX_MEMORY_GIB, MAX_PHYSICAL, finite, integer, optional_integer, real
 from planner.core.errors import InputError, SpecError
+from planner.core.hardware import DEFAULT_HOST_OP_US
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
@@ -26,7 +27,7 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
             "memory_efficiency": True, "overlap_efficiency": True, "attention_half_seq": False,
             "attention_backward_ratio": False, "fp8_matmul_ratio": False},
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
-             "scale_up_latency_us": True, "scale_up_efficiency": True},
+             "scale_up_latency_us": True, "scale_up_efficiency": True, "host_op_us": False},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
 })
 
@@ -161,6 +162,8 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
                 latency_us=_number(net, "latency_us", f"{origin}: network"),
                 efficiency=_number(net, "efficiency", f"{origin}: network", upper=1),
             ),
+            host_op_us=(real(node["host_op_us"], f"{origin}: node: host_op_us", 0.0, 1e4, low_open=False)
+                        if "host_op_us" in node else DEFAULT_HOST_OP_US),
         )
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
@@ -264,7 +267,7 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
                 "attention_backward_ratio": gpu.attention_backward_ratio, "fp8_matmul_ratio": gpu.fp8_matmul_ratio},
         "node": {"gpus_per_node": cluster.gpus_per_node, "scale_up_size": cluster.scale_up_size,
                  "scale_up_gbs": cluster.scale_up.bandwidth_gbs, "scale_up_latency_us": cluster.scale_up.latency_us,
-                 "scale_up_efficiency": cluster.scale_up.efficiency},
+                 "scale_up_efficiency": cluster.scale_up.efficiency, "host_op_us": cluster.host_op_us},
         "network": {"nic_gbps_per_gpu": cluster.scale_out.bandwidth_gbs * 8,
                     "latency_us": cluster.scale_out.latency_us, "efficiency": cluster.scale_out.efficiency},
     }

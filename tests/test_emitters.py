@@ -46,7 +46,7 @@ def cases() -> dict[str, Plan]:
                                                       schedule=Schedule.ONE_F_ONE_B, partial_recompute=False)),
         "qwen3-30b-a3b_32xh100": plan("qwen3-30b-a3b", "h100-sxm", gpus=32, seq_len=4096, global_batch=256,
                                       spec=SearchSpec(tp=2, pp=2, ep=4, etp=2, zero=1, top_k=1,
-                                                      schedule=Schedule.ONE_F_ONE_B)),
+                                                      schedule=Schedule.ONE_F_ONE_B, partial_recompute=False)),
     }
 
 

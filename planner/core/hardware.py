@@ -6,7 +6,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GPUS, finite, integer
+from planner.core.checks import MAX_GPUS, finite, integer, real
 from planner.core.enums import Dtype
 from planner.core.errors import SpecError
 
@@ -97,6 +97,9 @@ class LinkSpec:
         return self.bandwidth_gbs * 1e9 * self.efficiency
 
 
+DEFAULT_HOST_OP_US = 20.0  # µs per operator where a profile does not say (the calibration prior)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """`num_gpus` GPUs in nodes of `gpus_per_node`; scale-up domains of `scale_up_size` GPUs
@@ -109,12 +112,16 @@ class ClusterSpec:
     scale_up_size: int
     scale_up: LinkSpec
     scale_out: LinkSpec
+    # host seconds (µs) to issue one operator of the training framework's layer code (Python, dispatcher, launch):
+    # a layer pass cannot run faster than the host issues its kernels (cost_models/host.py)
+    host_op_us: float = DEFAULT_HOST_OP_US
     # where fitted values came from: one line per calibrated fragment merged in (`meshplan calibrate`)
     provenance: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "gpus_per_node", "scale_up_size"):
             integer(getattr(self, name), name, 1, MAX_GPUS, SpecError)
+        real(self.host_op_us, "host_op_us", 0.0, 1e4, low_open=False, error=SpecError)
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
             raise SpecError(
                 f"{self.num_gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"

@@ -4,7 +4,8 @@ The parameters are physical shares and rates of one GPU generation, never per-ru
 - `gemm_scale`, `gemm_shift`: the GEMM efficiency curve η(F) becomes min(1, scale · η(F / shift)): how close
   large GEMMs come to peak, and how large a GEMM must be to get there;
 - `fp8_matmul_ratio`, `attention_efficiency`, `overlap_efficiency`, `memory_efficiency` of the GPU;
-- `scale_up_efficiency`, `scale_out_efficiency`: achieved bus bandwidth over line rate of NVLink and the NICs.
+- `scale_up_efficiency`, `scale_out_efficiency`: achieved bus bandwidth over line rate of NVLink and the NICs;
+- `host_op_us`: the host's time to issue one operator of the framework's layer code (cost_models/host.py).
 Each run contributes the residual log(predicted / measured step time); each parameter a prior residual
 (value − preset) / σ that keeps a few runs from moving parameters they barely see (a Gaussian prior at the
 preset's value, as in a maximum a posteriori fit). Solved with scipy.optimize.least_squares (trust region
@@ -30,6 +31,7 @@ class Param(str, Enum):
     MEMORY_EFFICIENCY = "memory_efficiency"
     SCALE_UP_EFFICIENCY = "scale_up_efficiency"
     SCALE_OUT_EFFICIENCY = "scale_out_efficiency"
+    HOST_OP_US = "host_op_us"
 
 
 # (lower bound, upper bound, prior σ). gemm_shift is fitted in log10.
@@ -42,6 +44,7 @@ BOUNDS: dict[Param, tuple[float, float, float]] = {
     Param.MEMORY_EFFICIENCY: (0.5, 0.95, 0.1),
     Param.SCALE_UP_EFFICIENCY: (0.3, 0.95, 0.15),
     Param.SCALE_OUT_EFFICIENCY: (0.3, 0.95, 0.15),
+    Param.HOST_OP_US: (2.0, 60.0, 10.0),
 }
 
 
@@ -53,7 +56,7 @@ def current_value(cluster: ClusterSpec, param: Param) -> float:
         Param.FP8_MATMUL_RATIO: gpu.fp8_matmul_ratio, Param.ATTENTION_EFFICIENCY: gpu.attention_efficiency,
         Param.OVERLAP_EFFICIENCY: gpu.overlap_efficiency, Param.MEMORY_EFFICIENCY: gpu.memory_efficiency,
         Param.SCALE_UP_EFFICIENCY: cluster.scale_up.efficiency,
-        Param.SCALE_OUT_EFFICIENCY: cluster.scale_out.efficiency,
+        Param.SCALE_OUT_EFFICIENCY: cluster.scale_out.efficiency, Param.HOST_OP_US: cluster.host_op_us,
     }[param]
 
 
@@ -79,7 +82,8 @@ def apply(cluster: ClusterSpec, values: dict[Param, float]) -> ClusterSpec:
         up = replace(up, efficiency=values[Param.SCALE_UP_EFFICIENCY])
     if Param.SCALE_OUT_EFFICIENCY in values:
         out = replace(out, efficiency=values[Param.SCALE_OUT_EFFICIENCY])
-    return replace(cluster, gpu=gpu, scale_up=up, scale_out=out)
+    host = values.get(Param.HOST_OP_US, cluster.host_op_us)
+    return replace(cluster, gpu=gpu, scale_up=up, scale_out=out, host_op_us=host)
 
 
 @dataclass(frozen=True)
