@@ -9,7 +9,8 @@ from hardware_profiles import load_hardware
 from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
 from planner.core import JobSpec
-from planner.search.exact import _LayerTimes, _price, search
+from planner.search.bounds import SearchBounds
+from planner.search.exact import _price, search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
@@ -36,7 +37,7 @@ def _every_candidate(pr: Problem, spec: SearchSpec) -> list:
 
 def _check_against_exhaustive(pr: Problem, spec: SearchSpec) -> list:
     """Price every candidate; the pruned search must find the same best. Returns the priced candidates."""
-    times = _LayerTimes(pr.model, pr.cluster, pr.job)
+    times = SearchBounds(pr.model, pr.cluster, pr.job)
     priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
               for c in _every_candidate(pr, spec)]
     best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)

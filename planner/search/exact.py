@@ -8,7 +8,7 @@
    Candidates are priced in increasing order of this bound and the scan stops when the bound
    reaches the k-th best step time found: every layout left is provably no better (best-first
    branch and bound), so the answer is optimal within the modelled space. The heap starts from a cheaper floor of
-   each bound (`_LayerTimes.floor`) and computes the bound only when the floor comes first: the same order.
+   each bound (`SearchBounds.floor`) and computes the bound only when the floor comes first: the same order.
 4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
    solved exactly (planner.search.partition DP, or the CP-SAT / HiGHS model of planner.search.ilp); interleaved
    layouts use balanced model chunks.
@@ -30,34 +30,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from cost_models import flops as F
 from cost_models import memory as M
-from cost_models.knobs import LayerKnobs, LayerTime
-from cost_models.params import StageParams, rank_params
-from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import (
+    LayerActivations,
     LayerTimes,
     evaluate_costs,
-    layer_times,
     layout_costs,
-    p2p_exposure,
-    pipeline_hop_time,
-    pipeline_hops,
     rank_layer_ids,
     rank_stage_layers,
     stage_cost,
 )
-from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
 from planner.core import (
     GIB,
     WAVE_PLACED,
     ClusterSpec,
     JobSpec,
     ModelSpec,
-    Schedule,
     check_expert_degrees,
 )
 from planner.core.errors import InfeasibleError
+from planner.search.bounds import SearchBounds
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.ranked import Certificate, Ranked, SearchResult
 from planner.search.simulate import simulated_step_time
@@ -65,134 +57,6 @@ from planner.search.space import Candidate, SearchSpec, candidates, module_famil
 from planner.search.splits import solve_split, split_problem, v_chunks
 
 log = logging.getLogger(__name__)
-
-
-def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
-    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
-    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
-    fixed buffer allowance."""
-    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job.runtime.grad_reduce_bytes)
-    return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
-
-
-class _LayerTimes:
-    """Per-layer times and step-time bounds of one search, cached by what they depend on."""
-
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
-        self.model, self.cluster, self.job = model, cluster, job
-        self._cache: dict[LayerKnobs, LayerTimes] = {}
-        self._bounds: dict[Candidate, float] = {}
-        self._families: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-        self._params: dict[tuple[int, bool, int, int], StageParams] = {}
-        self._sends: dict[tuple[int, int, Schedule], float] = {}
-        self._states: dict[tuple[object, ...], float] = {}
-        self._beside: dict[tuple[int, int, Schedule], bool] = {}
-        self._floors: dict[tuple[object, ...], float] = {}
-
-    def beside(self, c: Candidate) -> bool:
-        """Whether the candidate's embedding and LM head share a rank (it depends on pp, vpp and the schedule)."""
-        key = (c.pp, c.vpp, c.schedule)
-        if key not in self._beside:
-            self._beside[key] = c.layout().head_beside_embedding
-        return self._beside[key]
-
-    def state_bound(self, c: Candidate) -> float:
-        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
-        beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
-        if key not in self._states:
-            self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
-        return self._states[key]
-
-    def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
-        """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
-        key = (c.tp, head_beside_embedding, c.ep, c.etp)
-        if key not in self._params:
-            self._params[key] = rank_params(self.model, self.job, c.tp, head_beside_embedding, c.ep, c.etp)
-        return self._params[key]
-
-    def sends(self, c: Candidate) -> float:
-        """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
-        every rank's hops over pp, times the exposed share (`p2p_exposure`); they depend on pp, vpp, schedule."""
-        key = (c.pp, c.vpp, c.schedule)
-        if key not in self._sends:
-            layout = c.layout()
-            hops = sum(pipeline_hops(layout, r) for r in range(layout.pp))
-            self._sends[key] = hops / c.pp * p2p_exposure(layout, self.job, self.cluster)
-        return self._sends[key]
-
-    def get(self, c: Candidate) -> LayerTimes:
-        knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
-        if knobs not in self._cache:
-            self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs)
-        return self._cache[knobs]
-
-    def bound(self, c: Candidate) -> float:
-        if c not in self._bounds:
-            self._bounds[c] = self._bound(c)
-        return self._bounds[c]
-
-    def floor(self, c: Candidate) -> float:
-        """A lower bound on `bound(c)` at the cost of a look-up: the average stage's layer times (per (knobs, pp))
-        over the micro-batches, less 1e-9 of it for rounding. Every term `_bound` adds to that is >= 0 (sends, ZeRO
-        traffic, tail, the wave's bubble), and the pipeline fill (p − 1)·stage exceeds ZB-H1's hidden weight
-        gradients (p − 1)·W_SHARE·backward. The search orders candidates by it and computes `bound` only for
-        those it reaches."""
-        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp)
-        if key not in self._floors:
-            self._floors[key] = self._average(c).total * (1 - 1e-9)
-        return self._floors[key] * (self.job.global_batch // (c.dp * c.mbs))
-
-    def _average(self, c: Candidate) -> LayerTime:
-        """The average stage's layer times: all decoder layers, the embedding and the head over pp ranks."""
-        times = self.get(c)
-        n_dense, n_moe = F.decoder_layer_counts(self.model)
-        avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
-        if times.moe is not None:
-            avg = avg + times.moe.scaled(n_moe / c.pp)
-        return avg
-
-    def _bound(self, c: Candidate) -> float:
-        """Lower bound on the step time of any split of candidate `c`.
-
-        The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
-        least the average; ZB-H1 hides at most p − 1 average weight gradients), the step tail at least
-        the average stage's gradient reduction and optimizer step. Exposed communication is convex in
-        (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
-        Recomputation chosen by the split only adds time."""
-        stage, hop, backward, tail = self._family(c, self.beside(c))
-        m = self.job.global_batch // (c.dp * c.mbs)
-        if c.pp > 1:
-            stage += self.sends(c) * hop
-        if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
-            return stage * m + tail
-        if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
-            return stage * m + wave_bubble(c.pp, 0.0, backward / c.vpp) + tail
-        hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
-        return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
-
-    def _family(self, c: Candidate, head_beside_embedding: bool) -> tuple[float, float, float, float]:
-        """What the bound needs that does not depend on vpp or the schedule (but for where the head sits):
-        the average stage's time (without pipeline sends), one send, its backward, and the tail priced with
-        the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
-        windows shrink."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
-               head_beside_embedding)
-        if key in self._families:
-            return self._families[key]
-        c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
-        model, job, cluster = self.model, self.job, self.cluster
-        layout = c.layout()
-        hop = pipeline_hop_time(model, job, cluster, layout)
-        layers = model.num_layers / c.pp
-        avg = self._average(c)
-        params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
-        stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
-        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
-                + optimizer_time(params, layout, cluster))
-        self._families[key] = (stage, hop, avg.backward, tail)
-        return self._families[key]
-
 
 ProgressFn = Callable[[int, int], None]
 
@@ -205,8 +69,14 @@ class _Priced:
     optimal: bool
 
 
+def balanced_only(c: Candidate, spec: SearchSpec) -> bool:
+    """Whether `_price` prices the candidate's balanced chunks alone (interleaved, or no uneven splits)."""
+    return (c.vpp > 1 and c.schedule not in WAVE_PLACED) or not spec.uneven_split
+
+
 def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
-           solver: Solver, options: SolveOptions, times: LayerTimes) -> _Priced:
+           solver: Solver, options: SolveOptions, times: LayerTimes,
+           activations: LayerActivations | None = None) -> _Priced:
     """Split and price one candidate; ranked is None when nothing fits.
 
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
@@ -218,9 +88,8 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
     prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced."""
     balanced = c.layout()
     gap, optimal = 0.0, True
-    costs = layout_costs(model, cluster, job, balanced, times)
-    per_rank_split = c.schedule in WAVE_PLACED
-    if (c.vpp > 1 and not per_rank_split) or not spec.uneven_split:  # balanced chunks: stage 0 keeps the most in flight
+    costs = layout_costs(model, cluster, job, balanced, times, activations)
+    if balanced_only(c, spec):  # balanced chunks: stage 0 keeps the most in flight
         ids = rank_layer_ids(balanced, model.num_layers)[0]
         if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
             return _Priced(None, True, gap, optimal)
@@ -248,7 +117,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     start = time.perf_counter()
     spec, options = spec or SearchSpec(), options or SolveOptions()
     check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
-    layer_times = _LayerTimes(model, cluster, job)
+    layer_times = SearchBounds(model, cluster, job)
     capacity = cluster.gpu.memory_gib * GIB
     pool = list(candidates(model, cluster, job, spec))
     if not pool:
@@ -265,7 +134,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     heap = [(layer_times.floor(c), c.sort_key(), False, c) for c in fitting]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
-    evaluated = infeasible = expanded = 0
+    evaluated = infeasible = expanded = floored = 0  # floored: dropped by the memory floor
     worst_gap, all_optimal = 0.0, True
     while heap:
         bound, key, exact, cand = heapq.heappop(heap)
@@ -274,11 +143,16 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         if not exact:
             heapq.heappush(heap, (layer_times.bound(cand), key, True, cand))
             continue
-        priced = _price(model, cluster, job, cand, spec, solver, options, layer_times.get(cand))
-        evaluated += 1
-        worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
+        dropped = layer_times.memory_floor(cand, balanced_only(cand, spec)) > capacity  # no layout of it fits
+        if dropped:
+            priced, floored = _Priced(None, True, 0.0, True), floored + 1
+        else:
+            priced = _price(model, cluster, job, cand, spec, solver, options, layer_times.get(cand),
+                            layer_times.activations(cand))
+            evaluated += 1
+            worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
         if progress is not None:
-            progress(evaluated, len(fitting) + expanded)
+            progress(evaluated + floored, len(fitting) + expanded)
         nxt = next_module_set(cand, family, job)
         # else nxt is dominated: this one is already as fast as nxt could be
         if nxt is not None and (priced.ranked is None or layer_times.bound(nxt) < priced.ranked.prediction.step_time_s):
@@ -286,7 +160,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
             heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), True, nxt))
             expanded += 1
         if priced.ranked is None:
-            infeasible += 1
+            infeasible += not dropped
             continue
         entry = (-priced.ranked.prediction.step_time_s, tuple(-x for x in cand.sort_key()), priced.ranked)
         if len(top) < spec.top_k:
@@ -303,8 +177,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     cert = Certificate(
         method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
                "discrete-event pipeline simulator", solver=solver,
-        candidates=len(pool) + expanded, evaluated=evaluated, pruned_memory=pruned_memory,
-        pruned_time=len(fitting) + expanded - evaluated, infeasible=infeasible,
+        candidates=len(pool) + expanded, evaluated=evaluated, pruned_memory=pruned_memory + floored,
+        pruned_time=len(fitting) + expanded - evaluated - floored, infeasible=infeasible,
         solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)
     log.info("searched %d candidates: %d priced, %d pruned by memory, %d by the time bound, %d did not fit",
@@ -312,7 +186,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     return SearchResult(ranked[0], tuple(ranked[1:]), cert)
 
 
-def _no_fit_message(layer_times: _LayerTimes, pool: list[Candidate]) -> str:
+def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate]) -> str:
     """Name the tightest resource and what would make the job fit."""
     cluster, job = layer_times.cluster, layer_times.job
     need_bytes, _, leanest = min((layer_times.state_bound(c), c.sort_key(), c) for c in pool)

@@ -1,0 +1,260 @@
+"""The bounds of one search, cached by what they depend on: per-layer times, the state-memory bound, the lower bound
+on the step time (and its cheaper floor) that orders the best-first scan, and the memory floor that drops a
+candidate before its split is solved.
+
+Memory floor (`SearchBounds.memory_floor`): a rank holding layers costs (cost_models.step.stage_cost)
+    states of its parameters + stored activations · micro-batches in flight + its end pieces + buffers,
+states linear in the parameters (cost_models.sync.stage_states) and a fully recomputed layer storing its input only.
+So a rank r costs at least fixed_r + Σ over its layers of c_rk, with fixed_r the buffers and, on the embedding and
+head ranks, their states and the head's logits, and c_rk = states of one layer of kind k + the least bytes it stores
+per micro-batch · the micro-batches rank r keeps in flight. Every layout priced gives each rank at least one layer.
+With the layers as they fall (balanced chunks) the floor is the largest rank's; when the split is solved,
+`packing_floor` bounds the best assignment. Terms left out (embedding and vision activations, the recomputed
+layer's transient copy, ZeRO-3's gathered modules, the multi-token-prediction layer's activations) are all >= 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cost_models import flops as F
+from cost_models import memory as M
+from cost_models.knobs import LayerKnobs, LayerTime
+from cost_models.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
+from cost_models.schedules import W_SHARE, in_flight, wave_bubble
+from cost_models.step import (
+    LayerActivations,
+    LayerTimes,
+    layer_activations,
+    layer_times,
+    p2p_exposure,
+    pipeline_hop_time,
+    pipeline_hops,
+    rank_layer_ids,
+)
+from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
+from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Schedule
+from planner.search.space import Candidate
+
+_ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
+
+
+def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
+    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
+    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
+    fixed buffer allowance."""
+    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job.runtime.grad_reduce_bytes)
+    return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+
+
+class SearchBounds:
+    """Per-layer times, step-time bounds and memory floors of one search, cached by what they depend on."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+        self.model, self.cluster, self.job = model, cluster, job
+        self._cache: dict[LayerKnobs, LayerTimes] = {}
+        self._bounds: dict[Candidate, float] = {}
+        self._families: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._params: dict[tuple[int, bool, int, int], StageParams] = {}
+        self._sends: dict[tuple[int, int, Schedule], float] = {}
+        self._states: dict[tuple[object, ...], float] = {}
+        self._beside: dict[tuple[int, int, Schedule], bool] = {}
+        self._floors: dict[tuple[object, ...], float] = {}
+        self._acts: dict[LayerKnobs, LayerActivations] = {}
+        self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
+        self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
+        self._pieces: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+
+    def beside(self, c: Candidate) -> bool:
+        """Whether the candidate's embedding and LM head share a rank (it depends on pp, vpp and the schedule)."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._beside:
+            self._beside[key] = c.layout().head_beside_embedding
+        return self._beside[key]
+
+    def state_bound(self, c: Candidate) -> float:
+        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
+        if key not in self._states:
+            self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
+        return self._states[key]
+
+    def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
+        """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
+        key = (c.tp, head_beside_embedding, c.ep, c.etp)
+        if key not in self._params:
+            self._params[key] = rank_params(self.model, self.job, c.tp, head_beside_embedding, c.ep, c.etp)
+        return self._params[key]
+
+    def sends(self, c: Candidate) -> float:
+        """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
+        every rank's hops over pp, times the exposed share (`p2p_exposure`); they depend on pp, vpp, schedule."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._sends:
+            layout = c.layout()
+            hops = sum(pipeline_hops(layout, r) for r in range(layout.pp))
+            self._sends[key] = hops / c.pp * p2p_exposure(layout, self.job, self.cluster)
+        return self._sends[key]
+
+    def get(self, c: Candidate) -> LayerTimes:
+        knobs = self.knobs(c)
+        if knobs not in self._cache:
+            self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs)
+        return self._cache[knobs]
+
+    def bound(self, c: Candidate) -> float:
+        if c not in self._bounds:
+            self._bounds[c] = self._bound(c)
+        return self._bounds[c]
+
+    def floor(self, c: Candidate) -> float:
+        """A lower bound on `bound(c)` at the cost of a look-up: the average stage's layer times (per (knobs, pp))
+        over the micro-batches, less 1e-9 of it for rounding. Every term `_bound` adds to that is >= 0 (sends, ZeRO
+        traffic, tail, the wave's bubble), and the pipeline fill (p − 1)·stage exceeds ZB-H1's hidden weight
+        gradients (p − 1)·W_SHARE·backward. The search orders candidates by it and computes `bound` only for
+        those it reaches."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp)
+        if key not in self._floors:
+            self._floors[key] = self._average(c).total * (1 - 1e-9)
+        return self._floors[key] * (self.job.global_batch // (c.dp * c.mbs))
+
+    def _average(self, c: Candidate) -> LayerTime:
+        """The average stage's layer times: all decoder layers, the embedding and the head over pp ranks."""
+        times = self.get(c)
+        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
+        if times.moe is not None:
+            avg = avg + times.moe.scaled(n_moe / c.pp)
+        return avg
+
+    def _bound(self, c: Candidate) -> float:
+        """Lower bound on the step time of any split of candidate `c`.
+
+        The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
+        least the average; ZB-H1 hides at most p − 1 average weight gradients), the step tail at least
+        the average stage's gradient reduction and optimizer step. Exposed communication is convex in
+        (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
+        Recomputation chosen by the split only adds time."""
+        stage, hop, backward, tail = self._family(c, self.beside(c))
+        m = self.job.global_batch // (c.dp * c.mbs)
+        if c.pp > 1:
+            stage += self.sends(c) * hop
+        if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
+            return stage * m + tail
+        if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
+            return stage * m + wave_bubble(c.pp, 0.0, backward / c.vpp) + tail
+        hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
+        return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
+
+    def _family(self, c: Candidate, head_beside_embedding: bool) -> tuple[float, float, float, float]:
+        """What the bound needs that does not depend on vpp or the schedule (but for where the head sits):
+        the average stage's time (without pipeline sends), one send, its backward, and the tail priced with
+        the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
+        windows shrink."""
+        key = (c.tp, c.pp, c.dp, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
+               head_beside_embedding)
+        if key in self._families:
+            return self._families[key]
+        c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
+        model, job, cluster = self.model, self.job, self.cluster
+        layout = c.layout()
+        hop = pipeline_hop_time(model, job, cluster, layout)
+        layers = model.num_layers / c.pp
+        avg = self._average(c)
+        params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
+        stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
+        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
+                + optimizer_time(params, layout, cluster))
+        self._families[key] = (stage, hop, avg.backward, tail)
+        return self._families[key]
+
+    def knobs(self, c: Candidate) -> LayerKnobs:
+        return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+
+    def activations(self, c: Candidate) -> LayerActivations:
+        """Bytes one layer of each kind stores per micro-batch (`layer_activations`), once per knobs."""
+        knobs = self.knobs(c)
+        if knobs not in self._acts:
+            self._acts[knobs] = layer_activations(self.model, self.cluster, self.job, knobs)
+        return self._acts[knobs]
+
+    def _ranks(self, c: Candidate) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+        """(embedding rank, head rank, (dense, MoE) decoder layers of each rank with balanced chunks)."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._rank_info:
+            layout, kinds = c.layout(), self.model.moe_layers()
+            counts = tuple((len(ids) - sum(kinds[i] for i in ids), sum(kinds[i] for i in ids))
+                           for ids in rank_layer_ids(layout, self.model.num_layers))
+            self._rank_info[key] = (layout.embedding_rank, layout.head_rank, counts)
+        return self._rank_info[key]
+
+    def _alive(self, c: Candidate, m: int) -> tuple[float, ...]:
+        key = (c.schedule, c.pp, m, c.vpp)
+        if key not in self._in_flight:
+            self._in_flight[key] = tuple(in_flight(c.schedule, r, c.pp, m, c.vpp) for r in range(c.pp))
+        return self._in_flight[key]
+
+    def _piece_states(self, c: Candidate) -> tuple[float, float, float, float]:
+        """States (weights, gradients, optimizer) of one dense layer, one MoE layer, the embedding and the head."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
+        if key not in self._pieces:
+            layout, job, model, grad = c.layout(), self.job, self.model, self.job.runtime.grad_reduce_bytes
+            pieces = (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
+                      one_layer_params(model, job, c.tp, c.ep, c.etp, True),
+                      StageParams(embedding_params(model, job, c.tp)),
+                      head_params(model, job, c.tp, beside, c.ep, c.etp))
+            self._pieces[key] = tuple(stage_states(p, layout, grad).total for p in pieces)  # type: ignore[assignment]
+        return self._pieces[key]
+
+    def memory_floor(self, c: Candidate, balanced: bool) -> float:
+        """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
+        chunks when `balanced`, else any split of the layers with at least one per rank, any of them fully
+        recomputed. A candidate whose floor exceeds the GPU's memory cannot fit."""
+        emb, head, counts = self._ranks(c)
+        alive = self._alive(c, self.job.global_batch // (c.dp * c.mbs))
+        s_dense, s_moe, s_emb, s_head = self._piece_states(c)
+        acts = self.activations(c)
+        logits = M.logits_bytes(self.model, self.job.seq_len, c.mbs, c.tp, c.cp) * (1 + self.model.mtp_layers)
+        fixed = [M.BUFFER_ALLOWANCE_GIB * GIB + (s_emb if r == emb else 0.0) + (s_head + logits if r == head else 0.0)
+                 for r in range(c.pp)]
+        a_dense, a_moe = acts.dense, acts.moe
+        if not balanced:  # the split may recompute any layer fully: it then stores its input only
+            a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
+        per_layer = ([s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive])
+        if balanced:
+            floor = max(fixed[r] + n_dense * per_layer[0][r] + n_moe * per_layer[1][r]
+                        for r, (n_dense, n_moe) in enumerate(counts))
+        else:
+            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            kinds = [(per_layer[0], n_dense), (per_layer[1], n_moe)]
+            floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
+        return floor * (1 - _ROUNDING)
+
+
+def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]) -> float:
+    """A lower bound on the least max_r (fixed[r] + Σ per_layer[k][r] over the layers rank r holds) over every
+    assignment of counts[k] layers of each kind k to the ranks that gives every rank at least one layer.
+
+    For weights w >= 0 summing to 1 the largest rank is at least the weighted mean Σ_r w_r·x_r. Charge every rank
+    its fixed bytes and one layer of its cheapest kind, and the other L − P layers μ_k = min_r w_r·c_rk each, the
+    cheapest kinds first up to their counts: no assignment pays less. The weights tried: each rank alone, all
+    alike, and w_r ∝ 1/c_rk for each kind k (for one kind and no fixed bytes that is the fractional optimum)."""
+    ranks = range(len(fixed))
+    first = [fixed[r] + min(c[r] for c in per_layer) for r in ranks]
+    rest = sum(counts) - len(fixed)
+    best = max(first)
+    weightings: list[list[float]] = [[1.0] * len(fixed)]
+    weightings += [[1 / c[r] for r in ranks] for c in per_layer if min(c) > 0]
+    for raw in weightings:
+        total = sum(raw)
+        w = [x / total for x in raw]
+        value = sum(w[r] * first[r] for r in ranks)
+        left = rest
+        for mu, n in sorted((min(w[r] * c[r] for r in ranks), n) for c, n in zip(per_layer, counts, strict=True)):
+            take = min(n, max(left, 0))
+            value, left = value + take * mu, left - take
+        best = max(best, value)
+    return best

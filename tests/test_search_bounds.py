@@ -1,0 +1,113 @@
+"""The search's memory floor is a true lower bound: no layout that pricing a candidate can return needs less memory
+than its floor (random candidates, random splits and per-rank recomputation, priced by the plain cost model), a
+candidate it drops has no layout that fits, and `packing_floor` is at most the best assignment found by brute force."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+from functools import cache
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_models.step import evaluate_layout
+from planner.api import Problem, resolve
+from planner.core import GIB, WAVE_PLACED, Layout, Recompute
+from planner.inputs.loaders import model_from_mapping
+from planner.search.bounds import SearchBounds, packing_floor
+from planner.search.exact import _price, balanced_only
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.space import Candidate, SearchSpec, candidates
+
+TINY_DEEPSEEK = {"name": "tiny-deepseek", "num_layers": 12, "hidden_size": 1024, "ffn_hidden_size": 4096,
+                 "num_attention_heads": 16, "head_dim": 96, "vocab_size": 32000, "gated_mlp": True,
+                 "tied_embeddings": False, "moe_num_experts": 16, "moe_top_k": 4, "moe_ffn_hidden_size": 512,
+                 "moe_shared_ffn_hidden_size": 512, "moe_first_dense_layers": 2, "moe_router_bias": True,
+                 "mla_q_lora_rank": 384, "mla_kv_lora_rank": 256, "mla_qk_nope_head_dim": 64,
+                 "mla_qk_rope_head_dim": 32, "mla_v_head_dim": 64, "mtp_layers": 1}
+# (model, hardware, GPUs, sequence, global batch): small jobs where many candidates are near the memory limit
+CASES = [("tiny-deepseek", "rtx4090", 8, 8192, 32), ("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32),
+         ("llama3-8b", "l40s", 8, 8192, 16), ("mixtral-8x7b", "a100-40gb", 32, 4096, 64)]
+
+
+@cache
+def _case(index: int) -> tuple[Problem, SearchBounds, tuple[Candidate, ...]]:
+    name, hw, gpus, seq, batch = CASES[index]
+    model = model_from_mapping(TINY_DEEPSEEK, "test") if name == "tiny-deepseek" else name
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    return pr, SearchBounds(pr.model, pr.cluster, pr.job), tuple(candidates(pr.model, pr.cluster, pr.job,
+                                                                            SearchSpec()))
+
+
+def _random_split(layout: Layout, num_layers: int, rng: random.Random) -> Layout:
+    """The layout with a random split (every rank at least one layer, shared over its chunks at random) and, unless
+    it recomputes every layer, a random count of fully recomputed layers per rank."""
+    pp, vpp = layout.pp, layout.vpp
+    cuts = sorted(rng.sample(range(1, num_layers), pp - 1))
+    per_rank = [b - a for a, b in zip([0, *cuts], [*cuts, num_layers], strict=True)]
+    chunks = [0] * (pp * vpp)
+    for rank, n in enumerate(per_rank):
+        own = list(layout.rank_chunks(rank))
+        for _ in range(n):
+            chunks[rng.choice(own)] += 1
+    recompute = None if layout.recompute is Recompute.FULL else tuple(rng.randint(0, n) for n in per_rank)
+    return replace(layout, stage_layers=tuple(chunks), recompute_layers=recompute)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=st.integers(0, len(CASES) - 1), pick=st.integers(0, 10**9), seed=st.integers(0, 10**9))
+def test_memory_floor_is_below_every_layout(case: int, pick: int, seed: int) -> None:
+    """The balanced layout needs at least the balanced floor, and any split at least the split floor."""
+    pr, bounds, pool = _case(case)
+    c = pool[pick % len(pool)]
+    balanced = c.layout()
+    assert bounds.memory_floor(c, True) <= evaluate_layout(pr.model, pr.cluster, pr.job, balanced).peak_memory_gib * GIB
+    split_floor = bounds.memory_floor(c, False)
+    assert split_floor <= bounds.memory_floor(c, True)
+    rng = random.Random(seed)
+    for _ in range(3):
+        layout = _random_split(balanced, pr.model.num_layers, rng)
+        assert split_floor <= evaluate_layout(pr.model, pr.cluster, pr.job, layout).peak_memory_gib * GIB
+
+
+def test_a_dropped_candidate_has_no_layout_that_fits() -> None:
+    """Every candidate of the small jobs whose floor exceeds the GPU prices to no fitting layout, and the floor
+    drops a good share of those that do not fit."""
+    rng = random.Random(7)
+    for index in range(len(CASES)):
+        pr, bounds, pool = _case(index)
+        spec, capacity = SearchSpec(), pr.cluster.gpu.memory_gib * GIB
+        dropped = infeasible = 0
+        for c in rng.sample(pool, min(len(pool), 150)):
+            priced = _price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
+                            bounds.activations(c))
+            drop = bounds.memory_floor(c, balanced_only(c, spec)) > capacity
+            assert not drop or priced.ranked is None, c
+            dropped, infeasible = dropped + drop, infeasible + (priced.ranked is None)
+        assert dropped >= infeasible // 2, (CASES[index], dropped, infeasible)
+
+
+def test_balanced_only_is_what_price_does() -> None:
+    c = Candidate(tp=1, cp=1, pp=2, dp=4, mbs=1, vpp=2, zero=0, recompute=Recompute.NONE, sp=False)  # type: ignore[arg-type]
+    assert balanced_only(c, SearchSpec()) and not balanced_only(replace(c, vpp=1), SearchSpec())
+    assert all(not balanced_only(replace(c, schedule=s), SearchSpec()) for s in WAVE_PLACED)
+    assert balanced_only(replace(c, vpp=1), SearchSpec(uneven_split=False))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_packing_floor_is_below_the_best_assignment(data: st.DataObject) -> None:
+    """Brute force over every assignment of layers to ranks (each rank at least one layer)."""
+    ranks = data.draw(st.integers(1, 3))
+    counts = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=2).filter(lambda c: sum(c) >= ranks))
+    money = st.floats(0.0, 100.0, allow_nan=False)
+    fixed = data.draw(st.lists(money, min_size=ranks, max_size=ranks))
+    per_layer = [data.draw(st.lists(st.floats(0.01, 50.0), min_size=ranks, max_size=ranks)) for _ in counts]
+    layers = [k for k, n in enumerate(counts) for _ in range(n)]
+    best = min(
+        max(fixed[r] + sum(per_layer[k][r] for k, rank in zip(layers, where, strict=True) if rank == r)
+            for r in range(ranks))
+        for where in itertools.product(range(ranks), repeat=len(layers)) if len(set(where)) == ranks)
+    assert packing_floor(fixed, per_layer, counts) <= best * (1 + 1e-12) + 1e-9
