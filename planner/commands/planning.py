@@ -286,6 +286,14 @@ def explain(
     from planner.outputs.report import plan_table
 
     def action() -> None:
+        from planner.outputs.inferplan import check_inference_plan, is_inference_plan, summary
+        from planner.outputs.planread import read_plan_data
+
+        data, origin = read_plan_data(plan_file)
+        if is_inference_plan(data):  # meshplan infer's plans: a text summary
+            check_inference_plan(data, origin)
+            typer.echo(summary(data))
+            return
         if png is not None:
             needs("matplotlib", "plot", "--png")
         plan = load_plan(plan_file, reprice=reprice)

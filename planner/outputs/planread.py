@@ -275,6 +275,9 @@ def parse_plan(data: Any, origin: str) -> PlanData:
     error = jsonschema.exceptions.best_match(_validator().iter_errors(data))  # what jsonschema.validate raises
     if error is not None:
         raise InputError(f"{origin}: {_where(error)}: {error.message.splitlines()[0]}") from None
+    if data.get("workload") == "inference":
+        raise InputError(f"{origin}: an inference plan (workload: inference): `meshplan explain` reads it; `evaluate "
+                         "--plan` and `emit` take training plans (launch arguments: `meshplan infer serve --emit`)")
     bad = _non_finite(data, "")
     if bad is not None:
         raise InputError(f"{origin}: {bad[0]} must be a finite number, got {bad[1]!r}")

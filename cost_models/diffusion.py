@@ -1,0 +1,153 @@
+"""Diffusion transformers under xDiT's parallel methods: time per denoising step and per image, and memory per GPU.
+
+Per layer and pass over a sequence of S = image + text tokens (DiT, Peebles & Xie 2023; MMDiT, Esser et al. 2024;
+Flux): GEMMs 2·S·(4·h² + 2·h·f) FLOPs, full (non-causal) attention 4·S²·h FLOPs. Parallel methods (Fang et al.
+2024, xDiT; Fang & Zhao 2024, USP; Wang et al. 2024, PipeFusion):
+- Ulysses (degree u, Jacobs et al. 2023): four all-to-alls per layer (Q, K, V in, O out) of the rank's S/sp tokens;
+  every rank then holds h/u of the heads over its ring block of keys.
+- Ring (degree r, Liu et al. 2023): r − 1 sends of the rank's K, V block, 2·(S/sp)·h·2 bytes, overlapped with the
+  r blocks of attention (exposed as GpuSpec.exposed says). sp = u·r ranks share the sequence.
+- PipeFusion (p stages, M patches): layers cut into p stages; after `warmup_steps` synchronous steps a stage
+  runs one patch of S/M queries against the full, one-step-stale keys and values, and patches flow on across
+  steps (a patch's next step needs only its own output), so the bubble is paid once:
+      T = warmup · Σ_stages t(S) + ((steps − warmup)·M + p − 1) · max_stage t(S/M)
+  with the patch sends (S/(M·sp))·h·2 bytes overlapped.
+- CFG parallel (2 groups): the conditional and unconditional passes run apart and the noise predictions are
+  all-gathered once per step; without it a CFG model runs both passes (a batch of 2).
+Text encoders and the VAE are held in memory but not timed (one pass per image, small beside the steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
+from cost_models.compute import flash_attention_time, memory_time
+from cost_models.memory import BUFFER_ALLOWANCE_GIB
+from cost_models.serving import stage_layers
+from planner.core import GIB, ClusterSpec, Dtype
+from planner.core.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens
+
+BYTES = 2.0  # bf16 weights and activations
+
+
+def stream_params(model: DiffusionModel) -> float:
+    """Attention (Q, K, V, O: 4·h²) and MLP (2·h·f) weights of one stream of one block."""
+    h = model.hidden_size
+    return 4.0 * h * h + 2.0 * h * model.ffn_hidden_size
+
+
+def block_params(model: DiffusionModel, double: bool) -> float:
+    """One block: two streams with their adaLN modulations (MMDiT), or one (single-stream)."""
+    h2 = model.hidden_size**2
+    if double:
+        return 2.0 * (stream_params(model) + model.double_modulation * h2)
+    return stream_params(model) + model.single_modulation * h2
+
+
+def transformer_params(model: DiffusionModel) -> float:
+    """The backbone's blocks (embedders and the final layer, under 1 %, left out): Flux.1 11.8e9 of its 12e9."""
+    return model.double_layers * block_params(model, True) + model.single_layers * block_params(model, False)
+
+
+def sequence_len(model: DiffusionModel, resolution: int) -> int:
+    return image_tokens(model, resolution) + model.text_tokens
+
+
+def _passes(model: DiffusionModel, layout: DiffusionLayout, batch: int) -> int:
+    """Sequences one rank runs per step: the batch, doubled for a CFG model without CFG parallelism."""
+    return batch * (2 if model.cfg and layout.cfg == 1 else 1)
+
+
+def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLayout, seq: int, queries: float,
+               rows: int, double: bool) -> float:
+    """One block on one rank for `rows` sequences, each `queries` of its `seq` tokens as queries (all of them,
+    or one PipeFusion patch) spread over the sp ranks: GEMMs at the curve's efficiency (roofline with the
+    block's weights), element-wise traffic, fused attention over the ring block's keys, Ulysses all-to-alls
+    and the exposed part of the ring's sends."""
+    gpu, h = cluster.gpu, model.hidden_size
+    tokens = rows * queries / layout.sp
+    flops = 2.0 * tokens * stream_params(model)
+    eff = gpu.matmul_efficiency.at(flops / 6)
+    gemm = max(flops / (gpu.peak(Dtype.BF16) * eff), memory_time(block_params(model, double) * BYTES, gpu))
+    elementwise = memory_time(2.0 * tokens * (8.0 * h + 2.0 * model.ffn_hidden_size) * BYTES, gpu)
+    attn_flops = 4.0 * rows * queries * seq * h / layout.sp
+    attn = flash_attention_time(attn_flops, seq / layout.ring, model.head_dim, gpu)[0]
+    a2a = 4.0 * all_to_all_time(tokens * h * BYTES, layout.ulysses, 1, cluster)
+    ring = (layout.ring - 1) * p2p_time(2.0 * tokens * h * BYTES, layout.ulysses, cluster)
+    return gemm + elementwise + attn + gpu.exposed(ring, attn) + a2a
+
+
+def stage_times(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLayout, seq: int, queries: float,
+                rows: int) -> tuple[float, ...]:
+    """Seconds of each PipeFusion stage (double-stream blocks first) for one pass of `queries` per sequence."""
+    double_t = layer_time(model, cluster, layout, seq, queries, rows, True) if model.double_layers else 0.0
+    single_t = layer_time(model, cluster, layout, seq, queries, rows, False) if model.single_layers else 0.0
+    out, start = [], 0
+    for n in stage_layers(model.num_layers, layout.pipefusion):
+        doubles = max(0, min(start + n, model.double_layers) - start)
+        out.append(doubles * double_t + (n - doubles) * single_t)
+        start += n
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class DiffusionPrediction:
+    """Per image: `latency_s` through all steps of the transformer; `images_per_s` of all dp replicas;
+    `memory_gib` per GPU (weights of the stage, encoders and VAE, stale K/V buffers, activations, allowance)."""
+
+    latency_s: float
+    step_s: float
+    images_per_s: float
+    memory_gib: float
+    capacity_gib: float
+    compute_s: float  # latency at perfect scaling of the one-GPU compute: how much the parallel methods lose
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_gib <= self.capacity_gib
+
+
+def memory_gib(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, layout: DiffusionLayout) -> float:
+    """Per GPU: the stage's block weights + encoders + (PipeFusion) the stale K, V of the stage's layers for the
+    rank's share of the full sequence, 2·S·h·2/sp bytes per layer and pass, + activations of a pass, ~(6·h + f)
+    per token, + the fixed allowance."""
+    seq = sequence_len(model, job.resolution)
+    layers = max(stage_layers(model.num_layers, layout.pipefusion))
+    rows = _passes(model, layout, job.batch)
+    weights = transformer_params(model) * layers / model.num_layers + model.encoder_params
+    stale = 2.0 * seq * model.hidden_size * layers * rows / layout.sp if layout.pipefusion > 1 else 0.0
+    act = rows * seq / layout.sp * (6.0 * model.hidden_size + model.ffn_hidden_size)
+    return (weights + stale + act) * BYTES / GIB + BUFFER_ALLOWANCE_GIB
+
+
+def evaluate_diffusion(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob,
+                       layout: DiffusionLayout) -> DiffusionPrediction:
+    """Latency per image and images per second of one layout (module docstring for the formulas)."""
+    seq = sequence_len(model, job.resolution)
+    rows = _passes(model, layout, job.batch)
+    full = stage_times(model, cluster, layout, seq, seq, rows)
+    gather = 0.0
+    if layout.cfg > 1:
+        latent = image_tokens(model, job.resolution) * model.latent_channels * model.patch_size**2 * BYTES
+        gather = collective_time(Collective.ALL_GATHER, 2.0 * latent * job.batch, 2, layout.sp * layout.pipefusion,
+                                 cluster)
+    p = layout.pipefusion
+    if p == 1:
+        step = full[0] + gather
+        latency = job.steps * step
+    else:
+        hop_full = p2p_time(seq / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
+        warm = min(job.warmup_steps, job.steps)
+        queries = seq / layout.patches
+        patch = max(stage_times(model, cluster, layout, seq, queries, rows))
+        hop = p2p_time(queries / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
+        turn = patch + cluster.gpu.exposed(hop, patch)
+        steady = ((job.steps - warm) * layout.patches + p - 1) * turn if job.steps > warm else 0.0
+        latency = warm * (sum(full) + (p - 1) * hop_full + gather) + steady + (job.steps - warm) * gather
+        step = latency / job.steps
+    one_gpu = DiffusionLayout()
+    ideal = job.steps * sum(stage_times(model, cluster, one_gpu, seq, seq, _passes(model, one_gpu, job.batch)))
+    return DiffusionPrediction(latency, step, layout.dp * job.batch / latency,
+                               memory_gib(model, cluster, job, layout), cluster.gpu.memory_gib,
+                               ideal / layout.replica_gpus)

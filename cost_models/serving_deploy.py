@@ -1,0 +1,103 @@
+"""A whole serving deployment: replicas that prefill and decode together (continuous batching with chunked
+prefill, vLLM/SGLang), or a prefill pool beside a decode pool (DistServe, Zhong et al. OSDI'24; Splitwise, Patel
+et al. ISCA'24). From one replica's costs (cost_models.serving) to TTFT, TPOT, requests and tokens per second.
+
+Co-located, steady state (Agrawal et al. 2024, Sarathi-Serve, section 3: prefills stall or stretch decodes): each
+request costs one prefill and `output_len` decode iterations, so a replica running b requests admits b/out new
+prompts per iteration and an iteration lasts
+    T_it = t_decode(b) + (b / out) · t_prefill_busy
+TPOT = T_it, throughput = b / T_it tokens/s, TTFT = prefill latency + one iteration (the prompt waits for the
+running one). Disaggregated: the pools run at their own rates and the deployment at the slower,
+    requests/s = min(n_p · dp_p / t_prefill_busy, n_d · b / (out · t_decode(b)))
+TPOT = t_decode(b), TTFT = prefill latency; the KV transfer delays the second token. No queueing model: the rate
+target is a capacity check (utilisation < 1), not a latency percentile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cost_models.serving import (
+    ServingMemory,
+    decode_step_time,
+    kv_transfer_time,
+    prefill_cost,
+    replica_memory,
+)
+from planner.core import ClusterSpec, ModelSpec
+from planner.core.inference import ReplicaLayout, ServingJob, ServingLayout
+
+
+@dataclass(frozen=True)
+class ServingPrediction:
+    """What a deployment does: latencies in seconds, `tokens_per_s` output tokens per second of the whole
+    deployment, `max_batch` the most requests a decode replica's KV cache holds."""
+
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    requests_per_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    max_batch: int
+    memory: ServingMemory
+    prefill_memory: ServingMemory | None
+    fits: bool
+    meets_slo: bool
+    kv_transfer_s: float = 0.0
+
+
+def rank_batch(layout: ReplicaLayout, batch: int) -> int:
+    """Requests on one attention rank of an engine running `batch`."""
+    return math.ceil(batch / layout.dp)
+
+
+def _memory(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout, context: int) -> ServingMemory:
+    return replica_memory(model, cluster.gpu, r, context, job.weights, job.kv, job.block_size,
+                          job.gpu_memory_utilization, min(job.prefill_chunk, max(job.prompt_len, 1)))
+
+
+def decode_memory(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout) -> ServingMemory:
+    """Memory of a replica that holds finished requests (prompt + output tokens of KV each)."""
+    return _memory(model, cluster, job, r, job.context_len)
+
+
+def tpot(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout, batch: int) -> float:
+    """Decode step of an engine running `batch` requests, at the mean context of a generation."""
+    return decode_step_time(model, cluster, r, rank_batch(r, batch), job.mean_decode_context, job.weights, job.kv)
+
+
+def _meets(job: ServingJob, ttft: float, step: float, rps: float) -> bool:
+    ok = job.ttft_slo_s is None or ttft <= job.ttft_slo_s
+    ok = ok and (job.tpot_slo_s is None or step <= job.tpot_slo_s)
+    return ok and (job.rate is None or rps >= job.rate)
+
+
+def evaluate_serving(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, layout: ServingLayout,
+                     gpus: int) -> ServingPrediction:
+    """Predict one deployment on `gpus` GPUs (the per-GPU figure divides by all of them)."""
+    d = layout.decode
+    mem = decode_memory(model, cluster, job, d)
+    max_batch = mem.max_batch * d.dp
+    step = tpot(model, cluster, job, d, layout.batch)
+    out = job.output_len
+    if layout.prefill is None:
+        pre = prefill_cost(model, cluster, d, job.prompt_len, job.weights)
+        iteration = step + rank_batch(d, layout.batch) / out * pre.busy
+        rps = layout.replicas * layout.batch / (out * iteration)
+        ttft, tpot_s, kvt, pmem = pre.latency + step, iteration, 0.0, None
+        fits = layout.batch <= max_batch
+    else:
+        p = layout.prefill
+        pre = prefill_cost(model, cluster, p, job.prompt_len, job.weights)
+        kvt = kv_transfer_time(model, cluster, p, job.prompt_len, job.kv)
+        pmem = _memory(model, cluster, job, p, job.prompt_len)
+        rate_p = layout.prefill_replicas * p.dp / pre.busy
+        rate_d = layout.replicas * layout.batch / (out * step)
+        rps, ttft, tpot_s = min(rate_p, rate_d), pre.latency, step
+        fits = layout.batch <= max_batch and pmem.max_batch >= 1
+    e2e = ttft + kvt + (out - 1) * tpot_s
+    tokens = rps * out
+    return ServingPrediction(ttft, tpot_s, e2e, rps, tokens, tokens / gpus, max_batch, mem, pmem, fits,
+                             fits and _meets(job, ttft, tpot_s, rps), kvt)

@@ -1,0 +1,177 @@
+"""`meshplan infer serve|edge|diffusion`: inference plans. Parse the flags, run the search, print the plan and write
+the plan file (workload: inference)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from planner.commands.common import Hardware, MemoryGib, app, check, run
+from planner.core.checks import MAX_GPUS
+from planner.core.inference import KvFormat, Objective, PoolMode, WeightFormat
+
+infer_app = typer.Typer(no_args_is_help=True, help="Plan inference: LLM serving, edge pipelines, diffusion "
+                                                   "transformers.")
+app.add_typer(infer_app, name="infer")
+
+Out = Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")]
+TopK = Annotated[int, typer.Option(min=1, max=100, help="Alternatives to keep and show.")]
+PromptLen = Annotated[int, typer.Option(help="Prompt tokens per request.")]
+OutputLen = Annotated[int, typer.Option(help="Output tokens per request.")]
+KvDtype = Annotated[KvFormat, typer.Option("--kv-dtype", help="KV-cache number format.")]
+
+
+def _emit_plan(document: dict[str, Any], out: Path | None, as_json: bool) -> None:
+    from planner.core.fileio import write_text_atomic
+    from planner.outputs.inferplan import dumps, summary
+
+    if out is not None:
+        write_text_atomic(out, dumps(document, out))
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+        return
+    typer.echo(summary(document))
+    if out is not None:
+        typer.echo(f"\nplan written to {out}")
+
+
+@infer_app.command()
+def serve(
+    model: Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")],
+    hardware: Hardware,
+    gpus: Annotated[int, typer.Option(help="GPUs of the deployment.")],
+    prompt_len: PromptLen,
+    output_len: OutputLen,
+    batch: Annotated[int | None, typer.Option(help="Concurrent requests over the deployment (default: the most that "
+                                                   "meet the SLOs).")] = None,
+    rate: Annotated[float | None, typer.Option(help="Requests per second the deployment must sustain.")] = None,
+    ttft_slo: Annotated[float | None, typer.Option(help="Time-to-first-token SLO, seconds.")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(help="Time-per-output-token SLO, seconds.")] = None,
+    objective: Annotated[Objective, typer.Option(help="Maximise throughput or minimise latency.")]
+    = Objective.THROUGHPUT,
+    weights: Annotated[WeightFormat, typer.Option(help="Weight format.")] = WeightFormat.BF16,
+    kv_dtype: KvDtype = KvFormat.BF16,
+    mode: Annotated[PoolMode, typer.Option(help="Co-located, disaggregated prefill/decode pools, or the better.")]
+    = PoolMode.ANY,
+    tp: Annotated[int | None, typer.Option(help="Pin tensor parallelism.")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pin pipeline parallelism.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory the engine takes.")] = 0.9,
+    max_num_seqs: Annotated[int, typer.Option(help="Largest batch per replica to consider.")] = 1024,
+    top_k: TopK = 5,
+    emit: Annotated[str | None, typer.Option(help="Also print launch arguments: vllm or sglang.")] = None,
+    memory_gib: MemoryGib = None,
+    out: Out = None,
+    as_json: AsJson = False,
+) -> None:
+    """LLM serving: TP/PP/EP and replicas, co-located or disaggregated, under TTFT/TPOT SLOs."""
+
+    def action() -> None:
+        from hardware_profiles import HardwareOverrides, load_hardware
+        from planner.core.errors import InputError, SpecError
+        from planner.core.inference import ServingJob
+        from planner.inputs.loaders import load_model
+        from planner.outputs.inferplan import serving_document
+        from planner.search.infer_serving import search_serving
+
+        check({"--gpus": (gpus, 1, MAX_GPUS), "--tp": (tp, 1, 1024), "--pp": (pp, 1, 1024)})
+        if emit not in (None, "vllm", "sglang"):
+            raise InputError(f"--emit must be vllm or sglang, got {emit!r}")
+        try:
+            job = ServingJob(prompt_len, output_len, batch, rate, ttft_slo, tpot_slo, objective, weights, kv_dtype,
+                             mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs)
+        except SpecError as exc:
+            raise InputError(str(exc)) from None
+        spec = load_model(model)
+        cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
+        result = search_serving(spec, cluster, job, gpus, top_k=top_k, tp=tp, pp=pp)
+        document = serving_document(spec, cluster, job, gpus, result)
+        _emit_plan(document, out, as_json)
+        if emit is not None and not as_json:
+            typer.echo(f"\n{document['inference']['launch'][emit]}")
+
+    run(action)
+
+
+@infer_app.command()
+def edge(
+    model: Annotated[str, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")],
+    devices: Annotated[str, typer.Option(help="Comma-separated device presets or profile YAMLs, e.g. "
+                                              "orin-agx-64gb,orin-nx-16gb,orin-nx-16gb.")],
+    prompt_len: PromptLen,
+    output_len: OutputLen,
+    batch: Annotated[int, typer.Option(help="Sequences in flight.")] = 1,
+    objective: Annotated[Objective, typer.Option(help="Minimise request latency or the bottleneck stage.")]
+    = Objective.LATENCY,
+    weights: Annotated[WeightFormat, typer.Option(help="Weight format (int8/int4: weight-only).")] = WeightFormat.INT4,
+    kv_dtype: KvDtype = KvFormat.BF16,
+    reserve_gib: Annotated[float, typer.Option(help="Memory per device kept for the OS and runtime, GiB.")] = 2.0,
+    out: Out = None,
+    as_json: AsJson = False,
+) -> None:
+    """A transformer pipelined over a few edge devices (exact split, device order searched)."""
+
+    def action() -> None:
+        from hardware_profiles import load_hardware
+        from planner.core.errors import InputError, SpecError
+        from planner.core.inference import EdgeJob
+        from planner.inputs.loaders import load_model
+        from planner.outputs.inferplan import edge_document
+        from planner.search.infer_edge import search_edge
+
+        names = [d.strip() for d in devices.split(",") if d.strip()]
+        if not 1 <= len(names) <= 16:
+            raise InputError(f"--devices takes 1 to 16 comma-separated devices, got {devices!r}")
+        try:
+            job = EdgeJob(prompt_len, output_len, batch, objective, weights, kv_dtype, reserve_gib)
+        except SpecError as exc:
+            raise InputError(str(exc)) from None
+        spec = load_model(model)
+        clusters = [load_hardware(n, 1) for n in names]
+        plan = search_edge(spec, clusters, job)
+        _emit_plan(edge_document(spec, clusters, job, plan), out, as_json)
+
+    run(action)
+
+
+@infer_app.command()
+def diffusion(
+    model: Annotated[str, typer.Option(help="Diffusion preset (flux1-dev, flux1-schnell, sd3-medium, dit-xl-2) or "
+                                            "diffusion-model YAML.")],
+    hardware: Hardware,
+    gpus: Annotated[int, typer.Option(help="GPUs.")],
+    resolution: Annotated[int, typer.Option(help="Image side in pixels.")] = 1024,
+    steps: Annotated[int | None, typer.Option(help="Denoising steps (default: the model's).")] = None,
+    batch: Annotated[int, typer.Option(help="Images per request.")] = 1,
+    objective: Annotated[Objective, typer.Option(help="Minimise latency per image or maximise images/s.")]
+    = Objective.LATENCY,
+    top_k: TopK = 5,
+    memory_gib: MemoryGib = None,
+    out: Out = None,
+    as_json: AsJson = False,
+) -> None:
+    """Diffusion transformers: Ulysses/ring sequence parallelism, PipeFusion, CFG parallelism (xDiT)."""
+
+    def action() -> None:
+        from hardware_profiles import HardwareOverrides, load_hardware
+        from planner.core.diffusion import DiffusionJob, image_tokens
+        from planner.core.errors import InputError, SpecError
+        from planner.inputs.diffusion import load_diffusion_model
+        from planner.outputs.inferplan import diffusion_document
+        from planner.search.infer_diffusion import search_diffusion
+
+        check({"--gpus": (gpus, 1, MAX_GPUS)})
+        spec = load_diffusion_model(model)
+        try:
+            job = DiffusionJob(resolution, steps or spec.default_steps, batch, objective)
+            image_tokens(spec, resolution)
+        except SpecError as exc:
+            raise InputError(str(exc)) from None
+        cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
+        result = search_diffusion(spec, cluster, job, gpus, top_k=top_k)
+        _emit_plan(diffusion_document(spec, cluster, job, gpus, result), out, as_json)
+
+    run(action)

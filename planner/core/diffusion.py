@@ -1,0 +1,149 @@
+"""Diffusion transformers (DiT, SD3's MMDiT, Flux): the model, the image job and the parallel layout of xDiT
+(Fang et al. 2024, "xDiT: an inference engine for diffusion transformers with massive parallelism"), validated
+on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.core.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, integer
+from planner.core.errors import LayoutError, SpecError
+from planner.core.inference import Objective
+
+
+@dataclass(frozen=True)
+class DiffusionModel:
+    """A DiT backbone. `double_layers` are MMDiT blocks (SD3, Flux's double-stream blocks: image and text tokens
+    keep separate weights and meet in one joint attention), `single_layers` one weight stream over the joint
+    sequence (DiT's blocks, Flux's single-stream blocks). Each block has attention (4·h² weights), an MLP
+    (2·h·f) and an adaLN modulation of `*_modulation`·h² weights per stream (6 in DiT's adaLN-Zero and MMDiT,
+    3 in Flux's single-stream blocks). The latent is `latent_channels` deep, `vae_downsample` times smaller
+    than the image per side, cut into `patch_size`² patches; `text_tokens` join the sequence (0: class-
+    conditioned). `cfg`: sampled with classifier-free guidance (two passes per step; Flux-dev is guidance-
+    distilled: one). `encoder_params`: text encoders and VAE, held on every GPU, not timed."""
+
+    name: str
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    double_layers: int
+    single_layers: int
+    patch_size: int
+    latent_channels: int
+    vae_downsample: int = 8
+    text_tokens: int = 0
+    cfg: bool = True
+    default_steps: int = 28
+    double_modulation: int = 6
+    single_modulation: int = 6
+    encoder_params: float = 0.0
+    published_params: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("hidden_size", "num_heads", "ffn_hidden_size", "patch_size", "latent_channels",
+                    "vae_downsample", "default_steps"):
+            integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 1, MAX_WIDTH, SpecError)
+        for key in ("double_layers", "single_layers", "text_tokens", "double_modulation", "single_modulation"):
+            integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 0, MAX_LAYERS * 100, SpecError)
+        if self.double_layers + self.single_layers < 1:
+            raise SpecError(f"diffusion model {self.name!r}: needs at least one of double_layers, single_layers")
+        if self.hidden_size % self.num_heads:
+            raise SpecError(f"diffusion model {self.name!r}: hidden_size {self.hidden_size} not divisible by "
+                            f"num_heads {self.num_heads}")
+
+    @property
+    def num_layers(self) -> int:
+        return self.double_layers + self.single_layers
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def layer_is_double(self, index: int) -> bool:
+        """Double-stream blocks come first (Flux: 19 double, then 38 single)."""
+        return index < self.double_layers
+
+
+@dataclass(frozen=True)
+class DiffusionJob:
+    """Images of `resolution` x `resolution` pixels, `steps` denoising steps, `batch` images per request."""
+
+    resolution: int
+    steps: int
+    batch: int = 1
+    objective: Objective = Objective.LATENCY
+    warmup_steps: int = 1  # PipeFusion's synchronous first steps (fill the stale-activation buffers)
+
+    def __post_init__(self) -> None:
+        integer(self.resolution, "--resolution", 8, 65536, SpecError)
+        integer(self.steps, "--steps", 1, 10000, SpecError)
+        integer(self.batch, "--batch", 1, 4096, SpecError)
+        integer(self.warmup_steps, "warmup steps", 0, 10000, SpecError)
+
+
+@dataclass(frozen=True)
+class DiffusionLayout:
+    """xDiT's hybrid parallelism on one replica of cfg x pipefusion x ring x ulysses GPUs (Ulysses innermost),
+    `patches` PipeFusion patches per image, and `dp` replicas each making whole images."""
+
+    ulysses: int = 1
+    ring: int = 1
+    pipefusion: int = 1
+    cfg: int = 1
+    patches: int = 1
+    dp: int = 1
+
+    def __post_init__(self) -> None:
+        for key in ("ulysses", "ring", "pipefusion", "patches", "dp"):
+            integer(getattr(self, key), key, 1, MAX_GPUS, LayoutError)
+        integer(self.cfg, "cfg", 1, 2, LayoutError)
+        if self.pipefusion > 1 and self.patches < self.pipefusion:
+            raise LayoutError(f"PipeFusion needs at least as many patches as stages, got {self.patches} patches for "
+                              f"pipefusion {self.pipefusion}")
+        if self.pipefusion == 1 and self.patches != 1:
+            raise LayoutError("patches > 1 needs pipefusion > 1")
+
+    @property
+    def sp(self) -> int:
+        return self.ulysses * self.ring
+
+    @property
+    def replica_gpus(self) -> int:
+        return self.cfg * self.pipefusion * self.sp
+
+    @property
+    def gpus(self) -> int:
+        return self.replica_gpus * self.dp
+
+    def describe(self) -> str:
+        parts = [f"ulysses{self.ulysses}", f"ring{self.ring}", f"pipefusion{self.pipefusion}"]
+        parts += [f"patches{self.patches}"] if self.pipefusion > 1 else []
+        return " ".join([*parts, f"cfg{self.cfg}", f"dp{self.dp}"])
+
+
+def check_diffusion_layout(model: DiffusionModel, job: DiffusionJob, layout: DiffusionLayout, gpus: int) -> None:
+    """The rules xDiT enforces: heads % ulysses, image tokens % (sp x patches), layers >= pipefusion stages,
+    cfg parallel only for models sampled with guidance, and the GPU count."""
+    tokens = image_tokens(model, job.resolution)
+    if model.num_heads % layout.ulysses:
+        raise LayoutError(f"heads {model.num_heads} not divisible by ulysses {layout.ulysses}")
+    if tokens % (layout.sp * layout.patches):
+        raise LayoutError(f"image tokens {tokens} not divisible by ulysses x ring x patches = "
+                          f"{layout.sp * layout.patches}")
+    if layout.pipefusion > model.num_layers:
+        raise LayoutError(f"pipefusion {layout.pipefusion} > layers {model.num_layers}")
+    if layout.cfg > 1 and not model.cfg:
+        raise LayoutError(f"cfg parallelism needs a model sampled with classifier-free guidance; {model.name!r} is "
+                          "not")
+    if layout.gpus != gpus:
+        raise LayoutError(f"GPUs {gpus} != dp {layout.dp} x cfg {layout.cfg} x pipefusion {layout.pipefusion} x "
+                          f"ring {layout.ring} x ulysses {layout.ulysses}")
+
+
+def image_tokens(model: DiffusionModel, resolution: int) -> int:
+    """Patch tokens of one image: (resolution / vae_downsample / patch_size)², e.g. Flux at 1024 px: 64² = 4096."""
+    side = resolution // (model.vae_downsample * model.patch_size)
+    if side < 1 or resolution % (model.vae_downsample * model.patch_size):
+        raise SpecError(f"--resolution {resolution} must be a multiple of vae_downsample x patch_size = "
+                        f"{model.vae_downsample * model.patch_size} for {model.name!r}")
+    return side * side

@@ -1,0 +1,76 @@
+"""Diffusion-transformer inputs: presets (presets/diffusion.yaml) and model YAML files -> DiffusionModel."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.core.checks import finite
+from planner.core.diffusion import DiffusionModel
+from planner.core.errors import InputError, SpecError
+
+REQUIRED_KEYS = ("hidden_size", "num_heads", "ffn_hidden_size", "double_layers", "single_layers", "patch_size",
+                 "latent_channels")
+OPTIONAL_KEYS = ("name", "vae_downsample", "text_tokens", "cfg", "default_steps", "double_modulation",
+                 "single_modulation", "encoder_params", "published_params")
+_FLOATS = ("encoder_params", "published_params")
+
+
+@functools.cache
+def _preset_data() -> dict[str, dict[str, Any]]:
+    text = (resources.files("planner.inputs") / "presets" / "diffusion.yaml").read_text()
+    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    return data
+
+
+def diffusion_preset_names() -> list[str]:
+    return list(_preset_data())
+
+
+def diffusion_from_mapping(data: Any, origin: str) -> DiffusionModel:
+    """A mapping of DiffusionModel keys -> DiffusionModel; unknown or missing keys name the allowed ones."""
+    allowed = ", ".join(REQUIRED_KEYS + OPTIONAL_KEYS)
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: expected a mapping of diffusion-model keys ({allowed})")
+    unknown = sorted(set(data) - set(REQUIRED_KEYS + OPTIONAL_KEYS))
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if unknown or missing:
+        problem = f"unknown keys {unknown}" if unknown else f"missing keys {missing}"
+        raise InputError(f"{origin}: {problem}; allowed: {allowed}")
+    for key in _FLOATS:
+        if key in data and data[key] is not None and not finite(data[key]):
+            raise InputError(f"{origin}: {key} must be a finite number, got {data[key]!r}")
+    if "cfg" in data and not isinstance(data["cfg"], bool):
+        raise InputError(f"{origin}: cfg must be true or false, got {data['cfg']!r}")
+    values: dict[str, Any] = {k: (float(v) if k in _FLOATS and v is not None else v) for k, v in data.items()}
+    values.setdefault("name", Path(origin).stem)
+    try:
+        return DiffusionModel(**values)
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+
+
+def load_diffusion_model(name_or_path: str) -> DiffusionModel:
+    """A preset name (`diffusion_preset_names`) or a YAML path -> DiffusionModel."""
+    presets = _preset_data()
+    if name_or_path in presets:
+        return diffusion_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        raise InputError(f"unknown diffusion model {name_or_path!r}: give a preset ({', '.join(presets)}) or a path "
+                         "to a diffusion-model YAML")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
+    return diffusion_from_mapping(data, str(path))
+
+
+def diffusion_mapping(model: DiffusionModel) -> dict[str, Any]:
+    """The inverse of `diffusion_from_mapping` (for self-contained plan files)."""
+    return {f.name: getattr(model, f.name) for f in fields(model)}
