@@ -1,10 +1,10 @@
 """Launch arguments for vLLM (`vllm serve`) and SGLang (`python -m sglang.launch_server`) from a serving plan: pure
 layout -> text functions.
 
-Not checked by the packages' own argument parsers: vllm and sglang need CUDA builds (vllm's CPU wheel builds from
-source for tens of minutes; sglang imports CUDA kernels at start), too heavy for the test suite on a CPU machine.
+Not checked by the packages' own argument parsers: vllm's and sglang's PyPI wheels are CUDA builds that pull a
+CUDA PyTorch (gigabytes) and import CUDA kernels at start, so they were not installed on this CPU-only machine.
 The flags are the ones their documentation lists (docs.vllm.ai "Engine Arguments", docs.sglang.io "Server
-Arguments"); tests/test_infer_serving.py checks every emitted flag against those lists.
+Arguments"); tests/test_inference.py checks every emitted flag against those lists.
 
 Mapping. vLLM: --tensor-parallel-size tp, --pipeline-parallel-size pp, --data-parallel-size (the engine's dp
 attention ranks with --enable-expert-parallel, else the co-located replicas), --max-num-seqs (the batch per
