@@ -1,6 +1,7 @@
-"""The search's memory floor is a true lower bound: no layout that pricing a candidate can return needs less memory
-than its floor (random candidates, random splits and per-rank recomputation, priced by the plain cost model), a
-candidate it drops has no layout that fits, and `packing_floor` is at most the best assignment found by brute force."""
+"""The search's memory floor and tight time bound are true lower bounds: no layout that pricing a candidate can return
+needs less memory than its floor, and none that fits is faster than its tight bound (random candidates, random splits
+and per-rank recomputation, priced by the plain cost model); a candidate the floor drops has no layout that fits; and
+`packing_floor` is at most the best assignment found by brute force."""
 
 from __future__ import annotations
 
@@ -72,9 +73,37 @@ def test_memory_floor_is_below_every_layout(case: int, pick: int, seed: int) -> 
         assert split_floor <= evaluate_layout(pr.model, pr.cluster, pr.job, layout).peak_memory_gib * GIB
 
 
+@cache
+def _needy(index: int) -> tuple[Candidate, ...]:
+    """Candidates of case `index` that need full recomputation to fit (a positive `recompute_floor`)."""
+    _, bounds, pool = _case(index)
+    return tuple(c for c in pool[::7] if bounds.recompute_floor(c) > 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=st.integers(0, len(CASES) - 1), pick=st.integers(0, 10**9), seed=st.integers(0, 10**9),
+       needy=st.booleans())
+def test_tight_bound_is_below_every_layout_that_fits(case: int, pick: int, seed: int, needy: bool) -> None:
+    """The step-time bound with the recomputation a split needs to fit is below the step time of the balanced
+    layout and of random splits with random per-rank recomputation, wherever they fit (half the examples drawn
+    from candidates whose bound counts recomputation)."""
+    pr, bounds, pool = _case(case)
+    pool = (_needy(case) or pool) if needy else pool
+    c = pool[pick % len(pool)]
+    balanced = c.layout()
+    tight = bounds.tight_bound(c, False)
+    assert bounds.bound(c) == bounds.tight_bound(c, True) <= tight
+    rng = random.Random(seed)
+    layouts = [balanced] + [_random_split(balanced, pr.model.num_layers, rng) for _ in range(6)]
+    for layout in layouts:
+        prediction = evaluate_layout(pr.model, pr.cluster, pr.job, layout)
+        if prediction.fits:
+            assert tight <= prediction.step_time_s * (1 + 1e-9), layout
+
+
 def test_a_dropped_candidate_has_no_layout_that_fits() -> None:
-    """Every candidate of the small jobs whose floor exceeds the GPU prices to no fitting layout, and the floor
-    drops a good share of those that do not fit."""
+    """Every candidate of the small jobs whose floor exceeds the GPU prices to no fitting layout, the floor drops a
+    good share of those that do not fit, and the tight bound is below the step time of those that do."""
     rng = random.Random(7)
     for index in range(len(CASES)):
         pr, bounds, pool = _case(index)
@@ -85,6 +114,9 @@ def test_a_dropped_candidate_has_no_layout_that_fits() -> None:
                             bounds.activations(c))
             drop = bounds.memory_floor(c, balanced_only(c, spec)) > capacity
             assert not drop or priced.ranked is None, c
+            if priced.ranked is not None:  # (the bound of a one-stage layout is its step time, to rounding)
+                step = priced.ranked.prediction.step_time_s
+                assert bounds.tight_bound(c, balanced_only(c, spec)) <= step * (1 + 1e-9)
             dropped, infeasible = dropped + drop, infeasible + (priced.ranked is None)
         assert dropped >= infeasible // 2, (CASES[index], dropped, infeasible)
 

@@ -15,6 +15,7 @@ layer's transient copy, ZeRO-3's gathered modules, the multi-token-prediction la
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -34,7 +35,7 @@ from cost_models.step import (
     rank_layer_ids,
 )
 from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
-from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Schedule
+from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Schedule, ZeroStage
 from planner.search.space import Candidate
 
 _ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -55,7 +56,7 @@ class SearchBounds:
         self.model, self.cluster, self.job = model, cluster, job
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
-        self._families: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._families: dict[tuple[object, ...], tuple[float, float, float, float, float]] = {}
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
         self._sends: dict[tuple[int, int, Schedule], float] = {}
         self._states: dict[tuple[object, ...], float] = {}
@@ -112,9 +113,9 @@ class SearchBounds:
     def floor(self, c: Candidate) -> float:
         """A lower bound on `bound(c)` at the cost of a look-up: the average stage's layer times (per (knobs, pp))
         over the micro-batches, less 1e-9 of it for rounding. Every term `_bound` adds to that is >= 0 (sends, ZeRO
-        traffic, tail, the wave's bubble), and the pipeline fill (p − 1)·stage exceeds ZB-H1's hidden weight
-        gradients (p − 1)·W_SHARE·backward. The search orders candidates by it and computes `bound` only for
-        those it reaches."""
+        traffic, tail, the bubbles), and the pipeline fill (p − 1)·stage exceeds ZB-H1's hidden weight
+        gradients, at most p·W_SHARE·backward <= (p − 1)·stage for p >= 2. The search orders candidates by it and
+        computes `bound` only for those it reaches."""
         key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp)
         if key not in self._floors:
             self._floors[key] = self._average(c).total * (1 - 1e-9)
@@ -129,28 +130,42 @@ class SearchBounds:
             avg = avg + times.moe.scaled(n_moe / c.pp)
         return avg
 
-    def _bound(self, c: Candidate) -> float:
-        """Lower bound on the step time of any split of candidate `c`.
+    def _bound(self, c: Candidate, recomputed: float = 0.0) -> float:
+        """Lower bound on the step time of any split of candidate `c` whose average stage recomputes at least
+        `recomputed` seconds per micro-batch more than the candidate's own recomputation.
 
         The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
-        least the average; ZB-H1 hides at most p − 1 average weight gradients), the step tail at least
+        least the average) less, for ZB-H1, the weight gradients it hides (`_zb_h1_hidden`), the step tail at least
         the average stage's gradient reduction and optimizer step. Exposed communication is convex in
         (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
-        Recomputation chosen by the split only adds time."""
-        stage, hop, backward, tail = self._family(c, self.beside(c))
+        ZB-V and the wave add the bubble of cost_models.pipeline on their slowest chunk, which takes at least the
+        average chunk's forward and its time without it (less the weight gradients ZB-V moves)."""
+        stage, hop, forward, backward, tail = self._family(c, self.beside(c))
+        stage += recomputed
         m = self.job.global_batch // (c.dp * c.mbs)
         if c.pp > 1:
             stage += self.sends(c) * hop
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
-            return stage * m + tail
-        if c.schedule is Schedule.WAVE:  # and the wave's bubble takes the slowest chunk's backward, >= the average's
-            return stage * m + wave_bubble(c.pp, 0.0, backward / c.vpp) + tail
-        hidden = (c.pp - 1) * W_SHARE * backward if c.schedule is Schedule.ZB_H1 else 0.0
+            # its bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
+            return stage * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
+        if c.schedule is Schedule.WAVE:
+            chunk = max(forward, stage - forward) / c.vpp
+            return stage * m + wave_bubble(c.pp, chunk, chunk) + tail
+        hidden = W_SHARE * self._zb_h1_hidden(c, backward) if c.schedule is Schedule.ZB_H1 else 0.0
         return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
 
-    def _family(self, c: Candidate, head_beside_embedding: bool) -> tuple[float, float, float, float]:
+    def _zb_h1_hidden(self, c: Candidate, backward: float) -> float:
+        """The most backward time ZB-H1 can hide in units of W_SHARE: every stage's but the last, Σ_r b_r − b_last
+        = (p − 1)·b̄ + (b̄ − b_last), the last stage holding the head and at least one decoder layer."""
+        times = self.get(c)
+        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        layers = [t.backward for t, n in ((times.decoder, n_dense), (times.moe, n_moe)) if n and t is not None]
+        last = times.head.backward + min(layers, default=0.0)
+        return (c.pp - 1) * backward + max(backward - last, 0.0)
+
+    def _family(self, c: Candidate, head_beside_embedding: bool) -> tuple[float, float, float, float, float]:
         """What the bound needs that does not depend on vpp or the schedule (but for where the head sits):
-        the average stage's time (without pipeline sends), one send, its backward, and the tail priced with
+        the average stage's time (without pipeline sends), one send, its forward and backward, and the tail priced with
         the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
         windows shrink."""
         key = (c.tp, c.pp, c.dp, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
@@ -167,7 +182,7 @@ class SearchBounds:
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
                 + optimizer_time(params, layout, cluster))
-        self._families[key] = (stage, hop, avg.backward, tail)
+        self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
 
     def knobs(self, c: Candidate) -> LayerKnobs:
@@ -209,52 +224,106 @@ class SearchBounds:
             self._pieces[key] = tuple(stage_states(p, layout, grad).total for p in pieces)  # type: ignore[assignment]
         return self._pieces[key]
 
+    def _rank_bytes(self, c: Candidate) -> tuple[list[float], tuple[float, ...], float, float]:
+        """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer)."""
+        emb, head, _ = self._ranks(c)
+        alive = self._alive(c, self.job.global_batch // (c.dp * c.mbs))
+        s_dense, s_moe, s_emb, s_head = self._piece_states(c)
+        logits = M.logits_bytes(self.model, self.job.seq_len, c.mbs, c.tp, c.cp) * (1 + self.model.mtp_layers)
+        fixed = [M.BUFFER_ALLOWANCE_GIB * GIB + (s_emb if r == emb else 0.0) + (s_head + logits if r == head else 0.0)
+                 for r in range(c.pp)]
+        return fixed, alive, s_dense, s_moe
+
     def memory_floor(self, c: Candidate, balanced: bool) -> float:
         """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
         chunks when `balanced`, else any split of the layers with at least one per rank, any of them fully
         recomputed. A candidate whose floor exceeds the GPU's memory cannot fit."""
-        emb, head, counts = self._ranks(c)
-        alive = self._alive(c, self.job.global_batch // (c.dp * c.mbs))
-        s_dense, s_moe, s_emb, s_head = self._piece_states(c)
+        fixed, alive, s_dense, s_moe = self._rank_bytes(c)
         acts = self.activations(c)
-        logits = M.logits_bytes(self.model, self.job.seq_len, c.mbs, c.tp, c.cp) * (1 + self.model.mtp_layers)
-        fixed = [M.BUFFER_ALLOWANCE_GIB * GIB + (s_emb if r == emb else 0.0) + (s_head + logits if r == head else 0.0)
-                 for r in range(c.pp)]
         a_dense, a_moe = acts.dense, acts.moe
         if not balanced:  # the split may recompute any layer fully: it then stores its input only
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         per_layer = ([s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive])
         if balanced:
             floor = max(fixed[r] + n_dense * per_layer[0][r] + n_moe * per_layer[1][r]
-                        for r, (n_dense, n_moe) in enumerate(counts))
+                        for r, (n_dense, n_moe) in enumerate(self._ranks(c)[2]))
         else:
             n_dense, n_moe = F.decoder_layer_counts(self.model)
             kinds = [(per_layer[0], n_dense), (per_layer[1], n_moe)]
             floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
         return floor * (1 - _ROUNDING)
 
+    def tight_bound(self, c: Candidate, balanced: bool) -> float:
+        """`bound(c)` with the recomputation every split that fits needs (`recompute_floor`); `bound(c)` for
+        balanced chunks, whose recomputation is the candidate's own."""
+        extra = 0.0 if balanced else self.recompute_floor(c)
+        return self._bound(c, extra) if extra > 0 else self.bound(c)
+
+    def recompute_floor(self, c: Candidate) -> float:
+        """Seconds per micro-batch that full recomputation adds at the least to the average stage of any split of
+        `c` that fits in memory.
+
+        Rank r fits only if its fully recomputed layers save E_r = (fixed_r + Σ its layers' bytes − capacity)⁺, a
+        recomputed layer of kind k saving (a_k − a_full)·alive_r and adding inc_k seconds (its full-recompute time
+        less its own; under ZeRO-2/3 less the (1 − κ) share of the longer window the sharded traffic may hide
+        behind, `GpuSpec.exposed`). So rank r adds at least ρ·E_r/alive_r, ρ = min_k inc_k/(a_k − a_full), and
+        Σ_r E_r/alive_r >= Σ_r λ_r·(fixed_r − capacity + its layers' bytes)/alive_r for any λ_r in [0, 1], bounded
+        over every assignment as in `packing_floor` (λ all 1, or λ_r = max_k q_{r*k}/q_rk with q_rk = c_rk/alive_r
+        and r* the rank with the most in flight). 0 where full recomputation would change forward or backward
+        times (the bound's other terms price those at the candidate's own recomputation)."""
+        times, acts = self.get(c), self.activations(c)
+        fixed, alive, s_dense, s_moe = self._rank_bytes(c)
+        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        kappa = 1.0 - self.cluster.gpu.overlap_efficiency if c.zero >= ZeroStage.GRADIENTS else 1.0
+        rho, per_layer, counts = math.inf, [], []
+        for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),
+                                           (n_moe, times.moe, times.moe_full, acts.moe, s_moe)):
+            if not n or base is None or full is None:
+                continue
+            extra = full.total - base.total - (1.0 - kappa) * max(full.recompute - base.recompute, 0.0)
+            if full.forward != base.forward or full.backward != base.backward or extra < 0:
+                return 0.0
+            per_layer.append([states + act * a for a in alive])
+            counts.append(n)
+            if act > acts.full:
+                rho = min(rho, extra / (act - acts.full))
+        if not math.isfinite(rho) or rho <= 0 or min(min(row) for row in per_layer) <= 0:
+            return 0.0
+        over = [f - self.cluster.gpu.memory_gib * GIB for f in fixed]
+        top = max(range(c.pp), key=lambda r: alive[r])
+        lam = [max(per_layer[k][top] / alive[top] / (per_layer[k][r] / alive[r]) for k in range(len(counts)))
+               for r in range(c.pp)]
+        excess = max(weighted_floor(over, per_layer, counts, [1 / a for a in alive]),
+                     weighted_floor(over, per_layer, counts, [lam[r] / alive[r] for r in range(c.pp)]))
+        return max(rho * excess / c.pp, 0.0) * (1 - _ROUNDING)
+
+
+def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
+                   w: Sequence[float]) -> float:
+    """A lower bound on Σ_r w_r·(fixed[r] + Σ per_layer[k][r] over the layers rank r holds), w >= 0, over every
+    assignment of counts[k] layers of each kind k that gives every rank at least one: every rank is charged its
+    fixed part and one layer of its cheapest kind, the other L − P layers μ_k = min_r w_r·c_rk each, the cheapest
+    kinds first up to their counts (no assignment pays less)."""
+    ranks = range(len(fixed))
+    value = sum(w[r] * (fixed[r] + min(c[r] for c in per_layer)) for r in ranks)
+    left = sum(counts) - len(fixed)
+    for mu, n in sorted((min(w[r] * c[r] for r in ranks), n) for c, n in zip(per_layer, counts, strict=True)):
+        take = min(n, max(left, 0))
+        value, left = value + take * mu, left - take
+    return value
+
 
 def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]) -> float:
     """A lower bound on the least max_r (fixed[r] + Σ per_layer[k][r] over the layers rank r holds) over every
-    assignment of counts[k] layers of each kind k to the ranks that gives every rank at least one layer.
-
-    For weights w >= 0 summing to 1 the largest rank is at least the weighted mean Σ_r w_r·x_r. Charge every rank
-    its fixed bytes and one layer of its cheapest kind, and the other L − P layers μ_k = min_r w_r·c_rk each, the
-    cheapest kinds first up to their counts: no assignment pays less. The weights tried: each rank alone, all
-    alike, and w_r ∝ 1/c_rk for each kind k (for one kind and no fixed bytes that is the fractional optimum)."""
+    assignment of counts[k] layers of each kind k to the ranks that gives every rank at least one layer: for weights
+    w >= 0 summing to 1 the largest rank is at least the weighted mean, bounded by `weighted_floor`. The weights
+    tried: each rank alone, all alike, and w_r ∝ 1/c_rk for each kind k (for one kind and no fixed bytes that is
+    the fractional optimum)."""
     ranks = range(len(fixed))
-    first = [fixed[r] + min(c[r] for c in per_layer) for r in ranks]
-    rest = sum(counts) - len(fixed)
-    best = max(first)
+    best = max(fixed[r] + min(c[r] for c in per_layer) for r in ranks)
     weightings: list[list[float]] = [[1.0] * len(fixed)]
     weightings += [[1 / c[r] for r in ranks] for c in per_layer if min(c) > 0]
     for raw in weightings:
         total = sum(raw)
-        w = [x / total for x in raw]
-        value = sum(w[r] * first[r] for r in ranks)
-        left = rest
-        for mu, n in sorted((min(w[r] * c[r] for r in ranks), n) for c, n in zip(per_layer, counts, strict=True)):
-            take = min(n, max(left, 0))
-            value, left = value + take * mu, left - take
-        best = max(best, value)
+        best = max(best, weighted_floor(fixed, per_layer, counts, [x / total for x in raw]))
     return best

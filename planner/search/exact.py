@@ -129,21 +129,26 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     # best-first over a heap: module-set variants (`space.module_family`) join it only when their cheaper sibling
     # (same degrees, none or the default selective, or the previous set) needed fully recomputed layers or did not fit
     family = module_family(model, job, spec)
-    # lazily: a candidate enters at its `floor` and is re-queued at its bound when it reaches the top, so candidates
-    # are priced in the order of (bound, sort key) while most bounds are never computed
-    heap = [(layer_times.floor(c), c.sort_key(), False, c) for c in fitting]
+    # lazily: a candidate enters at its `floor`, is re-queued at its bound when it reaches the top, there dropped if
+    # its memory floor exceeds the GPU or else re-queued at its tight bound (the recomputation it needs to fit), and
+    # priced when it reaches the top again: priced in the order of (tight bound, sort key), most bounds never computed
+    heap = [(layer_times.floor(c), c.sort_key(), 0, c) for c in fitting]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
     evaluated = infeasible = expanded = floored = 0  # floored: dropped by the memory floor
     worst_gap, all_optimal = 0.0, True
     while heap:
-        bound, key, exact, cand = heapq.heappop(heap)
+        bound, key, level, cand = heapq.heappop(heap)
         if len(top) >= spec.top_k and bound >= -top[0][0]:
             break
-        if not exact:
-            heapq.heappush(heap, (layer_times.bound(cand), key, True, cand))
+        if level == 0:  # at its floor: re-queued at its bound
+            heapq.heappush(heap, (layer_times.bound(cand), key, 1, cand))
             continue
-        dropped = layer_times.memory_floor(cand, balanced_only(cand, spec)) > capacity  # no layout of it fits
+        balanced = balanced_only(cand, spec)
+        dropped = level == 1 and layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits
+        if level == 1 and not dropped:  # at its bound: re-queued at the bound with the recomputation it needs
+            heapq.heappush(heap, (layer_times.tight_bound(cand, balanced), key, 2, cand))
+            continue
         if dropped:
             priced, floored = _Priced(None, True, 0.0, True), floored + 1
         else:
@@ -155,10 +160,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
             progress(evaluated + floored, len(fitting) + expanded)
         nxt = next_module_set(cand, family, job)
         # else nxt is dominated: this one is already as fast as nxt could be
-        if nxt is not None and (priced.ranked is None or layer_times.bound(nxt) < priced.ranked.prediction.step_time_s):
-            # its bound is >= this one's: the order holds
-            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), True, nxt))
-            expanded += 1
+        if nxt is not None:
+            nxt_bound = layer_times.bound(nxt)
+            if priced.ranked is None or nxt_bound < priced.ranked.prediction.step_time_s:
+                heapq.heappush(heap, (nxt_bound, nxt.sort_key(), 1, nxt))
+                expanded += 1
         if priced.ranked is None:
             infeasible += not dropped
             continue
