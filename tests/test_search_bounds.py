@@ -10,6 +10,7 @@ import random
 from dataclasses import replace
 from functools import cache
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from cost_models.step import evaluate_layout
 from planner.api import Problem, resolve
 from planner.core import GIB, WAVE_PLACED, Layout, Recompute
 from planner.inputs.loaders import model_from_mapping
-from planner.search.bounds import SearchBounds, packing_floor
+from planner.search.bounds import SearchBounds, least_bottleneck_floor, packing_floor
 from planner.search.exact import _price, balanced_only
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.space import Candidate, SearchSpec, candidates
@@ -143,3 +144,16 @@ def test_packing_floor_is_below_the_best_assignment(data: st.DataObject) -> None
             for r in range(ranks))
         for where in itertools.product(range(ranks), repeat=len(layers)) if len(set(where)) == ranks)
     assert packing_floor(fixed, per_layer, counts) <= best * (1 + 1e-12) + 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_least_bottleneck_floor_is_the_best_whole_split(data: st.DataObject) -> None:
+    """Against brute force over every way to give each rank at least one of the layers."""
+    ranks = data.draw(st.integers(1, 4))
+    layers = data.draw(st.integers(ranks, 8))
+    base = data.draw(st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=ranks, max_size=ranks))
+    per_layer = data.draw(st.floats(0.01, 5.0))
+    best = min(max(b + n * per_layer for b, n in zip(base, counts, strict=True))
+               for counts in itertools.product(range(1, layers + 1), repeat=ranks) if sum(counts) == layers)
+    assert least_bottleneck_floor(base, per_layer, layers) == pytest.approx(best, rel=1e-9)

@@ -15,6 +15,7 @@ layer's transient copy, ZeRO-3's gathered modules, the multi-token-prediction la
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -62,6 +63,7 @@ class SearchBounds:
         self._states: dict[tuple[object, ...], float] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
         self._floors: dict[tuple[object, ...], float] = {}
+        self._slowest: dict[tuple[object, ...], float] = {}
         self._acts: dict[LayerKnobs, LayerActivations] = {}
         self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
@@ -145,14 +147,32 @@ class SearchBounds:
         m = self.job.global_batch // (c.dp * c.mbs)
         if c.pp > 1:
             stage += self.sends(c) * hop
-        if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r, and the slowest t_r is at least the average
+        slowest = max(stage, self.slowest(c))  # the slowest rank is at least the average and `slowest`
+        if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r
             # its bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
-            return stage * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
+            return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
         if c.schedule is Schedule.WAVE:
             chunk = max(forward, stage - forward) / c.vpp
-            return stage * m + wave_bubble(c.pp, chunk, chunk) + tail
+            return slowest * m + wave_bubble(c.pp, chunk, chunk) + tail
         hidden = W_SHARE * self._zb_h1_hidden(c, backward) if c.schedule is Schedule.ZB_H1 else 0.0
-        return stage * (m + (c.pp - 1) / c.vpp) - hidden + tail
+        return slowest * (m - 1 / c.vpp) + stage * c.pp / c.vpp - hidden + tail
+
+    def slowest(self, c: Candidate) -> float:
+        """A lower bound on the slowest rank's seconds per micro-batch in any split of `c`: each rank holds a whole
+        number of layers (at least one), each at least the cheapest kind's time (its own recomputation or full), and
+        the embedding and head ranks their pieces too (`least_bottleneck_floor`; sends and ZeRO traffic >= 0)."""
+        beside = self.beside(c)
+        key = (self.knobs(c), c.pp, beside)
+        if key not in self._slowest:
+            times = self.get(c)
+            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            kinds = ((times.decoder, times.decoder_full, n_dense), (times.moe, times.moe_full, n_moe))
+            per_layer = min(min(t.total, full.total) for t, full, n in kinds
+                            if n and t is not None and full is not None)
+            ends = [times.embedding.total + times.head.total] if beside else [times.embedding.total, times.head.total]
+            base = ends + [0.0] * (c.pp - len(ends))
+            self._slowest[key] = least_bottleneck_floor(base, per_layer, self.model.num_layers) * (1 - _ROUNDING)
+        return self._slowest[key]
 
     def _zb_h1_hidden(self, c: Candidate, backward: float) -> float:
         """The most backward time ZB-H1 can hide in units of W_SHARE: every stage's but the last, Σ_r b_r − b_last
@@ -311,6 +331,22 @@ def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]],
         take = min(n, max(left, 0))
         value, left = value + take * mu, left - take
     return value
+
+
+def least_bottleneck_floor(base: Sequence[float], per_layer: float, layers: int) -> float:
+    """The least T such that whole numbers n_r >= 1 with Σ n_r = `layers` give every rank base[r] + n_r·per_layer <= T
+    (a lower bound on the slowest rank when every layer costs at least `per_layer`). From the fractional optimum
+    T0 (at least every rank's base plus one layer) each rank holds ⌊(T0 − base_r)/per_layer⌋ layers, short of the
+    total by D <= P; T is then the D-th smallest of the ranks' further thresholds base_r + (n_r + j)·per_layer."""
+    if per_layer <= 0:
+        return max(base)
+    t0 = max(max(base) + per_layer, (sum(base) + layers * per_layer) / len(base))
+    counts = [math.floor((t0 - b) / per_layer + 1e-9) for b in base]
+    deficit = layers - sum(counts)
+    if deficit <= 0:
+        return t0
+    more = (b + (n + j) * per_layer for b, n in zip(base, counts, strict=True) for j in range(1, deficit + 1))
+    return heapq.nsmallest(deficit, more)[-1]
 
 
 def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]) -> float:
