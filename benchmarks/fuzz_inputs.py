@@ -127,8 +127,9 @@ class Inputs:
         table = self._write("base-costs.csv", _csv(self.cost_rows))
         model, runtime, limits = model_and_costs(None, Path(table), 128, Runtime())
         made = [planner.plan(self.tiny, "h100-sxm", gpus=4, seq_len=512, global_batch=16, spec=spec)
-                for spec in (planner.SearchSpec(pp=2), planner.SearchSpec(pp=2, recompute="full"),
-                             planner.SearchSpec(pp=2, vpp=2), planner.SearchSpec(pp=1))]
+                for spec in (planner.SearchSpec(pp=2, vpp=2, schedule="zb-v"),
+                             planner.SearchSpec(pp=2, recompute="full"), planner.SearchSpec(pp=2, vpp=2),
+                             planner.SearchSpec(pp=1))]
         made.append(planner.plan(self.tiny_moe, "h100-sxm", gpus=4, seq_len=512, global_batch=16))
         made.append(planner.plan(model, "h100-sxm", gpus=4, seq_len=128, global_batch=8, runtime=runtime,
                                  spec=planner.SearchSpec(**limits)))
@@ -417,7 +418,7 @@ HW_REAL = {"gpu": ("memory_gib", "hbm_gbs", "peak_bf16_tflops", "peak_fp8_tflops
            "node": ("scale_up_gbs", "scale_up_latency_us", "scale_up_efficiency"),
            "network": ("nic_gbps_per_gpu", "latency_us", "efficiency")}
 HW_OPTIONAL = ("peak_fp8_tflops", "attention_half_seq", "attention_backward_ratio", "fp8_matmul_ratio", "architecture",
-               "description")
+               "description", "host_op_us")
 HW_UPPER = {"attention_backward_ratio": 2.0, "memory_gib": 1e6}
 
 
