@@ -1,0 +1,275 @@
+"""Costs of a DLRM training step under a table sharding: pure functions of the specs.
+
+A step is the dense part (bottom MLP, interaction, top MLP: data parallel on every GPU, gradients all-reduced) plus
+the embedding part, which waits for the slowest rank. The embedding work of one rank is
+    lookups (HBM bytes moved / achievable HBM bandwidth) + host-cache misses (bytes / host link)
+    + 2 x all-to-all (forward pooled embeddings out, backward their gradients in; ids in)
+    + collectives every rank joins (row-wise reduce-scatter / all-gather, data-parallel gradient all-reduce).
+This is the form of TorchRec's planner estimator (torchrec/distributed/planner/shard_estimators.py: per-shard
+forward and backward compute as bytes over a kernel bandwidth, backward about twice the forward, plus input and
+output communication), written down from its description and stated per rank so that an ILP can sum it; the
+constants are meshplan's own (the GPU's HBM bandwidth and achievable share, cost_models/comm.py's links).
+
+A piece of a table held by one rank (a table-wise table, one column shard) costs its holder the lookups of the
+whole global batch and sends its pooled outputs to the others; every other rank receives its share. A row-wise
+table or a data-parallel one costs every rank the same. `PieceCost` holds one rank's share of one piece.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cost_models.comm import Collective, all_to_all_time, collective_time
+from planner.core import ClusterSpec
+from planner.core.enums import GIB
+from planner.core.recsys import (
+    EmbeddingOptimizer,
+    EmbeddingTable,
+    Interaction,
+    RecJob,
+    RecModel,
+    ShardingKind,
+    Storage,
+    TableSharding,
+)
+
+INDEX_BYTES = 8  # int64 ids in the input all-to-all (TorchRec's KeyedJaggedTensor)
+BUFFER_GIB = 2.0  # CUDA context, NCCL and allocator slack per GPU (the transformer model's allowance)
+DENSE_STATE_BYTES = 16  # per dense parameter: fp32 weights, gradients and two Adam moments
+
+
+@dataclass(frozen=True)
+class PieceCost:
+    """One rank's share of one piece: seconds of lookups, bytes it sends and receives in the all-to-alls,
+    seconds of collectives every rank joins, and the bytes it stores in HBM and in host memory."""
+
+    compute_s: float = 0.0
+    send_bytes: float = 0.0
+    recv_bytes: float = 0.0
+    collective_s: float = 0.0
+    hbm_bytes: float = 0.0
+    host_bytes: float = 0.0
+
+    def __add__(self, other: PieceCost) -> PieceCost:
+        return PieceCost(self.compute_s + other.compute_s, self.send_bytes + other.send_bytes,
+                         self.recv_bytes + other.recv_bytes, self.collective_s + other.collective_s,
+                         self.hbm_bytes + other.hbm_bytes, self.host_bytes + other.host_bytes)
+
+
+def zipf_share(fraction: float, rows: int, skew: float) -> float:
+    """Share of lookups that hit the hottest `fraction` of `rows` when row popularity follows Zipf(skew):
+        share = ∫_1^{fR} x^-s dx / ∫_1^{R} x^-s dx = ((fR)^(1-s) - 1) / (R^(1-s) - 1)   (s != 1; log ratio at 1),
+    the continuous form of the harmonic sums; 0 skew gives `fraction` (uniform access). An LRU/LFU cache of the
+    hottest rows (FBGEMM's UVM cache) hits this share in steady state (Che's approximation is close for Zipf)."""
+    if rows <= 1 or fraction >= 1.0:
+        return 1.0
+    top = max(1.0, fraction * rows)
+    if skew == 0.0:
+        return (top - 1.0) / (rows - 1.0) if top > 1.0 else fraction
+    if abs(skew - 1.0) < 1e-9:
+        return math.log(top) / math.log(rows)
+    return (top ** (1.0 - skew) - 1.0) / (rows ** (1.0 - skew) - 1.0)
+
+
+def state_bytes_per_row(optimizer: EmbeddingOptimizer, cols: int) -> float:
+    """Optimizer state of one row of `cols` columns: none for SGD, one fp32 per row for row-wise Adagrad (FBGEMM's
+    EXACT_ROWWISE_ADAGRAD), two fp32 moments per element for Adam."""
+    if optimizer is EmbeddingOptimizer.ROWWISE_ADAGRAD:
+        return 4.0
+    if optimizer is EmbeddingOptimizer.ADAM:
+        return 8.0 * cols
+    return 0.0
+
+
+def _hbm_rate(cluster: ClusterSpec) -> float:
+    return cluster.gpu.hbm_gbs * 1e9 * cluster.gpu.memory_efficiency
+
+
+def lookup_seconds(lookups: float, cols: int, outputs: float, table: EmbeddingTable, job: RecJob,
+                   optimizer: EmbeddingOptimizer, cluster: ClusterSpec) -> float:
+    """Forward and backward of `lookups` row reads of `cols` columns pooled into `outputs` vectors, with the
+    optimizer fused into the backward (FBGEMM's table-batched embedding kernels):
+        forward  = lookups·cols·e (read rows) + outputs·cols·a (write pooled)
+        backward = outputs·cols·a (read gradients) + 2·lookups·cols·e (read, write rows) + 2·lookups·state
+    over the achievable HBM bandwidth (e: table bytes per element, a: activation bytes). TorchRec's estimator
+    takes the backward as twice the forward (BWD_COMPUTE_MULTIPLIER = 2); this counts the bytes instead."""
+    e, a = table.dtype.bytes, job.comm_bytes
+    state = state_bytes_per_row(optimizer, cols)
+    moved = lookups * cols * e * 3 + outputs * cols * a * 2 + 2 * lookups * state
+    return moved / _hbm_rate(cluster)
+
+
+def one_rank_piece(table: EmbeddingTable, cols: int, storage: Storage, model: RecModel, job: RecJob,
+                   cluster: ClusterSpec) -> tuple[PieceCost, PieceCost]:
+    """(holder's share, every other rank's share) of a table-wise table or one column shard of `cols` columns.
+    The holder looks up the whole batch (B·P rows), receives the ids of the others' samples and sends them their
+    pooled vectors: (N-1)/N·B·cols·a bytes; each other rank sends b·P ids and receives b·cols·a. In host memory
+    (UVM caching) the HBM holds `cache_ratio` of the rows; misses, (1 - zipf_share)·B·P rows, cross the host
+    link twice (read forward, written back after the update)."""
+    n, b, big_b = job.gpus, job.local_batch, job.batch
+    lookups = big_b * table.pooling
+    rows_bytes = table.rows * (cols * table.dtype.bytes + state_bytes_per_row(model.optimizer, cols))
+    compute = lookup_seconds(lookups, cols, big_b, table, job, model.optimizer, cluster)
+    hbm, host = rows_bytes, 0.0
+    if storage is Storage.HOST:
+        misses = lookups * (1.0 - zipf_share(job.cache_ratio, table.rows, table.skew))
+        compute += 2 * misses * cols * table.dtype.bytes / (job.host_gbs * 1e9)
+        hbm, host = job.cache_ratio * rows_bytes, rows_bytes
+    share = (n - 1) / n
+    holder = PieceCost(compute_s=compute, send_bytes=share * big_b * cols * job.comm_bytes,
+                       recv_bytes=share * big_b * table.pooling * INDEX_BYTES, hbm_bytes=hbm, host_bytes=host)
+    other = PieceCost(send_bytes=b * table.pooling * INDEX_BYTES, recv_bytes=b * cols * job.comm_bytes)
+    return holder, other
+
+
+def every_rank_piece(table: EmbeddingTable, kind: ShardingKind, model: RecModel, job: RecJob,
+                     cluster: ClusterSpec) -> PieceCost:
+    """Each rank's share of a row-wise or data-parallel table.
+    Row-wise over N ranks (TorchRec: blocks of ceil(R/N) rows; ids assumed spread evenly over the blocks, as
+    hashed ids are): a rank looks up B·P/N rows, writes partial sums for the whole batch and reduce-scatters them
+    (forward), all-gathers their gradients (backward); ids go by all-to-all.
+    Data parallel (TorchRec's dense kernel): every rank holds the table, its gradient and optimizer state, looks
+    up its own b·P rows, and the dense gradient of the whole table is all-reduced; the optimizer then reads and
+    writes the whole table (3 passes plus state)."""
+    n, b, big_b, d = job.gpus, job.local_batch, job.batch, table.dim
+    state = state_bytes_per_row(model.optimizer, d)
+    if kind is ShardingKind.ROW_WISE:
+        rows = -(-table.rows // n)
+        out_bytes = big_b * d * job.comm_bytes
+        coll = (collective_time(Collective.REDUCE_SCATTER, out_bytes, n, 1, cluster)
+                + collective_time(Collective.ALL_GATHER, out_bytes, n, 1, cluster))
+        ids = (n - 1) / n * b * table.pooling * INDEX_BYTES
+        compute = lookup_seconds(big_b * table.pooling / n, d, big_b, table, job, model.optimizer, cluster)
+        return PieceCost(compute_s=compute, send_bytes=ids, recv_bytes=ids, collective_s=coll,
+                         hbm_bytes=rows * (d * table.dtype.bytes + state))
+    if kind is ShardingKind.DATA_PARALLEL:
+        weights = table.weight_bytes
+        update = (3 * weights + 2 * table.rows * state) / _hbm_rate(cluster)
+        coll = collective_time(Collective.ALL_REDUCE, weights, n, 1, cluster)
+        return PieceCost(compute_s=lookup_seconds(b * table.pooling, d, b, table, job, model.optimizer, cluster)
+                         + update, collective_s=coll, hbm_bytes=2 * weights + table.rows * state)
+    raise ValueError(f"{kind} is held by one rank per piece, not by every rank")
+
+
+def a2a_terms(job: RecJob, cluster: ClusterSpec) -> tuple[float, float]:
+    """(seconds per byte, fixed seconds) of one rank's all-to-all traffic to or from the other `gpus` - 1 ranks,
+    from cost_models/comm.py's all-to-all (whose bytes include the rank's own share; NVLink inside a node, the NIC
+    across nodes; one latency per peer)."""
+    n = job.gpus
+    if n <= 1:
+        return 0.0, 0.0
+    fixed = all_to_all_time(1e-9, n, 1, cluster)
+    return (all_to_all_time(1e9, n, 1, cluster) - fixed) / 1e9 * n / (n - 1), fixed
+
+
+def rank_seconds(cost: PieceCost, job: RecJob, cluster: ClusterSpec) -> float:
+    """One rank's embedding time: its lookups, the all-to-alls (a rank's traffic is the larger of what it sends
+    and receives; forward and backward move the same bytes in opposite directions) and shared collectives."""
+    per_byte, fixed = a2a_terms(job, cluster)
+    traffic = max(cost.send_bytes, cost.recv_bytes)
+    return cost.compute_s + 2 * (traffic * per_byte + fixed) + cost.collective_s
+
+
+@dataclass(frozen=True)
+class DenseCost:
+    """The data-parallel dense part per step: compute seconds, exposed gradient all-reduce, bytes per GPU."""
+
+    compute_s: float
+    allreduce_s: float
+    memory_bytes: float
+    params: int
+
+
+def _mlp_shapes(model: RecModel) -> list[tuple[int, int]]:
+    """(in, out) of every dense GEMM: bottom MLP, DCN's two low-rank factors per cross layer, top MLP."""
+    shapes: list[tuple[int, int]] = []
+    width = model.dense_features
+    for w in model.bottom_mlp:
+        shapes.append((max(width, 1), w))
+        width = w
+    features = len(model.tables) + 1
+    if model.interaction is Interaction.DCN:
+        d0 = features * model.dim
+        shapes += [(d0, model.cross_rank), (model.cross_rank, d0)] * model.cross_layers
+        width = d0
+    else:
+        width = model.dim + features * (features - 1) // 2
+    for w in model.top_mlp:
+        shapes.append((width, w))
+        width = w
+    return shapes
+
+
+def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
+    """GEMMs at 6·b·in·out FLOPs (forward + two backward GEMMs) each at the GPU's efficiency for its size, plus
+    the dot interaction (b·F²·D multiply-adds, batched GEMM, forward and backward); activations moved through
+    HBM four times per layer (write, read forward; same backward) at the element-wise rate; the gradient
+    all-reduce over every GPU overlaps the backward (GpuSpec.exposed). Mixed precision (bf16/fp16 peak)."""
+    b, gpu = job.local_batch, cluster.gpu
+    peak = gpu.peak_bf16_tflops * 1e12
+    shapes = _mlp_shapes(model)
+    seconds = 0.0
+    for k, m in shapes:
+        flops = 2.0 * b * k * m
+        seconds += 3 * flops / (peak * gpu.matmul_efficiency.at(flops))
+    features = len(model.tables) + 1
+    if model.interaction is Interaction.DOT:
+        flops = 2.0 * b * features * features * model.dim
+        seconds += 3 * flops / (peak * gpu.matmul_efficiency.at(flops / b))
+    act = b * (sum(m for _, m in shapes) + features * model.dim) * job.comm_bytes
+    seconds += 4 * act / _hbm_rate(cluster)
+    params = sum(k * m + m for k, m in shapes)
+    allreduce = collective_time(Collective.ALL_REDUCE, params * 4.0, job.gpus, 1, cluster)
+    exposed = gpu.exposed(allreduce, seconds * 2 / 3)
+    memory = params * DENSE_STATE_BYTES + 2 * act + BUFFER_GIB * GIB
+    return DenseCost(seconds, exposed, memory, params)
+
+
+@dataclass(frozen=True)
+class RecEvaluation:
+    """A sharding plan's step: seconds, samples per second, and per rank the embedding seconds, HBM and host
+    bytes; `fits` when every rank is within its GPU and host memory."""
+
+    step_s: float
+    samples_per_s: float
+    dense: DenseCost
+    rank_s: tuple[float, ...]
+    hbm_bytes: tuple[float, ...]
+    host_bytes: tuple[float, ...]
+    hbm_capacity: float
+    host_capacity: float
+
+    @property
+    def fits(self) -> bool:
+        return (max(self.hbm_bytes) <= self.hbm_capacity * (1 + 1e-9)
+                and max(self.host_bytes) <= self.host_capacity * (1 + 1e-9))
+
+
+def rank_costs(model: RecModel, job: RecJob, cluster: ClusterSpec,
+               shardings: tuple[TableSharding, ...]) -> list[PieceCost]:
+    """Sum every piece's share onto each rank."""
+    by_name = {t.name: t for t in model.tables}
+    ranks = [PieceCost() for _ in range(job.gpus)]
+    for s in shardings:
+        table = by_name[s.table]
+        if s.kind in (ShardingKind.ROW_WISE, ShardingKind.DATA_PARALLEL):
+            each = every_rank_piece(table, s.kind, model, job, cluster)
+            ranks = [r + each for r in ranks]
+            continue
+        holder, other = one_rank_piece(table, table.dim // s.column_shards, s.storage, model, job, cluster)
+        for owner in s.ranks:
+            ranks = [r + (holder if g == owner else other) for g, r in enumerate(ranks)]
+    return ranks
+
+
+def evaluate_sharding(model: RecModel, job: RecJob, cluster: ClusterSpec,
+                      shardings: tuple[TableSharding, ...]) -> RecEvaluation:
+    """Step time = dense compute + exposed dense all-reduce + the slowest rank's embedding time."""
+    dense = dense_cost(model, job, cluster)
+    ranks = rank_costs(model, job, cluster, shardings)
+    rank_s = tuple(rank_seconds(r, job, cluster) for r in ranks)
+    step = dense.compute_s + dense.allreduce_s + max(rank_s)
+    hbm_cap = cluster.gpu.memory_gib * GIB - dense.memory_bytes
+    return RecEvaluation(step, job.batch / step, dense, rank_s, tuple(r.hbm_bytes for r in ranks),
+                         tuple(r.host_bytes for r in ranks), hbm_cap, job.host_gib * GIB)

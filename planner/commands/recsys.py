@@ -1,0 +1,96 @@
+"""`meshplan recsys plan`: shard a recommendation model's embedding tables over GPUs (and host memory), print the
+plan, write the plan file and the TorchRec sharding plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.commands.common import Hardware, MemoryGib, app, check, run
+from planner.core.checks import MAX_GPUS, MAX_TIME_LIMIT_S
+
+recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
+app.add_typer(recsys_app, name="recsys")
+
+
+def _kinds(text: str) -> frozenset:  # type: ignore[type-arg]
+    from planner.core.errors import InputError
+    from planner.core.recsys import ShardingKind
+
+    allowed = ", ".join(k.value for k in ShardingKind)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    try:
+        kinds = frozenset(ShardingKind(n) for n in names)
+    except ValueError:
+        raise InputError(f"--shardings takes comma-separated {allowed}; got {text!r}") from None
+    if not kinds:
+        raise InputError(f"--shardings needs at least one of {allowed}")
+    return kinds
+
+
+@recsys_app.command("plan")
+def plan_cmd(
+    model: Annotated[str, typer.Option(help="Preset (dlrm-criteo-1tb, dlrm-dcnv2, dlrm-small) or a tables YAML.")],
+    hardware: Hardware,
+    gpus: Annotated[int, typer.Option(help="GPUs (every one holds tables and runs the dense part).")],
+    batch: Annotated[int, typer.Option(help="Global batch: samples per step over all GPUs.")],
+    host_gib: Annotated[float, typer.Option(help="Host memory per GPU that tables may use, GiB (0: HBM only).")]
+    = 0.0,
+    host_gbs: Annotated[float, typer.Option(help="Host-to-GPU bandwidth per GPU for cache misses, GB/s.")] = 32.0,
+    cache_ratio: Annotated[float, typer.Option(help="Share of a host table's rows cached in HBM.")] = 0.2,
+    shardings: Annotated[str, typer.Option(help="Allowed sharding types, comma-separated.")]
+    = "data_parallel,table_wise,row_wise,column_wise",
+    min_column_dim: Annotated[int, typer.Option(help="Narrowest column shard (TorchRec's MIN_CW_DIM).")] = 128,
+    time_limit: Annotated[float, typer.Option(help="ILP time limit, seconds.")] = 30.0,
+    memory_gib: MemoryGib = None,
+    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    emit: Annotated[str | None, typer.Option(help="Also print the sharding plan for: torchrec.")] = None,
+    emit_out: Annotated[Path | None, typer.Option(help="Write the --emit output here instead of printing it.")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Shard each table data-parallel, table-wise, row-wise or column-wise (ILP over tables x options x GPUs)."""
+
+    def action() -> None:
+        from hardware_profiles import HardwareOverrides, load_hardware
+        from planner.core.errors import InputError, SpecError
+        from planner.core.fileio import write_text_atomic
+        from planner.core.recsys import RecJob
+        from planner.inputs.recsys import load_recsys_model
+        from planner.outputs.recplan import dumps, recsys_document, recsys_summary
+        from planner.outputs.torchrec import torchrec_python
+        from planner.search.recsys import plan_sharding
+
+        check({"--gpus": (gpus, 1, MAX_GPUS), "--min-column-dim": (min_column_dim, 1, 2**24)},
+              {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
+        if emit not in (None, "torchrec"):
+            raise InputError(f"--emit must be torchrec, got {emit!r}")
+        if emit_out is not None and emit is None:
+            raise InputError("--emit-out needs --emit torchrec")
+        kinds = _kinds(shardings)
+        try:
+            job = RecJob(batch, gpus, host_gib, host_gbs, cache_ratio)
+        except SpecError as exc:
+            raise InputError(str(exc)) from None
+        spec = load_recsys_model(model)
+        cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
+        plan = plan_sharding(spec, job, cluster, kinds, min_column_dim, time_limit)
+        document = recsys_document(plan, cluster)
+        if out is not None:
+            write_text_atomic(out, dumps(document, out))
+        if emit is not None and emit_out is not None:
+            write_text_atomic(emit_out, torchrec_python(document["torchrec"]))
+        if as_json:
+            typer.echo(json.dumps(document, indent=2))
+            return
+        typer.echo(recsys_summary(document))
+        if out is not None:
+            typer.echo(f"\nplan written to {out}")
+        if emit is not None:
+            typer.echo(f"\nTorchRec plan written to {emit_out}" if emit_out is not None
+                       else "\n" + torchrec_python(document["torchrec"]))
+
+    run(action)

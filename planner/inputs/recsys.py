@@ -1,0 +1,104 @@
+"""Recommendation-model inputs: presets (presets/recsys.yaml) and tables YAML files -> RecModel. Unknown or missing
+keys are errors that list the allowed ones."""
+
+from __future__ import annotations
+
+import functools
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from planner.core.errors import InputError, SpecError
+from planner.core.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
+
+MODEL_REQUIRED = ("dense_features", "bottom_mlp", "top_mlp", "tables")
+MODEL_OPTIONAL = ("name", "interaction", "cross_layers", "cross_rank", "optimizer")
+TABLE_REQUIRED = ("name", "rows", "dim")
+TABLE_OPTIONAL = ("pooling", "skew", "dtype")
+
+E = TypeVar("E", bound=Enum)
+
+
+@functools.cache
+def _preset_data() -> dict[str, dict[str, Any]]:
+    text = (resources.files("planner.inputs") / "presets" / "recsys.yaml").read_text()
+    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    return data
+
+
+def recsys_preset_names() -> list[str]:
+    return list(_preset_data())
+
+
+def _keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...], where: str) -> dict[str, Any]:
+    allowed = ", ".join(required + optional)
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping of {allowed}")
+    unknown = sorted(str(k) for k in set(data) - set(required + optional))
+    missing = [k for k in required if k not in data]
+    if unknown or missing:
+        problem = f"unknown keys {unknown}" if unknown else f"missing keys {missing}"
+        raise InputError(f"{where}: {problem}; allowed: {allowed}")
+    return data
+
+
+def _enum(kind: type[E], value: Any, key: str, where: str) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        raise InputError(f"{where}: {key} must be one of {', '.join(str(m.value) for m in kind)}, "
+                         f"got {value!r}") from None
+
+
+def _widths(value: Any, key: str, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: {key} must be a non-empty list of layer widths, got {value!r}")
+    return tuple(value)
+
+
+def _table(data: Any, where: str) -> EmbeddingTable:
+    data = _keys(data, TABLE_REQUIRED, TABLE_OPTIONAL, where)
+    for key in ("pooling", "skew"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
+            raise InputError(f"{where}: {key} must be a number, got {data[key]!r}")
+    return EmbeddingTable(data["name"], data["rows"], data["dim"], float(data.get("pooling", 1.0)),
+                          float(data.get("skew", 0.0)),
+                          _enum(TableDtype, data.get("dtype", "fp32"), "dtype", where))
+
+
+def recsys_from_mapping(data: Any, origin: str) -> RecModel:
+    """A mapping (MODEL_REQUIRED + MODEL_OPTIONAL keys; `tables` a list of table mappings) -> RecModel."""
+    data = _keys(data, MODEL_REQUIRED, MODEL_OPTIONAL, origin)
+    if not isinstance(data["tables"], list) or not data["tables"]:
+        raise InputError(f"{origin}: tables must be a non-empty list of tables ({', '.join(TABLE_REQUIRED)}, "
+                         f"optional {', '.join(TABLE_OPTIONAL)})")
+    try:
+        tables = tuple(_table(t, f"{origin}: table {i}") for i, t in enumerate(data["tables"]))
+        return RecModel(
+            name=str(data.get("name", Path(origin).stem)), tables=tables, dense_features=data["dense_features"],
+            bottom_mlp=_widths(data["bottom_mlp"], "bottom_mlp", origin),
+            top_mlp=_widths(data["top_mlp"], "top_mlp", origin),
+            interaction=_enum(Interaction, data.get("interaction", "dot"), "interaction", origin),
+            cross_layers=data.get("cross_layers", 0), cross_rank=data.get("cross_rank", 512),
+            optimizer=_enum(EmbeddingOptimizer, data.get("optimizer", "sgd"), "optimizer", origin))
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+
+
+def load_recsys_model(name_or_path: str) -> RecModel:
+    """A preset name (`recsys_preset_names`) or a tables YAML path -> RecModel."""
+    presets = _preset_data()
+    if name_or_path in presets:
+        return recsys_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml") or not path.is_file():
+        raise InputError(f"unknown recommendation model {name_or_path!r}: give a preset ({', '.join(presets)}) or a "
+                         "path to a tables YAML")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
+    return recsys_from_mapping(data, str(path))
