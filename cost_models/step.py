@@ -21,13 +21,22 @@ from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
+from cost_models.offload import (
+    HOST_OPTIMIZER_BYTES,
+    HOST_WEIGHT_BYTES,
+    host_capacity_bytes,
+    layer_offload_exposed,
+    node_host_bytes,
+)
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Breakdown, Prediction, StageCost, StageLayers
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
+    local_params,
     optimizer_time,
+    shard_params,
     sharded_dp_exposed,
     stage_states,
 )
@@ -39,6 +48,7 @@ from planner.core import (
     JobSpec,
     Layout,
     ModelSpec,
+    Offload,
     Recompute,
     RecomputeModule,
     ZeroStage,
@@ -54,15 +64,18 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
 
 
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
-                  last: bool) -> tuple[float, float]:
-    """(stored decoder activations, other activations and working buffers) in bytes."""
+                  last: bool) -> tuple[float, float, float]:
+    """(stored decoder activations, other activations and working buffers, activations offloaded to the host) in
+    bytes. Offloaded activations leave the GPU about two layers' worth: one going out, one coming back in."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
     acts = costs.activations
     stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
               + layers.full * acts.full)
     alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
-    activations = stored * alive
+    activations, on_host = stored * alive, 0.0
+    if Offload.ACTIVATIONS in layout.offload and layers.total:
+        activations, on_host = 2 * max(acts.dense, acts.moe), stored * alive
     in_flight_mb = math.ceil(alive)
     other = 0.0
     if first:
@@ -75,7 +88,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
         other += acts.moe if layers.moe_full else acts.dense
     if layout.zero is ZeroStage.WEIGHTS and layers.total:
         other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes, layout.ep, layout.etp)
-    return activations, other
+    return activations, other, on_host
 
 
 @dataclass(frozen=True)
@@ -116,13 +129,23 @@ def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerK
     return one.scaled(model.mtp_layers)
 
 
-def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs) -> LayerTimes:
-    full = replace(knobs, recompute=Recompute.FULL)
-    moe = moe_full = None
-    if any(model.moe_layers()):
-        moe = decoder_layer_time(model, job, cluster, knobs, moe=True)
-        moe_full = decoder_layer_time(model, job, cluster, full, moe=True)
-    return LayerTimes(decoder_layer_time(model, job, cluster, knobs), decoder_layer_time(model, job, cluster, full),
+def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs,
+                full: LayerTimes | None = None) -> LayerTimes:
+    """The per-layer times of `knobs`. Fully recomputed layers are priced with `knobs` at full recomputation: taken
+    from `full` when the caller has those times already (`layer_times` of those knobs), the same layers when `knobs`
+    recompute fully themselves."""
+    has_moe = any(model.moe_layers())
+    decoder = decoder_layer_time(model, job, cluster, knobs)
+    moe = decoder_layer_time(model, job, cluster, knobs, moe=True) if has_moe else None
+    if knobs.recompute is Recompute.FULL:
+        decoder_full, moe_full = decoder, moe
+    elif full is not None:
+        decoder_full, moe_full = full.decoder, full.moe
+    else:
+        full_knobs = replace(knobs, recompute=Recompute.FULL)
+        decoder_full = decoder_layer_time(model, job, cluster, full_knobs)
+        moe_full = decoder_layer_time(model, job, cluster, full_knobs, moe=True) if has_moe else None
+    return LayerTimes(decoder, decoder_full,
                       embedding_time(model, job, cluster, knobs) + vision_time(model, job, cluster, knobs),
                       head_time(model, job, cluster, knobs) + mtp_time(model, job, cluster, knobs), moe, moe_full)
 
@@ -237,6 +260,8 @@ class StageBody:
     dp_s: float
     optimizer_s: float
     states: M.StateBytes
+    offload_s: float = 0.0  # per micro-batch: host copies of offloaded weights and activations not hidden
+    host_states: float = 0.0  # bytes per GPU of offloaded optimizer state and weights
 
 
 def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
@@ -253,7 +278,39 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
         optimizer_s=optimizer_time(params, layout, cluster),
-        states=stage_states(params, layout, job.runtime.grad_reduce_bytes))
+        states=stage_states(params, layout, job.runtime.grad_reduce_bytes),
+        offload_s=_offload_s(costs, layers), host_states=_host_states(params, layout))
+
+
+def _offload_s(costs: LayoutCosts, layers: StageLayers) -> float:
+    """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed`): affine in its
+    layers of each kind, as the split search needs."""
+    layout, cluster = costs.layout, costs.cluster
+    weights, acts = Offload.PARAMS in layout.offload, Offload.ACTIVATIONS in layout.offload
+    if not (weights or acts):
+        return 0.0
+    t, a = costs.times, costs.activations
+
+    def one(time: LayerTime, params: StageParams, stored: float) -> float:
+        w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
+        return layer_offload_exposed(time, w, stored if acts else 0.0, cluster)
+
+    total = ((layers.dense - layers.dense_full) * one(t.decoder, costs.dense_params, a.dense)
+             + layers.dense_full * one(t.decoder_full, costs.dense_params, a.full))
+    if layers.moe and t.moe is not None and t.moe_full is not None:
+        total += ((layers.moe - layers.moe_full) * one(t.moe, costs.moe_params, a.moe)
+                  + layers.moe_full * one(t.moe_full, costs.moe_params, a.full))
+    return total
+
+
+def _host_states(params: StageParams, layout: Layout) -> float:
+    """Host bytes per GPU of an offloaded optimizer (fp32 master, moments, gradient) and offloaded weights."""
+    host = 0.0
+    if Offload.OPTIMIZER in layout.offload:
+        host += local_params(params, layout) * HOST_OPTIMIZER_BYTES
+    if Offload.PARAMS in layout.offload:
+        host += shard_params(params, layout) * HOST_WEIGHT_BYTES
+    return host
 
 
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
@@ -263,7 +320,7 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
     first, last = rank == layout.embedding_rank, rank == layout.head_rank
     body = costs.body(first, last, layers)
     states = body.states
-    acts, other = _stage_memory(costs, rank, layers, first, last)
+    acts, other, acts_on_host = _stage_memory(costs, rank, layers, first, last)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
         has_embedding=first, has_lm_head=last, time=body.time,
@@ -271,7 +328,8 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
         sharded_dp_exposed_s=body.sharded_s, dp_exposed_s=body.dp_s, optimizer_s=body.optimizer_s,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
+        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers, offload_s=body.offload_s,
+        host_gib=(body.host_states + acts_on_host) / GIB)
 
 
 def p2p_exposure(layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
@@ -346,7 +404,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
         sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
         bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
-        embedding_sync_s=emb_sync, host_s=m * t.host)
+        embedding_sync_s=emb_sync, host_s=m * t.host, offload_s=m * worst.offload_s)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
     n_full = sum(s.layers.full for s in stages)
@@ -358,6 +416,9 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)
+    host_need = node_host_bytes([s.host_gib * GIB for s in stages], layout.tp * layout.cp * layout.dp,
+                                min(cluster.gpus_per_node, layout.world)) / GIB
+    host_cap = host_capacity_bytes(cluster) / GIB
     return Prediction(
         step_time_s=step,
         tokens_per_s=job.tokens_per_step / step,
@@ -367,9 +428,11 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         hfu=hw_flops / step / world / peak,
         peak_memory_gib=peak_mem,
         memory_capacity_gib=cluster.gpu.memory_gib,
-        fits=peak_mem <= cluster.gpu.memory_gib,
+        fits=peak_mem <= cluster.gpu.memory_gib and host_need <= host_cap,
         bubble_fraction=bubble_fraction(layout.schedule, layout.pp, m, layout.vpp),
         num_microbatches=m,
         breakdown=breakdown,
         stages=tuple(stages),
+        host_memory_gib=host_need,
+        host_capacity_gib=host_cap,
     )

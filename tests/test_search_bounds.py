@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.step import evaluate_layout
+from cost_models.step import evaluate_layout, layer_times
 from planner.api import Problem, resolve
 from planner.core import GIB, WAVE_PLACED, Layout, Recompute
 from planner.inputs.loaders import model_from_mapping
@@ -157,3 +157,13 @@ def test_least_bottleneck_floor_is_the_best_whole_split(data: st.DataObject) -> 
     best = min(max(b + n * per_layer for b, n in zip(base, counts, strict=True))
                for counts in itertools.product(range(1, layers + 1), repeat=ranks) if sum(counts) == layers)
     assert least_bottleneck_floor(base, per_layer, layers) == pytest.approx(best, rel=1e-9)
+
+
+def test_layer_times_shared_across_recomputation_equal_their_own() -> None:
+    """The search prices knobs that differ only in recomputation with one set of fully recomputed layers: the same
+    numbers as pricing each on its own."""
+    for index in range(len(CASES)):
+        pr, _, pool = _case(index)
+        bounds = SearchBounds(pr.model, pr.cluster, pr.job)
+        for c in pool[::97]:
+            assert bounds.get(c) == layer_times(pr.model, pr.cluster, pr.job, bounds.knobs(c)), c

@@ -36,7 +36,7 @@ from cost_models.step import (
     rank_layer_ids,
 )
 from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
-from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Schedule, ZeroStage
+from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Recompute, Schedule, ZeroStage
 from planner.search.space import Candidate
 
 _ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -102,9 +102,13 @@ class SearchBounds:
         return self._sends[key]
 
     def get(self, c: Candidate) -> LayerTimes:
-        knobs = self.knobs(c)
+        return self._times(self.knobs(c))
+
+    def _times(self, knobs: LayerKnobs) -> LayerTimes:
+        """`layer_times`, once per knobs; knobs that differ only in recomputation share the fully recomputed layers."""
         if knobs not in self._cache:
-            self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs)
+            full = None if knobs.recompute is Recompute.FULL else self._times(replace(knobs, recompute=Recompute.FULL))
+            self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs, full)
         return self._cache[knobs]
 
     def bound(self, c: Candidate) -> float:

@@ -132,22 +132,25 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     # lazily: a candidate enters at its `floor`, is re-queued at its bound when it reaches the top, there dropped if
     # its memory floor exceeds the GPU or else re-queued at its tight bound (the recomputation it needs to fit), and
     # priced when it reaches the top again: priced in the order of (tight bound, sort key), most bounds never computed
-    heap = [(layer_times.floor(c), c.sort_key(), 0, c) for c in fitting]
+    # (key, sort key, level, tie, candidate); at the floor the sort key is (), below every other, and ties break on
+    # the pool's order: that only expands a candidate earlier, the order of pricing stays (tight bound, sort key)
+    heap: list[tuple[float, tuple[int, ...], int, int, Candidate]] = [
+        (layer_times.floor(c), (), 0, i, c) for i, c in enumerate(fitting)]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
     evaluated = infeasible = expanded = floored = 0  # floored: dropped by the memory floor
     worst_gap, all_optimal = 0.0, True
     while heap:
-        bound, key, level, cand = heapq.heappop(heap)
+        bound, key, level, _, cand = heapq.heappop(heap)
         if len(top) >= spec.top_k and bound >= -top[0][0]:
             break
         if level == 0:  # at its floor: re-queued at its bound
-            heapq.heappush(heap, (layer_times.bound(cand), key, 1, cand))
+            heapq.heappush(heap, (layer_times.bound(cand), cand.sort_key(), 1, 0, cand))
             continue
         balanced = balanced_only(cand, spec)
         dropped = level == 1 and layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits
         if level == 1 and not dropped:  # at its bound: re-queued at the bound with the recomputation it needs
-            heapq.heappush(heap, (layer_times.tight_bound(cand, balanced), key, 2, cand))
+            heapq.heappush(heap, (layer_times.tight_bound(cand, balanced), key, 2, 0, cand))
             continue
         if dropped:
             priced, floored = _Priced(None, True, 0.0, True), floored + 1
@@ -163,7 +166,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         if nxt is not None:
             nxt_bound = layer_times.bound(nxt)
             if priced.ranked is None or nxt_bound < priced.ranked.prediction.step_time_s:
-                heapq.heappush(heap, (nxt_bound, nxt.sort_key(), 1, nxt))
+                heapq.heappush(heap, (nxt_bound, nxt.sort_key(), 1, 0, nxt))
                 expanded += 1
         if priced.ranked is None:
             infeasible += not dropped
