@@ -21,22 +21,13 @@ from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
-from cost_models.offload import (
-    HOST_OPTIMIZER_BYTES,
-    HOST_WEIGHT_BYTES,
-    host_capacity_bytes,
-    layer_offload_exposed,
-    node_host_bytes,
-)
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Breakdown, Prediction, StageCost, StageLayers
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
-    local_params,
     optimizer_time,
-    shard_params,
     sharded_dp_exposed,
     stage_states,
 )
@@ -48,7 +39,6 @@ from planner.core import (
     JobSpec,
     Layout,
     ModelSpec,
-    Offload,
     Recompute,
     RecomputeModule,
     ZeroStage,
@@ -64,18 +54,15 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
 
 
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
-                  last: bool) -> tuple[float, float, float]:
-    """(stored decoder activations, other activations and working buffers, activations offloaded to the host) in
-    bytes. Offloaded activations leave the GPU about two layers' worth: one going out, one coming back in."""
+                  last: bool) -> tuple[float, float]:
+    """(stored decoder activations, other activations and working buffers) in bytes."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
     acts = costs.activations
     stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
               + layers.full * acts.full)
     alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
-    activations, on_host = stored * alive, 0.0
-    if Offload.ACTIVATIONS in layout.offload and layers.total:
-        activations, on_host = 2 * max(acts.dense, acts.moe), stored * alive
+    activations = stored * alive
     in_flight_mb = math.ceil(alive)
     other = 0.0
     if first:
@@ -88,7 +75,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
         other += acts.moe if layers.moe_full else acts.dense
     if layout.zero is ZeroStage.WEIGHTS and layers.total:
         other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes, layout.ep, layout.etp)
-    return activations, other, on_host
+    return activations, other
 
 
 @dataclass(frozen=True)
@@ -260,8 +247,6 @@ class StageBody:
     dp_s: float
     optimizer_s: float
     states: M.StateBytes
-    offload_s: float = 0.0  # per micro-batch: host copies of offloaded weights and activations not hidden
-    host_states: float = 0.0  # bytes per GPU of offloaded optimizer state and weights
 
 
 def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
@@ -278,39 +263,7 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
         optimizer_s=optimizer_time(params, layout, cluster),
-        states=stage_states(params, layout, job.runtime.grad_reduce_bytes),
-        offload_s=_offload_s(costs, layers), host_states=_host_states(params, layout))
-
-
-def _offload_s(costs: LayoutCosts, layers: StageLayers) -> float:
-    """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed`): affine in its
-    layers of each kind, as the split search needs."""
-    layout, cluster = costs.layout, costs.cluster
-    weights, acts = Offload.PARAMS in layout.offload, Offload.ACTIVATIONS in layout.offload
-    if not (weights or acts):
-        return 0.0
-    t, a = costs.times, costs.activations
-
-    def one(time: LayerTime, params: StageParams, stored: float) -> float:
-        w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
-        return layer_offload_exposed(time, w, stored if acts else 0.0, cluster)
-
-    total = ((layers.dense - layers.dense_full) * one(t.decoder, costs.dense_params, a.dense)
-             + layers.dense_full * one(t.decoder_full, costs.dense_params, a.full))
-    if layers.moe and t.moe is not None and t.moe_full is not None:
-        total += ((layers.moe - layers.moe_full) * one(t.moe, costs.moe_params, a.moe)
-                  + layers.moe_full * one(t.moe_full, costs.moe_params, a.full))
-    return total
-
-
-def _host_states(params: StageParams, layout: Layout) -> float:
-    """Host bytes per GPU of an offloaded optimizer (fp32 master, moments, gradient) and offloaded weights."""
-    host = 0.0
-    if Offload.OPTIMIZER in layout.offload:
-        host += local_params(params, layout) * HOST_OPTIMIZER_BYTES
-    if Offload.PARAMS in layout.offload:
-        host += shard_params(params, layout) * HOST_WEIGHT_BYTES
-    return host
+        states=stage_states(params, layout, job.runtime.grad_reduce_bytes))
 
 
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
@@ -320,7 +273,7 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
     first, last = rank == layout.embedding_rank, rank == layout.head_rank
     body = costs.body(first, last, layers)
     states = body.states
-    acts, other, acts_on_host = _stage_memory(costs, rank, layers, first, last)
+    acts, other = _stage_memory(costs, rank, layers, first, last)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
         has_embedding=first, has_lm_head=last, time=body.time,
@@ -328,8 +281,7 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
         sharded_dp_exposed_s=body.sharded_s, dp_exposed_s=body.dp_s, optimizer_s=body.optimizer_s,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers, offload_s=body.offload_s,
-        host_gib=(body.host_states + acts_on_host) / GIB)
+        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
 
 
 def p2p_exposure(layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
@@ -404,7 +356,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
         sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
         bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
-        embedding_sync_s=emb_sync, host_s=m * t.host, offload_s=m * worst.offload_s)
+        embedding_sync_s=emb_sync, host_s=m * t.host)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
     n_full = sum(s.layers.full for s in stages)
@@ -416,9 +368,6 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)
-    host_need = node_host_bytes([s.host_gib * GIB for s in stages], layout.tp * layout.cp * layout.dp,
-                                min(cluster.gpus_per_node, layout.world)) / GIB
-    host_cap = host_capacity_bytes(cluster) / GIB
     return Prediction(
         step_time_s=step,
         tokens_per_s=job.tokens_per_step / step,
@@ -428,11 +377,9 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         hfu=hw_flops / step / world / peak,
         peak_memory_gib=peak_mem,
         memory_capacity_gib=cluster.gpu.memory_gib,
-        fits=peak_mem <= cluster.gpu.memory_gib and host_need <= host_cap,
+        fits=peak_mem <= cluster.gpu.memory_gib,
         bubble_fraction=bubble_fraction(layout.schedule, layout.pp, m, layout.vpp),
         num_microbatches=m,
         breakdown=breakdown,
         stages=tuple(stages),
-        host_memory_gib=host_need,
-        host_capacity_gib=host_cap,
     )
