@@ -102,17 +102,22 @@ class LayerTimes:
     moe_full: LayerTime | None = None
 
 
-def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
+def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
+             layers: tuple[LayerTime, LayerTime | None, LayerTime] | None = None) -> LayerTime:
     """Multi-token-prediction modules (DeepSeek-V3 section 2.2): per module a [T, 2h]x[2h, h/t] projection of
-    the normed hidden state and next-token embedding, one decoder layer and the shared LM head again."""
+    the normed hidden state and next-token embedding, one decoder layer and the shared LM head again. `layers`:
+    the (dense, MoE, head) times of `knobs` when the caller has them."""
     if not model.mtp_layers:
         return LayerTime()
     tokens = knobs.mbs * job.seq_len / knobs.cp
     gf, gb = gemm_fwd_bwd_time(Gemm(tokens, model.hidden_size / knobs.tp, 2 * model.hidden_size), cluster.gpu,
                                job.dtype)
     moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
-    one = (LayerTime(gf, gb) + decoder_layer_time(model, job, cluster, knobs, moe)
-           + head_time(model, job, cluster, knobs))
+    given = None if layers is None else (layers[1] if moe else layers[0])
+    if layers is None or given is None:
+        given, layers = decoder_layer_time(model, job, cluster, knobs, moe), None
+    head = head_time(model, job, cluster, knobs) if layers is None else layers[2]
+    one = LayerTime(gf, gb) + given + head
     return one.scaled(model.mtp_layers)
 
 
@@ -132,9 +137,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Lay
         full_knobs = replace(knobs, recompute=Recompute.FULL)
         decoder_full = decoder_layer_time(model, job, cluster, full_knobs)
         moe_full = decoder_layer_time(model, job, cluster, full_knobs, moe=True) if has_moe else None
+    head = head_time(model, job, cluster, knobs)
     return LayerTimes(decoder, decoder_full,
                       embedding_time(model, job, cluster, knobs) + vision_time(model, job, cluster, knobs),
-                      head_time(model, job, cluster, knobs) + mtp_time(model, job, cluster, knobs), moe, moe_full)
+                      head + mtp_time(model, job, cluster, knobs, (decoder, moe, head)), moe, moe_full)
 
 
 def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: bool, mbs: int,

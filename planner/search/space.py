@@ -317,6 +317,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
     recomputes = recompute_options(model, job, spec)
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
+        experts = {sp: expert_options(model, tp, tp * cp * dp, sp, spec) for sp in (False, True)}
         mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs
                                       and (spec.mbs_choices is None or b in spec.mbs_choices)])
         allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
@@ -329,7 +330,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
                 continue
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
                 for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
-                    for ep, etp in expert_options(model, tp, tp * cp * dp, sp, spec):
+                    for ep, etp in experts[sp]:
                         if (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1
                                 and tp * pp * cp > 1):
                             continue
