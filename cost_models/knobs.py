@@ -45,3 +45,27 @@ class LayerKnobs:
     ep: int = 1
     etp: int = 1
     modules: frozenset[RecomputeModule] = frozenset()  # what selective recomputation recomputes (Layout's)
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Bytes one decoder layer stores per micro-batch: dense and MoE layers at the layout's recomputation,
+    and a fully recomputed layer (its input only)."""
+
+    dense: float
+    moe: float
+    full: float
+    vision: float = 0.0  # the vision encoder and projector (first stage), per micro-batch
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """The per-layer times a layout needs; they depend only on `LayerKnobs`. `head` includes the
+    multi-token-prediction modules; `moe`/`moe_full` are None for dense models."""
+
+    decoder: LayerTime
+    decoder_full: LayerTime
+    embedding: LayerTime
+    head: LayerTime
+    moe: LayerTime | None = None
+    moe_full: LayerTime | None = None

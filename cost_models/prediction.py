@@ -30,11 +30,13 @@ class StageCost:
     other_gib: float  # embedding/logits activations, recompute and ZeRO-3 working buffers
     buffers_gib: float
     layers: StageLayers = field(default_factory=lambda: StageLayers())
+    offload_s: float = 0.0  # per micro-batch: host copies (weights, activations) their passes do not hide
+    host_gib: float = 0.0  # host memory per GPU: offloaded optimizer state, weights and activations
 
     @property
     def compute_s(self) -> float:
         """Forward + backward (+ recompute) seconds per micro-batch, communication included."""
-        return self.time.total + self.p2p_s + self.sharded_dp_exposed_s
+        return self.time.total + self.p2p_s + self.sharded_dp_exposed_s + self.offload_s
 
     @property
     def peak_memory_gib(self) -> float:
@@ -58,6 +60,7 @@ class Breakdown:
     optimizer_s: float
     embedding_sync_s: float
     host_s: float = 0.0  # the GPU waiting for the host to issue kernels (host-bound layers)
+    offload_s: float = 0.0  # host copies of offloaded weights and activations their passes do not hide
 
     def as_dict(self) -> dict[str, float]:
         return {k.removesuffix("_s"): v for k, v in self.__dict__.items()}
@@ -78,6 +81,8 @@ class Prediction:
     num_microbatches: int
     breakdown: Breakdown
     stages: tuple[StageCost, ...]
+    host_memory_gib: float = 0.0  # what offloading needs of the busiest node's host memory
+    host_capacity_gib: float = 0.0  # what offloading may use of it
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,19 @@ from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
-from cost_models.knobs import LayerKnobs, LayerTime
+from cost_models.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
+from cost_models.offload import host_capacity_bytes, node_host_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Breakdown, Prediction, StageCost, StageLayers
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
+    host_state_bytes,
     optimizer_time,
     sharded_dp_exposed,
+    stage_offload_exposed,
     stage_states,
 )
 from planner.core import (
@@ -39,6 +42,7 @@ from planner.core import (
     JobSpec,
     Layout,
     ModelSpec,
+    Offload,
     Recompute,
     RecomputeModule,
     ZeroStage,
@@ -54,15 +58,18 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
 
 
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
-                  last: bool) -> tuple[float, float]:
-    """(stored decoder activations, other activations and working buffers) in bytes."""
+                  last: bool) -> tuple[float, float, float]:
+    """(stored decoder activations, other activations and working buffers, activations offloaded to the host) in
+    bytes. Offloaded activations leave the GPU about two layers' worth: one going out, one coming back in."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
     acts = costs.activations
     stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
               + layers.full * acts.full)
     alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
-    activations = stored * alive
+    activations, on_host = stored * alive, 0.0
+    if Offload.ACTIVATIONS in layout.offload and layers.total:
+        activations, on_host = 2 * max(acts.dense, acts.moe), stored * alive
     in_flight_mb = math.ceil(alive)
     other = 0.0
     if first:
@@ -75,31 +82,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
         other += acts.moe if layers.moe_full else acts.dense
     if layout.zero is ZeroStage.WEIGHTS and layers.total:
         other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes, layout.ep, layout.etp)
-    return activations, other
-
-
-@dataclass(frozen=True)
-class LayerActivations:
-    """Bytes one decoder layer stores per micro-batch: dense and MoE layers at the layout's recomputation,
-    and a fully recomputed layer (its input only)."""
-
-    dense: float
-    moe: float
-    full: float
-    vision: float = 0.0  # the vision encoder and projector (first stage), per micro-batch
-
-
-@dataclass(frozen=True)
-class LayerTimes:
-    """The per-layer times a layout needs; they depend only on `LayerKnobs`. `head` includes the
-    multi-token-prediction modules; `moe`/`moe_full` are None for dense models."""
-
-    decoder: LayerTime
-    decoder_full: LayerTime
-    embedding: LayerTime
-    head: LayerTime
-    moe: LayerTime | None = None
-    moe_full: LayerTime | None = None
+    return activations, other, on_host
 
 
 def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
@@ -253,6 +236,8 @@ class StageBody:
     dp_s: float
     optimizer_s: float
     states: M.StateBytes
+    offload_s: float = 0.0  # per micro-batch: host copies of offloaded weights and activations not hidden
+    host_states: float = 0.0  # bytes per GPU of offloaded optimizer state and weights
 
 
 def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
@@ -269,7 +254,10 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
         optimizer_s=optimizer_time(params, layout, cluster),
-        states=stage_states(params, layout, job.runtime.grad_reduce_bytes))
+        states=stage_states(params, layout, job.runtime.grad_reduce_bytes),
+        offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
+                                        layers, layout, cluster),
+        host_states=host_state_bytes(params, layout))
 
 
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
@@ -279,7 +267,7 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
     first, last = rank == layout.embedding_rank, rank == layout.head_rank
     body = costs.body(first, last, layers)
     states = body.states
-    acts, other = _stage_memory(costs, rank, layers, first, last)
+    acts, other, acts_on_host = _stage_memory(costs, rank, layers, first, last)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
         has_embedding=first, has_lm_head=last, time=body.time,
@@ -287,7 +275,8 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
         sharded_dp_exposed_s=body.sharded_s, dp_exposed_s=body.dp_s, optimizer_s=body.optimizer_s,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers)
+        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers, offload_s=body.offload_s,
+        host_gib=(body.host_states + acts_on_host) / GIB)
 
 
 def p2p_exposure(layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
@@ -362,7 +351,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
         sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
         bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
-        embedding_sync_s=emb_sync, host_s=m * t.host)
+        embedding_sync_s=emb_sync, host_s=m * t.host, offload_s=m * worst.offload_s)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
     n_full = sum(s.layers.full for s in stages)
@@ -374,6 +363,9 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)
+    host_need = node_host_bytes([s.host_gib * GIB for s in stages], layout.tp * layout.cp * layout.dp,
+                                min(cluster.gpus_per_node, layout.world)) / GIB
+    host_cap = host_capacity_bytes(cluster) / GIB
     return Prediction(
         step_time_s=step,
         tokens_per_s=job.tokens_per_step / step,
@@ -383,9 +375,11 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         hfu=hw_flops / step / world / peak,
         peak_memory_gib=peak_mem,
         memory_capacity_gib=cluster.gpu.memory_gib,
-        fits=peak_mem <= cluster.gpu.memory_gib,
+        fits=peak_mem <= cluster.gpu.memory_gib and host_need <= host_cap,
         bubble_fraction=bubble_fraction(layout.schedule, layout.pp, m, layout.vpp),
         num_microbatches=m,
         breakdown=breakdown,
         stages=tuple(stages),
+        host_memory_gib=host_need,
+        host_capacity_gib=host_cap,
     )

@@ -15,12 +15,21 @@ from __future__ import annotations
 from cost_models import memory as M
 from cost_models.comm import Collective, collective_time
 from cost_models.compute import memory_time
-from cost_models.knobs import LayerTime
+from cost_models.knobs import LayerActivations, LayerTime, LayerTimes
+from cost_models.offload import (
+    HOST_OPTIMIZER_BYTES,
+    HOST_WEIGHT_BYTES,
+    exposed_copy,
+    layer_offload_exposed,
+    offloaded_optimizer_step,
+)
 from cost_models.params import StageParams
+from cost_models.prediction import StageLayers
 from planner.core import (
     ClusterSpec,
     JobSpec,
     Layout,
+    Offload,
     ZeroStage,
 )
 
@@ -64,10 +73,22 @@ def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, int, int]
 
 
 def stage_states(params: StageParams, layout: Layout, grad_bytes: float) -> M.StateBytes:
-    """Weights, gradients and Adam state of a stage, each group sharded over its own data-parallel ranks."""
+    """Weights, gradients and Adam state a stage keeps on its GPUs, each group sharded over its own data-parallel
+    ranks; offloaded state lives on the host instead (`host_state_bytes`)."""
     parts = [M.state_bytes(p, layout.zero, n, grad_bytes) for p, n, _ in _groups(params, layout)]
-    return M.StateBytes(sum(x.weights for x in parts), sum(x.gradients for x in parts),
-                        sum(x.optimizer for x in parts))
+    weights = 0.0 if Offload.PARAMS in layout.offload else sum(x.weights for x in parts)
+    optimizer = 0.0 if Offload.OPTIMIZER in layout.offload else sum(x.optimizer for x in parts)
+    return M.StateBytes(weights, sum(x.gradients for x in parts), optimizer)
+
+
+def local_params(params: StageParams, layout: Layout) -> float:
+    """Parameters whose optimizer state this GPU holds: each group's 1/ranks share from ZeRO-1 on."""
+    return sum(p / (n if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, n, _ in _groups(params, layout))
+
+
+def shard_params(params: StageParams, layout: Layout) -> float:
+    """Parameters of `params` in this GPU's ZeRO-3 shard (each group over its own data-parallel ranks)."""
+    return sum(p / n for p, n, _ in _groups(params, layout))
 
 
 def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
@@ -83,7 +104,12 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
     hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
     exposed_gather = gpu.exposed(gather, fwd_first) if hide_gather else gather
-    return exposed_reduce + exposed_gather
+    to_host = 0.0
+    if Offload.OPTIMIZER in layout.offload and Offload.PARAMS not in layout.offload:
+        # the reduced gradient shard goes to the host beside the last backward (with the weights offloaded each
+        # layer's shard already went in its backward)
+        to_host = exposed_copy(local_params(params, layout) * rt.grad_reduce_bytes, bwd_last, cluster)
+    return exposed_reduce + exposed_gather + to_host
 
 
 def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
@@ -92,8 +118,11 @@ def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
 
 
 def optimizer_time(params: StageParams, layout: Layout, cluster: ClusterSpec) -> float:
-    """Adam step over the parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on)."""
-    local = sum(p / (n if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, n, _ in _groups(params, layout))
+    """Adam step over the parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on): on the GPU, or
+    on the host with the optimizer offloaded (cost_models/offload.py)."""
+    local = local_params(params, layout)
+    if Offload.OPTIMIZER in layout.offload:
+        return offloaded_optimizer_step(local, Offload.PARAMS in layout.offload, cluster)
     return adam_step_time(local, cluster)
 
 
@@ -122,3 +151,35 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     if layout.zero is ZeroStage.GRADIENTS:
         return gpu.exposed(scatter, backward)
     return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
+
+
+def host_state_bytes(params: StageParams, layout: Layout) -> float:
+    """Host bytes per GPU of an offloaded optimizer (fp32 master, moments, gradient) and offloaded weights."""
+    host = 0.0
+    if Offload.OPTIMIZER in layout.offload:
+        host += local_params(params, layout) * HOST_OPTIMIZER_BYTES
+    if Offload.PARAMS in layout.offload:
+        host += shard_params(params, layout) * HOST_WEIGHT_BYTES
+    return host
+
+
+def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: StageParams, moe: StageParams,
+                          layers: StageLayers, layout: Layout, cluster: ClusterSpec) -> float:
+    """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed` of each layer: its
+    ZeRO-3 weight shard with parameter offload, its stored activations with activation offload), from one layer
+    of each kind (`dense`, `moe`: its parameters on one rank): affine in the stage's layers, as the split search
+    needs."""
+    weights, stored = Offload.PARAMS in layout.offload, Offload.ACTIVATIONS in layout.offload
+    if not (weights or stored):
+        return 0.0
+
+    def one(time: LayerTime, params: StageParams, act: float) -> float:
+        w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
+        return layer_offload_exposed(time, w, act if stored else 0.0, cluster)
+
+    total = ((layers.dense - layers.dense_full) * one(times.decoder, dense, acts.dense)
+             + layers.dense_full * one(times.decoder_full, dense, acts.full))
+    if layers.moe and times.moe is not None and times.moe_full is not None:
+        total += ((layers.moe - layers.moe_full) * one(times.moe, moe, acts.moe)
+                  + layers.moe_full * one(times.moe_full, moe, acts.full))
+    return total

@@ -14,14 +14,14 @@ from typing import Any
 
 import yaml
 
-from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
+from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
 from planner.core.checks import MAX_GPUS, MAX_MEMORY_GIB, MAX_PHYSICAL, finite, integer, optional_integer, real
 from planner.core.errors import InputError, SpecError
 from planner.core.hardware import DEFAULT_HOST_OP_US
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
-    "": {"name": True, "description": False, "gpu": True, "node": True, "network": True},
+    "": {"name": True, "description": False, "gpu": True, "node": True, "network": True, "host": False},
     "gpu": {"name": True, "architecture": False, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
             "peak_fp8_tflops": False, "matmul_efficiency": True, "attention_efficiency": True,
             "memory_efficiency": True, "overlap_efficiency": True, "attention_half_seq": False,
@@ -29,6 +29,7 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
              "scale_up_latency_us": True, "scale_up_efficiency": True, "host_op_us": False},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
+    "host": {"memory_gib": False, "memory_gbs": False, "cores": False, "pcie_gbs": False, "gpus_per_pcie_link": False},
 })
 
 
@@ -124,6 +125,18 @@ def _architecture(value: Any, where: str) -> str:
     return str(value)
 
 
+def _host(data: dict[str, Any], origin: str) -> HostSpec:
+    """The optional `host` section (offloading: host memory, its bandwidth, cores, PCIe); absent keys keep
+    HostSpec's defaults."""
+    if "host" not in data:
+        return HostSpec()
+    body = _section(data, "host", origin)
+    where = f"{origin}: host"
+    values: dict[str, Any] = {k: _number(body, k, where) for k in ("memory_gib", "memory_gbs", "pcie_gbs") if k in body}
+    values.update({k: _integer(body, k, where) for k in ("cores", "gpus_per_pcie_link") if k in body})
+    return HostSpec(**values)
+
+
 def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSpec:
     """Turn one parsed profile document into a ClusterSpec for `num_gpus` GPUs."""
     top = _section(data, "", origin)
@@ -164,6 +177,7 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
             ),
             host_op_us=(real(node["host_op_us"], f"{origin}: node: host_op_us", 0.0, 1e4, low_open=False)
                         if "host_op_us" in node else DEFAULT_HOST_OP_US),
+            host=_host(data, origin),
         )
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
@@ -199,9 +213,11 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> tuple[dict[
             provenance = _provenance(values, fragment_path)
             continue
         allowed = _SCHEMA.get(section) if section else None
+        if section == "host" and "host" not in merged:
+            merged["host"] = {}
         if allowed is None or not isinstance(values, dict) or not isinstance(merged.get(section), dict):
             raise InputError(f"hardware fragment {fragment_path}: unknown section {section!r}; "
-                             "allowed: gpu, node, network, calibration")
+                             "allowed: gpu, node, network, host, calibration")
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise InputError(f"hardware fragment {fragment_path}: {section}: unknown keys {unknown}; "
@@ -270,4 +286,7 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
                  "scale_up_efficiency": cluster.scale_up.efficiency, "host_op_us": cluster.host_op_us},
         "network": {"nic_gbps_per_gpu": cluster.scale_out.bandwidth_gbs * 8,
                     "latency_us": cluster.scale_out.latency_us, "efficiency": cluster.scale_out.efficiency},
+        "host": {"memory_gib": cluster.host.memory_gib, "memory_gbs": cluster.host.memory_gbs,
+                 "cores": cluster.host.cores, "pcie_gbs": cluster.host.pcie_gbs,
+                 "gpus_per_pcie_link": cluster.host.gpus_per_pcie_link},
     }

@@ -24,6 +24,7 @@ from planner.core import (
     JobSpec,
     Layout,
     ModelSpec,
+    Offload,
     Recompute,
     RecomputeModule,
     Runtime,
@@ -129,11 +130,23 @@ def recompute_choice(recompute: Recompute | None, modules: frozenset[RecomputeMo
     return Recompute.SELECTIVE, mods
 
 
+def offload_choice(offload: frozenset[Offload] | str | None) -> frozenset[Offload]:
+    """--offload: "none", or targets comma-separated ("optimizer,activations"), or a set of Offload."""
+    if offload is None:
+        return frozenset()
+    if isinstance(offload, str):
+        return Offload.parse(offload)
+    if not isinstance(offload, frozenset | set | tuple | list):
+        raise InputError(f"offload must be a comma-separated string or a set of Offload, got {offload!r}")
+    return frozenset(_enum(Offload, o, "offload entry") for o in offload)
+
+
 def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp: int = 1, mbs: int = 1,
                 sp: bool | None = None, zero: int | ZeroStage = 0, recompute: Recompute | str = "none",
                 schedule: Schedule | str | None = None,
                 stage_layers: tuple[int, ...] | None = None, ep: int = 1, etp: int | None = None,
-                recompute_modules: frozenset[RecomputeModule] | str | None = None) -> Layout:
+                recompute_modules: frozenset[RecomputeModule] | str | None = None,
+                offload: frozenset[Offload] | str | None = None) -> Layout:
     """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp.
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
@@ -162,7 +175,7 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
                     recompute=rc, schedule=sched,
                     stage_layers=None if stage_layers is None else tuple(stage_layers), ep=ep,
-                    etp=1 if etp is None else etp, recompute_modules=modules)
+                    etp=1 if etp is None else etp, recompute_modules=modules, offload=offload_choice(offload))
     layout.validate(problem.model, problem.job, gpus)
     return layout
 
@@ -173,12 +186,14 @@ def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, 
              dtype: Dtype | str = Dtype.BF16, schedule: Schedule | str | None = None, ep: int = 1,
              etp: int | None = None, runtime: Runtime = Runtime(),
              overrides: HardwareOverrides = HardwareOverrides(),
-             recompute_modules: frozenset[RecomputeModule] | str | None = None) -> Prediction:
+             recompute_modules: frozenset[RecomputeModule] | str | None = None,
+             offload: frozenset[Offload] | str | None = None) -> Prediction:
     """Predict step time, throughput, MFU and per-GPU memory of one given layout."""
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides)
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
-                         recompute=recompute, schedule=schedule, ep=ep, etp=etp, recompute_modules=recompute_modules)
+                         recompute=recompute, schedule=schedule, ep=ep, etp=etp, recompute_modules=recompute_modules,
+                         offload=offload)
     return evaluate_layout(problem.model, problem.cluster, problem.job, layout)
 
 

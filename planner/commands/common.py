@@ -99,6 +99,10 @@ def echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
         typer.echo(prediction_table(model, cluster, job, layout, pred, band))
 
 
+OffloadOpt = Annotated[str | None, typer.Option(
+    help="What lives in host memory: none, or comma-separated optimizer (ZeRO-Offload: Adam on the CPU), params "
+         "(the weights too, streamed per layer; needs ZeRO-3), activations (stored activations); plan: also auto "
+         "(search them).")]
 RecomputeModules = Annotated[str | None, typer.Option(
     help="Megatron's --recompute-modules, comma-separated (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
          "shared_experts); implies --recompute selective.")]

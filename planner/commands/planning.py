@@ -22,6 +22,7 @@ from planner.commands.common import (
     InterNode,
     LoadImbalance,
     MemoryGib,
+    OffloadOpt,
     Progress,
     RecomputeModules,
     SeqLen,
@@ -71,6 +72,7 @@ def evaluate(
     mbs: Annotated[int, typer.Option(help="Micro-batch size in sequences.")] = 1,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     recompute_modules: RecomputeModules = None,
+    offload: OffloadOpt = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
     schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
@@ -109,7 +111,7 @@ def evaluate(
                           overrides=overrides)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp,
-                             recompute_modules=recompute_modules)
+                             recompute_modules=recompute_modules, offload=offload)
         pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
         echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
 

@@ -14,16 +14,18 @@ from planner.core.enums import (
     Dtype,
     LayerKind,
     Norm,
+    Offload,
     Recompute,
     RecomputeModule,
     Schedule,
     Target,
     ZeroStage,
     module_names,
+    offload_names,
     wave_chunks,
     wave_rank,
 )
-from planner.core.hardware import ClusterSpec, EfficiencyCurve, GpuSpec, LinkSpec
+from planner.core.hardware import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
 from planner.core.job import JobSpec, Runtime
 from planner.core.layout import Layout, non_default_modules
 from planner.core.measured import MeasuredCosts, MeasuredLayer
@@ -31,7 +33,8 @@ from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_ex
 
 __all__ = [
     "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "AttentionKernel", "ClusterSpec", "Dtype", "EfficiencyCurve",
-    "GpuSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts", "MeasuredLayer",
-    "ModelSpec", "MoESpec", "Norm", "Recompute", "RecomputeModule", "Runtime", "Schedule", "Target", "VisionSpec",
-    "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules", "wave_chunks", "wave_rank",
+    "GpuSpec", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts",
+    "MeasuredLayer", "ModelSpec", "MoESpec", "Norm", "Offload", "Recompute", "RecomputeModule", "Runtime",
+    "Schedule", "Target", "VisionSpec", "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules",
+    "offload_names", "wave_chunks", "wave_rank",
 ]

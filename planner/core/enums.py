@@ -96,6 +96,32 @@ class ZeroStage(IntEnum):
     WEIGHTS = 3
 
 
+class Offload(str, Enum):
+    """What lives in host memory instead of the GPU's, moved over PCIe as the step needs it."""
+
+    OPTIMIZER = "optimizer"  # Adam state and fp32 master weights; Adam runs on the CPU (ZeRO-Offload)
+    PARAMS = "params"  # the weights too, copied in layer by layer before each pass (ZeRO-Infinity; needs ZeRO-3)
+    ACTIVATIONS = "activations"  # stored activations, copied out after a layer's forward and back for its backward
+
+    @classmethod
+    def parse(cls, text: str) -> frozenset[Offload]:
+        """"none" or comma-separated targets, e.g. "optimizer,activations"."""
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        if names == ["none"]:
+            return frozenset()
+        allowed = [o.value for o in cls]
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise LayoutError(f"unknown offload target(s) {', '.join(unknown) or repr(text)}; allowed: none, auto "
+                              f"(plan) or comma-separated {', '.join(allowed)}")
+        return frozenset(cls(n) for n in names)
+
+
+def offload_names(offload: frozenset[Offload]) -> list[str]:
+    """Offload targets in the enum's order."""
+    return [o.value for o in Offload if o in offload]
+
+
 class Norm(str, Enum):
     LAYERNORM = "layernorm"  # weight and bias
     RMSNORM = "rmsnorm"  # weight only

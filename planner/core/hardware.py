@@ -97,6 +97,25 @@ class LinkSpec:
         return self.bandwidth_gbs * 1e9 * self.efficiency
 
 
+@dataclass(frozen=True)
+class HostSpec:
+    """The host side of one node, as offloading sees it (ZeRO-Offload, ZeRO-Infinity, activation offloading):
+    CPU memory and its bandwidth, the cores that drive it, and the PCIe links to the GPUs. The defaults describe a
+    two-socket server (64 cores, 1 TiB of DDR4-3200 on 16 channels, each GPU on its own PCIe Gen4 x16)."""
+
+    memory_gib: float = 1024.0  # host memory of the node, GiB
+    memory_gbs: float = 400.0  # peak host memory bandwidth of the node, GB/s
+    cores: int = 64  # CPU cores of the node
+    pcie_gbs: float = 32.0  # one GPU's host link, GB/s per direction (PCIe Gen4 x16: 32, Gen5: 64)
+    gpus_per_pcie_link: int = 1  # GPUs behind one PCIe switch that share one host uplink of pcie_gbs
+
+    def __post_init__(self) -> None:
+        for name in ("memory_gib", "memory_gbs", "pcie_gbs"):
+            real(getattr(self, name), f"host {name}", 0.0, 1e7, error=SpecError)
+        for name in ("cores", "gpus_per_pcie_link"):
+            integer(getattr(self, name), f"host {name}", 1, MAX_GPUS, SpecError)
+
+
 DEFAULT_HOST_OP_US = 20.0  # µs per operator where a profile does not say (the calibration prior)
 
 
@@ -115,6 +134,7 @@ class ClusterSpec:
     # host seconds (µs) to issue one operator of the training framework's layer code (Python, dispatcher, launch):
     # a layer pass cannot run faster than the host issues its kernels (cost_models/host.py)
     host_op_us: float = DEFAULT_HOST_OP_US
+    host: HostSpec = HostSpec()
     # where fitted values came from: one line per calibrated fragment merged in (`meshplan calibrate`)
     provenance: tuple[str, ...] = ()
 

@@ -9,6 +9,7 @@ from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
 from planner.core.enums import (
     DEFAULT_RECOMPUTE_MODULES,
     WAVE_PLACED,
+    Offload,
     Recompute,
     RecomputeModule,
     Schedule,
@@ -51,12 +52,16 @@ class Layout:
     etp: int = 1
     # what selective recomputation recomputes (Megatron's --recompute-modules); empty unless recompute is selective
     recompute_modules: frozenset[RecomputeModule] = frozenset()
+    # what lives in host memory (cost_models/offload.py); streaming the weights implies offloading their optimizer
+    offload: frozenset[Offload] = frozenset()
 
     def __post_init__(self) -> None:
         # one spelling per layout: selective without modules means Megatron's default, other modes carry none
         modules = ((self.recompute_modules or DEFAULT_RECOMPUTE_MODULES) if self.recompute is Recompute.SELECTIVE
                    else frozenset())
         object.__setattr__(self, "recompute_modules", frozenset(modules))
+        offload = frozenset(self.offload)
+        object.__setattr__(self, "offload", offload | {Offload.OPTIMIZER} if Offload.PARAMS in offload else offload)
 
     @property
     def expert_dp(self) -> int:
@@ -139,6 +144,7 @@ class Layout:
                               "(the encoder is split like the language model)")
         self._validate_experts(model)
         self._validate_modules(model)
+        self._validate_offload()
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
         if job.global_batch % (self.mbs * self.dp):
@@ -191,6 +197,16 @@ class Layout:
                     f"recompute_layers {list(self.recompute_layers)} needs one count per pp rank, each between 0 "
                     f"and that rank's layers {list(per_rank)}"
                 )
+
+    def _validate_offload(self) -> None:
+        if not all(isinstance(o, Offload) for o in self.offload):
+            raise LayoutError(f"offload must hold {', '.join(o.value for o in Offload)}, got {sorted(self.offload)}")
+        if Offload.PARAMS in self.offload and self.zero is not ZeroStage.WEIGHTS:
+            raise LayoutError("offloading the weights streams each GPU's ZeRO-3 shard: it needs zero 3, got "
+                              f"zero {int(self.zero)}")
+        if Offload.OPTIMIZER in self.offload and self.zero is ZeroStage.NONE:
+            raise LayoutError("offloading the optimizer updates each GPU's shard of it on the CPU: it needs zero 1, "
+                              "2 or 3 (the distributed optimizer), got zero 0")
 
     def _validate_modules(self, model: ModelSpec) -> None:
         """The rules megatron-core 0.16.1 applies to recompute_modules, and modules the model has none of."""

@@ -30,6 +30,7 @@ from planner.core import (
     fileio,
     module_names,
     non_default_modules,
+    offload_names,
 )
 from planner.core.checks import path_argument
 from planner.core.errors import InputError
@@ -93,7 +94,8 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                         **({"etp": layout.etp} if plan.model.moe is not None else {}), "sp": layout.sp,
                         "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,
                         "schedule_runs_on": list(LAUNCHERS[layout.schedule]),
-                        "layers_per_chunk": list(layout.chunk_layers(plan.model.num_layers))},
+                        "layers_per_chunk": list(layout.chunk_layers(plan.model.num_layers)),
+                        **({"offload": offload_names(layout.offload)} if layout.offload else {})},
         "batching": {"micro_batch_size": layout.mbs, "num_microbatches": layout.num_microbatches(job),
                      "global_batch": job.global_batch},
         "recompute": {"granularity": layout.recompute.value,

@@ -33,6 +33,7 @@ from planner.core import (
     JobSpec,
     Layout,
     ModelSpec,
+    Offload,
     Recompute,
     RecomputeModule,
     Runtime,
@@ -172,12 +173,15 @@ def _costs_from(data: dict[str, Any] | None, job_seq_len: int, hidden: int, orig
 
 def _layout(lay: dict[str, Any], mbs: int, recompute: Recompute, split: list[int] | None,
             full: list[int] | None, modules: list[str]) -> Layout:
+    """A layout from a plan file's parallelism (or an alternative's layout) section; its offload targets are
+    schema-checked names."""
     return Layout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], vpp=lay["vpp"],
                   ep=lay.get("ep", 1), etp=lay.get("etp", 1), mbs=mbs, sp=lay["sp"],
                   zero=ZeroStage(lay["zero_stage"]), recompute=recompute, schedule=Schedule(lay["schedule"]),
                   stage_layers=tuple(split) if split is not None else None,
                   recompute_layers=tuple(full) if full and recompute is not Recompute.FULL and any(full) else None,
-                  recompute_modules=frozenset(RecomputeModule(m) for m in modules))
+                  recompute_modules=frozenset(RecomputeModule(m) for m in modules),
+                  offload=frozenset(Offload(o) for o in lay.get("offload", [])))
 
 
 def layout_from_dict(data: dict[str, Any], origin: str) -> Layout:

@@ -6,18 +6,20 @@ from typing import Any
 
 from cost_models.prediction import Prediction
 from cost_models.schedules import LAUNCHERS
-from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules
+from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
 from planner.outputs.bands import StepBand, band_dict, describe
 from planner.outputs.plan import Plan
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
-    """The layout's degrees; ep and etp only where they are not 1 (dense plans keep their form)."""
+    """The layout's degrees; ep and etp only where they are not 1, offload only where there is some (plans
+    without them keep their form)."""
     experts = {"ep": layout.ep, "etp": layout.etp} if layout.ep > 1 or layout.etp > 1 else {}
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "vpp": layout.vpp,
             "mbs": layout.mbs, "sp": layout.sp, "zero_stage": int(layout.zero),
             "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts,
-            **({"recompute_modules": module_names(layout.recompute_modules)} if non_default_modules(layout) else {})}
+            **({"recompute_modules": module_names(layout.recompute_modules)} if non_default_modules(layout) else {}),
+            **({"offload": offload_names(layout.offload)} if layout.offload else {})}
 
 
 def prediction_dict(pred: Prediction, band: StepBand | None = None) -> dict[str, Any]:
@@ -36,6 +38,8 @@ def prediction_dict(pred: Prediction, band: StepBand | None = None) -> dict[str,
         "peak_memory_gib": pred.peak_memory_gib,
         "memory_capacity_gib": pred.memory_capacity_gib,
         "fits": pred.fits,
+        **({"host_memory_gib": pred.host_memory_gib, "host_capacity_gib": pred.host_capacity_gib}
+           if pred.host_memory_gib > 0 else {}),
         "bubble_fraction": pred.bubble_fraction,
         "num_microbatches": pred.num_microbatches,
         "breakdown": pred.breakdown.as_dict(),
@@ -90,6 +94,8 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
         f"  hardware TFLOP/s/GPU {pred.hardware_tflops_per_gpu:12.1f}   (HFU {100 * pred.hfu:.1f} %)",
         f"  pipeline bubble      {100 * pred.bubble_fraction:12.1f} %",
         f"  peak memory          {pred.peak_memory_gib:12.2f} GiB of {pred.memory_capacity_gib:g} ({fit})",
+        *([f"  host memory per node {pred.host_memory_gib:12.2f} GiB of {pred.host_capacity_gib:.0f} usable "
+           f"(offloaded: {', '.join(offload_names(layout.offload))})"] if layout.offload else []),
         "",
         "  step breakdown (s):",
     ]
@@ -106,9 +112,10 @@ def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
     if layout.recompute_layers and with_split_recompute:
         rec += f"+full{list(layout.recompute_layers)}"
     experts = f"ep{layout.ep} etp{layout.etp} " if layout.ep > 1 or layout.etp > 1 else ""
+    offload = f" offload[{','.join(offload_names(layout.offload))}]" if layout.offload else ""
     return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} {experts}vpp{layout.vpp} mbs{layout.mbs} "
             f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}"
-            + (f" {layout.schedule.value}" if layout.pp > 1 else ""))
+            + (f" {layout.schedule.value}" if layout.pp > 1 else "") + offload)
 
 
 def plan_table(plan: Plan) -> str:

@@ -1,0 +1,106 @@
+"""Host offloading (cost_models/offload.py): what it frees on the GPU, what it costs in PCIe copies and CPU time,
+what it needs of host memory, and the layouts it is valid for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cost_models.knobs import LayerTime
+from cost_models.offload import (
+    CPU_ADAM_BYTES,
+    cpu_adam_time,
+    host_bandwidth_per_gpu,
+    layer_offload_exposed,
+    node_host_bytes,
+    pcie_bytes_per_s,
+    pcie_time,
+)
+from hardware_profiles import load_hardware
+from planner.api import evaluate, make_layout, resolve
+from planner.core import HostSpec, Offload, ZeroStage
+from planner.core.errors import LayoutError, SpecError
+
+BOX = load_hardware("rtx4090", 8)
+JOB = {"gpus": 8, "seq_len": 2048, "global_batch": 64}
+
+
+def test_pcie_is_shared_behind_a_switch() -> None:
+    alone = replace(BOX, host=replace(BOX.host, gpus_per_pcie_link=1))
+    assert pcie_bytes_per_s(BOX) == pytest.approx(pcie_bytes_per_s(alone) / 2)
+    assert pcie_time(1e9, BOX) == pytest.approx(1e9 / (32e9 * 0.8 / 2))
+
+
+def test_cpu_adam_is_limited_by_memory_bandwidth_or_cores() -> None:
+    few_cores = replace(BOX, host=replace(BOX.host, cores=4))  # 4 x 10 GB/s < 0.6 x 410 GB/s
+    assert host_bandwidth_per_gpu(few_cores) == pytest.approx(40e9 / 8)
+    assert host_bandwidth_per_gpu(BOX) == pytest.approx(0.6 * 410e9 / 8)
+    assert cpu_adam_time(1e9, BOX) == pytest.approx(1e9 * CPU_ADAM_BYTES / host_bandwidth_per_gpu(BOX))
+
+
+def test_a_copy_hides_behind_a_longer_pass() -> None:
+    t = LayerTime(forward=1.0, backward=2.0)
+    assert layer_offload_exposed(t, 1e6, 1e6, BOX) == 0.0
+    slow = LayerTime(forward=1e-4, backward=2e-4)
+    weights, acts = 1e8, 3e8
+    expected = (max(pcie_time(weights, BOX), pcie_time(acts, BOX)) - 1e-4) + (pcie_time(weights + acts, BOX) - 2e-4)
+    assert layer_offload_exposed(slow, weights, acts, BOX) == pytest.approx(expected)
+
+
+def test_node_host_memory_follows_placement() -> None:
+    # 4 pipeline ranks of 2 GPUs each on 8-GPU nodes: one node holds all four stages
+    assert node_host_bytes([1.0, 2.0, 3.0, 4.0], 2, 8) == pytest.approx(2 * 10.0)
+    # 8 GPUs per stage: a node holds 8 GPUs of one stage, the busiest
+    assert node_host_bytes([1.0, 5.0], 8, 8) == pytest.approx(40.0)
+
+
+def _predict(offload: str, zero: int = 3, **knobs: object):  # type: ignore[no-untyped-def]
+    return evaluate("llama2-13b", "rtx4090", **JOB, zero=zero, recompute="full", offload=offload, **knobs)
+
+
+def test_offloading_frees_gpu_memory_and_fills_host_memory() -> None:
+    none, opt, params, acts = (_predict(o) for o in ("none", "optimizer", "params", "params,activations"))
+    assert opt.peak_memory_gib < none.peak_memory_gib
+    assert params.peak_memory_gib < opt.peak_memory_gib
+    assert acts.peak_memory_gib < params.peak_memory_gib
+    assert none.host_memory_gib == 0 and 0 < opt.host_memory_gib < params.host_memory_gib < acts.host_memory_gib
+    assert not none.fits and opt.fits
+    s = opt.stages[0]
+    assert s.optimizer_state_gib == 0 and s.weights_gib > 0
+    assert params.stages[0].weights_gib == 0
+    # Adam moves to the host: the step's optimizer term grows by what the CPU and the copy back take
+    assert opt.breakdown.optimizer_s > none.breakdown.optimizer_s
+
+
+def test_host_memory_is_a_limit_too() -> None:
+    small = replace(BOX, host=HostSpec(memory_gib=64, memory_gbs=410, cores=64, pcie_gbs=32, gpus_per_pcie_link=2))
+    pred = evaluate("llama2-13b", small, **JOB, zero=3, recompute="full", offload="optimizer")
+    assert pred.peak_memory_gib <= pred.memory_capacity_gib
+    assert pred.host_memory_gib > pred.host_capacity_gib and not pred.fits
+
+
+def test_slow_pcie_exposes_the_copies() -> None:
+    crawl = replace(BOX, host=replace(BOX.host, pcie_gbs=0.05))
+    fast = evaluate("llama2-13b", BOX, **JOB, zero=3, recompute="full", offload="params,activations")
+    slow = evaluate("llama2-13b", crawl, **JOB, zero=3, recompute="full", offload="params,activations")
+    assert fast.breakdown.offload_s == 0
+    assert slow.breakdown.offload_s > 0 and slow.step_time_s > fast.step_time_s
+
+
+def test_offload_rules() -> None:
+    problem = resolve("llama2-13b", "rtx4090", **JOB)
+    with pytest.raises(LayoutError, match="needs zero 3"):
+        make_layout(problem, zero=1, offload="params")
+    with pytest.raises(LayoutError, match="needs zero 1, 2 or 3"):
+        make_layout(problem, zero=0, offload="optimizer")
+    with pytest.raises(LayoutError, match="unknown offload target"):
+        make_layout(problem, zero=1, offload="gpu")
+    layout = make_layout(problem, zero=3, offload="params")
+    assert layout.offload == {Offload.PARAMS, Offload.OPTIMIZER}  # the weights' optimizer goes with them
+    assert layout.zero is ZeroStage.WEIGHTS
+
+
+def test_host_spec_is_checked() -> None:
+    with pytest.raises(SpecError, match="host cores"):
+        HostSpec(cores=0)
