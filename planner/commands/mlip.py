@@ -1,0 +1,59 @@
+"""`meshplan mlip plan`: split GPUs between data-parallel replicas and spatial domains for a graph interatomic
+potential, from a profiled cost table; print the plan and write the plan file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.commands.common import Hardware, MemoryGib, app, run
+
+mlip_app = typer.Typer(no_args_is_help=True, help="Plan graph interatomic potentials (MACE, NequIP, Allegro): "
+                                                  "domain decomposition or data parallelism.")
+app.add_typer(mlip_app, name="mlip")
+
+
+@mlip_app.command("plan")
+def plan_cmd(
+    costs: Annotated[str, typer.Option(help="Cost table CSV (format: planner/inputs/mlip.py, README).")],
+    hardware: Hardware,
+    gpus: Annotated[int, typer.Option(help="GPUs.")],
+    atoms: Annotated[int, typer.Option(help="Atoms per structure.")],
+    structures: Annotated[int, typer.Option(help="Structures per training step (over all GPUs).")] = 1,
+    top_k: Annotated[int, typer.Option(min=1, max=100, help="Alternatives to keep and show.")] = 5,
+    memory_gib: MemoryGib = None,
+    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Pick replicas x domains (and the domain grid) for the fastest step that fits."""
+
+    def action() -> None:
+        from hardware_profiles import HardwareOverrides, load_hardware
+        from planner.core.errors import InputError, SpecError
+        from planner.core.fileio import write_text_atomic
+        from planner.core.mlip import MlipJob
+        from planner.inputs.mlip import load_cost_table
+        from planner.outputs.mlipplan import mlip_document, mlip_summary
+        from planner.outputs.recplan import dumps
+        from planner.search.mlip import search_mlip
+
+        try:
+            job = MlipJob(atoms, structures, gpus)
+        except SpecError as exc:
+            raise InputError(str(exc)) from None
+        table = load_cost_table(costs)
+        cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
+        document = mlip_document(search_mlip(table, job, cluster, top_k), job, cluster, costs)
+        if out is not None:
+            write_text_atomic(out, dumps(document, out))
+        if as_json:
+            typer.echo(json.dumps(document, indent=2))
+            return
+        typer.echo(mlip_summary(document))
+        if out is not None:
+            typer.echo(f"\nplan written to {out}")
+
+    run(action)

@@ -1,0 +1,93 @@
+"""Cost tables of graph interatomic potentials (`meshplan mlip plan --costs table.csv`) -> MlipCostTable.
+
+The format: `# key: value` lines first (the model's metadata), then a CSV with the header `atoms,step_s,memory_bytes`
+and one row per profiled atom count:
+
+    # name: mace-medium
+    # layers: 2            message-passing layers
+    # cutoff_a: 6.0        cutoff radius, Å
+    # halo_bytes: 2048     node-feature bytes per ghost atom per layer
+    # params: 4700000      trainable parameters
+    # density: 0.1         atoms per Å^3 of the systems trained on
+    # device: H100 SXM     (optional) where it was profiled
+    # source: ...          (optional) profile or formula the numbers come from
+    atoms,step_s,memory_bytes
+    1000,0.0093,1.6e9
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from planner.core.checks import finite, is_integer
+from planner.core.errors import InputError, SpecError
+from planner.core.mlip import CostRow, MlipCostTable
+
+META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
+META_OPTIONAL = ("name", "device", "source")
+COLUMNS = ("atoms", "step_s", "memory_bytes")
+_INTS = ("layers", "params")
+
+
+def _number(text: str, where: str, integer: bool) -> float | int:
+    try:
+        value: float | int = int(text) if integer else float(text)
+    except ValueError:
+        raise InputError(f"{where} must be {'an integer' if integer else 'a number'}, got {text!r}") from None
+    if not finite(value) or (integer and not is_integer(value)):
+        raise InputError(f"{where} must be a finite number, got {text!r}")
+    return value
+
+
+def parse_cost_table(text: str, origin: str) -> MlipCostTable:
+    meta: dict[str, str] = {}
+    body: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            key, sep, value = stripped.lstrip("#").partition(":")
+            if not sep:
+                continue  # a plain comment
+            key = key.strip()
+            if key not in META_REQUIRED + META_OPTIONAL:
+                allowed = ", ".join(META_REQUIRED + META_OPTIONAL)
+                raise InputError(f"{origin}:{n}: unknown key {key!r}; allowed: {allowed}")
+            meta[key] = value.split("  ")[0].strip()
+        elif stripped:
+            body.append(line)
+    missing = [k for k in META_REQUIRED if k not in meta]
+    if missing:
+        raise InputError(f"{origin}: missing keys {missing} (as '# key: value' lines); allowed: "
+                         f"{', '.join(META_REQUIRED + META_OPTIONAL)}")
+    reader = csv.reader(io.StringIO("\n".join(body)))
+    header = [h.strip() for h in next(reader, [])]
+    if tuple(header) != COLUMNS:
+        raise InputError(f"{origin}: the header must be {','.join(COLUMNS)}, got {','.join(header) or 'nothing'}")
+    rows = []
+    for i, cells in enumerate(reader, 2):
+        if len(cells) != len(COLUMNS):
+            raise InputError(f"{origin}: row {i} has {len(cells)} cells, expected {len(COLUMNS)} ({','.join(COLUMNS)})")
+        values = [_number(c.strip(), f"{origin}: row {i} {col}", col == "atoms") for c, col in zip(cells, COLUMNS,
+                                                                                                   strict=True)]
+        rows.append(values)
+    try:
+        return MlipCostTable(
+            name=meta.get("name", Path(origin).stem),
+            rows=tuple(CostRow(int(a), float(s), float(m)) for a, s, m in rows),
+            **{k: _number(meta[k], f"{origin}: {k}", k in _INTS) for k in META_REQUIRED},  # type: ignore[arg-type]
+            device=meta.get("device", "unknown"), source=meta.get("source", "unknown"))
+    except SpecError as exc:
+        raise InputError(f"{origin}: {exc}") from None
+
+
+def load_cost_table(path: str) -> MlipCostTable:
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"cost table {path!r} is not a file: give a CSV in the format of planner/inputs/mlip.py")
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from None
+    return parse_cost_table(text, path)
