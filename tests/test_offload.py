@@ -20,7 +20,11 @@ from cost_models.offload import (
 from hardware_profiles import load_hardware
 from planner.api import evaluate, make_layout, resolve
 from planner.core import HostSpec, Offload, ZeroStage
-from planner.core.errors import LayoutError, SpecError
+from planner.core.errors import InfeasibleError, InputError, LayoutError, SpecError
+from planner.search.bounds import SearchBounds
+from planner.search.exact import _price, search
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
 BOX = load_hardware("rtx4090", 8)
 JOB = {"gpus": 8, "seq_len": 2048, "global_batch": 64}
@@ -104,3 +108,93 @@ def test_offload_rules() -> None:
 def test_host_spec_is_checked() -> None:
     with pytest.raises(SpecError, match="host cores"):
         HostSpec(cores=0)
+
+
+def _exhaustive_best(model: str, hw: str, gpus: int, seq: int, batch: int, spec: SearchSpec) -> tuple[float, int]:
+    """(best step time, candidates with offload) pricing every candidate the search generates."""
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    family, pool = module_family(pr.model, pr.job, spec), []
+    for c in candidates(pr.model, pr.cluster, pr.job, spec):
+        while c is not None:
+            pool.append(c)
+            c = next_module_set(c, family, pr.job)
+    bounds = SearchBounds(pr.model, pr.cluster, pr.job)
+    priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c)) for c in pool]
+    best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
+    return best, sum(1 for c in pool if c.offload)
+
+
+@pytest.mark.parametrize("case", [("llama2-7b", "rtx4090", 4, 1024, 16), ("llama2-13b", "rtx4090", 8, 1024, 16)])
+def test_offload_search_equals_exhaustive_pricing(case: tuple[str, str, int, int, int]) -> None:
+    """With every offload choice searched, best-first pruning (whose memory floors know what offloading moves to the
+    host) finds the best of pricing every candidate, and that best needs offloading: nothing fits without it."""
+    spec = SearchSpec(top_k=1, offload_auto=True)
+    best, offloaded = _exhaustive_best(*case, spec)
+    model, hw, gpus, seq, batch = case
+    result = search(*_problem(model, hw, gpus, seq, batch), spec)
+    assert offloaded > 0
+    assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
+    assert result.best.layout.offload
+    with pytest.raises(InfeasibleError):
+        search(*_problem(model, hw, gpus, seq, batch), SearchSpec(top_k=1))
+
+
+def _problem(model: str, hw: str, gpus: int, seq: int, batch: int) -> tuple:  # type: ignore[type-arg]
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    return pr.model, pr.cluster, pr.job
+
+
+def test_offload_pins_and_auto_are_exclusive() -> None:
+    with pytest.raises(InputError, match="give one of them"):
+        SearchSpec(offload=frozenset({Offload.OPTIMIZER}), offload_auto=True)
+    assert SearchSpec(offload=frozenset({"params"})).offload == {Offload.PARAMS, Offload.OPTIMIZER}
+
+
+def test_launchers_write_what_they_can_offload() -> None:
+    """DeepSpeed offloads the optimizer to the CPU as the plan says; Megatron-LM the distributed optimizer; the
+    targets that do not write offloading refuse by name (strict) rather than write a layout that cannot fit."""
+    import json
+
+    from planner import plan
+    from planner.core import Target
+    from planner.outputs.emitters import emit
+    from planner.outputs.emitters.common import UnsupportedPlanError
+    from planner.outputs.emitters.megatron import arguments
+
+    job = {"gpus": 8, "seq_len": 2048, "global_batch": 64}
+    p = plan("llama3-8b", "rtx4090", **job, spec=SearchSpec(zero=1, pp=4, recompute="full", top_k=1,
+                                                          offload=frozenset({Offload.OPTIMIZER}),
+                                                          partial_recompute=False, uneven_split=False,
+                                                          schedule="1f1b"))
+    assert p.best.layout.offload == {Offload.OPTIMIZER} and p.best.prediction.fits
+    cfg = json.loads(emit(p, Target.DEEPSPEED, strict=True).text)
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    flags = dict(arguments(p))
+    assert "--optimizer-cpu-offload" in flags and flags["--optimizer-offload-fraction"] == 1.0
+    for target in (Target.TORCHTITAN, Target.NEMO):
+        with pytest.raises(UnsupportedPlanError, match="offload"):
+            emit(p, target, strict=True)
+
+
+def test_offload_plan_round_trips_and_the_command_line_searches_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`meshplan plan --offload auto` finds a plan where nothing fits without offloading (exit 3), and its plan
+    file reads back with the same offload and prediction."""
+    from typer.testing import CliRunner
+
+    from cli import app
+    from planner import load_plan
+
+    args = ["plan", "--model", "llama2-13b", "--hardware", "rtx4090", "--gpus", "8", "--seq-len", "1024",
+            "--global-batch", "16"]
+    runner = CliRunner()
+    assert runner.invoke(app, args).exit_code == 3
+    out = tmp_path / "plan.yaml"
+    res = runner.invoke(app, [*args, "--offload", "auto", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "offload[" in res.output and "host memory per node" in res.output
+    loaded = load_plan(out)
+    assert loaded.best.layout.offload
+    again = load_plan(out, reprice=True)
+    assert again.best.prediction.step_time_s == pytest.approx(loaded.best.prediction.step_time_s)
+    bad = runner.invoke(app, [*args, "--offload", "gpu"])
+    assert bad.exit_code == 2 and "unknown offload target" in bad.output

@@ -144,6 +144,7 @@ def plan(
     zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
     recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
     recompute_modules: RecomputeModules = None,
+    offload: OffloadOpt = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
     schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
     launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher can run.")] = None,
@@ -170,7 +171,7 @@ def plan(
 ) -> None:
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
-    from planner.api import model_and_costs, plan_chain_table, recompute_choice, restricted_spec
+    from planner.api import model_and_costs, offload_choice, plan_chain_table, recompute_choice, restricted_spec
     from planner.api import plan as run_plan
     from planner.core.fileio import write_text_atomic
     from planner.outputs.planfile import dumps, plan_to_dict
@@ -191,10 +192,12 @@ def plan(
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
         rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
                        else (recompute, None))
+        auto = offload is not None and offload.strip() == "auto"
         spec = restricted_spec(SearchSpec(
             tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=rc, sp=sp,
             recompute_modules=modules or None, schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp,
-            top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split),
+            top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split,
+            offload=None if auto or offload is None else offload_choice(offload), offload_auto=auto),
             limits, launcher)
         with Progress() as progress:
             result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,

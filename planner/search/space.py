@@ -40,6 +40,7 @@ from planner.core import (
     JobSpec,
     Layout,
     ModelSpec,
+    Offload,
     Recompute,
     RecomputeModule,
     Schedule,
@@ -83,6 +84,8 @@ class SearchSpec:
     recompute_modules: frozenset[RecomputeModule] | None = None  # pin: selective recomputation of these modules
     module_recompute: bool = True  # offer `module_sets` (a launcher without --recompute-modules: False)
     replicate_alone: bool = False  # ZeRO-0 (plain data parallelism) only with no tp, pp or cp beside it
+    offload: frozenset[Offload] | None = None  # pin: these in host memory (None: nothing, unless offload_auto)
+    offload_auto: bool = False  # search every offload choice (`OFFLOAD_SETS`) the ZeRO stage allows
 
     def __post_init__(self) -> None:
         """Types and ranges of every field (InputError naming it); enum values given as strings become members."""
@@ -93,8 +96,18 @@ class SearchSpec:
         integer(self.max_mbs, "max_mbs", 1, MAX_GLOBAL_BATCH)
         integer(self.top_k, "top_k", 1, MAX_TOP_K)
         integer(self.max_waves, "max_waves", 1, MAX_VPP // 2)
-        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute", "replicate_alone"):
+        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute", "replicate_alone",
+                     "offload_auto"):
             flag(getattr(self, name), name)
+        if self.offload is not None:
+            if isinstance(self.offload, str) or not isinstance(self.offload, frozenset | set | tuple | list):
+                raise InputError(f"offload must be a set of Offload ({', '.join(o.value for o in Offload)}), got "
+                                 f"{self.offload!r}")
+            offloaded = frozenset(choice(Offload, o, "offload entry") for o in self.offload)
+            object.__setattr__(self, "offload", offloaded | {Offload.OPTIMIZER} if Offload.PARAMS in offloaded
+                               else offloaded)
+            if self.offload_auto:
+                raise InputError("offload pins what is offloaded and offload_auto searches it: give one of them")
         if self.sp is not None:
             flag(self.sp, "sp")
         for name, low, high in (("tp_choices", 1, MAX_GPUS), ("mbs_choices", 1, MAX_GLOBAL_BATCH),
@@ -141,19 +154,34 @@ class Candidate:
     ep: int = 1
     etp: int = 1
     modules: frozenset[RecomputeModule] = frozenset()  # with recompute selective (empty: Megatron's default)
+    offload: frozenset[Offload] = frozenset()
 
     def layout(self) -> Layout:
         """The candidate as a layout with balanced chunks (the split comes later)."""
         return Layout(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vpp=self.vpp, mbs=self.mbs, sp=self.sp,
                       zero=self.zero, recompute=self.recompute, schedule=self.schedule, ep=self.ep, etp=self.etp,
-                      recompute_modules=self.modules)
+                      recompute_modules=self.modules, offload=self.offload)
 
     def sort_key(self) -> tuple[int, ...]:
         """A total order on candidates (ties in the search break on it, so plans are reproducible)."""
         modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules) if self.modules else 0
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
                 _RECOMPUTE_ORDER.index(self.recompute), modules, int(self.sp), _SCHEDULE_ORDER.index(self.schedule),
-                self.ep, self.etp)
+                self.ep, self.etp, sum(1 << i for i, o in enumerate(Offload) if o in self.offload))
+
+
+# what `SearchSpec.offload_auto` tries: nothing, the optimizer, the weights with it, and the activations beside each
+OFFLOAD_SETS = tuple(frozenset(s) for s in (
+    (), (Offload.OPTIMIZER,), (Offload.OPTIMIZER, Offload.PARAMS), (Offload.ACTIVATIONS,),
+    (Offload.OPTIMIZER, Offload.ACTIVATIONS), (Offload.OPTIMIZER, Offload.PARAMS, Offload.ACTIVATIONS)))
+
+
+def offload_options(zero: ZeroStage, spec: SearchSpec) -> list[frozenset[Offload]]:
+    """What may live on the host at a ZeRO stage: the pin, every set of `OFFLOAD_SETS` with offload_auto, else
+    nothing; the optimizer needs ZeRO 1-3 (a shard to update), the weights ZeRO-3 (a shard to stream)."""
+    sets = [spec.offload] if spec.offload is not None else (list(OFFLOAD_SETS) if spec.offload_auto else [frozenset()])
+    return [s for s in sets if (Offload.OPTIMIZER not in s or zero is not ZeroStage.NONE)
+            and (Offload.PARAMS not in s or zero is ZeroStage.WEIGHTS)]
 
 
 def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
@@ -325,6 +353,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
             z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
+        offloads = {z: offload_options(z, spec) for z in zeros}
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
             if sp and tp == 1:
                 continue
@@ -334,7 +363,9 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
                         if (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1
                                 and tp * pp * cp > 1):
                             continue
-                        yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules)
+                        for offload in offloads[zero]:
+                            yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules,
+                                            offload)
 
 
 PIN_NAMES = ("tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "zero", "schedule", "recompute", "sp")

@@ -2,7 +2,8 @@
 
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x DP, with DeepSpeed's DP =
 world / (pp x tp) (tensor parallelism comes from the model's mpu, not from this file). ZeRO 0-3 map to
-zero_optimization.stage, offload explicitly off (the plan keeps all state on the GPU); the pipeline
+zero_optimization.stage, offload to the CPU where the plan offloads (offload_optimizer, offload_param with ZeRO-3,
+cpu_checkpointing of fully recomputed layers' checkpoints) and explicitly off otherwise; the pipeline
 engine supports ZeRO 0-1 only and splits layers with its own partition methods, so only even pipeline
 splits are expressed; there is no context parallelism and no selective or per-stage recomputation.
 """
@@ -12,7 +13,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from planner.core import AttentionKernel, Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from planner.core import (
+    AttentionKernel,
+    Offload,
+    Recompute,
+    Schedule,
+    ZeroStage,
+    module_names,
+    non_default_modules,
+)
 from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan
 
@@ -44,12 +53,16 @@ def config(plan: Plan) -> dict[str, Any]:
             lay.recompute is Recompute.SELECTIVE and job.runtime.attention is AttentionKernel.UNFUSED):
         raise UnsupportedPlanError("DeepSpeed checkpoints whole layers only; the nearest plan uses --recompute full "
                                    "or none")
+    if Offload.ACTIVATIONS in lay.offload and lay.recompute is not Recompute.FULL:
+        raise UnsupportedPlanError("DeepSpeed offloads the checkpoints of fully recomputed layers only "
+                                   "(cpu_checkpointing); the nearest plan uses --recompute full")
     zero: dict[str, Any] = {"stage": int(lay.zero), "overlap_comm": job.runtime.overlap_grad_reduce,
                             "contiguous_gradients": True}
-    if lay.zero >= ZeroStage.OPTIMIZER:  # the plan keeps every state on the GPU
-        zero["offload_optimizer"] = {"device": "none"}
+    cpu = {"device": "cpu", "pin_memory": True}
+    if lay.zero >= ZeroStage.OPTIMIZER:  # what the plan keeps on the GPU is said to stay there
+        zero["offload_optimizer"] = cpu if Offload.OPTIMIZER in lay.offload else {"device": "none"}
     if lay.zero is ZeroStage.WEIGHTS:
-        zero["offload_param"] = {"device": "none"}
+        zero["offload_param"] = cpu if Offload.PARAMS in lay.offload else {"device": "none"}
     cfg: dict[str, Any] = {
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": lay.mbs,
@@ -60,7 +73,8 @@ def config(plan: Plan) -> dict[str, Any]:
     }
     if lay.recompute is Recompute.FULL:
         cfg["activation_checkpointing"] = {"partition_activations": lay.sp, "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": False, "synchronize_checkpoint_boundary": False,
+                                           "cpu_checkpointing": Offload.ACTIVATIONS in lay.offload,
+                                           "synchronize_checkpoint_boundary": False,
                                            "profile": False}
     if lay.pp > 1:
         cfg["pipeline"] = {"stages": lay.pp, "partition": "uniform", "activation_checkpoint_interval":

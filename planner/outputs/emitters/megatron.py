@@ -14,7 +14,18 @@ from __future__ import annotations
 
 import shlex
 
-from planner.core import AttentionKernel, Dtype, Norm, Recompute, RecomputeModule, Schedule, ZeroStage, module_names
+from planner.core import (
+    AttentionKernel,
+    Dtype,
+    Norm,
+    Offload,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    ZeroStage,
+    module_names,
+    offload_names,
+)
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.outputs.plan import Plan
 
@@ -166,6 +177,22 @@ def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
     return []
 
 
+def _offload_args(plan: Plan) -> list[tuple[str, object]]:
+    """Megatron-core offloads the distributed optimizer's state and step to the CPU (HybridDeviceOptimizer), all
+    of it with fraction 1, its copies beside compute; it has no weight offload, and meshplan does not write its
+    activation offloading."""
+    lay = plan.best.layout
+    if not lay.offload:
+        return []
+    if lay.offload - {Offload.OPTIMIZER} or lay.zero is not ZeroStage.OPTIMIZER:
+        raise UnsupportedPlanError(
+            f"Megatron-LM offloads the distributed optimizer only (--optimizer-cpu-offload with ZeRO-1), not "
+            f"{', '.join(offload_names(lay.offload))} with ZeRO-{int(lay.zero)}; the nearest plan uses --zero 1 "
+            "--offload optimizer")
+    return [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
+            ("--overlap-cpu-optimizer-d2h-h2d", None)]
+
+
 def fp8_recipe(plan: Plan) -> list[tuple[str, object]]:
     """megatron-core refuses moe_act and layernorm recomputation under FP8 with its default delayed scaling
     (TransformerConfig.__post_init__, 0.16.1); such plans name a current-scaling recipe: blockwise, the
@@ -191,6 +218,7 @@ def arguments(plan: Plan) -> list[tuple[str, object]]:
         args.append(("--use-distributed-optimizer", None))
     elif lay.zero in FSDP_STRATEGY:
         args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero])]
+    args += _offload_args(plan)
     if job.runtime.overlap_grad_reduce and lay.dp * lay.cp > 1:
         args.append(("--overlap-grad-reduce", None))
         if job.runtime.overlap_param_gather and lay.zero is ZeroStage.OPTIMIZER:

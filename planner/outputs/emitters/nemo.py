@@ -64,6 +64,9 @@ def _value(value: Any) -> str:
 
 def emit(plan: Plan) -> str:
     lay, job, f = plan.best.layout, plan.job, facts(plan)
+    if lay.offload:
+        raise UnsupportedPlanError("the NeMo target keeps every state on the GPU (its optimizer offload is not written "
+                                   "by meshplan yet); the nearest plan offloads nothing")
     if lay.zero >= ZeroStage.GRADIENTS:
         raise UnsupportedPlanError(f"the NeMo target writes DDP and the distributed optimizer only, not "
                                    f"ZeRO-{int(lay.zero)} (Megatron-FSDP); the nearest plan uses --zero 1")

@@ -71,6 +71,9 @@ def model_parts(plan: Plan) -> list[list[str]]:
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     lay, job, model = plan.best.layout, plan.job, plan.model
     flavor = flavor_of(model)  # before the layout: no other layout helps a model torchtitan cannot build
+    if lay.offload:
+        raise UnsupportedPlanError("torchtitan's CPU offload moves FSDP's weights, gradients and optimizer together, "
+                                   "which meshplan does not write yet; the nearest plan offloads nothing")
     if lay.zero is ZeroStage.OPTIMIZER:
         raise UnsupportedPlanError("torchtitan has no ZeRO-1 (distributed optimizer only); the nearest plans use "
                                    "FSDP: ZeRO-2 (--zero 2, no resharding after forward) or ZeRO-3 (--zero 3)")
