@@ -122,31 +122,38 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     pool = list(candidates(model, cluster, job, spec))
     if not pool:
         raise InfeasibleError(no_layout_reason(model, cluster, job, spec))
-    fitting = [c for c in pool if layer_times.state_bound(c) <= capacity]
-    pruned_memory = len(pool) - len(fitting)
+    groups: dict[tuple[object, ...], list[Candidate]] = {}  # candidates within the state bound, by `floor_key`
+    for c in pool:
+        if layer_times.state_bound(c) <= capacity:
+            groups.setdefault(layer_times.floor_key(c), []).append(c)
+    fitting = sum(len(g) for g in groups.values())
+    pruned_memory = len(pool) - fitting
     if not fitting:
         raise InfeasibleError(_no_fit_message(layer_times, pool))
     # best-first over a heap: module-set variants (`space.module_family`) join it only when their cheaper sibling
     # (same degrees, none or the default selective, or the previous set) needed fully recomputed layers or did not fit
     family = module_family(model, job, spec)
-    # lazily: a candidate enters at its `floor`, is re-queued at its bound when it reaches the top, there dropped if
-    # its memory floor exceeds the GPU or else re-queued at its tight bound (the recomputation it needs to fit), and
-    # priced when it reaches the top again: priced in the order of (tight bound, sort key), most bounds never computed
-    # (key, sort key, level, tie, candidate); at the floor the sort key is (), below every other, and ties break on
-    # the pool's order: that only expands a candidate earlier, the order of pricing stays (tight bound, sort key)
-    heap: list[tuple[float, tuple[int, ...], int, int, Candidate]] = [
-        (layer_times.floor(c), (), 0, i, c) for i, c in enumerate(fitting)]
+    # lazily: the candidates sharing a `floor` enter as one entry there and, when it reaches the top, each is queued at
+    # its bound; there a candidate is dropped if its memory floor exceeds the GPU or else re-queued at its tight bound
+    # (the recomputation it needs to fit), and priced when it reaches the top again. Entries are (key, sort key, level,
+    # tie, candidate or group): a group's sort key is (), below every other, and groups tie-break on their order, which
+    # only expands candidates earlier: candidates are priced in the order of (tight bound, sort key), and most bounds
+    # are never computed
+    heap: list[tuple[float, tuple[int, ...], int, int, Candidate | list[Candidate]]] = [
+        (layer_times.floor(g[0]), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
     evaluated = infeasible = expanded = floored = 0  # floored: dropped by the memory floor
     worst_gap, all_optimal = 0.0, True
     while heap:
-        bound, key, level, _, cand = heapq.heappop(heap)
+        bound, key, level, _, item = heapq.heappop(heap)
         if len(top) >= spec.top_k and bound >= -top[0][0]:
             break
-        if level == 0:  # at its floor: re-queued at its bound
-            heapq.heappush(heap, (layer_times.bound(cand), cand.sort_key(), 1, 0, cand))
+        if isinstance(item, list):  # a group at its floor: each queued at its bound
+            for c in item:
+                heapq.heappush(heap, (layer_times.bound(c), c.sort_key(), 1, 0, c))
             continue
+        cand = item
         balanced = balanced_only(cand, spec)
         dropped = level == 1 and layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits
         if level == 1 and not dropped:  # at its bound: re-queued at the bound with the recomputation it needs
@@ -160,7 +167,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
             evaluated += 1
             worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
         if progress is not None:
-            progress(evaluated + floored, len(fitting) + expanded)
+            progress(evaluated + floored, fitting + expanded)
         nxt = next_module_set(cand, family, job)
         # else nxt is dominated: this one is already as fast as nxt could be
         if nxt is not None:
@@ -177,7 +184,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         elif entry[:2] > top[0][:2]:
             heapq.heapreplace(top, entry)
     if not top:
-        raise InfeasibleError(_no_fit_message(layer_times, fitting))
+        raise InfeasibleError(_no_fit_message(layer_times, [c for g in groups.values() for c in g]))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     # on uneven stages the simulator is the reference: it re-ranks the finalists (ties keep the order)
     ranked = [replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction))
@@ -187,7 +194,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
         method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
                "discrete-event pipeline simulator", solver=solver,
         candidates=len(pool) + expanded, evaluated=evaluated, pruned_memory=pruned_memory + floored,
-        pruned_time=len(fitting) + expanded - evaluated - floored, infeasible=infeasible,
+        pruned_time=fitting + expanded - evaluated - floored, infeasible=infeasible,
         solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)
     log.info("searched %d candidates: %d priced, %d pruned by memory, %d by the time bound, %d did not fit",
