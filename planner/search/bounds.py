@@ -36,7 +36,7 @@ from cost_models.step import (
     rank_layer_ids,
 )
 from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
-from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Recompute, Schedule, ZeroStage
+from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
 from planner.search.space import Candidate
 
 _ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -79,7 +79,7 @@ class SearchBounds:
     def state_bound(self, c: Candidate) -> float:
         """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
         beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._states:
             self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
         return self._states[key]
@@ -198,7 +198,7 @@ class SearchBounds:
         the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
         windows shrink."""
         key = (c.tp, c.pp, c.dp, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
-               head_beside_embedding)
+               head_beside_embedding, c.offload)
         if key in self._families:
             return self._families[key]
         c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
@@ -243,7 +243,7 @@ class SearchBounds:
     def _piece_states(self, c: Candidate) -> tuple[float, float, float, float]:
         """States (weights, gradients, optimizer) of one dense layer, one MoE layer, the embedding and the head."""
         beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._pieces:
             layout, job, model, grad = c.layout(), self.job, self.model, self.job.runtime.grad_reduce_bytes
             pieces = (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
@@ -272,6 +272,8 @@ class SearchBounds:
         a_dense, a_moe = acts.dense, acts.moe
         if not balanced:  # the split may recompute any layer fully: it then stores its input only
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
+        if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two layers: >= 0)
+            a_dense = a_moe = 0.0
         per_layer = ([s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive])
         if balanced:
             floor = max(fixed[r] + n_dense * per_layer[0][r] + n_moe * per_layer[1][r]
@@ -300,6 +302,8 @@ class SearchBounds:
         over every assignment as in `packing_floor` (λ all 1, or λ_r = max_k q_{r*k}/q_rk with q_rk = c_rk/alive_r
         and r* the rank with the most in flight). 0 where full recomputation would change forward or backward
         times (the bound's other terms price those at the candidate's own recomputation)."""
+        if Offload.ACTIVATIONS in c.offload:  # recomputation frees no GPU memory when activations are on the host
+            return 0.0
         times, acts = self.get(c), self.activations(c)
         fixed, alive, s_dense, s_moe = self._rank_bytes(c)
         n_dense, n_moe = F.decoder_layer_counts(self.model)
