@@ -58,19 +58,25 @@ def gemm_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> float:
     return max(compute, memory_time(gemm.bytes(1.0 if fp8 else 2.0), gpu))
 
 
-def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> tuple[float, float]:
+def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype, trained: float = 1.0) -> tuple[float, float]:
     """Forward is the GEMM itself; backward is two GEMMs of the same FLOPs (dX = dY·Wᵀ, dW = Xᵀ·dY).
+
+    With `trained` < 1 the weight is frozen and LoRA adapters of that relative size train beside it (Hu et al.
+    2021: W + B·A with A [r, k], B [n, r], so r·(k + n) = trained·k·n parameters): the frozen weight's dW is not
+    computed; the adapters add `trained` of the GEMM's work to the forward and twice that to the backward (their
+    dX and dW). `trained` 0: a frozen weight without adapters (dX only).
 
     In fp8 (Transformer Engine) each GEMM's activation operand is quantised first: the input X [m, k] before
     the forward, the output gradient dY [m, n] before the backward, FP8_CAST_BYTES per element each, at HBM
     speed. Weights are cast once per step and cached across micro-batches (negligible per micro-batch). This
     is why fp8 gains less on narrow layers: the cast costs O(m·k) against the GEMM's O(m·k·n)."""
     t = gemm_time(gemm, gpu, dtype)
+    fwd, bwd = (t, 2.0 * t) if trained >= 1.0 else (t * (1.0 + trained), t * (1.0 + 2.0 * trained))
     if not gpu.has_fp8(dtype):
-        return t, 2.0 * t
+        return fwd, bwd
     cast_in = memory_time(FP8_CAST_BYTES * gemm.batch * gemm.m * gemm.k, gpu)
     cast_grad = memory_time(FP8_CAST_BYTES * gemm.batch * gemm.m * gemm.n, gpu)
-    return t + cast_in, 2.0 * t + cast_grad
+    return fwd + cast_in, bwd + cast_grad
 
 
 def attention_efficiency(gpu: GpuSpec, key_len: float, head_dim: float) -> float:

@@ -47,7 +47,7 @@ def counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec
     the job's)."""
     fwd = bwd = 0.0
     for g, count in gemms:
-        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype)
+        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype, job.trainable_fraction)
         fwd, bwd = fwd + count * gf, bwd + count * gb
     return fwd, bwd
 

@@ -218,7 +218,8 @@ def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
     nbytes = tokens * h * (2 + (4 if model.learned_positions else 0) + (1 if model.dropout else 0))
     t = memory_time(nbytes, cluster.gpu)
     tp = _tp_comm(cluster, knobs, tokens * h * 2, 1, job.runtime.multi_rail)
-    return LayerTime(forward=t, backward=2 * t, tp_comm=tp)
+    # a frozen embedding (LoRA) scatters no gradient into its table
+    return LayerTime(forward=t, backward=2 * t if job.trainable_fraction >= 1 else 0.0, tp_comm=tp)
 
 
 def vision_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
@@ -252,7 +253,8 @@ def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Layer
     head = Gemm(tokens, v, h)
     # the output layer is Megatron's own column-parallel linear, outside Transformer Engine's fp8 autocast: it
     # runs in bf16 in fp8 training (so does DeepSeek-V3's output head, report section 3.3.1)
-    gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, Dtype.BF16)
+    # with LoRA the head is frozen and has no adapter: its input gradient only
+    gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, Dtype.BF16, 1.0 if job.trainable_fraction >= 1 else 0.0)
     r = 1.0 / knobs.tp if knobs.sp else 1.0
     norm = memory_time(tokens * 4 * h * r, cluster.gpu)
     loss = memory_time(tokens * 12 * v, cluster.gpu)

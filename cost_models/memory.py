@@ -133,11 +133,12 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes(params: float, zero: ZeroStage, shard: int, grad_bytes: float) -> StateBytes:
-    """Bytes of weights, gradients and Adam state for `params` parameters sharded `shard` ways."""
+def state_bytes(params: float, zero: ZeroStage, shard: int, grad_bytes: float, trainable: float = 1.0) -> StateBytes:
+    """Bytes of weights, gradients and Adam state for `params` parameters sharded `shard` ways, of which the
+    `trainable` share has gradients and optimizer state (the rest is frozen: its 16-bit weights only)."""
     w = params * WEIGHT_BYTES / (shard if zero >= ZeroStage.WEIGHTS else 1)
-    g = params * grad_bytes / (shard if zero >= ZeroStage.GRADIENTS else 1)
-    o = params * ADAM_STATE_BYTES / (shard if zero >= ZeroStage.OPTIMIZER else 1)
+    g = params * trainable * grad_bytes / (shard if zero >= ZeroStage.GRADIENTS else 1)
+    o = params * trainable * ADAM_STATE_BYTES / (shard if zero >= ZeroStage.OPTIMIZER else 1)
     return StateBytes(w, g, o)
 
 

@@ -78,3 +78,35 @@ def rank_params(model: ModelSpec, job: JobSpec, tp: int, head_beside_embedding: 
         layers = layers + one_layer_params(model, job, tp, ep, etp, True).scaled(n_moe)
     return (layers + StageParams(embedding_params(model, job, tp))
             + head_params(model, job, tp, head_beside_embedding, ep, etp))
+
+
+def lora_params(model: ModelSpec, rank: int) -> float:
+    """Trainable parameters of LoRA adapters of rank `rank` on every linear layer of the decoder (Hu et al. 2021;
+    the "all-linear" target of PEFT and QLoRA): a [k, n] weight gains A [r, k] and B [n, r], r·(k + n) parameters.
+    Attention: the q, k, v (or MLA's) projections and the output projection; a dense MLP's gate, up and down
+    projections; an MoE layer's shared experts and each routed expert the same way. Embeddings, norms, the router
+    and the LM head stay frozen without adapters. Llama-2-7B at rank 8: 19,988,480, as PEFT prints it."""
+    from cost_models.gemms import attention_gemms  # the projection shapes, at tp 1
+
+    def mlp(width: float) -> float:
+        return rank * ((2 if model.gated_mlp else 1) * (h + width) + (width + h))
+
+    h = model.hidden_size
+    if model.mla is None:  # q, k and v adapted apart (PEFT's q_proj, k_proj, v_proj), then o_proj
+        kv = model.num_kv_heads * model.head_dim
+        attention = float(rank * ((h + model.q_dim) + 2 * (h + kv) + (model.q_dim + h)))
+    else:
+        attention = sum(rank * (g.k + g.n) for g in attention_gemms(model, 1.0, 1))
+    n_dense, n_moe = F.decoder_layer_counts(model)
+    total = n_dense * (attention + mlp(model.ffn_hidden_size))
+    if model.moe is not None and n_moe:
+        moe = model.moe
+        experts = moe.num_experts * mlp(moe.ffn_hidden_size)
+        shared = mlp(moe.shared_ffn_hidden_size) if moe.shared_ffn_hidden_size else 0.0
+        total += n_moe * (attention + experts + shared)
+    return float(total)
+
+
+def lora_fraction(model: ModelSpec, rank: int) -> float:
+    """The trainable share of the model's parameters with LoRA adapters of rank `rank` (`lora_params`)."""
+    return min(1.0, lora_params(model, rank) / F.total_params(model))

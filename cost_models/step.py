@@ -253,11 +253,11 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
-        optimizer_s=optimizer_time(params, layout, cluster),
-        states=stage_states(params, layout, job.runtime.grad_reduce_bytes),
+        optimizer_s=optimizer_time(params, layout, job, cluster),
+        states=stage_states(params, layout, job),
         offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
                                         layers, layout, cluster),
-        host_states=host_state_bytes(params, layout))
+        host_states=host_state_bytes(params, layout, job))
 
 
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
@@ -354,6 +354,8 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         embedding_sync_s=emb_sync, host_s=m * t.host, offload_s=m * worst.offload_s)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
+    if job.trainable_fraction < 1:  # LoRA: no weight gradients of the frozen weights, the adapters' own work
+        model_flops *= (2 + 3 * job.trainable_fraction) / 3
     n_full = sum(s.layers.full for s in stages)
     recompute_per_seq = sum(s.layers.dense_full for s in stages) * F.decoder_matmul_flops(model, job.seq_len)
     if model.moe is not None:

@@ -72,10 +72,12 @@ def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, int, int]
     return (dense,)
 
 
-def stage_states(params: StageParams, layout: Layout, grad_bytes: float) -> M.StateBytes:
+def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBytes:
     """Weights, gradients and Adam state a stage keeps on its GPUs, each group sharded over its own data-parallel
-    ranks; offloaded state lives on the host instead (`host_state_bytes`)."""
-    parts = [M.state_bytes(p, layout.zero, n, grad_bytes) for p, n, _ in _groups(params, layout)]
+    ranks (gradients and state for the job's trainable share); offloaded state lives on the host instead
+    (`host_state_bytes`)."""
+    grad, share = job.runtime.grad_reduce_bytes, job.trainable_fraction
+    parts = [M.state_bytes(p, layout.zero, n, grad, share) for p, n, _ in _groups(params, layout)]
     weights = 0.0 if Offload.PARAMS in layout.offload else sum(x.weights for x in parts)
     optimizer = 0.0 if Offload.OPTIMIZER in layout.offload else sum(x.optimizer for x in parts)
     return M.StateBytes(weights, sum(x.gradients for x in parts), optimizer)
@@ -96,9 +98,9 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage, both groups."""
     rt = job.runtime
     reduce = gather = 0.0
-    for p, n, stride in _groups(params, layout):
-        r, g = grad_sync_times(p, layout.zero, n, stride, cluster, rt.grad_reduce_bytes, rt.multi_rail,
-                               gather_bytes(job, cluster))
+    for p, n, stride in _groups(params, layout):  # only the trained weights change: gather what was updated
+        r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, n, stride, cluster, rt.grad_reduce_bytes,
+                               rt.multi_rail, gather_bytes(job, cluster))
         reduce, gather = reduce + r, gather + g
     gpu = cluster.gpu
     exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
@@ -108,7 +110,8 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     if Offload.OPTIMIZER in layout.offload and Offload.PARAMS not in layout.offload:
         # the reduced gradient shard goes to the host beside the last backward (with the weights offloaded each
         # layer's shard already went in its backward)
-        to_host = exposed_copy(local_params(params, layout) * rt.grad_reduce_bytes, bwd_last, cluster)
+        to_host = exposed_copy(local_params(params, layout) * job.trainable_fraction * rt.grad_reduce_bytes,
+                               bwd_last, cluster)
     return exposed_reduce + exposed_gather + to_host
 
 
@@ -117,10 +120,10 @@ def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
     return memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
 
 
-def optimizer_time(params: StageParams, layout: Layout, cluster: ClusterSpec) -> float:
-    """Adam step over the parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on): on the GPU, or
-    on the host with the optimizer offloaded (cost_models/offload.py)."""
-    local = local_params(params, layout)
+def optimizer_time(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
+    """Adam step over the trained parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on): on the
+    GPU, or on the host with the optimizer offloaded (cost_models/offload.py)."""
+    local = local_params(params, layout) * job.trainable_fraction
     if Offload.OPTIMIZER in layout.offload:
         return offloaded_optimizer_step(local, Offload.PARAMS in layout.offload, cluster)
     return adam_step_time(local, cluster)
@@ -141,7 +144,7 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
     scatter = gather = 0.0
     for p, n, stride in _groups(params, layout):
-        grad_bytes = p * job.runtime.grad_reduce_bytes
+        grad_bytes = p * job.trainable_fraction * job.runtime.grad_reduce_bytes  # frozen weights have none
         if layout.zero is ZeroStage.GRADIENTS:
             scatter += collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
             continue
@@ -153,11 +156,12 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
 
 
-def host_state_bytes(params: StageParams, layout: Layout) -> float:
-    """Host bytes per GPU of an offloaded optimizer (fp32 master, moments, gradient) and offloaded weights."""
+def host_state_bytes(params: StageParams, layout: Layout, job: JobSpec) -> float:
+    """Host bytes per GPU of an offloaded optimizer (fp32 master, moments, gradient of the trained share) and
+    offloaded weights."""
     host = 0.0
     if Offload.OPTIMIZER in layout.offload:
-        host += local_params(params, layout) * HOST_OPTIMIZER_BYTES
+        host += local_params(params, layout) * job.trainable_fraction * HOST_OPTIMIZER_BYTES
     if Offload.PARAMS in layout.offload:
         host += shard_params(params, layout) * HOST_WEIGHT_BYTES
     return host

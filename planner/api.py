@@ -13,6 +13,7 @@ from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Any
 
+from cost_models.params import lora_fraction
 from cost_models.prediction import Prediction
 from cost_models.profile import MeasuredCosts, read_costs
 from cost_models.step import evaluate_layout
@@ -44,6 +45,7 @@ from planner.core.checks import (
     real,
 )
 from planner.core.errors import InputError, LayoutError
+from planner.core.job import MAX_LORA_RANK
 from planner.inputs.loaders import load_model
 from planner.outputs.plan import Plan
 from planner.search.exact import ProgressFn, search
@@ -93,15 +95,18 @@ def _check_runtime(runtime: Runtime) -> None:
 
 def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
             global_batch: int, dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
-            overrides: HardwareOverrides = HardwareOverrides()) -> Problem:
+            overrides: HardwareOverrides = HardwareOverrides(), lora_rank: int = 0) -> Problem:
     """Turn names/paths into specs (specs pass through unchanged). Every argument is checked for its type and
     range first (planner.core.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
-    [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it."""
+    [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it. `lora_rank` > 0 fine-tunes
+    LoRA adapters of that rank on every decoder linear layer over frozen weights (cost_models.params.lora_params);
+    0 trains every weight."""
     _instance(model, ModelSpec | str, "model", "a preset name, a model file path or a ModelSpec")
     _instance(hardware, ClusterSpec | str, "hardware", "a preset name, a profile path or a ClusterSpec")
     integer(gpus, "gpus", 1, MAX_GPUS)
     integer(seq_len, "seq_len", 1, MAX_SEQ_LEN)
     integer(global_batch, "global_batch", 1, MAX_GLOBAL_BATCH)
+    integer(lora_rank, "lora_rank", 0, MAX_LORA_RANK)
     dtype = _enum(Dtype, dtype, "dtype")
     _check_runtime(runtime)
     _instance(overrides, HardwareOverrides, "overrides", "a HardwareOverrides")
@@ -109,8 +114,9 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)
     if cluster.num_gpus != gpus:
         raise InputError(f"cluster has {cluster.num_gpus} GPUs but --gpus is {gpus}")
-    job = JobSpec(seq_len=seq_len, global_batch=global_batch, dtype=dtype,
-                  runtime=runtime)
+    share = lora_fraction(model_spec, lora_rank) if lora_rank else 1.0
+    job = JobSpec(seq_len=seq_len, global_batch=global_batch, dtype=dtype, runtime=runtime,
+                  trainable_fraction=share, lora_rank=lora_rank)
     return Problem(model_spec, cluster, job)
 
 
@@ -187,10 +193,10 @@ def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, 
              etp: int | None = None, runtime: Runtime = Runtime(),
              overrides: HardwareOverrides = HardwareOverrides(),
              recompute_modules: frozenset[RecomputeModule] | str | None = None,
-             offload: frozenset[Offload] | str | None = None) -> Prediction:
+             offload: frozenset[Offload] | str | None = None, lora_rank: int = 0) -> Prediction:
     """Predict step time, throughput, MFU and per-GPU memory of one given layout."""
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
-                      runtime=runtime, overrides=overrides)
+                      runtime=runtime, overrides=overrides, lora_rank=lora_rank)
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                          recompute=recompute, schedule=schedule, ep=ep, etp=etp, recompute_modules=recompute_modules,
                          offload=offload)
@@ -201,7 +207,7 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
          dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
          overrides: HardwareOverrides = HardwareOverrides(), spec: SearchSpec | None = None,
          solver: Solver | str = Solver.DP, time_limit_s: float = 10.0,
-         progress: ProgressFn | None = None) -> Plan:
+         progress: ProgressFn | None = None, lora_rank: int = 0) -> Plan:
     """Search the layout space for the fastest layout that fits; the best, the top-k alternatives and
     the certificate come back as a Plan (save it with `save_plan`). time_limit_s is finite in
     (0, MAX_TIME_LIMIT_S]."""
@@ -212,7 +218,7 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
     if progress is not None and not callable(progress):
         raise InputError(f"progress must be a callable(done, total) or None, got {progress!r}")
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
-                      runtime=runtime, overrides=overrides)
+                      runtime=runtime, overrides=overrides, lora_rank=lora_rank)
     result = search(problem.model, problem.cluster, problem.job, spec, solver,
                     SolveOptions(time_limit_s=time_limit_s), progress)
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)

@@ -99,6 +99,9 @@ def echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
         typer.echo(prediction_table(model, cluster, job, layout, pred, band))
 
 
+LoraRank = Annotated[int, typer.Option(
+    help="Fine-tune LoRA adapters of this rank on every decoder linear layer over frozen weights (0: train every "
+         "weight).")]
 OffloadOpt = Annotated[str | None, typer.Option(
     help="What lives in host memory: none, or comma-separated optimizer (ZeRO-Offload: Adam on the CPU), params "
          "(the weights too, streamed per layer; needs ZeRO-3), activations (stored activations); plan: also auto "

@@ -21,6 +21,7 @@ from planner.commands.common import (
     Hardware,
     InterNode,
     LoadImbalance,
+    LoraRank,
     MemoryGib,
     OffloadOpt,
     Progress,
@@ -73,6 +74,7 @@ def evaluate(
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     recompute_modules: RecomputeModules = None,
     offload: OffloadOpt = None,
+    lora_rank: LoraRank = 0,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
     schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
@@ -108,7 +110,7 @@ def evaluate(
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                           runtime=runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                            moe_dedup_dispatch),
-                          overrides=overrides)
+                          overrides=overrides, lora_rank=lora_rank)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp,
                              recompute_modules=recompute_modules, offload=offload)
@@ -145,6 +147,7 @@ def plan(
     recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
     recompute_modules: RecomputeModules = None,
     offload: OffloadOpt = None,
+    lora_rank: LoraRank = 0,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
     schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
     launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher can run.")] = None,
@@ -201,8 +204,7 @@ def plan(
             limits, launcher)
         with Progress() as progress:
             result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
-                              runtime=runtime,
-                              overrides=overrides,
+                              runtime=runtime, overrides=overrides, lora_rank=lora_rank,
                               spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update)
         if out is not None:
             write_text_atomic(out, dumps(result, out, record_timing))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, finite, integer
+from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, finite, integer, real
 from planner.core.enums import AttentionKernel, Dtype
 from planner.core.errors import SpecError
 from planner.core.measured import MeasuredCosts
+
+MAX_LORA_RANK = 65536
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,17 @@ class JobSpec:
     global_batch: int  # sequences per optimizer step
     dtype: Dtype = Dtype.BF16
     runtime: Runtime = Runtime()
+    # share of the weights that train (1: pre-training and full fine-tuning; LoRA: its adapters over the frozen
+    # weights, planner.api.lora_fraction): frozen weights keep no gradients or optimizer state, their gradients are
+    # not reduced, and their weight-gradient GEMMs are not run
+    trainable_fraction: float = 1.0
+    lora_rank: int = 0  # the LoRA rank the trainable fraction comes from (0: not LoRA); reported, not priced
 
     def __post_init__(self) -> None:
         integer(self.seq_len, "seq_len", 1, MAX_SEQ_LEN, SpecError)
         integer(self.global_batch, "global_batch", 1, MAX_GLOBAL_BATCH, SpecError)
+        real(self.trainable_fraction, "trainable_fraction", 0.0, 1.0, error=SpecError)
+        integer(self.lora_rank, "lora_rank", 0, MAX_LORA_RANK, SpecError)
 
     @property
     def tokens_per_step(self) -> int:

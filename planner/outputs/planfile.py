@@ -89,7 +89,9 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
         "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "dtype": job.dtype.value,
                 "attention": job.runtime.attention.value, "overlap_grad_reduce": job.runtime.overlap_grad_reduce,
                 "overlap_param_gather": job.runtime.overlap_param_gather,
-                "grad_reduce_bytes": job.runtime.grad_reduce_bytes, **_moe_job(plan.model, job)},
+                "grad_reduce_bytes": job.runtime.grad_reduce_bytes, **_moe_job(plan.model, job),
+                **({"lora_rank": job.lora_rank, "trainable_fraction": job.trainable_fraction} if job.lora_rank
+                   else {})},
         "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
                         **({"etp": layout.etp} if plan.model.moe is not None else {}), "sp": layout.sp,
                         "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,

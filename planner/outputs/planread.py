@@ -22,6 +22,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from cost_models.params import lora_fraction
 from cost_models.prediction import Breakdown
 from cost_models.profile import MIN_LAYER_MS, MeasuredCosts, MeasuredLayer, least_decoder_activation
 from cost_models.step import evaluate_layout
@@ -269,7 +270,9 @@ def _job(data: dict[str, Any], model: ModelSpec, origin: str) -> JobSpec:
                                        moe_capacity_factor=j.get("moe_capacity_factor"),
                                        moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
                                        moe_comm_overlap=j.get("moe_comm_overlap", False),
-                                       moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)))
+                                       moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)),
+                       lora_rank=j.get("lora_rank", 0),
+                       trainable_fraction=lora_fraction(model, j["lora_rank"]) if "lora_rank" in j else 1.0)
     except MeshplanError as exc:
         raise InputError(f"{origin}: job: {exc}") from None
 

@@ -84,7 +84,9 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
     fit = "fits" if pred.fits else "DOES NOT FIT"
     lines = [
         f"{model.name} on {cluster.num_gpus} x {cluster.name}, seq {job.seq_len}, global batch "
-        f"{job.global_batch}, {job.dtype.value}",
+        f"{job.global_batch}, {job.dtype.value}"
+        + (f", LoRA rank {job.lora_rank} ({100 * job.trainable_fraction:.2f} % of the weights train)"
+           if job.lora_rank else ""),
         *(f"hardware calibrated: {line}" for line in cluster.provenance),
         f"layout: {head}, micro-batches {pred.num_microbatches}",
         "",

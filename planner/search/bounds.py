@@ -46,7 +46,7 @@ def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams)
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
     (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
     fixed buffer allowance."""
-    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job.runtime.grad_reduce_bytes)
+    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job)
     return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
 
 
@@ -210,7 +210,7 @@ class SearchBounds:
         params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
         stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
-                + optimizer_time(params, layout, cluster))
+                + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
 
@@ -245,12 +245,12 @@ class SearchBounds:
         beside = self.beside(c)
         key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._pieces:
-            layout, job, model, grad = c.layout(), self.job, self.model, self.job.runtime.grad_reduce_bytes
+            layout, job, model = c.layout(), self.job, self.model
             pieces = (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
                       one_layer_params(model, job, c.tp, c.ep, c.etp, True),
                       StageParams(embedding_params(model, job, c.tp)),
                       head_params(model, job, c.tp, beside, c.ep, c.etp))
-            self._pieces[key] = tuple(stage_states(p, layout, grad).total for p in pieces)  # type: ignore[assignment]
+            self._pieces[key] = tuple(stage_states(p, layout, job).total for p in pieces)  # type: ignore[assignment]
         return self._pieces[key]
 
     def _rank_bytes(self, c: Candidate) -> tuple[list[float], tuple[float, ...], float, float]:

@@ -35,7 +35,7 @@ def durations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layo
         t = stage.time
         compute = t.forward + t.backward + t.recompute
         share = n_c / stage.num_layers if stage.num_layers else 1.0 / layout.vpp
-        comm = t.tp_comm + t.cp_comm + t.ep_comm + t.host + stage.sharded_dp_exposed_s
+        comm = t.tp_comm + t.cp_comm + t.ep_comm + t.host + stage.sharded_dp_exposed_s + stage.offload_s
         f = (t.forward + comm * t.forward / compute) * share
         b = (t.backward + t.recompute + comm * (1 - t.forward / compute)) * share
         w = W_SHARE * t.backward * share if split else 0.0

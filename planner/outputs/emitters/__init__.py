@@ -65,6 +65,11 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
             f"no launcher configuration is written for vision-language models yet ({plan.model.name}): they train "
             "through the launchers' multimodal entry points (Megatron-LM examples/multimodal, NeMo's VLM recipes), "
             "whose arguments meshplan does not check; the plan file carries the layout")
+    if plan.job.trainable_fraction < 1:
+        raise UnsupportedPlanError(
+            f"no launcher configuration is written for LoRA fine-tuning yet (rank {plan.job.lora_rank}): the adapters "
+            "are set up in the training script (PEFT, NeMo's PEFT recipes), which meshplan does not write; the plan "
+            "file carries the layout")
     try:
         return Emitted(EMITTERS[target](plan), None)
     except UnsupportedPlanError as exc:
