@@ -44,6 +44,7 @@ from planner.core.checks import (
     optional_integer,
     real,
 )
+from planner.core.cluster import HeteroCluster
 from planner.core.errors import InputError, LayoutError
 from planner.core.job import MAX_LORA_RANK
 from planner.inputs.loaders import load_model
@@ -54,7 +55,9 @@ from planner.search.space import SearchSpec
 
 if TYPE_CHECKING:  # imported where used: `meshplan plan` starts faster without them
     from planner.outputs.emitters import Target
+    from planner.outputs.heteroplan import HeteroPlan
     from planner.search.chain import ChainPlan, ChainTable
+    from planner.search.hetero import HeteroSpec
 
 
 @dataclass(frozen=True)
@@ -282,3 +285,32 @@ def evaluate_plan_file(path: Path, hardware: str | None = None,
     cluster = load_hardware(hardware, cluster.num_gpus, overrides) if hardware else apply_overrides(cluster, overrides)
     layout.validate(model, job, cluster.num_gpus)
     return Problem(model, cluster, job), layout, evaluate_layout(model, cluster, job, layout)
+
+
+def plan_cluster(model: ModelSpec | str, cluster: HeteroCluster | str | Path, *, seq_len: int, global_batch: int,
+                 dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
+                 spec: HeteroSpec | None = None) -> HeteroPlan | Plan:
+    """Plan on a cluster of node groups (a cluster file or a HeteroCluster). Groups of one hardware that no link
+    names merge into one pool first (`HeteroCluster.merged`); a cluster that is then one group is planned by the
+    homogeneous search (`plan`, with `spec`'s pins of tp, mbs, zero, recompute and top_k), else by the search
+    across groups (planner.search.hetero)."""
+    from planner.inputs.cluster_file import load_cluster
+    from planner.outputs.heteroplan import HeteroPlan
+    from planner.search.hetero import HeteroSpec, search_hetero
+
+    _instance(cluster, HeteroCluster | str | Path, "cluster", "a cluster file path or a HeteroCluster")
+    if spec is not None:
+        _instance(spec, HeteroSpec, "spec", "a HeteroSpec or None")
+    spec = spec or HeteroSpec()
+    hetero = cluster if isinstance(cluster, HeteroCluster) else load_cluster(cluster)
+    merged = hetero.merged()
+    if len(merged.groups) == 1:
+        group = merged.groups[0]
+        pins = SearchSpec(tp=spec.tp, mbs=spec.mbs, zero=None if spec.zero is None else int(spec.zero),
+                          recompute=spec.recompute, max_tp=spec.max_tp, max_mbs=spec.max_mbs, top_k=spec.top_k,
+                          partial_recompute=spec.partial_recompute)
+        return plan(model, group.cluster, gpus=group.num_gpus, seq_len=seq_len, global_batch=global_batch,
+                    dtype=dtype, runtime=runtime, spec=pins)
+    problem = resolve(model, merged.groups[0].cluster, gpus=merged.groups[0].num_gpus, seq_len=seq_len,
+                      global_batch=global_batch, dtype=dtype, runtime=runtime)
+    return HeteroPlan(problem.model, merged, problem.job, search_hetero(problem.model, merged, problem.job, spec))

@@ -16,9 +16,7 @@ from planner.commands.common import (
     DtypeOpt,
     GlobalBatch,
     GlobalBatchTokens,
-    Gpus,
     GpusPerNode,
-    Hardware,
     InterNode,
     LoadImbalance,
     LoraRank,
@@ -122,9 +120,11 @@ def evaluate(
 
 @app.command()
 def plan(
-    hardware: Hardware,
-    gpus: Gpus,
     seq_len: SeqLen,
+    hardware: Annotated[str | None, typer.Option(help="Hardware preset or hardware-profile YAML.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total number of GPUs.")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="Cluster file: node groups of different hardware (instead "
+                                                      "of --hardware and --gpus).")] = None,
     model: Annotated[str | None, typer.Option(help="Preset name, model YAML or Hugging Face config.json "
                                                    "(optional with --costs).")] = None,
     costs: Annotated[Path | None, typer.Option(help="Cost table (meshplan profile layers) replacing the "
@@ -186,6 +186,28 @@ def plan(
                {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
         degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
+        if cluster is not None:
+            from planner.commands.hetero import plan_on_cluster, refuse_with_cluster
+
+            refuse_with_cluster({"--hardware": hardware is not None, "--gpus": gpus is not None,
+                                 "--costs": costs is not None, "--pp": pp is not None, "--cp": cp not in (None, 1),
+                                 "--vpp": vpp not in (None, 1), "--ep": ep not in (None, 1),
+                                 "--etp": etp not in (None, 1),
+                                 "--schedule": schedule not in (None, Schedule.ONE_F_ONE_B),
+                                 "--offload": offload is not None, "--recompute-modules": recompute_modules is not None,
+                                 "--sp/--no-sp": sp is not None, "--launcher": launcher is not None,
+                                 "--solver": solver is not Solver.DP, "--even-split": even_split,
+                                 "--lora-rank": lora_rank != 0,
+                                 "--gpus-per-node/--inter-node-gbps/--memory-gib": any(
+                                     x is not None for x in (gpus_per_node, inter_node_gbps, memory_gib))})
+            plan_on_cluster(cluster, model, seq_len, batch, dtype, runtime_of(
+                attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap, moe_dedup_dispatch),
+                tp=tp, mbs=mbs, zero=zero, recompute=recompute, max_tp=max_tp, max_mbs=min(max_mbs, 16), top_k=top_k,
+                partial=not no_partial_recompute, out=out, as_json=as_json, emit_target=emit_target,
+                record_timing=record_timing)
+            return
+        if hardware is None or gpus is None:
+            raise InputError("give --hardware and --gpus, or --cluster FILE")
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
         if costs is not None and model is None and _chain_table(costs):
             _print_chain(plan_chain_table(costs, hardware, gpus, batch, overrides, top_k), out, as_json)

@@ -298,10 +298,13 @@ def search_hetero(model: ModelSpec, cluster: HeteroCluster, job: JobSpec,
                         time.perf_counter() - start)
 
 
-def split_objective(model: ModelSpec, job: JobSpec, cluster: HeteroCluster, layout: HeteroLayout) -> float | None:
+def split_objective(model: ModelSpec, job: JobSpec, cluster: HeteroCluster, layout: HeteroLayout,
+                    costs: dict[tuple[str, int], LayoutCosts] | None = None) -> float | None:
     """J of `layout`'s split priced stage by stage with the cost model itself (not the affine tables), each stage
-    recomputing the fewest layers that fit; None when a stage does not fit at all."""
-    costs = {(s.group, s.tp): group_costs(model, job, cluster, layout, s.group, s.tp) for s in layout.stages}
+    recomputing the fewest layers that fit; None when a stage does not fit at all. `costs`: group costs by
+    (group, tp), computed here when not given."""
+    if costs is None:
+        costs = {(s.group, s.tp): group_costs(model, job, cluster, layout, s.group, s.tp) for s in layout.stages}
     totals = []
     full_base = layout.recompute is Recompute.FULL
     for s, st in enumerate(layout.stages):
@@ -319,17 +322,18 @@ def split_objective(model: ModelSpec, job: JobSpec, cluster: HeteroCluster, layo
 
 
 def brute_force(model: ModelSpec, cluster: HeteroCluster, job: JobSpec, spec: HeteroSpec,
-                ) -> tuple[float, HeteroLayout] | None:
-    """The least J over every candidate and every composition of the layers (small cases only): the tests'
-    reference for the split solver."""
+                only: HeteroCandidate | None = None) -> tuple[float, HeteroLayout] | None:
+    """The least J over every candidate (or `only` that one) and every composition of the layers (small cases
+    only): the tests' reference for the split solver."""
     best: tuple[float, HeteroLayout] | None = None
-    for c in candidates(model, cluster, job, spec):
+    for c in [only] if only is not None else candidates(model, cluster, job, spec):
         layout = c.skeleton(cluster)
+        costs = {(g, t): group_costs(model, job, cluster, layout, g, t) for g, t in c.order}
         for cuts in itertools.combinations(range(1, model.num_layers), layout.pp - 1):
             bounds = (0, *cuts, model.num_layers)
             lay = replace(layout, stages=tuple(replace(st, layers=b - a) for st, (a, b)
                                                in zip(layout.stages, itertools.pairwise(bounds), strict=True)))
-            value = split_objective(model, job, cluster, lay)
+            value = split_objective(model, job, cluster, lay, costs)
             if value is not None and (best is None or value < best[0] - 1e-12):
                 best = (value, lay)
     return best
