@@ -197,3 +197,8 @@ def test_plan_cluster_command_writes_placement(tmp_path: Path) -> None:
     data = yaml.safe_load(out.read_text())
     assert data["placement"]["ranks"][0]["rank"] == 0
     assert data["cluster"]["links"][0]["bandwidth_gbs"] == 12.5
+    from planner.outputs.planread import _validator
+
+    assert not list(_validator().iter_errors(data))  # the shared plan schema describes it
+    res = runner.invoke(app, ["emit", str(out), "--to", "megatron"])
+    assert res.exit_code == 2 and "training-hetero" in res.output and "--cluster" in res.output

@@ -105,7 +105,7 @@ def _layout_dict(layout: HeteroLayout) -> dict[str, Any]:
 def hetero_plan_dict(plan: HeteroPlan, record_timing: bool = False) -> dict[str, Any]:
     """The plan file: model, cluster (groups with their profiles, links), job, the layout and its stages, the
     prediction, the search's counts, the alternatives and the per-rank placement."""
-    cluster, best, result = plan.cluster, plan.result.best, plan.result
+    cluster, best, result, job = plan.cluster, plan.result.best, plan.result, plan.job
     prediction = {k: v for k, v in prediction_dict(best.prediction).items() if k != "stages"}
     return {
         "schema_version": SCHEMA_VERSION, "meshplan_version": MESHPLAN_VERSION, "workload": WORKLOAD,
@@ -118,18 +118,22 @@ def hetero_plan_dict(plan: HeteroPlan, record_timing: bool = False) -> dict[str,
                                "latency_us": link.latency_us}
                               for i, a in enumerate(cluster.groups) for b in cluster.groups[i + 1:]
                               for link in [cluster.link(a.name, b.name)]]},
-        "job": {"seq_len": plan.job.seq_len, "global_batch": plan.job.global_batch, "dtype": plan.job.dtype.value},
-        "layout": _layout_dict(best.layout),
-        "stages": _stage_rows(cluster, best),
-        "prediction": prediction,
-        "search": {"method": "enumerate (dp, mbs, recompute, group order, TP per group) best-first by a time bound; "
-                             "exact layer split per candidate (bottleneck scan + min-plus DP)",
-                   "candidates": result.candidates, "evaluated": result.evaluated,
-                   "pruned_time": result.pruned_time, "no_split_fits": result.infeasible,
-                   "solve_time_s": round(result.solve_time_s, 3) if record_timing else None, "optimal": True},
-        "alternatives": [{"step_time_s": r.prediction.step_time_s, "mfu": r.prediction.mfu,
-                          "layout": _layout_dict(r.layout)} for r in result.alternatives],
-        "launchers": launcher_support(plan),
+        "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "dtype": job.dtype.value,
+                "attention": job.runtime.attention.value, "overlap_grad_reduce": job.runtime.overlap_grad_reduce,
+                "overlap_param_gather": job.runtime.overlap_param_gather,
+                "grad_reduce_bytes": job.runtime.grad_reduce_bytes},
+        "hetero": {
+            "layout": _layout_dict(best.layout),
+            "stages": _stage_rows(cluster, best),
+            "prediction": prediction,
+            "search": {"method": "enumerate (dp, mbs, recompute, group order, TP per group) best-first by a time "
+                                 "bound; exact layer split per candidate (bottleneck scan + min-plus DP)",
+                       "candidates": result.candidates, "evaluated": result.evaluated,
+                       "pruned_time": result.pruned_time, "no_split_fits": result.infeasible,
+                       "solve_time_s": round(result.solve_time_s, 3) if record_timing else None, "optimal": True},
+            "alternatives": [{"step_time_s": r.prediction.step_time_s, "mfu": r.prediction.mfu,
+                              "layout": _layout_dict(r.layout)} for r in result.alternatives],
+            "launchers": launcher_support(plan)},
         "placement": {"host_order": host_order(cluster, best.layout),
                       "ranks": [p.__dict__ for p in placement(cluster, best.layout)]},
     }

@@ -285,6 +285,10 @@ def parse_plan(data: Any, origin: str) -> PlanData:
     if data.get("workload") == "inference":
         raise InputError(f"{origin}: an inference plan (workload: inference): `meshplan explain` reads it; `evaluate "
                          "--plan` and `emit` take training plans (launch arguments: `meshplan infer serve --emit`)")
+    if data.get("workload") == "training-hetero":
+        raise InputError(f"{origin}: a plan across node groups (workload: training-hetero): `evaluate --plan`, "
+                         "`explain` and `emit` read plans on one hardware; its launcher configs come from `meshplan "
+                         "plan --cluster FILE --emit TARGET`")
     bad = _non_finite(data, "")
     if bad is not None:
         raise InputError(f"{origin}: {bad[0]} must be a finite number, got {bad[1]!r}")
