@@ -149,8 +149,11 @@ TINY_DEEPSEEK = {"name": "tiny-deepseek", "num_layers": 12, "hidden_size": 1024,
                  "mla_qk_rope_head_dim": 32, "mla_v_head_dim": 64, "mtp_layers": 1}
 
 
+# Mixtral on 40 GB A100s: a module-set variant's tight bound is below its cheaper sibling's, which the search must
+# still price first (it once dropped the variant with the sibling)
 @pytest.mark.parametrize("case", [(TINY_DEEPSEEK, "a100-40gb", 16, 4096, 64, 4), ("qwen3-30b-a3b", "h100-sxm", 16,
-                                                                                    4096, 32, 2)])
+                                                                                    4096, 32, 2),
+                                  ("mixtral-8x7b", "a100-40gb", 32, 4096, 64, 4)])
 def test_moe_search_equals_exhaustive_pricing(case: tuple) -> None:
     """With expert degrees in the space and dense/MoE stacks split by the segment DP, best-first pruning still
     loses nothing."""

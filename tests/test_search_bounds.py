@@ -18,8 +18,9 @@ from cost_models.step import evaluate_layout, layer_times
 from planner.api import Problem, resolve
 from planner.core import GIB, WAVE_PLACED, Layout, Recompute
 from planner.inputs.loaders import model_from_mapping
-from planner.search.bounds import SearchBounds, least_bottleneck_floor, packing_floor
+from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, balanced_only
+from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.space import Candidate, SearchSpec, candidates
 
@@ -167,3 +168,21 @@ def test_layer_times_shared_across_recomputation_equal_their_own() -> None:
         bounds = SearchBounds(pr.model, pr.cluster, pr.job)
         for c in pool[::97]:
             assert bounds.get(c) == layer_times(pr.model, pr.cluster, pr.job, bounds.knobs(c)), c
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_least_bottleneck_is_the_best_whole_split(data: st.DataObject) -> None:
+    """The greedy min-max against brute force, for random costs that grow with the layers (some ranks full)."""
+    ranks, least = data.draw(st.integers(1, 4)), data.draw(st.integers(0, 1))
+    layers = data.draw(st.integers(ranks * least, 8))
+    steps = [data.draw(st.lists(st.floats(0.0, 5.0), min_size=layers + 1, max_size=layers + 1)) for _ in range(ranks)]
+    room = [data.draw(st.integers(0, layers + 1)) for _ in range(ranks)]  # beyond it the rank cannot hold more
+
+    def cost(r: int, n: int) -> float:
+        return sum(steps[r][: n + 1]) if n <= room[r] else float("inf")
+
+    best = min((max(cost(r, n) for r, n in enumerate(counts))
+                for counts in itertools.product(range(least, layers + 1), repeat=ranks) if sum(counts) == layers),
+               default=float("inf"))
+    assert least_bottleneck(cost, ranks, layers, least) == pytest.approx(best, rel=1e-12)

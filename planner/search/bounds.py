@@ -15,9 +15,8 @@ layer's transient copy, ZeRO-3's gathered modules, the multi-token-prediction la
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 from cost_models import flops as F
@@ -37,6 +36,7 @@ from cost_models.step import (
 )
 from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
 from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
+from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor, weighted_floor
 from planner.search.space import Candidate
 
 _ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -141,9 +141,10 @@ class SearchBounds:
             avg = avg + times.moe.scaled(n_moe / c.pp)
         return avg
 
-    def _bound(self, c: Candidate, recomputed: float = 0.0) -> float:
+    def _bound(self, c: Candidate, recomputed: float = 0.0, slowest: float = 0.0) -> float:
         """Lower bound on the step time of any split of candidate `c` whose average stage recomputes at least
-        `recomputed` seconds per micro-batch more than the candidate's own recomputation.
+        `recomputed` seconds per micro-batch more than the candidate's own recomputation and whose slowest rank
+        takes at least `slowest`.
 
         The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
         least the average) less, for ZB-H1, the weight gradients it hides (`_zb_h1_hidden`), the step tail at least
@@ -156,7 +157,7 @@ class SearchBounds:
         m = self.job.global_batch // (c.dp * c.mbs)
         if c.pp > 1:
             stage += self.sends(c) * hop
-        slowest = max(stage, self.slowest(c))  # the slowest rank is at least the average and `slowest`
+        slowest = max(stage, self.slowest(c), slowest)  # the slowest rank is at least the average and `slowest`
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r
             # its bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
@@ -285,10 +286,56 @@ class SearchBounds:
         return floor * (1 - _ROUNDING)
 
     def tight_bound(self, c: Candidate, balanced: bool) -> float:
-        """`bound(c)` with the recomputation every split that fits needs (`recompute_floor`); `bound(c)` for
-        balanced chunks, whose recomputation is the candidate's own."""
-        extra = 0.0 if balanced else self.recompute_floor(c)
-        return self._bound(c, extra) if extra > 0 else self.bound(c)
+        """`bound(c)` with the recomputation every split that fits needs (`recompute_floor`) and the slowest rank
+        of any split that fits (`fitting_slowest`); `bound(c)` for balanced chunks, whose recomputation is the
+        candidate's own."""
+        if balanced:
+            return self.bound(c)
+        extra, slowest = self.recompute_floor(c), self.fitting_slowest(c)
+        if math.isinf(slowest):  # no split fits
+            return math.inf
+        return self._bound(c, extra, slowest) if extra > 0 or slowest > self.slowest(c) else self.bound(c)
+
+    def fitting_slowest(self, c: Candidate) -> float:
+        """A lower bound on the slowest rank's seconds per micro-batch in any split of `c` that fits in memory.
+
+        Rank r holding n layers of kind k takes at least f_r(n) = ends_r + n·τ_k + ρ_rk·(fixed_r + n·c_rk −
+        capacity)⁺: τ_k the layer's time (or its fully recomputed one, if less), c_rk the bytes it keeps there without
+        recomputation, and the excess saved by fully recomputed layers at ρ_rk, the seconds per byte they save there
+        (sends and ZeRO traffic >= 0); it cannot hold them at all if even fully recomputed they exceed the GPU.
+        Two relaxations, each below every split that fits (`least_bottleneck`): all layers priced as the cheapest
+        kind, every rank holding one or more; and each kind's layers alone (the others only add time and memory),
+        a rank holding none or more. 0 where activations go to the host."""
+        if Offload.ACTIVATIONS in c.offload:
+            return 0.0
+        times, acts = self.get(c), self.activations(c)
+        fixed, alive, s_dense, s_moe = self._rank_bytes(c)
+        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        emb, head, _ = self._ranks(c)
+        ends = [(times.embedding.total if r == emb else 0.0) + (times.head.total if r == head else 0.0)
+                for r in range(c.pp)]
+        cap = self.cluster.gpu.memory_gib * GIB
+        kinds = [(n, min(base.total, full.total), max((full.total - base.total) / (act - acts.full), 0.0)
+                  if act > acts.full else 0.0, act, states)
+                 for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),
+                                                    (n_moe, times.moe, times.moe_full, acts.moe, s_moe))
+                 if n and base is not None and full is not None]
+
+        def costs(group: list[tuple[int, float, float, float, float]]) -> Callable[[int, int], float]:
+            """f_r(n) for layers of the kinds in `group`, each priced as the cheapest of them."""
+            tau, rho = min(k[1] for k in group), min(k[2] for k in group)
+
+            def cost(r: int, n: int) -> float:
+                if fixed[r] + n * min(s + min(a, acts.full) * alive[r] for _, _, _, a, s in group) > cap:
+                    return math.inf
+                kept = min(s + a * alive[r] for _, _, _, a, s in group)
+                return ends[r] + n * tau + rho / alive[r] * max(fixed[r] + n * kept - cap, 0.0)
+            return cost
+
+        slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1)
+        if len(kinds) > 1:
+            slowest = max([slowest] + [least_bottleneck(costs([k]), c.pp, k[0], 0) for k in kinds])
+        return slowest * (1 - _ROUNDING)
 
     def recompute_floor(self, c: Candidate) -> float:
         """Seconds per micro-batch that full recomputation adds at the least to the average stage of any split of
@@ -329,50 +376,3 @@ class SearchBounds:
         excess = max(weighted_floor(over, per_layer, counts, [1 / a for a in alive]),
                      weighted_floor(over, per_layer, counts, [lam[r] / alive[r] for r in range(c.pp)]))
         return max(rho * excess / c.pp, 0.0) * (1 - _ROUNDING)
-
-
-def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
-                   w: Sequence[float]) -> float:
-    """A lower bound on Σ_r w_r·(fixed[r] + Σ per_layer[k][r] over the layers rank r holds), w >= 0, over every
-    assignment of counts[k] layers of each kind k that gives every rank at least one: every rank is charged its
-    fixed part and one layer of its cheapest kind, the other L − P layers μ_k = min_r w_r·c_rk each, the cheapest
-    kinds first up to their counts (no assignment pays less)."""
-    ranks = range(len(fixed))
-    value = sum(w[r] * (fixed[r] + min(c[r] for c in per_layer)) for r in ranks)
-    left = sum(counts) - len(fixed)
-    for mu, n in sorted((min(w[r] * c[r] for r in ranks), n) for c, n in zip(per_layer, counts, strict=True)):
-        take = min(n, max(left, 0))
-        value, left = value + take * mu, left - take
-    return value
-
-
-def least_bottleneck_floor(base: Sequence[float], per_layer: float, layers: int) -> float:
-    """The least T such that whole numbers n_r >= 1 with Σ n_r = `layers` give every rank base[r] + n_r·per_layer <= T
-    (a lower bound on the slowest rank when every layer costs at least `per_layer`). From the fractional optimum
-    T0 (at least every rank's base plus one layer) each rank holds ⌊(T0 − base_r)/per_layer⌋ layers, short of the
-    total by D <= P; T is then the D-th smallest of the ranks' further thresholds base_r + (n_r + j)·per_layer."""
-    if per_layer <= 0:
-        return max(base)
-    t0 = max(max(base) + per_layer, (sum(base) + layers * per_layer) / len(base))
-    counts = [math.floor((t0 - b) / per_layer + 1e-9) for b in base]
-    deficit = layers - sum(counts)
-    if deficit <= 0:
-        return t0
-    more = (b + (n + j) * per_layer for b, n in zip(base, counts, strict=True) for j in range(1, deficit + 1))
-    return heapq.nsmallest(deficit, more)[-1]
-
-
-def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]) -> float:
-    """A lower bound on the least max_r (fixed[r] + Σ per_layer[k][r] over the layers rank r holds) over every
-    assignment of counts[k] layers of each kind k to the ranks that gives every rank at least one layer: for weights
-    w >= 0 summing to 1 the largest rank is at least the weighted mean, bounded by `weighted_floor`. The weights
-    tried: each rank alone, all alike, and w_r ∝ 1/c_rk for each kind k (for one kind and no fixed bytes that is
-    the fractional optimum)."""
-    ranks = range(len(fixed))
-    best = max(fixed[r] + min(c[r] for c in per_layer) for r in ranks)
-    weightings: list[list[float]] = [[1.0] * len(fixed)]
-    weightings += [[1 / c[r] for r in ranks] for c in per_layer if min(c) > 0]
-    for raw in weightings:
-        total = sum(raw)
-        best = max(best, weighted_floor(fixed, per_layer, counts, [x / total for x in raw]))
-    return best

@@ -130,21 +130,54 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     pruned_memory = len(pool) - fitting
     if not fitting:
         raise InfeasibleError(_no_fit_message(layer_times, pool))
-    # best-first over a heap: module-set variants (`space.module_family`) join it only when their cheaper sibling
-    # (same degrees, none or the default selective, or the previous set) needed fully recomputed layers or did not fit
+    # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
+    # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
+    # reaches the top, each is queued at its bound; there a candidate is dropped if its memory floor exceeds the GPU or
+    # else re-queued at its tight bound (with the recomputation it needs to fit), and priced when it reaches the top
+    # again: in the order of (tight bound, sort key), most bounds never computed. Module-set variants
+    # (`space.module_family`: none or the default selective, then each set) join at their bound once their cheaper
+    # sibling reaches its own; one is dominated, and never priced, when that sibling fits at a step time no more than
+    # the variant's bound (it frees memory for a looser split or fewer recomputed layers, which cannot repay more).
+    # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
     family = module_family(model, job, spec)
-    # lazily: the candidates sharing a `floor` enter as one entry there and, when it reaches the top, each is queued at
-    # its bound; there a candidate is dropped if its memory floor exceeds the GPU or else re-queued at its tight bound
-    # (the recomputation it needs to fit), and priced when it reaches the top again. Entries are (key, sort key, level,
-    # tie, candidate or group): a group's sort key is (), below every other, and groups tie-break on their order, which
-    # only expands candidates earlier: candidates are priced in the order of (tight bound, sort key), and most bounds
-    # are never computed
     heap: list[tuple[float, tuple[int, ...], int, int, Candidate | list[Candidate]]] = [
         (layer_times.floor(g[0]), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
-    evaluated = infeasible = expanded = floored = 0  # floored: dropped by the memory floor
+    steps: dict[Candidate, float | None] = {}  # settled: the step time, None where nothing fits or it is dominated
+    sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
+    dominated: set[Candidate] = set()
+    tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0}
     worst_gap, all_optimal = 0.0, True
+
+    def settle(c: Candidate) -> None:
+        """Price `c` (its cheaper sibling first) unless settled or dominated."""
+        nonlocal worst_gap, all_optimal
+        if c in steps:
+            return
+        before = sibling.get(c)
+        if before is not None:
+            settle(before)
+            step = steps[before]
+            if before in dominated or (step is not None and layer_times.bound(c) >= step):
+                steps[c] = None
+                dominated.add(c)
+                return
+        priced = _price(model, cluster, job, c, spec, solver, options, layer_times.get(c), layer_times.activations(c))
+        tally["evaluated"] += 1
+        worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
+        if progress is not None:
+            progress(tally["evaluated"] + tally["floored"], fitting + tally["expanded"])
+        steps[c] = None if priced.ranked is None else priced.ranked.prediction.step_time_s
+        if priced.ranked is None:
+            tally["infeasible"] += 1
+            return
+        entry = (-priced.ranked.prediction.step_time_s, tuple(-x for x in c.sort_key()), priced.ranked)
+        if len(top) < spec.top_k:
+            heapq.heappush(top, entry)
+        elif entry[:2] > top[0][:2]:
+            heapq.heapreplace(top, entry)
+
     while heap:
         bound, key, level, _, item = heapq.heappop(heap)
         if len(top) >= spec.top_k and bound >= -top[0][0]:
@@ -154,35 +187,21 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
                 heapq.heappush(heap, (layer_times.bound(c), c.sort_key(), 1, 0, c))
             continue
         cand = item
+        if level == 2:
+            settle(cand)
+            continue
         balanced = balanced_only(cand, spec)
-        dropped = level == 1 and layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits
-        if level == 1 and not dropped:  # at its bound: re-queued at the bound with the recomputation it needs
+        if layer_times.memory_floor(cand, balanced) > capacity:  # no layout of it fits
+            steps[cand] = None
+            tally["floored"] += 1
+        else:  # re-queued at the bound with the recomputation it needs
             heapq.heappush(heap, (layer_times.tight_bound(cand, balanced), key, 2, 0, cand))
-            continue
-        if dropped:
-            priced, floored = _Priced(None, True, 0.0, True), floored + 1
-        else:
-            priced = _price(model, cluster, job, cand, spec, solver, options, layer_times.get(cand),
-                            layer_times.activations(cand))
-            evaluated += 1
-            worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
-        if progress is not None:
-            progress(evaluated + floored, fitting + expanded)
         nxt = next_module_set(cand, family, job)
-        # else nxt is dominated: this one is already as fast as nxt could be
         if nxt is not None:
-            nxt_bound = layer_times.bound(nxt)
-            if priced.ranked is None or nxt_bound < priced.ranked.prediction.step_time_s:
-                heapq.heappush(heap, (nxt_bound, nxt.sort_key(), 1, 0, nxt))
-                expanded += 1
-        if priced.ranked is None:
-            infeasible += not dropped
-            continue
-        entry = (-priced.ranked.prediction.step_time_s, tuple(-x for x in cand.sort_key()), priced.ranked)
-        if len(top) < spec.top_k:
-            heapq.heappush(top, entry)
-        elif entry[:2] > top[0][:2]:
-            heapq.heapreplace(top, entry)
+            sibling[nxt] = cand
+            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), 1, 0, nxt))
+            tally["expanded"] += 1
+    evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
     if not top:
         raise InfeasibleError(_no_fit_message(layer_times, [c for g in groups.values() for c in g]))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]

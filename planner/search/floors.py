@@ -1,0 +1,70 @@
+"""Lower bounds over every way to give a pipeline's ranks their layers, for the search's floors (planner.search.bounds):
+the heaviest rank's bytes (`packing_floor`), a weighted sum over ranks (`weighted_floor`), and the least bottleneck
+of whole splits (`least_bottleneck`, `least_bottleneck_floor`). Pure functions of numbers."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+
+
+def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
+                   w: Sequence[float]) -> float:
+    """A lower bound on Σ_r w_r·(fixed[r] + Σ per_layer[k][r] over the layers rank r holds), w >= 0, over every
+    assignment of counts[k] layers of each kind k that gives every rank at least one: every rank is charged its
+    fixed part and one layer of its cheapest kind, the other L − P layers μ_k = min_r w_r·c_rk each, the cheapest
+    kinds first up to their counts (no assignment pays less)."""
+    ranks = range(len(fixed))
+    value = sum(w[r] * (fixed[r] + min(c[r] for c in per_layer)) for r in ranks)
+    left = sum(counts) - len(fixed)
+    for mu, n in sorted((min(w[r] * c[r] for r in ranks), n) for c, n in zip(per_layer, counts, strict=True)):
+        take = min(n, max(left, 0))
+        value, left = value + take * mu, left - take
+    return value
+
+
+def least_bottleneck(cost: Callable[[int, int], float], ranks: int, layers: int, least: int) -> float:
+    """min over whole splits (n_r >= `least`, Σ n_r = `layers`) of max_r cost(r, n_r), for costs that grow with n:
+    every rank starts at `least` and each further layer goes to the rank whose next cost is least (the greedy min-max
+    is optimal when every rank's costs grow)."""
+    bottleneck = max((cost(r, least) for r in range(ranks)), default=0.0)
+    nexts = [(cost(r, least + 1), r, least + 1) for r in range(ranks)]
+    heapq.heapify(nexts)
+    for _ in range(layers - least * ranks):
+        _, r, n = nexts[0]
+        value, _, _ = heapq.heapreplace(nexts, (cost(r, n + 1), r, n + 1))
+        bottleneck = max(bottleneck, value)
+    return bottleneck
+
+
+def least_bottleneck_floor(base: Sequence[float], per_layer: float, layers: int) -> float:
+    """The least T such that whole numbers n_r >= 1 with Σ n_r = `layers` give every rank base[r] + n_r·per_layer <= T
+    (a lower bound on the slowest rank when every layer costs at least `per_layer`). From the fractional optimum
+    T0 (at least every rank's base plus one layer) each rank holds ⌊(T0 − base_r)/per_layer⌋ layers, short of the
+    total by D <= P; T is then the D-th smallest of the ranks' further thresholds base_r + (n_r + j)·per_layer."""
+    if per_layer <= 0:
+        return max(base)
+    t0 = max(max(base) + per_layer, (sum(base) + layers * per_layer) / len(base))
+    counts = [math.floor((t0 - b) / per_layer + 1e-9) for b in base]
+    deficit = layers - sum(counts)
+    if deficit <= 0:
+        return t0
+    more = (b + (n + j) * per_layer for b, n in zip(base, counts, strict=True) for j in range(1, deficit + 1))
+    return heapq.nsmallest(deficit, more)[-1]
+
+
+def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]) -> float:
+    """A lower bound on the least max_r (fixed[r] + Σ per_layer[k][r] over the layers rank r holds) over every
+    assignment of counts[k] layers of each kind k to the ranks that gives every rank at least one layer: for weights
+    w >= 0 summing to 1 the largest rank is at least the weighted mean, bounded by `weighted_floor`. The weights
+    tried: each rank alone, all alike, and w_r ∝ 1/c_rk for each kind k (for one kind and no fixed bytes that is
+    the fractional optimum)."""
+    ranks = range(len(fixed))
+    best = max(fixed[r] + min(c[r] for c in per_layer) for r in ranks)
+    weightings: list[list[float]] = [[1.0] * len(fixed)]
+    weightings += [[1 / c[r] for r in ranks] for c in per_layer if min(c) > 0]
+    for raw in weightings:
+        total = sum(raw)
+        best = max(best, weighted_floor(fixed, per_layer, counts, [x / total for x in raw]))
+    return best
