@@ -159,6 +159,8 @@ def plan(
     emit_target: Annotated[EmitTarget | None, typer.Option("--emit", help="Also print a launcher config.")] = None,
     even_split: Annotated[bool, typer.Option("--even-split", help="Keep Megatron-LM's even layer split (no solved "
                                                                    "split, no per-stage recomputation).")] = False,
+    per_layer: Annotated[bool, typer.Option("--per-layer", help="Chain tables: choose each layer's TP degree and "
+                                                               "recomputation (no launcher runs such plans).")] = False,
     record_timing: Annotated[bool, typer.Option("--record-timing",
                                                 help="Write the search time into the plan (the file then differs "
                                                      "between runs).")] = False,
@@ -210,8 +212,13 @@ def plan(
             raise InputError("give --hardware and --gpus, or --cluster FILE")
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
         if costs is not None and model is None and _chain_table(costs):
-            _print_chain(plan_chain_table(costs, hardware, gpus, batch, overrides, top_k), out, as_json)
+            if emit_target is not None or launcher is not None:
+                raise InputError(_no_chain_launcher(per_layer))
+            _print_chain(plan_chain_table(costs, hardware, gpus, batch, overrides, top_k, per_layer), out, as_json)
             return
+        if per_layer:
+            raise InputError("--per-layer plans chain tables (--costs with kinds other than embedding, decoder, "
+                             "lm_head); transformer plans take one TP degree and recompute setting for every layer")
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                             moe_dedup_dispatch)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
@@ -254,6 +261,15 @@ def _chain_table(costs: Path) -> bool:
     return is_chain_table(str(costs))
 
 
+def _no_chain_launcher(per_layer: bool) -> str:
+    """Why --emit and --launcher are refused for chain tables."""
+    from planner.search.chain import NO_LAUNCHER
+
+    return NO_LAUNCHER if per_layer else ("no launcher emitter takes a chain table's plan (Megatron-LM, torchtitan, "
+                                          "DeepSpeed and NeMo configs describe transformer stacks); the plan file "
+                                          "carries the layout")
+
+
 def _print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
     """Write and print the plans of a chain table."""
     import yaml
@@ -272,6 +288,25 @@ def _print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
     for i, p in enumerate(chain.plans):
         typer.echo(f"  {i + 1:>2} {p.step_time_s:9.4f} {p.samples_per_s:10.1f} {max(p.stage_memory_gib):9.2f}  "
                    f"tp{p.tp} pp{p.pp} dp{p.dp} mbs{p.mbs} zero{int(p.zero)} {list(p.stage_layers)}")
+    if chain.plans and chain.plans[0].layers:
+        from planner.search.chain import NO_LAUNCHER
+
+        typer.echo("\nper layer in plan 1 (tp x dp; R = recomputed):")
+        runs = _runs([(k, f"tp{c.tp}xdp{c.dp}{' R' if c.recompute else ''}")
+                      for k, c in zip(table.kinds, chain.plans[0].layers, strict=True)])
+        typer.echo("  " + ", ".join(f"{k} {s}" + (f" x{n}" if n > 1 else "") for k, s, n in runs))
+        typer.echo(f"note: {NO_LAUNCHER}")
+
+
+def _runs(items: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
+    """Consecutive equal (kind, strategy) pairs as (kind, strategy, count)."""
+    runs: list[tuple[str, str, int]] = []
+    for kind, strategy in items:
+        if runs and runs[-1][:2] == (kind, strategy):
+            runs[-1] = (kind, strategy, runs[-1][2] + 1)
+        else:
+            runs.append((kind, strategy, 1))
+    return runs
 
 
 @app.command()

@@ -32,6 +32,8 @@ from planner.search.partition import best_boundaries
 LLM_KINDS = {"embedding", "decoder", "lm_head"}
 CHAIN_COLUMNS = ("kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
                  "output_bytes")
+NO_LAUNCHER = ("no launcher runs per-layer strategies (Megatron-LM, torchtitan and DeepSpeed take one TP degree and "
+               "one recompute setting for every layer); the plan file carries them")
 MAX_CHAIN_LAYERS = 1024  # the split DP holds a (layers + 1)^2 table per pipeline stage
 
 
@@ -81,6 +83,17 @@ def read_chain(path: str) -> ChainTable:
 
 
 @dataclass(frozen=True)
+class LayerChoice:
+    """One layer's strategy in a per-layer plan (planner.search.layerwise): `tp`-way tensor parallelism, `dp`-way
+    data parallelism over the rest of the stage's GPUs (dp x tp = the plan's dp x tp), and whether the layer
+    recomputes its forward in the backward (keeping only its input) instead of keeping its activations."""
+
+    tp: int
+    dp: int
+    recompute: bool
+
+
+@dataclass(frozen=True)
 class ChainPlan:
     tp: int
     pp: int
@@ -92,6 +105,7 @@ class ChainPlan:
     stage_memory_gib: tuple[float, ...]
     step_time_s: float
     samples_per_s: float
+    layers: tuple[LayerChoice, ...] = ()  # per-layer strategies (`--per-layer`); empty: every layer at tp, dp
 
 
 def _segments(t: np.ndarray, out: np.ndarray, cluster: ClusterSpec, stride: int, stages: int) -> np.ndarray:
@@ -186,9 +200,17 @@ def is_chain_table(path: str) -> bool:
 
 def chain_plan_dict(table: ChainTable, plans: list[ChainPlan], costs: str, hardware: str, gpus: int,
                     global_batch: int) -> dict[str, object]:
-    """The record `meshplan plan --costs CHAIN --out` writes (YAML) or `--json` prints."""
+    """The record `meshplan plan --costs CHAIN --out` writes (YAML) or `--json` prints. Per-layer plans add, per
+    plan, `per_layer` (each layer's kind, tp, dp and recompute) and a top-level `launchers` note; files without them
+    read as before."""
     rows = [{"tp": p.tp, "pp": p.pp, "dp": p.dp, "mbs": p.mbs, "zero_stage": int(p.zero),
              "stage_layers": list(p.stage_layers), "step_time_s": p.step_time_s, "samples_per_s": p.samples_per_s,
-             "stage_memory_gib": list(p.stage_memory_gib)} for p in plans]
-    return {"kind": "chain-plan", "costs": costs, "hardware": hardware, "gpus": gpus, "global_batch": global_batch,
-            "layers": list(table.kinds), "plans": rows}
+             "stage_memory_gib": list(p.stage_memory_gib),
+             **({"per_layer": [{"layer": n, "kind": k, "tp": c.tp, "dp": c.dp, "recompute": c.recompute}
+                               for n, (k, c) in enumerate(zip(table.kinds, p.layers, strict=True))]}
+                if p.layers else {})} for p in plans]
+    doc: dict[str, object] = {"kind": "chain-plan", "costs": costs, "hardware": hardware, "gpus": gpus,
+                              "global_batch": global_batch, "layers": list(table.kinds), "plans": rows}
+    if any(p.layers for p in plans):
+        doc["launchers"] = NO_LAUNCHER
+    return doc

@@ -1,0 +1,194 @@
+"""The exact search for per-layer strategies on a chain (`meshplan plan --costs chain.csv --per-layer`).
+
+For each candidate (G, pp, dp, mbs) of the uniform chain search (planner.search.chain: the same TP degrees, stage
+counts, data-parallel degrees and micro-batch sizes) it finds the split and every layer's TP degree and
+recompute choice minimising the step of planner.search.layerwise's model, exactly:
+
+1. Stage frontiers. For stage s starting at layer i, a DP over layers whose state is (TP of the previous layer,
+   the set of TP degrees holding parameters so far) keeps every Pareto-optimal (memory, T, tail) of the
+   assignments of layers i..l; memory is exact bytes (no discretisation: a point is dropped only when another
+   with the same state has no more memory, time and tail, or when it no longer fits). The state is what the
+   future depends on: the next layer's reshard needs the previous TP degree, the tail's per-degree latency is
+   paid once per degree in use. The recompute transient (the largest recomputed activation) is not additive:
+   the DP runs once per cap X on it (0 and every activation size), recomputing only layers of at most X bytes
+   within a budget of capacity − X; every assignment is priced at its true X in one of these runs.
+   Closing the stage after layer l gives the Pareto set of (T, tail) of the segment [i, l + 1) that fits.
+2. The split. step = (m − 1)·max T + Σ T + max tail has two bottlenecks. For each tail cap C (the distinct
+   tails of the frontiers, ascending) every segment takes its least T with tail <= C and the split DP of
+   planner.search.partition (`best_boundaries`, exact for (m − 1)·max + Σ) gives the best pipeline; C plus
+   it bounds the step of that plan from above and, at C = the optimum's largest tail, reaches the optimum.
+   The scan stops once C plus the best pipeline with no cap cannot win.
+Every answer is re-priced by planner.search.layerwise.price, the plain cost model. The frontiers can grow with
+the options per layer (k TP degrees x 2); chains of at most MAX_LAYERWISE_LAYERS layers are planned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models import memory as M
+from planner.core import GIB, ClusterSpec, ZeroStage
+from planner.core.errors import InfeasibleError, InputError
+from planner.search.chain import ChainPlan, ChainTable, LayerChoice
+from planner.search.layerwise import (
+    Priced,
+    Setting,
+    alive,
+    price,
+    reshard_time,
+    send_in,
+    send_out,
+    setting,
+    stored_bytes,
+)
+from planner.search.partition import best_boundaries
+
+MAX_LAYERWISE_LAYERS = 64  # the frontiers of every (stage, first layer) are kept: O(pp · L²) of them
+
+
+@dataclass(frozen=True)
+class Point:
+    """One assignment of a stage's layers so far: memory bytes, per-micro-batch time, tail, choices."""
+
+    memory: float
+    time: float
+    tail: float
+    choices: tuple[LayerChoice, ...]
+
+
+def _pareto(points: list[Point]) -> list[Point]:
+    """The points no other point beats or equals in memory, time and tail at once."""
+    kept: list[Point] = []
+    for p in sorted(points, key=lambda q: (q.memory, q.time, q.tail)):
+        if not any(k.time <= p.time and k.tail <= p.tail for k in kept):
+            kept.append(p)
+    return kept
+
+
+def _extend(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: int, state: tuple[int, int],
+            point: Point, cap_x: float, budget: float) -> list[tuple[tuple[int, int], Point]]:
+    """Every option of `layer` after `point` (state: previous TP, degrees in use as a bit set) that fits."""
+    out = []
+    for opt in st.options[layer]:
+        for rc in (False, True):
+            if rc and (cap_x == 0 or opt.activation > cap_x):
+                continue
+            term = st.term(opt.tp)
+            t = opt.time_s + (opt.forward_s if rc else 0.0)
+            t += reshard_time(st.option(layer - 1, state[0]), opt, cluster) if layer > first else (
+                send_in(st, first, opt, cluster) if stage > 0 else 0.0)
+            bit = 1 << st.terms.index(term)
+            used = state[1] | (bit if opt.params > 0 else 0)
+            tail = term.tail_per_param * opt.params + (term.sync_alpha if used != state[1] else 0.0)
+            mem = opt.params * term.state_per_param + alive(st, stage) * stored_bytes(st, layer, opt, rc)
+            if point.memory + mem <= budget:
+                out.append(((opt.tp, used), Point(point.memory + mem, point.time + t, point.tail + tail,
+                                                  (*point.choices, LayerChoice(opt.tp, st.dp * st.group // opt.tp,
+                                                                               rc)))))
+    return out
+
+
+def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, cap: float) -> dict[int, list[Point]]:
+    """For each end j: the Pareto set of (T, tail) over assignments of layers [first, j) that fit on `stage`
+    (memory = the stage's peak bytes with its transient)."""
+    n = len(st.options)
+    last = n - (st.pp - 1 - stage)  # later stages need a layer each
+    caps = sorted({0.0} | {o.activation for layer in range(first, last) for o in st.options[layer]})
+    ends: dict[int, list[Point]] = {}
+    fixed = M.BUFFER_ALLOWANCE_GIB * GIB
+    for cap_x in caps:
+        budget = cap - fixed - cap_x
+        if budget < 0:
+            break
+        states: dict[tuple[int, int], list[Point]] = {(0, 0): [Point(0.0, 0.0, 0.0, ())]}
+        for layer in range(first, last):
+            grown: dict[tuple[int, int], list[Point]] = {}
+            for key, points in states.items():
+                for p in points:
+                    for new_key, q in _extend(st, cluster, stage, first, layer, key, p, cap_x, budget):
+                        grown.setdefault(new_key, []).append(q)
+            states = {k: _pareto(v) for k, v in grown.items()}
+            if not states:
+                break
+            closing = ends.setdefault(layer + 1, [])
+            for (tp, _), points in states.items():
+                out = send_out(st, st.option(layer, tp), cluster) if stage < st.pp - 1 else 0.0
+                closing += [Point(p.memory + fixed + cap_x, p.time + out, p.tail, p.choices) for p in points]
+    return {j: _pareto([Point(0.0, p.time, p.tail, p.choices) for p in v]) for j, v in ends.items() if v}
+
+
+def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int], tuple[LayerChoice, ...],
+                                                                        Priced] | None:
+    """The exact best split and per-layer choices of one candidate (module docstring, step 2), or None."""
+    n, pp = len(st.options), st.pp
+    frontier = {(s, i, j): pts for s in range(pp) for i in range(s, n)
+                for j, pts in stage_frontiers(st, cluster, s, i, cap).items()}
+    if not frontier:
+        return None
+    cost = np.full((pp, n + 1, n + 1), np.inf)
+    for (s, i, j), pts in frontier.items():
+        cost[s, i, j] = min(p.time for p in pts)
+    free = best_boundaries(cost, cost, np.isfinite(cost), st.m)
+    if free is None:
+        return None
+    events = sorted((p.tail, key, p) for key, pts in frontier.items() for p in pts)
+    cost[:] = np.inf
+    chosen: dict[tuple[int, int, int], Point] = {}
+    best: tuple[list[int], tuple[LayerChoice, ...], Priced] | None = None
+    k = 0
+    while k < len(events):
+        cap_c = events[k][0]
+        if best is not None and free[1] + cap_c >= best[2].step_time_s:
+            break
+        while k < len(events) and events[k][0] == cap_c:
+            _, (s, i, j), p = events[k]
+            if p.time < cost[s, i, j]:
+                cost[s, i, j], chosen[(s, i, j)] = p.time, p
+            k += 1
+        split = best_boundaries(cost, cost, np.isfinite(cost), st.m)
+        if split is None:
+            continue
+        bounds = split[0]
+        choices = tuple(c for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))
+                        for c in chosen[(s, a, b)].choices)
+        priced = price(st, cluster, bounds, choices)
+        if best is None or priced.step_time_s < best[2].step_time_s:
+            best = (list(bounds), choices, priced)
+    return best
+
+
+def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,
+                   top_k: int = 5) -> list[ChainPlan]:
+    """The fastest per-layer plans, one per (G, pp, dp, mbs) candidate of the uniform chain search, best first."""
+    if table.num_layers > MAX_LAYERWISE_LAYERS:
+        raise InputError(f"--per-layer plans chains of at most {MAX_LAYERWISE_LAYERS} layers (the exact search keeps "
+                         f"a frontier per stage and first layer); this chain has {table.num_layers}")
+    gpus, cap = cluster.num_gpus, cluster.gpu.memory_gib * GIB
+    tps = sorted({int(k[1]) for k in table.rows.index})
+    sizes = sorted({int(k[2]) * g // int(k[1]) for k in table.rows.index for g in tps if g % int(k[1]) == 0})
+    results: list[ChainPlan] = []
+    for group in (g for g in tps if gpus % g == 0 and g <= cluster.scale_up_size):
+        for pp in (p for p in range(1, table.num_layers + 1) if (gpus // group) % p == 0):
+            dp = gpus // (group * pp)
+            if global_batch % dp:
+                continue
+            for mbs in (b for b in sizes if (global_batch // dp) % b == 0):
+                st = setting(table, cluster, group, pp, dp, mbs, global_batch, grad_bytes)
+                found = best_plan(st, cluster, cap) if st is not None else None
+                if st is not None and found is not None:
+                    results.append(_chain_plan(st, *found, global_batch))
+    if not results:
+        raise InfeasibleError(f"no per-layer plan of the {table.num_layers}-layer chain fits in "
+                              f"{cluster.gpu.memory_gib:g} GiB per GPU on {gpus} GPUs")
+    return sorted(results, key=lambda r: (r.step_time_s, r.tp, r.pp, r.mbs))[:top_k]
+
+
+def _chain_plan(st: Setting, bounds: list[int], choices: tuple[LayerChoice, ...], priced: Priced,
+                global_batch: int) -> ChainPlan:
+    zero = ZeroStage.OPTIMIZER if any(c.dp > 1 for c in choices) else ZeroStage.NONE
+    layers = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+    return ChainPlan(st.group, st.pp, st.dp, st.mbs, zero, layers, priced.stage_times,
+                     tuple(x / GIB for x in priced.stage_memory_bytes), priced.step_time_s,
+                     global_batch / priced.step_time_s, choices)
