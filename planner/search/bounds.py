@@ -64,6 +64,7 @@ class SearchBounds:
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
         self._floors: dict[tuple[object, ...], float] = {}
         self._slowest: dict[tuple[object, ...], float] = {}
+        self._parts: dict[tuple[object, ...], tuple[float, float, float]] = {}
         self._acts: dict[LayerKnobs, LayerActivations] = {}
         self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
@@ -115,6 +116,36 @@ class SearchBounds:
         if c not in self._bounds:
             self._bounds[c] = self._bound(c)
         return self._bounds[c]
+
+    def group_floor(self, group: list[Candidate]) -> float:
+        """A lower bound on `bound(c)` for every c of `group`, candidates sharing `floor_key` (so their layer times,
+        pipeline and micro-batches): with A, f̄, b̄ the average stage's layer time, forward and backward (the slowest
+        rank takes at least A), each schedule's bound is at least (m − 1)·A plus A·(1 + (p − 1)/v) (1F1B,
+        interleaved), p·A − W_SHARE·p·b̄ (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the
+        wave), the least over the group's schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it
+        for rounding."""
+        first = group[0]
+        m, p = self.job.global_batch // (first.dp * first.mbs), first.pp
+        a, f, b = self._average_parts(first)
+        shapes = {(c.schedule, c.vpp) for c in group}
+
+        def fill(schedule: Schedule, v: int) -> float:
+            if schedule is Schedule.ZB_H1:
+                return p * a - W_SHARE * p * b
+            if schedule is Schedule.ZB_V:
+                return a + (p - 1) * f / 2
+            if schedule is Schedule.WAVE:
+                return a + 2 * (p - 1) * max(f, a - f) / v
+            return a * (1 + (p - 1) / v)
+        return ((m - 1) * a + min(fill(s, v) for s, v in shapes)) * (1 - 1e-9)
+
+    def _average_parts(self, c: Candidate) -> tuple[float, float, float]:
+        """(total, forward, backward) of `_average`, once per `floor_key`."""
+        key = self.floor_key(c)
+        if key not in self._parts:
+            avg = self._average(c)
+            self._parts[key] = (avg.total, avg.forward, avg.backward)
+        return self._parts[key]
 
     def floor(self, c: Candidate) -> float:
         """A lower bound on `bound(c)` at the cost of a look-up: the average stage's layer times (per (knobs, pp))
@@ -287,10 +318,14 @@ class SearchBounds:
 
     def tight_bound(self, c: Candidate, balanced: bool) -> float:
         """`bound(c)` with the recomputation every split that fits needs (`recompute_floor`) and the slowest rank
-        of any split that fits (`fitting_slowest`); `bound(c)` for balanced chunks, whose recomputation is the
-        candidate's own."""
-        if balanced:
-            return self.bound(c)
+        of any split that fits (`fitting_slowest`); for balanced chunks (whose recomputation is the candidate's own)
+        with the slowest rank's own layers."""
+        if balanced:  # the ranks hold the layers they hold: the slowest takes at least its layers and ends
+            times, (emb, head, counts) = self.get(c), self._ranks(c)
+            moe = times.moe.total if times.moe is not None else 0.0
+            slowest = max(n_dense * times.decoder.total + n_moe * moe + (times.embedding.total if r == emb else 0.0)
+                          + (times.head.total if r == head else 0.0) for r, (n_dense, n_moe) in enumerate(counts))
+            return self._bound(c, 0.0, slowest * (1 - _ROUNDING))
         extra, slowest = self.recompute_floor(c), self.fitting_slowest(c)
         if math.isinf(slowest):  # no split fits
             return math.inf
@@ -324,12 +359,14 @@ class SearchBounds:
         def costs(group: list[tuple[int, float, float, float, float]]) -> Callable[[int, int], float]:
             """f_r(n) for layers of the kinds in `group`, each priced as the cheapest of them."""
             tau, rho = min(k[1] for k in group), min(k[2] for k in group)
+            least = [min(s + min(a, acts.full) * al for _, _, _, a, s in group) for al in alive]
+            kept = [min(s + a * al for _, _, _, a, s in group) for al in alive]
+            per_byte = [rho / al for al in alive]
 
             def cost(r: int, n: int) -> float:
-                if fixed[r] + n * min(s + min(a, acts.full) * alive[r] for _, _, _, a, s in group) > cap:
+                if fixed[r] + n * least[r] > cap:
                     return math.inf
-                kept = min(s + a * alive[r] for _, _, _, a, s in group)
-                return ends[r] + n * tau + rho / alive[r] * max(fixed[r] + n * kept - cap, 0.0)
+                return ends[r] + n * tau + per_byte[r] * max(fixed[r] + n * kept[r] - cap, 0.0)
             return cost
 
         slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1)

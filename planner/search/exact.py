@@ -141,7 +141,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
     # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
     family = module_family(model, job, spec)
     heap: list[tuple[float, tuple[int, ...], int, int, Candidate | list[Candidate]]] = [
-        (layer_times.floor(g[0]), (), 0, i, g) for i, g in enumerate(groups.values())]
+        (layer_times.group_floor(g), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
     steps: dict[Candidate, float | None] = {}  # settled: the step time, None where nothing fits or it is dominated
