@@ -37,6 +37,7 @@ from planner.core.checks import (
     MAX_GPUS,
     MAX_SEQ_LEN,
     MAX_TIME_LIMIT_S,
+    MAX_WORKERS,
     choice,
     flag,
     integer,
@@ -210,20 +211,28 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
          dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
          overrides: HardwareOverrides = HardwareOverrides(), spec: SearchSpec | None = None,
          solver: Solver | str = Solver.DP, time_limit_s: float = 10.0,
-         progress: ProgressFn | None = None, lora_rank: int = 0) -> Plan:
+         progress: ProgressFn | None = None, lora_rank: int = 0, workers: int = 1) -> Plan:
     """Search the layout space for the fastest layout that fits; the best, the top-k alternatives and
     the certificate come back as a Plan (save it with `save_plan`). time_limit_s is finite in
-    (0, MAX_TIME_LIMIT_S]."""
+    (0, MAX_TIME_LIMIT_S]. `workers` > 1 splits a large space by TP degree over that many processes
+    (planner.search.parallel: the same answer; no progress callbacks then)."""
     if spec is not None:
         _instance(spec, SearchSpec, "spec", "a SearchSpec or None")
     solver = _enum(Solver, solver, "solver")
     real(time_limit_s, "time_limit_s", 0.0, MAX_TIME_LIMIT_S)
     if progress is not None and not callable(progress):
         raise InputError(f"progress must be a callable(done, total) or None, got {progress!r}")
+    integer(workers, "workers", 1, MAX_WORKERS)
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides, lora_rank=lora_rank)
-    result = search(problem.model, problem.cluster, problem.job, spec, solver,
-                    SolveOptions(time_limit_s=time_limit_s), progress)
+    if workers > 1:
+        from planner.search.parallel import search_parallel
+
+        result = search_parallel(problem.model, problem.cluster, problem.job, spec, solver,
+                                 SolveOptions(time_limit_s=time_limit_s), workers)
+    else:
+        result = search(problem.model, problem.cluster, problem.job, spec, solver,
+                        SolveOptions(time_limit_s=time_limit_s), progress)
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)
 
 

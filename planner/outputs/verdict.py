@@ -21,7 +21,8 @@ TERM_NAMES = {"compute": "compute", "recompute": "recomputation", "tp_comm": "TP
               "cp_comm": "CP communication", "ep_comm": "expert all-to-all", "pp_p2p": "pipeline send/receive",
               "sharded_dp_comm": "ZeRO parameter gathers", "bubble": "pipeline bubble",
               "dp_comm": "DP gradient reduction", "optimizer": "optimizer step",
-              "embedding_sync": "embedding sync", "host": "waiting for kernel launches"}
+              "embedding_sync": "embedding sync", "host": "waiting for kernel launches",
+              "offload": "host copies of offloaded state"}
 SECOND_TERM_SHARE = 0.2  # a second term is named when it is at least this share of the first
 
 

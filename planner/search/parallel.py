@@ -1,0 +1,89 @@
+"""The exact search over several processes: the layout space split by tensor-parallel degree, each part searched
+exactly in its own process, the parts' answers merged into the answer of the whole.
+
+Why the merge is exact: each part returns its own top-k by (closed-form step time, candidate sort key), the order
+`exact.search` keeps before the simulator re-ranks its finalists. The whole space's top-k are among the parts'
+top-k, and two candidates of different parts differ in TP, the first element of the sort key, so ordering the union
+by (step time, TP, rank within its part) is the single search's order. The finalists are then re-ranked by their
+simulated step (ties keep that order), as `exact.search` does. Each part prunes with its own incumbent, so the
+parts together price more candidates than one search would; on two cores the wall time still falls for large
+spaces (benchmarks/search_time.py prints both).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from planner.core import ClusterSpec, JobSpec, ModelSpec
+from planner.core.errors import InfeasibleError
+from planner.search.exact import search
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.ranked import Certificate, Ranked, SearchResult
+from planner.search.space import SearchSpec, candidates, tp_options
+
+# below this many candidates one process is faster than starting others (measured on the 2-core machine: a
+# process pool costs about 0.1 s before it prices anything)
+MIN_PARALLEL_CANDIDATES = 3000
+
+
+def tp_groups(degrees: list[int], parts: int) -> list[tuple[int, ...]]:
+    """`degrees` dealt round-robin into at most `parts` non-empty groups (the larger degrees, whose spaces are the
+    smaller, spread over the groups)."""
+    groups: list[list[int]] = [[] for _ in range(min(parts, len(degrees)))]
+    for i, tp in enumerate(degrees):
+        groups[i % len(groups)].append(tp)
+    return [tuple(g) for g in groups]
+
+
+def _part(args: tuple[ModelSpec, ClusterSpec, JobSpec, SearchSpec, Solver, SolveOptions]
+          ) -> SearchResult | InfeasibleError:
+    try:
+        return search(*args)
+    except InfeasibleError as exc:
+        return exc
+
+
+def _closed_form_order(result: SearchResult) -> list[Ranked]:
+    """A part's answers in the order its search kept them before the simulator re-ranked them: by closed-form
+    step time, ties in the order the part returned them (its re-ranking is stable)."""
+    ranked = [result.best, *result.alternatives]
+    return [r for _, r in sorted(enumerate(ranked), key=lambda ir: (ir[1].prediction.step_time_s, ir[0]))]
+
+
+def merge(results: list[SearchResult], top_k: int, solve_time_s: float) -> SearchResult:
+    """The whole space's answer from its parts' (module docstring)."""
+    entries = [(r.prediction.step_time_s, r.layout.tp, i, r)
+               for res in results for i, r in enumerate(_closed_form_order(res))]
+    finalists = [e[3] for e in sorted(entries, key=lambda e: e[:3])[:top_k]]
+    ranked = [r for _, r in sorted(enumerate(finalists), key=lambda ir: (ir[1].step_time_s, ir[0]))]
+    certs = [r.certificate for r in results]
+    cert = Certificate(
+        method=certs[0].method + f"; the space split by TP over {len(results)} processes", solver=certs[0].solver,
+        candidates=sum(c.candidates for c in certs), evaluated=sum(c.evaluated for c in certs),
+        pruned_memory=sum(c.pruned_memory for c in certs), pruned_time=sum(c.pruned_time for c in certs),
+        infeasible=sum(c.infeasible for c in certs), solve_time_s=solve_time_s,
+        optimal=all(c.optimal for c in certs), gap=max(c.gap for c in certs))
+    return SearchResult(ranked[0], tuple(ranked[1:]), cert)
+
+
+def search_parallel(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None = None,
+                    solver: Solver = Solver.DP, options: SolveOptions | None = None,
+                    workers: int = 1) -> SearchResult:
+    """`exact.search` over up to `workers` processes, one part of the TP degrees each; one process (the plain
+    search) when there is one worker, one TP degree or fewer than MIN_PARALLEL_CANDIDATES candidates."""
+    spec, options = spec or SearchSpec(), options or SolveOptions()
+    degrees = tp_options(model, cluster, spec)
+    if workers <= 1 or len(degrees) < 2 or sum(1 for _ in candidates(model, cluster, job, spec)) < \
+            MIN_PARALLEL_CANDIDATES:
+        return search(model, cluster, job, spec, solver, options)
+    from concurrent.futures import ProcessPoolExecutor  # here: a small plan starts no pool and imports none
+
+    start = time.perf_counter()
+    parts = [replace(spec, tp_choices=group) for group in tp_groups(degrees, workers)]
+    with ProcessPoolExecutor(max_workers=len(parts)) as pool:
+        outcomes = list(pool.map(_part, [(model, cluster, job, p, solver, options) for p in parts]))
+    found = [o for o in outcomes if isinstance(o, SearchResult)]
+    if not found:
+        return search(model, cluster, job, spec, solver, options)  # its own message says why nothing fits
+    return merge(found, spec.top_k, time.perf_counter() - start)

@@ -1,0 +1,38 @@
+"""The search over several processes (planner/search/parallel.py) gives the single search's answer."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner.search.parallel as parallel
+from planner import InfeasibleError, resolve
+from planner.search.exact import search
+from planner.search.space import SearchSpec
+
+
+def test_degrees_are_dealt_round_robin() -> None:
+    assert parallel.tp_groups([1, 2, 4, 8], 2) == [(1, 4), (2, 8)]
+    assert parallel.tp_groups([1, 2], 8) == [(1,), (2,)]
+
+
+@pytest.mark.parametrize("case", [("llama3-8b", "h100-sxm", 16, 4096, 64), ("qwen3-30b-a3b", "h100-sxm", 16, 4096, 32)])
+def test_parallel_search_equals_the_single_search(monkeypatch: pytest.MonkeyPatch, case: tuple) -> None:  # type: ignore[type-arg]
+    """Same best, same alternatives in the same order with the same times, whatever the number of processes."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_CANDIDATES", 0)
+    model, hw, gpus, seq, batch = case
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    spec = SearchSpec(top_k=6)
+    one = search(pr.model, pr.cluster, pr.job, spec)
+    for workers in (2, 3):
+        many = parallel.search_parallel(pr.model, pr.cluster, pr.job, spec, workers=workers)
+        assert [r.layout for r in (many.best, *many.alternatives)] == [r.layout for r in (one.best, *one.alternatives)]
+        assert [r.step_time_s for r in (many.best, *many.alternatives)] == \
+            [r.step_time_s for r in (one.best, *one.alternatives)]
+        assert many.certificate.optimal and "processes" in many.certificate.method
+
+
+def test_nothing_fits_says_why_as_the_single_search_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_CANDIDATES", 0)
+    pr = resolve("llama3-405b", "rtx4090", gpus=8, seq_len=8192, global_batch=64)
+    with pytest.raises(InfeasibleError, match="no layout fits"):
+        parallel.search_parallel(pr.model, pr.cluster, pr.job, SearchSpec(), workers=2)
