@@ -26,7 +26,7 @@ from cost_models import flops as F
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.knobs import LayerActivations, LayerTimes
 from cost_models.pipeline import bubble_fraction, pipeline_time
-from cost_models.prediction import Breakdown, Prediction, StageCost, StageLayers
+from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.step import LayoutCosts, layout_costs, stage_cost
 from planner.core import ClusterSpec, JobSpec, ModelSpec, Schedule
 from planner.core.cluster import HeteroCluster, HeteroLayout
@@ -106,14 +106,7 @@ def predict_hetero(model: ModelSpec, job: JobSpec, cluster: HeteroCluster, layou
         where = link_cluster(cluster, first.group, last.group)
         emb_sync = collective_time(Collective.ALL_REDUCE, nbytes, 2, where.scale_up_size, where)
     step = pipe + tail.dp_exposed_s + tail.optimizer_s + emb_sync
-    worst = max(stages, key=lambda s: s.compute_s)
-    t = worst.time
-    breakdown = Breakdown(
-        compute_s=m * (t.forward + t.backward), recompute_s=m * t.recompute, tp_comm_s=m * t.tp_comm,
-        cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
-        sharded_dp_comm_s=m * worst.sharded_dp_exposed_s, bubble_s=pipe - m * worst.compute_s,
-        dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s, embedding_sync_s=emb_sync, host_s=m * t.host,
-        offload_s=m * worst.offload_s)
+    breakdown = step_breakdown(stages, m, pipe, emb_sync)
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
     full_layers = sum(s.layers.dense_full for s in stages)
     hw_flops = model_flops + full_layers * F.decoder_matmul_flops(model, job.seq_len) * job.global_batch

@@ -66,6 +66,20 @@ class Breakdown:
         return {k.removesuffix("_s"): v for k, v in self.__dict__.items()}
 
 
+def step_breakdown(stages: list[StageCost], m: int, pipe_s: float, emb_sync_s: float) -> Breakdown:
+    """Seconds of a step by cause: the slowest stage's terms over the `m` micro-batches, the rest of the pipeline
+    term `pipe_s` as its bubble, and the tail (gradient reduction, optimizer) of the stage with the longest."""
+    worst = max(stages, key=lambda s: s.compute_s)
+    tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
+    t = worst.time
+    return Breakdown(
+        compute_s=m * (t.forward + t.backward), recompute_s=m * t.recompute, tp_comm_s=m * t.tp_comm,
+        cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
+        sharded_dp_comm_s=m * worst.sharded_dp_exposed_s, bubble_s=pipe_s - m * worst.compute_s,
+        dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s, embedding_sync_s=emb_sync_s, host_s=m * t.host,
+        offload_s=m * worst.offload_s)
+
+
 @dataclass(frozen=True)
 class Prediction:
     step_time_s: float

@@ -24,7 +24,7 @@ from cost_models.layer import decoder_layer_time, embedding_time, head_time, vis
 from cost_models.offload import host_capacity_bytes, node_host_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
-from cost_models.prediction import Breakdown, Prediction, StageCost, StageLayers
+from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
@@ -344,14 +344,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         emb_sync = collective_time(Collective.ALL_REDUCE, nbytes, 2,
                                    layout.tp * layout.cp * layout.dp * (layout.pp - 1), cluster)
     step = pipe + tail.dp_exposed_s + tail.optimizer_s + emb_sync
-    worst = max(stages, key=lambda s: s.compute_s)
-    t = worst.time
-    breakdown = Breakdown(
-        compute_s=m * (t.forward + t.backward), recompute_s=m * t.recompute, tp_comm_s=m * t.tp_comm,
-        cp_comm_s=m * t.cp_comm, ep_comm_s=m * t.ep_comm, pp_p2p_s=m * worst.p2p_s,
-        sharded_dp_comm_s=m * worst.sharded_dp_exposed_s,
-        bubble_s=pipe - m * worst.compute_s, dp_comm_s=tail.dp_exposed_s, optimizer_s=tail.optimizer_s,
-        embedding_sync_s=emb_sync, host_s=m * t.host, offload_s=m * worst.offload_s)
+    breakdown = step_breakdown(stages, m, pipe, emb_sync)
     world = layout.world
     model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
     if job.trainable_fraction < 1:  # LoRA: no weight gradients of the frozen weights, the adapters' own work

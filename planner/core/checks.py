@@ -12,7 +12,7 @@ import math
 import numbers
 import os
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from planner.core.errors import InputError, MeshplanError
 
@@ -103,3 +103,17 @@ def choice(kind: type[E], value: object, name: str, error: type[MeshplanError] =
     except (ValueError, TypeError):
         allowed = ", ".join(str(v.value) for v in kind)  # type: ignore[attr-defined]
         raise error(f"{name} must be one of {allowed}, got {value!r}") from None
+
+
+def mapping_keys(data: object, required: tuple[str, ...], optional: tuple[str, ...], where: str) -> dict[str, Any]:
+    """`data` as a mapping with every `required` key and no key outside `required` + `optional`; otherwise an
+    InputError naming the unknown (or missing) keys and the allowed ones."""
+    allowed = ", ".join(required + optional)
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping of {allowed}")
+    unknown = sorted(str(k) for k in set(data) - set(required + optional))
+    missing = [k for k in required if k not in data]
+    if unknown or missing:
+        problem = f"unknown keys {unknown}" if unknown else f"missing keys {missing}"
+        raise InputError(f"{where}: {problem}; allowed: {allowed}")
+    return data

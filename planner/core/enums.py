@@ -5,6 +5,7 @@ launchers' spellings)."""
 from __future__ import annotations
 
 from enum import Enum, IntEnum
+from typing import TypeVar
 
 from planner.core.errors import LayoutError
 
@@ -26,6 +27,19 @@ class Recompute(str, Enum):
     FULL = "full"  # keep only each layer's input, recompute the whole layer in backward
 
 
+N = TypeVar("N", bound=Enum)
+
+
+def _parse_names(cls: type[N], text: str, what: str, also: str = "") -> frozenset[N]:
+    """Comma-separated values of the enum `cls`; a LayoutError naming the unknown ones and what is allowed."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    allowed = [str(m.value) for m in cls]
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise LayoutError(f"unknown {what} {', '.join(unknown) or repr(text)}; allowed: {also}{', '.join(allowed)}")
+    return frozenset(cls(n) for n in names)
+
+
 class RecomputeModule(str, Enum):
     """Parts of a decoder layer that selective recomputation may recompute: megatron-core 0.16.1's
     `--recompute-modules` choices (TransformerConfig.recompute_modules; cost_models.memory says what each frees).
@@ -43,13 +57,7 @@ class RecomputeModule(str, Enum):
     @classmethod
     def parse(cls, text: str) -> frozenset[RecomputeModule]:
         """Comma-separated module names, e.g. "layernorm,mla_up_proj,moe_act"."""
-        names = [n.strip() for n in text.split(",") if n.strip()]
-        allowed = [m.value for m in cls]
-        unknown = [n for n in names if n not in allowed]
-        if unknown or not names:
-            raise LayoutError(f"unknown recompute module(s) {', '.join(unknown) or repr(text)}; allowed: "
-                              f"{', '.join(allowed)}")
-        return frozenset(cls(n) for n in names)
+        return _parse_names(cls, text, "recompute module(s)")
 
 
 # Megatron's default for --recompute-granularity selective
@@ -106,15 +114,9 @@ class Offload(str, Enum):
     @classmethod
     def parse(cls, text: str) -> frozenset[Offload]:
         """"none" or comma-separated targets, e.g. "optimizer,activations"."""
-        names = [n.strip() for n in text.split(",") if n.strip()]
-        if names == ["none"]:
+        if text.strip() == "none":
             return frozenset()
-        allowed = [o.value for o in cls]
-        unknown = [n for n in names if n not in allowed]
-        if unknown or not names:
-            raise LayoutError(f"unknown offload target(s) {', '.join(unknown) or repr(text)}; allowed: none, auto "
-                              f"(plan) or comma-separated {', '.join(allowed)}")
-        return frozenset(cls(n) for n in names)
+        return _parse_names(cls, text, "offload target(s)", "none, auto (plan) or comma-separated ")
 
 
 def offload_names(offload: frozenset[Offload]) -> list[str]:

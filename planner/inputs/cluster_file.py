@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from hardware_profiles import load_hardware
-from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, integer, real
+from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, integer, mapping_keys, real
 from planner.core.cluster import GroupLink, HeteroCluster, NodeGroup
 from planner.core.errors import InputError, SpecError
 
@@ -32,16 +32,7 @@ MAX_GROUPS = 16  # orders of the groups along the pipeline are searched: a handf
 
 
 def _keys(data: Any, keys: tuple[tuple[str, ...], tuple[str, ...]], where: str) -> dict[str, Any]:
-    required, optional = keys
-    allowed = ", ".join(required + optional)
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: expected a mapping of {allowed}")
-    unknown = sorted(str(k) for k in set(data) - set(required + optional))
-    missing = [k for k in required if k not in data]
-    if unknown or missing:
-        problem = f"unknown keys {unknown}" if unknown else f"missing keys {missing}"
-        raise InputError(f"{where}: {problem}; allowed: {allowed}")
-    return data
+    return mapping_keys(data, *keys, where)
 
 
 def _name(value: Any, where: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from planner.core.checks import mapping_keys
 from planner.core.errors import InputError, SpecError
 from planner.core.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
 
@@ -34,15 +35,7 @@ def recsys_preset_names() -> list[str]:
 
 
 def _keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...], where: str) -> dict[str, Any]:
-    allowed = ", ".join(required + optional)
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: expected a mapping of {allowed}")
-    unknown = sorted(str(k) for k in set(data) - set(required + optional))
-    missing = [k for k in required if k not in data]
-    if unknown or missing:
-        problem = f"unknown keys {unknown}" if unknown else f"missing keys {missing}"
-        raise InputError(f"{where}: {problem}; allowed: {allowed}")
-    return data
+    return mapping_keys(data, required, optional, where)
 
 
 def _enum(kind: type[E], value: Any, key: str, where: str) -> E:
