@@ -127,3 +127,17 @@ def test_cli_per_layer_plan_file(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no launcher runs per-layer strategies" in res.output
     plain = runner.invoke(app, args[:-1] + ["--json"])
     assert plain.exit_code == 0 and "\"per_layer\"" not in plain.output and "\"launchers\"" not in plain.output
+
+
+def test_vgg16_formula_chain_plans_layer_wise() -> None:
+    """VGG-16 from a formula (benchmarks/vgg_chain_table.py, not a measurement): convolutions data-parallel, the
+    fully connected layers tensor-parallel (Krizhevsky 2014's "one weird trick"), faster than any uniform plan."""
+    table = read_chain(str(Path(__file__).parent.parent / "benchmarks/data/chains/vgg16-a100-formula.csv"))
+    hw = load_hardware("a100-40gb", 8)
+    st = setting(table, hw, 4, 1, 2, 64, 256)
+    assert st is not None
+    found = best_plan(st, hw, 40 * GIB)
+    assert found is not None
+    choices = found[1]
+    assert all(c.tp == 1 for c in choices[:13]) and all(c.tp > 1 for c in choices[13:])
+    assert found[2].step_time_s < min(p.step_time_s for p in plan_chain(table, hw, 256, top_k=1000))

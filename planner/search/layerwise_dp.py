@@ -11,7 +11,9 @@ recompute choice minimising the step of planner.search.layerwise's model, exactl
    future depends on: the next layer's reshard needs the previous TP degree, the tail's per-degree latency is
    paid once per degree in use. The recompute transient (the largest recomputed activation) is not additive:
    the DP runs once per cap X on it (0 and every activation size), recomputing only layers of at most X bytes
-   within a budget of capacity − X; every assignment is priced at its true X in one of these runs.
+   within a budget of capacity − X; every assignment is priced at its true X in one of these runs. When every
+   assignment fits without recomputing, recomputation (more time, the same tail) cannot help: X = 0 only, and
+   memory leaves the dominance test (the frontier is then over (T, tail) alone).
    Closing the stage after layer l gives the Pareto set of (T, tail) of the segment [i, l + 1) that fits.
 2. The split. step = (m − 1)·max T + Σ T + max tail has two bottlenecks. For each tail cap C (the distinct
    tails of the frontiers, ascending) every segment takes its least T with tail <= C and the split DP of
@@ -96,6 +98,11 @@ def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, c
     n = len(st.options)
     last = n - (st.pp - 1 - stage)  # later stages need a layer each
     caps = sorted({0.0} | {o.activation for layer in range(first, last) for o in st.options[layer]})
+    most = sum(max(o.params * st.term(o.tp).state_per_param + alive(st, stage) * o.activation for o in opts)
+               for opts in st.options[first:last])
+    roomy = most + M.BUFFER_ALLOWANCE_GIB * GIB <= cap
+    if roomy:  # every assignment fits keeping its activations: recomputing only adds time, memory cannot bind
+        caps = [0.0]
     ends: dict[int, list[Point]] = {}
     fixed = M.BUFFER_ALLOWANCE_GIB * GIB
     for cap_x in caps:
@@ -108,7 +115,7 @@ def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, c
             for key, points in states.items():
                 for p in points:
                     for new_key, q in _extend(st, cluster, stage, first, layer, key, p, cap_x, budget):
-                        grown.setdefault(new_key, []).append(q)
+                        grown.setdefault(new_key, []).append(Point(0.0, q.time, q.tail, q.choices) if roomy else q)
             states = {k: _pareto(v) for k, v in grown.items()}
             if not states:
                 break
@@ -127,6 +134,9 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
                 for j, pts in stage_frontiers(st, cluster, s, i, cap).items()}
     if not frontier:
         return None
+    if pp == 1:  # step = m·T + tail: the frontier's best point
+        top = min(frontier.get((0, 0, n), []), key=lambda p: st.m * p.time + p.tail, default=None)
+        return None if top is None else ([0, n], top.choices, price(st, cluster, [0, n], top.choices))
     cost = np.full((pp, n + 1, n + 1), np.inf)
     for (s, i, j), pts in frontier.items():
         cost[s, i, j] = min(p.time for p in pts)
@@ -142,11 +152,14 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
         cap_c = events[k][0]
         if best is not None and free[1] + cap_c >= best[2].step_time_s:
             break
+        changed = False
         while k < len(events) and events[k][0] == cap_c:
             _, (s, i, j), p = events[k]
             if p.time < cost[s, i, j]:
-                cost[s, i, j], chosen[(s, i, j)] = p.time, p
+                cost[s, i, j], chosen[(s, i, j)], changed = p.time, p, True
             k += 1
+        if not changed:  # no segment got faster: the same split as under the last cap, at a higher cap
+            continue
         split = best_boundaries(cost, cost, np.isfinite(cost), st.m)
         if split is None:
             continue
