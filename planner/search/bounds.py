@@ -36,7 +36,13 @@ from cost_models.step import (
 )
 from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
 from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
-from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor, weighted_floor
+from planner.search.floors import (
+    excess_floor,
+    least_bottleneck,
+    least_bottleneck_floor,
+    packing_floor,
+    rank_time_costs,
+)
 from planner.search.space import Candidate
 
 _ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -65,6 +71,8 @@ class SearchBounds:
         self._floors: dict[tuple[object, ...], float] = {}
         self._slowest: dict[tuple[object, ...], float] = {}
         self._parts: dict[tuple[object, ...], tuple[float, float, float]] = {}
+        self._averages: dict[tuple[object, ...], LayerTime] = {}
+        self._traffic: dict[tuple[object, ...], tuple[float, float]] = {}
         self._acts: dict[LayerKnobs, LayerActivations] = {}
         self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
@@ -119,15 +127,17 @@ class SearchBounds:
 
     def group_floor(self, group: list[Candidate]) -> float:
         """A lower bound on `bound(c)` for every c of `group`, candidates sharing `floor_key` (so their layer times,
-        pipeline and micro-batches): with A, f̄, b̄ the average stage's layer time, forward and backward (the slowest
-        rank takes at least A), each schedule's bound is at least (m − 1)·A plus A·(1 + (p − 1)/v) (1F1B,
-        interleaved), p·A − W_SHARE·p·b̄ (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the
-        wave), the least over the group's schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it
-        for rounding."""
+        pipeline, micro-batches and ZeRO stage): with A, f̄, b̄ the average stage's layer time (with the least exposed
+        ZeRO traffic, `_traffic_floor`), forward and backward (the slowest rank takes at least A), each schedule's
+        bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved), p·A − W_SHARE·p·b̄
+        (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's
+        schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
         first = group[0]
         m, p = self.job.global_batch // (first.dp * first.mbs), first.pp
         a, f, b = self._average_parts(first)
-        shapes = {(c.schedule, c.vpp) for c in group}
+        shapes = {(c.schedule, c.vpp): c for c in group}
+        traffic, tail = min(self._traffic_floor(c) for c in shapes.values())
+        a += traffic
 
         def fill(schedule: Schedule, v: int) -> float:
             if schedule is Schedule.ZB_H1:
@@ -137,7 +147,28 @@ class SearchBounds:
             if schedule is Schedule.WAVE:
                 return a + 2 * (p - 1) * max(f, a - f) / v
             return a * (1 + (p - 1) / v)
-        return ((m - 1) * a + min(fill(s, v) for s, v in shapes)) * (1 - 1e-9)
+        return ((m - 1) * a + min(fill(s, v) for s, v in shapes) + tail) * (1 - 1e-9)
+
+    @staticmethod
+    def group_key(c: Candidate) -> tuple[object, ...]:
+        """What `group_floor` groups by: `floor_key` and the ZeRO stage."""
+        return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.zero)
+
+    def _traffic_floor(self, c: Candidate) -> tuple[float, float]:
+        """(exposed ZeRO-2/3 traffic of the average stage per micro-batch, step tail) at the least: `_family`'s terms
+        with windows long enough to hide all they can (exposed = κ·traffic, `GpuSpec.exposed`), which only shorter
+        windows exceed; once per (degrees, ZeRO stage, head placement)."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
+        if key not in self._traffic:
+            model, job, cluster = self.model, self.job, self.cluster
+            layout = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B).layout()
+            params = self.params(c, beside).scaled(1 / c.pp)
+            wide = LayerTime(forward=math.inf, backward=math.inf)
+            self._traffic[key] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
+                                  dp_reduce_exposed(params, layout, job, cluster, math.inf, math.inf)
+                                  + optimizer_time(params, layout, job, cluster))
+        return self._traffic[key]
 
     def _average_parts(self, c: Candidate) -> tuple[float, float, float]:
         """(total, forward, backward) of `_average`, once per `floor_key`."""
@@ -164,13 +195,18 @@ class SearchBounds:
         return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp)
 
     def _average(self, c: Candidate) -> LayerTime:
-        """The average stage's layer times: all decoder layers, the embedding and the head over pp ranks."""
-        times = self.get(c)
-        n_dense, n_moe = F.decoder_layer_counts(self.model)
-        avg = times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp) + times.head.scaled(1 / c.pp)
-        if times.moe is not None:
-            avg = avg + times.moe.scaled(n_moe / c.pp)
-        return avg
+        """The average stage's layer times: all decoder layers, the embedding and the head over pp ranks (once per
+        `floor_key`)."""
+        key = self.floor_key(c)
+        if key not in self._averages:
+            times = self.get(c)
+            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            avg = (times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp)
+                   + times.head.scaled(1 / c.pp))
+            if times.moe is not None:
+                avg = avg + times.moe.scaled(n_moe / c.pp)
+            self._averages[key] = avg
+        return self._averages[key]
 
     def _bound(self, c: Candidate, recomputed: float = 0.0, slowest: float = 0.0) -> float:
         """Lower bound on the step time of any split of candidate `c` whose average stage recomputes at least
@@ -203,7 +239,7 @@ class SearchBounds:
         number of layers (at least one), each at least the cheapest kind's time (its own recomputation or full), and
         the embedding and head ranks their pieces too (`least_bottleneck_floor`; sends and ZeRO traffic >= 0)."""
         beside = self.beside(c)
-        key = (self.knobs(c), c.pp, beside)
+        key = (self.floor_key(c), beside)
         if key not in self._slowest:
             times = self.get(c)
             n_dense, n_moe = F.decoder_layer_counts(self.model)
@@ -357,17 +393,7 @@ class SearchBounds:
                  if n and base is not None and full is not None]
 
         def costs(group: list[tuple[int, float, float, float, float]]) -> Callable[[int, int], float]:
-            """f_r(n) for layers of the kinds in `group`, each priced as the cheapest of them."""
-            tau, rho = min(k[1] for k in group), min(k[2] for k in group)
-            least = [min(s + min(a, acts.full) * al for _, _, _, a, s in group) for al in alive]
-            kept = [min(s + a * al for _, _, _, a, s in group) for al in alive]
-            per_byte = [rho / al for al in alive]
-
-            def cost(r: int, n: int) -> float:
-                if fixed[r] + n * least[r] > cap:
-                    return math.inf
-                return ends[r] + n * tau + per_byte[r] * max(fixed[r] + n * kept[r] - cap, 0.0)
-            return cost
+            return rank_time_costs(ends, fixed, alive, cap, acts.full, [k[1:] for k in group])
 
         slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1)
         if len(kinds) > 1:
@@ -406,10 +432,5 @@ class SearchBounds:
                 rho = min(rho, extra / (act - acts.full))
         if not math.isfinite(rho) or rho <= 0 or min(min(row) for row in per_layer) <= 0:
             return 0.0
-        over = [f - self.cluster.gpu.memory_gib * GIB for f in fixed]
-        top = max(range(c.pp), key=lambda r: alive[r])
-        lam = [max(per_layer[k][top] / alive[top] / (per_layer[k][r] / alive[r]) for k in range(len(counts)))
-               for r in range(c.pp)]
-        excess = max(weighted_floor(over, per_layer, counts, [1 / a for a in alive]),
-                     weighted_floor(over, per_layer, counts, [lam[r] / alive[r] for r in range(c.pp)]))
+        excess = excess_floor([f - self.cluster.gpu.memory_gib * GIB for f in fixed], per_layer, counts, alive)
         return max(rho * excess / c.pp, 0.0) * (1 - _ROUNDING)

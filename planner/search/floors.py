@@ -68,3 +68,34 @@ def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], 
         total = sum(raw)
         best = max(best, weighted_floor(fixed, per_layer, counts, [x / total for x in raw]))
     return best
+
+
+def excess_floor(over: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
+                 alive: Sequence[float]) -> float:
+    """A lower bound on Σ_r (over[r] + Σ per_layer[k][r] over rank r's layers)⁺/alive[r] over every assignment with at
+    least one layer per rank: for λ_r in [0, 1] it is at least `weighted_floor` with weights λ_r/alive_r; λ all 1,
+    and λ_r = max_k q_{r*k}/q_rk with q_rk = per_layer[k][r]/alive_r and r* the rank with the most alive (which keeps
+    every layer's least weighted cost where the all-ones weights put it while discounting the other ranks' room)."""
+    ranks = range(len(over))
+    top = max(ranks, key=lambda r: alive[r])
+    lam = [max(row[top] / alive[top] / (row[r] / alive[r]) for row in per_layer) for r in ranks]
+    return max(weighted_floor(over, per_layer, counts, [1 / a for a in alive]),
+               weighted_floor(over, per_layer, counts, [lam[r] / alive[r] for r in ranks]))
+
+
+def rank_time_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequence[float], capacity: float,
+                    full_act: float, kinds: Sequence[tuple[float, float, float, float]]) -> Callable[[int, int], float]:
+    """f_r(n) = ends_r + n·τ + ρ/alive_r·(fixed_r + n·kept_r − capacity)⁺, ∞ where even fully recomputed layers
+    (storing `full_act` each per micro-batch in flight) exceed the capacity: for `kinds` of (τ_k, ρ_k, a_k, s_k)
+    (a layer's seconds, seconds per byte its full recomputation saves, bytes stored per micro-batch, state bytes),
+    each layer priced as the cheapest of them (planner.search.bounds.SearchBounds.fitting_slowest)."""
+    tau, rho = min(k[0] for k in kinds), min(k[1] for k in kinds)
+    least = [min(s + min(a, full_act) * al for _, _, a, s in kinds) for al in alive]
+    kept = [min(s + a * al for _, _, a, s in kinds) for al in alive]
+    per_byte = [rho / al for al in alive]
+
+    def cost(r: int, n: int) -> float:
+        if fixed[r] + n * least[r] > capacity:
+            return math.inf
+        return ends[r] + n * tau + per_byte[r] * max(fixed[r] + n * kept[r] - capacity, 0.0)
+    return cost
