@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -161,8 +160,9 @@ def plan(
     emit_target: Annotated[EmitTarget | None, typer.Option("--emit", help="Also print a launcher config.")] = None,
     even_split: Annotated[bool, typer.Option("--even-split", help="Keep Megatron-LM's even layer split (no solved "
                                                                    "split, no per-stage recomputation).")] = False,
-    workers: Annotated[int | None, typer.Option(help="Processes that search a large space, split by TP degree "
-                                                     "(default: the cores there are).")] = None,
+    workers: Annotated[int, typer.Option(help="Processes that search a large space, split by TP degree (default 1: "
+                                              "one process sharing its best plan so far prunes more; README, Search "
+                                              "speed).")] = 1,
     per_layer: Annotated[bool, typer.Option("--per-layer", help="Chain tables: choose each layer's TP degree and "
                                                                "recomputation (no launcher runs such plans).")] = False,
     record_timing: Annotated[bool, typer.Option("--record-timing",
@@ -190,8 +190,7 @@ def plan(
     def action() -> None:
         check({"--gpus": (gpus, 1, MAX_GPUS), "--top-k": (top_k, 1, MAX_TOP_K)},
                {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
-        if workers is not None:
-            check({"--workers": (workers, 1, MAX_WORKERS)})
+        check({"--workers": (workers, 1, MAX_WORKERS)})
         degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         if cluster is not None:
@@ -241,7 +240,7 @@ def plan(
             result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                               runtime=runtime, overrides=overrides, lora_rank=lora_rank,
                               spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update,
-                              workers=(os.cpu_count() or 1) if workers is None else workers)
+                              workers=workers)
         if out is not None:
             write_text_atomic(out, dumps(result, out, record_timing))
         if as_json:
