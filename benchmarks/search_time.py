@@ -2,7 +2,8 @@
 
     python benchmarks/search_time.py [--repeat N]
 
-Targets (2-core machine): <= 1 s up to 1024 GPUs, <= 10 s at 16384 GPUs. Each case is run N times
+Targets (2-core machine): <= 1 s up to 1024 GPUs, <= 10 s at 16384 GPUs. Each case's speed-up over the previous
+release's median (benchmarks/data/search_time_previous.yaml) is printed beside it. Each case is run N times
 (default 3) in this process and the median wall and CPU seconds are printed (the first run includes loading
 presets); then the first case once more as a whole process (`meshplan plan`, start-up and printing included).
 """
@@ -19,7 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import yaml  # noqa: E402
+
 import planner  # noqa: E402
+
+# the previous release's medians: each case's ratio is printed beside it
+PREVIOUS: dict[str, float] = yaml.safe_load((Path(__file__).parent / "data" / "search_time_previous.yaml").read_text())
 
 # (model, hardware, GPUs, sequence length, global batch in sequences)
 CASES = [
@@ -38,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    print(f"{'case':52} {'median s':>8} {'CPU s':>6} {'candidates':>10} {'priced':>7} {'pruned mem':>10} "
-          f"{'pruned time':>11}  best")
+    print(f"{'case':52} {'median s':>8} {'CPU s':>6} {'vs prev':>7} {'candidates':>10} {'priced':>7} "
+          f"{'pruned mem':>10} {'pruned time':>11}  best")
     for model, hw, gpus, seq, batch in CASES:
         times, cpu = [], []
         for _ in range(args.repeat):
@@ -54,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"zero{int(lay.zero)} {lay.recompute.value} {lay.schedule.value}, "
                 f"MFU {100 * plan.best.prediction.mfu:.1f} %")
         name = f"{model} on {gpus} x {hw} (s={seq}, B={batch})"
-        print(f"{name:52} {statistics.median(times):8.2f} {statistics.median(cpu):6.2f} {c.candidates:10} "
+        before = PREVIOUS.get(name)
+        ratio = f"{before / statistics.median(times):5.1f}x" if before else "    -"
+        print(f"{name:52} {statistics.median(times):8.2f} {statistics.median(cpu):6.2f} {ratio:>7} {c.candidates:10} "
               f"{c.evaluated:7} {c.pruned_memory:10} {c.pruned_time:11}  {best}")
     exe = shutil.which("meshplan")
     if exe is not None:
@@ -66,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)
             walls.append(time.perf_counter() - start)
-        print(f"\nwhole process, `meshplan plan` of the first case: {statistics.median(walls):.2f} s median "
-              "(target 0.5 s)")
+        whole = statistics.median(walls)
+        before = PREVIOUS.get("whole process")
+        print(f"\nwhole process, `meshplan plan` of the first case: {whole:.2f} s median (target 0.5 s"
+              + (f"; previous release {before:.2f} s, {before / whole:.1f}x" if before else "") + ")")
     else:
         print("\nwhole process: no `meshplan` on PATH (pip install -e .), not timed")
     return 0
