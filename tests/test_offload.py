@@ -192,6 +192,7 @@ def test_offload_plan_round_trips_and_the_command_line_searches_it(tmp_path) -> 
     res = runner.invoke(app, [*args, "--offload", "auto", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "offload[" in res.output and "host memory per node" in res.output
+    assert "the same layout with everything on the GPU needs" in res.output  # why it offloads
     loaded = load_plan(out)
     assert loaded.best.layout.offload
     again = load_plan(out, reprice=True)

@@ -120,6 +120,23 @@ def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
             + (f" {layout.schedule.value}" if layout.pp > 1 else "") + offload)
 
 
+def offload_reason(plan: Plan) -> str:
+    """Why the best layout offloads: the same layout with everything on the GPU, priced by the same model, either
+    does not fit (its peak memory) or is slower (by how much)."""
+    from dataclasses import replace
+
+    from cost_models.step import evaluate_layout
+
+    best = plan.best
+    names = ", ".join(offload_names(best.layout.offload))
+    kept = evaluate_layout(plan.model, plan.cluster, plan.job, replace(best.layout, offload=frozenset()))
+    if not kept.fits:
+        return (f"  offloads {names}: the same layout with everything on the GPU needs {kept.peak_memory_gib:.1f} GiB "
+                f"per GPU, over the {kept.memory_capacity_gib:g} GiB there are")
+    return (f"  offloads {names}: the same layout with everything on the GPU fits but takes "
+            f"{kept.step_time_s - best.prediction.step_time_s:+.2f} s more per step")
+
+
 def plan_table(plan: Plan) -> str:
     """The best plan in full, then the alternatives one per line (≈: within model error of the best),
     then the certificate."""
@@ -130,6 +147,8 @@ def plan_table(plan: Plan) -> str:
         lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
     if best.layout.pp > 1:
         lines.append(f"  schedule {best.layout.schedule.value} runs on: {', '.join(LAUNCHERS[best.layout.schedule])}")
+    if best.layout.offload:
+        lines.append(offload_reason(plan))
     lines += ["", f"  {'#':>2}   {'step s':>9} {'simulated':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "
                   f"{'peak GiB':>9}  layout"]
     for i, (r, b, mark) in enumerate(zip((best, *plan.alternatives), bands, marks, strict=True)):
