@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -212,3 +213,19 @@ def int_list(text: str, flag: str) -> list[int]:
     if not values or min(values) < 1:
         raise InputError(f"{flag} takes comma-separated positive integers, got {text!r}")
     return values
+
+
+def write_and_print(document: dict[str, Any], out: Path | None, as_json: bool,
+                    dumps: Callable[[dict[str, Any], Path], str], summary: Callable[[dict[str, Any]], str]) -> None:
+    """Write a plan document to `out` (atomically, in the format its suffix names) when given, then print it as JSON,
+    or as its summary and where it was written."""
+    from planner.core.fileio import write_text_atomic
+
+    if out is not None:
+        write_text_atomic(out, dumps(document, out))
+    if as_json:
+        typer.echo(json.dumps(document, indent=2))
+        return
+    typer.echo(summary(document))
+    if out is not None:
+        typer.echo(f"\nplan written to {out}")

@@ -3,13 +3,12 @@ the plan file (workload: inference)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from planner.commands.common import Hardware, MemoryGib, app, check, run
+from planner.commands.common import Hardware, MemoryGib, app, check, run, write_and_print
 from planner.core.checks import MAX_GPUS
 from planner.core.inference import KvFormat, Objective, PoolMode, WeightFormat
 
@@ -26,17 +25,9 @@ KvDtype = Annotated[KvFormat, typer.Option("--kv-dtype", help="KV-cache number f
 
 
 def _emit_plan(document: dict[str, Any], out: Path | None, as_json: bool) -> None:
-    from planner.core.fileio import write_text_atomic
     from planner.outputs.inferplan import dumps, summary
 
-    if out is not None:
-        write_text_atomic(out, dumps(document, out))
-    if as_json:
-        typer.echo(json.dumps(document, indent=2))
-        return
-    typer.echo(summary(document))
-    if out is not None:
-        typer.echo(f"\nplan written to {out}")
+    write_and_print(document, out, as_json, dumps, summary)
 
 
 @infer_app.command()

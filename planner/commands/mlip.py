@@ -3,13 +3,12 @@ potential, from a profiled cost table; print the plan and write the plan file.""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from planner.commands.common import Hardware, MemoryGib, app, run
+from planner.commands.common import Hardware, MemoryGib, app, run, write_and_print
 
 mlip_app = typer.Typer(no_args_is_help=True, help="Plan graph interatomic potentials (MACE, NequIP, Allegro): "
                                                   "domain decomposition or data parallelism.")
@@ -33,7 +32,6 @@ def plan_cmd(
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
         from planner.core.errors import InputError, SpecError
-        from planner.core.fileio import write_text_atomic
         from planner.core.mlip import MlipJob
         from planner.inputs.mlip import load_cost_table
         from planner.outputs.mlipplan import mlip_document, mlip_summary
@@ -47,13 +45,6 @@ def plan_cmd(
         table = load_cost_table(costs)
         cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
         document = mlip_document(search_mlip(table, job, cluster, top_k), job, cluster, costs)
-        if out is not None:
-            write_text_atomic(out, dumps(document, out))
-        if as_json:
-            typer.echo(json.dumps(document, indent=2))
-            return
-        typer.echo(mlip_summary(document))
-        if out is not None:
-            typer.echo(f"\nplan written to {out}")
+        write_and_print(document, out, as_json, dumps, mlip_summary)
 
     run(action)

@@ -3,13 +3,12 @@ plan, write the plan file and the TorchRec sharding plan."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from planner.commands.common import Hardware, MemoryGib, app, check, run
+from planner.commands.common import Hardware, MemoryGib, app, check, run, write_and_print
 from planner.core.checks import MAX_GPUS, MAX_TIME_LIMIT_S
 
 recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
@@ -79,16 +78,11 @@ def plan_cmd(
         cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
         plan = plan_sharding(spec, job, cluster, kinds, min_column_dim, time_limit)
         document = recsys_document(plan, cluster)
-        if out is not None:
-            write_text_atomic(out, dumps(document, out))
         if emit is not None and emit_out is not None:
             write_text_atomic(emit_out, torchrec_python(document["torchrec"]))
+        write_and_print(document, out, as_json, dumps, recsys_summary)
         if as_json:
-            typer.echo(json.dumps(document, indent=2))
             return
-        typer.echo(recsys_summary(document))
-        if out is not None:
-            typer.echo(f"\nplan written to {out}")
         if emit is not None:
             typer.echo(f"\nTorchRec plan written to {emit_out}" if emit_out is not None
                        else "\n" + torchrec_python(document["torchrec"]))
