@@ -16,9 +16,8 @@ def test_degrees_are_dealt_round_robin() -> None:
 
 
 @pytest.mark.parametrize("case", [("llama3-8b", "h100-sxm", 16, 4096, 64), ("qwen3-30b-a3b", "h100-sxm", 16, 4096, 32)])
-def test_parallel_search_equals_the_single_search(monkeypatch: pytest.MonkeyPatch, case: tuple) -> None:  # type: ignore[type-arg]
+def test_parallel_search_equals_the_single_search(case: tuple) -> None:  # type: ignore[type-arg]
     """Same best, same alternatives in the same order with the same times, whatever the number of processes."""
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_CANDIDATES", 0)
     model, hw, gpus, seq, batch = case
     pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
     spec = SearchSpec(top_k=6)
@@ -31,8 +30,7 @@ def test_parallel_search_equals_the_single_search(monkeypatch: pytest.MonkeyPatc
         assert many.certificate.optimal and "processes" in many.certificate.method
 
 
-def test_nothing_fits_says_why_as_the_single_search_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_CANDIDATES", 0)
+def test_nothing_fits_says_why_as_the_single_search_does() -> None:
     pr = resolve("llama3-405b", "rtx4090", gpus=8, seq_len=8192, global_batch=64)
     with pytest.raises(InfeasibleError, match="no layout fits"):
         parallel.search_parallel(pr.model, pr.cluster, pr.job, SearchSpec(), workers=2)

@@ -4,6 +4,7 @@ plan invariants hold, and a job that fits nowhere says why."""
 from __future__ import annotations
 
 import pytest
+from tiny_models import TINY_DEEPSEEK
 
 from hardware_profiles import load_hardware
 from planner import InfeasibleError, plan, resolve
@@ -141,12 +142,6 @@ def test_job_spec_runtime_changes_the_answer() -> None:
     assert isinstance(pr.job, JobSpec)
 
 
-TINY_DEEPSEEK = {"name": "tiny-deepseek", "num_layers": 12, "hidden_size": 1024, "ffn_hidden_size": 4096,
-                 "num_attention_heads": 16, "head_dim": 96, "vocab_size": 32000, "gated_mlp": True,
-                 "tied_embeddings": False, "moe_num_experts": 16, "moe_top_k": 4, "moe_ffn_hidden_size": 512,
-                 "moe_shared_ffn_hidden_size": 512, "moe_first_dense_layers": 2, "moe_router_bias": True,
-                 "mla_q_lora_rank": 384, "mla_kv_lora_rank": 256, "mla_qk_nope_head_dim": 64,
-                 "mla_qk_rope_head_dim": 32, "mla_v_head_dim": 64, "mtp_layers": 1}
 
 
 # Mixtral on 40 GB A100s: a module-set variant's tight bound is below its cheaper sibling's, which the search must

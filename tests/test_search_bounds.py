@@ -13,6 +13,7 @@ from functools import cache
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_models import TINY_DEEPSEEK
 
 from cost_models.step import evaluate_layout, layer_times
 from planner.api import Problem, resolve
@@ -24,12 +25,6 @@ from planner.search.floors import least_bottleneck, least_bottleneck_floor, pack
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.space import Candidate, SearchSpec, candidates
 
-TINY_DEEPSEEK = {"name": "tiny-deepseek", "num_layers": 12, "hidden_size": 1024, "ffn_hidden_size": 4096,
-                 "num_attention_heads": 16, "head_dim": 96, "vocab_size": 32000, "gated_mlp": True,
-                 "tied_embeddings": False, "moe_num_experts": 16, "moe_top_k": 4, "moe_ffn_hidden_size": 512,
-                 "moe_shared_ffn_hidden_size": 512, "moe_first_dense_layers": 2, "moe_router_bias": True,
-                 "mla_q_lora_rank": 384, "mla_kv_lora_rank": 256, "mla_qk_nope_head_dim": 64,
-                 "mla_qk_rope_head_dim": 32, "mla_v_head_dim": 64, "mtp_layers": 1}
 # (model, hardware, GPUs, sequence, global batch): small jobs where many candidates are near the memory limit
 CASES = [("tiny-deepseek", "rtx4090", 8, 8192, 32), ("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32),
          ("llama3-8b", "l40s", 8, 8192, 16), ("mixtral-8x7b", "a100-40gb", 32, 4096, 64)]

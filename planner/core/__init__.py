@@ -24,6 +24,7 @@ from planner.core.enums import (
     offload_names,
     wave_chunks,
     wave_rank,
+    with_implied,
 )
 from planner.core.hardware import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
 from planner.core.job import JobSpec, Runtime
@@ -36,5 +37,5 @@ __all__ = [
     "GpuSpec", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts",
     "MeasuredLayer", "ModelSpec", "MoESpec", "Norm", "Offload", "Recompute", "RecomputeModule", "Runtime",
     "Schedule", "Target", "VisionSpec", "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules",
-    "offload_names", "wave_chunks", "wave_rank",
+    "offload_names", "wave_chunks", "wave_rank", "with_implied",
 ]

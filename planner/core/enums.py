@@ -119,6 +119,11 @@ class Offload(str, Enum):
         return _parse_names(cls, text, "offload target(s)", "none, auto (plan) or comma-separated ")
 
 
+def with_implied(offload: frozenset[Offload]) -> frozenset[Offload]:
+    """The targets with what they imply: streaming the weights offloads their optimizer too."""
+    return offload | {Offload.OPTIMIZER} if Offload.PARAMS in offload else offload
+
+
 def offload_names(offload: frozenset[Offload]) -> list[str]:
     """Offload targets in the enum's order."""
     return [o.value for o in Offload if o in offload]

@@ -82,6 +82,9 @@ class JobSpec:
         integer(self.global_batch, "global_batch", 1, MAX_GLOBAL_BATCH, SpecError)
         real(self.trainable_fraction, "trainable_fraction", 0.0, 1.0, error=SpecError)
         integer(self.lora_rank, "lora_rank", 0, MAX_LORA_RANK, SpecError)
+        if self.lora_rank and self.trainable_fraction >= 1:
+            raise SpecError(f"lora_rank {self.lora_rank} trains adapters only: trainable_fraction must be below 1 "
+                            "(planner.api.resolve works it out from the model)")
 
     @property
     def tokens_per_step(self) -> int:

@@ -16,6 +16,7 @@ from planner.core.enums import (
     ZeroStage,
     wave_chunks,
     wave_rank,
+    with_implied,
 )
 from planner.core.errors import LayoutError
 from planner.core.job import JobSpec
@@ -60,8 +61,7 @@ class Layout:
         modules = ((self.recompute_modules or DEFAULT_RECOMPUTE_MODULES) if self.recompute is Recompute.SELECTIVE
                    else frozenset())
         object.__setattr__(self, "recompute_modules", frozenset(modules))
-        offload = frozenset(self.offload)
-        object.__setattr__(self, "offload", offload | {Offload.OPTIMIZER} if Offload.PARAMS in offload else offload)
+        object.__setattr__(self, "offload", with_implied(frozenset(self.offload)))
 
     @property
     def expert_dp(self) -> int:

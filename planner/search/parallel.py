@@ -22,11 +22,7 @@ from planner.core.errors import InfeasibleError
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.ranked import Certificate, Ranked, SearchResult
-from planner.search.space import SearchSpec, candidates, tp_options
-
-# below this many candidates one process is faster than starting others (measured on the 2-core machine: a
-# process pool costs about 0.1 s before it prices anything)
-MIN_PARALLEL_CANDIDATES = 3000
+from planner.search.space import SearchSpec, tp_options
 
 
 def tp_groups(degrees: list[int], parts: int) -> list[tuple[int, ...]]:
@@ -73,13 +69,12 @@ def search_parallel(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: 
                     solver: Solver = Solver.DP, options: SolveOptions | None = None,
                     workers: int = 1) -> SearchResult:
     """`exact.search` over up to `workers` processes, one part of the TP degrees each; one process (the plain
-    search) when there is one worker, one TP degree or fewer than MIN_PARALLEL_CANDIDATES candidates."""
+    search) when there is one worker or one TP degree."""
     spec, options = spec or SearchSpec(), options or SolveOptions()
     degrees = tp_options(model, cluster, spec)
-    if workers <= 1 or len(degrees) < 2 or sum(1 for _ in candidates(model, cluster, job, spec)) < \
-            MIN_PARALLEL_CANDIDATES:
+    if workers <= 1 or len(degrees) < 2:
         return search(model, cluster, job, spec, solver, options)
-    from concurrent.futures import ProcessPoolExecutor  # here: a small plan starts no pool and imports none
+    from concurrent.futures import ProcessPoolExecutor  # here: one process imports none of it
 
     start = time.perf_counter()
     parts = [replace(spec, tp_choices=group) for group in tp_groups(degrees, workers)]

@@ -45,6 +45,7 @@ from planner.core import (
     RecomputeModule,
     Schedule,
     ZeroStage,
+    with_implied,
 )
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, choice, flag, integer, optional_integer
 from planner.core.errors import InputError, LayoutError
@@ -104,10 +105,14 @@ class SearchSpec:
                 raise InputError(f"offload must be a set of Offload ({', '.join(o.value for o in Offload)}), got "
                                  f"{self.offload!r}")
             offloaded = frozenset(choice(Offload, o, "offload entry") for o in self.offload)
-            object.__setattr__(self, "offload", offloaded | {Offload.OPTIMIZER} if Offload.PARAMS in offloaded
-                               else offloaded)
+            object.__setattr__(self, "offload", with_implied(offloaded))
             if self.offload_auto:
                 raise InputError("offload pins what is offloaded and offload_auto searches it: give one of them")
+            needs = 3 if Offload.PARAMS in offloaded else 1 if Offload.OPTIMIZER in offloaded else 0
+            if self.zero is not None and self.zero < needs:
+                why = "3 (each GPU streams its weight shard)" if needs == 3 else "1-3 (a shard to update)"
+                raise InputError(f"offloading {', '.join(o.value for o in Offload if o in offloaded)} needs ZeRO "
+                                 f"{why}, got --zero {self.zero}")
         if self.sp is not None:
             flag(self.sp, "sp")
         for name, low, high in (("tp_choices", 1, MAX_GPUS), ("mbs_choices", 1, MAX_GLOBAL_BATCH),
