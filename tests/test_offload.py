@@ -199,3 +199,13 @@ def test_offload_plan_round_trips_and_the_command_line_searches_it(tmp_path) -> 
     assert again.best.prediction.step_time_s == pytest.approx(loaded.best.prediction.step_time_s)
     bad = runner.invoke(app, [*args, "--offload", "gpu"])
     assert bad.exit_code == 2 and "unknown offload target" in bad.output
+
+
+def test_searching_offload_never_loses_the_plan_without_it() -> None:
+    """Every offload choice searched is a larger space than none: its best can only be as fast or faster. On this MoE
+    job the search once returned a 15 % slower plan with offload_auto (a group's floor priced the traffic and tail of
+    one offload choice for all of them)."""
+    model, cluster, job = _problem("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32)
+    with_offload = search(model, cluster, job, SearchSpec(top_k=1, offload_auto=True)).best.prediction.step_time_s
+    without = search(model, cluster, job, SearchSpec(top_k=1)).best.prediction.step_time_s
+    assert with_offload <= without * (1 + 1e-12)

@@ -23,20 +23,26 @@ from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, balanced_only
 from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.space import Candidate, SearchSpec, candidates
+from planner.search.space import Candidate, SearchSpec, candidates, offload_options
 
-# (model, hardware, GPUs, sequence, global batch): small jobs where many candidates are near the memory limit
-CASES = [("tiny-deepseek", "rtx4090", 8, 8192, 32), ("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32),
-         ("llama3-8b", "l40s", 8, 8192, 16), ("mixtral-8x7b", "a100-40gb", 32, 4096, 64)]
+# (model, hardware, GPUs, sequence, global batch, every offload choice): small jobs where many candidates are near
+# the memory limit (the offloading ones of GPUs with little memory, where host memory and PCIe copies count)
+CASES = [("tiny-deepseek", "rtx4090", 8, 8192, 32, False), ("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32, False),
+         ("llama3-8b", "l40s", 8, 8192, 16, False), ("mixtral-8x7b", "a100-40gb", 32, 4096, 64, False),
+         ("llama2-13b", "rtx4090", 8, 2048, 16, True), ("tiny-deepseek", "rtx4090", 8, 8192, 32, True)]
+
+
+def _spec(index: int) -> SearchSpec:
+    return SearchSpec(offload_auto=CASES[index][5])
 
 
 @cache
 def _case(index: int) -> tuple[Problem, SearchBounds, tuple[Candidate, ...]]:
-    name, hw, gpus, seq, batch = CASES[index]
+    name, hw, gpus, seq, batch, _ = CASES[index]
     model = model_from_mapping(TINY_DEEPSEEK, "test") if name == "tiny-deepseek" else name
     pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
     return pr, SearchBounds(pr.model, pr.cluster, pr.job), tuple(candidates(pr.model, pr.cluster, pr.job,
-                                                                            SearchSpec()))
+                                                                            _spec(index)))
 
 
 def _random_split(layout: Layout, num_layers: int, rng: random.Random) -> Layout:
@@ -61,13 +67,16 @@ def test_memory_floor_is_below_every_layout(case: int, pick: int, seed: int) -> 
     pr, bounds, pool = _case(case)
     c = pool[pick % len(pool)]
     balanced = c.layout()
-    assert bounds.memory_floor(c, True) <= evaluate_layout(pr.model, pr.cluster, pr.job, balanced).peak_memory_gib * GIB
-    split_floor = bounds.memory_floor(c, False)
-    assert split_floor <= bounds.memory_floor(c, True)
+    prediction = evaluate_layout(pr.model, pr.cluster, pr.job, balanced)
+    assert bounds.memory_floor(c, True) <= prediction.peak_memory_gib * GIB
+    assert bounds.host_floor(c, True) <= prediction.host_memory_gib * GIB
+    split_floor, host_floor = bounds.memory_floor(c, False), bounds.host_floor(c, False)
+    assert split_floor <= bounds.memory_floor(c, True) and host_floor <= bounds.host_floor(c, True)
     rng = random.Random(seed)
     for _ in range(3):
-        layout = _random_split(balanced, pr.model.num_layers, rng)
-        assert split_floor <= evaluate_layout(pr.model, pr.cluster, pr.job, layout).peak_memory_gib * GIB
+        prediction = evaluate_layout(pr.model, pr.cluster, pr.job, _random_split(balanced, pr.model.num_layers, rng))
+        assert split_floor <= prediction.peak_memory_gib * GIB
+        assert host_floor <= prediction.host_memory_gib * GIB
 
 
 @cache
@@ -105,12 +114,13 @@ def test_a_dropped_candidate_has_no_layout_that_fits() -> None:
     rng = random.Random(7)
     for index in range(len(CASES)):
         pr, bounds, pool = _case(index)
-        spec, capacity = SearchSpec(), pr.cluster.gpu.memory_gib * GIB
+        spec, capacity = _spec(index), pr.cluster.gpu.memory_gib * GIB
         dropped = infeasible = 0
         for c in rng.sample(pool, min(len(pool), 150)):
             priced = _price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
                             bounds.activations(c))
-            drop = bounds.memory_floor(c, balanced_only(c, spec)) > capacity
+            balanced = balanced_only(c, spec)
+            drop = bounds.memory_floor(c, balanced) > capacity or bounds.host_floor(c, balanced) > bounds.host_capacity()
             assert not drop or priced.ranked is None, c
             if priced.ranked is not None:  # (the bound of a one-stage layout is its step time, to rounding)
                 step = priced.ranked.prediction.step_time_s
@@ -182,3 +192,20 @@ def test_least_bottleneck_is_the_best_whole_split(data: st.DataObject) -> None:
                 for counts in itertools.product(range(least, layers + 1), repeat=ranks) if sum(counts) == layers),
                default=float("inf"))
     assert least_bottleneck(cost, ranks, layers, least) == pytest.approx(best, rel=1e-12)
+
+
+def test_group_floor_is_below_the_bound_of_every_offload_choice() -> None:
+    """The search queues candidates sharing `group_key` as one group at `group_floor`, and each offload choice of a
+    member only when the group comes up: the floor must be below the bound of every member with every choice (it was
+    not, when it took the traffic and the tail of one choice per schedule)."""
+    for index in range(len(CASES)):
+        pr, bounds, _ = _case(index)
+        spec = _spec(index)
+        groups: dict[tuple[object, ...], list[Candidate]] = {}
+        for c in candidates(pr.model, pr.cluster, pr.job, spec, offload_variants=False):
+            groups.setdefault(bounds.group_key(c), []).append(c)
+        for group in list(groups.values())[::5]:
+            choices = offload_options(group[0].zero, spec)
+            floor = bounds.group_floor(group, choices)
+            least = min(bounds.bound(replace(c, offload=o)) for c in group for o in choices)
+            assert floor <= least * (1 + 1e-12), (CASES[index], group[0])

@@ -1,104 +1,43 @@
-"""The bounds of one search, cached by what they depend on: per-layer times, the state-memory bound, the lower bound
-on the step time (and its cheaper floor) that orders the best-first scan, and the memory floor that drops a
-candidate before its split is solved.
-
-Memory floor (`SearchBounds.memory_floor`): a rank holding layers costs (cost_models.step.stage_cost)
-    states of its parameters + stored activations · micro-batches in flight + its end pieces + buffers,
-states linear in the parameters (cost_models.sync.stage_states) and a fully recomputed layer storing its input only.
-So a rank r costs at least fixed_r + Σ over its layers of c_rk, with fixed_r the buffers and, on the embedding and
-head ranks, their states and the head's logits, and c_rk = states of one layer of kind k + the least bytes it stores
-per micro-batch · the micro-batches rank r keeps in flight. Every layout priced gives each rank at least one layer.
-With the layers as they fall (balanced chunks) the floor is the largest rank's; when the split is solved,
-`packing_floor` bounds the best assignment. Terms left out (embedding and vision activations, the recomputed
-layer's transient copy, ZeRO-3's gathered modules, the multi-token-prediction layer's activations) are all >= 0.
+"""The time bounds of one search, cached by what they depend on: per-layer times, the lower bound on the step time
+(and its cheaper floors) that orders the best-first scan, and the tight bound with the recomputation and the slowest
+rank a split needs to fit. The memory floors that drop a candidate before its split is solved are
+planner.search.memory_floors's (`RankMemory`, which `SearchBounds` extends).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.knobs import LayerKnobs, LayerTime
-from cost_models.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
-from cost_models.schedules import W_SHARE, in_flight, wave_bubble
-from cost_models.step import (
-    LayerActivations,
-    LayerTimes,
-    layer_activations,
-    layer_times,
-    p2p_exposure,
-    pipeline_hop_time,
-    pipeline_hops,
-    rank_layer_ids,
-)
-from cost_models.sync import dp_reduce_exposed, optimizer_time, sharded_dp_exposed, stage_states
+from cost_models.offload import layer_offload_exposed
+from cost_models.schedules import W_SHARE, wave_bubble
+from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
+from cost_models.sync import dp_reduce_exposed, optimizer_time, shard_params, sharded_dp_exposed
 from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
-from planner.search.floors import (
-    excess_floor,
-    least_bottleneck,
-    least_bottleneck_floor,
-    packing_floor,
-    rank_time_costs,
-)
+from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
+from planner.search.memory_floors import ROUNDING as _ROUNDING
+from planner.search.memory_floors import RankMemory
 from planner.search.space import Candidate
 
-_ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
 
-
-def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
-    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
-    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
-    fixed buffer allowance."""
-    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job)
-    return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
-
-
-class SearchBounds:
+class SearchBounds(RankMemory):
     """Per-layer times, step-time bounds and memory floors of one search, cached by what they depend on."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
-        self.model, self.cluster, self.job = model, cluster, job
+        super().__init__(model, cluster, job)
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
         self._families: dict[tuple[object, ...], tuple[float, float, float, float, float]] = {}
-        self._params: dict[tuple[int, bool, int, int], StageParams] = {}
         self._sends: dict[tuple[int, int, Schedule], float] = {}
-        self._states: dict[tuple[object, ...], float] = {}
-        self._beside: dict[tuple[int, int, Schedule], bool] = {}
         self._floors: dict[tuple[object, ...], float] = {}
         self._slowest: dict[tuple[object, ...], float] = {}
         self._parts: dict[tuple[object, ...], tuple[float, float, float]] = {}
         self._averages: dict[tuple[object, ...], LayerTime] = {}
         self._traffic: dict[tuple[object, ...], tuple[float, float]] = {}
-        self._acts: dict[LayerKnobs, LayerActivations] = {}
-        self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
-        self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
-        self._pieces: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-
-    def beside(self, c: Candidate) -> bool:
-        """Whether the candidate's embedding and LM head share a rank (it depends on pp, vpp and the schedule)."""
-        key = (c.pp, c.vpp, c.schedule)
-        if key not in self._beside:
-            self._beside[key] = c.layout().head_beside_embedding
-        return self._beside[key]
-
-    def state_bound(self, c: Candidate) -> float:
-        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
-        beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
-        if key not in self._states:
-            self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
-        return self._states[key]
-
-    def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
-        """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
-        key = (c.tp, head_beside_embedding, c.ep, c.etp)
-        if key not in self._params:
-            self._params[key] = rank_params(self.model, self.job, c.tp, head_beside_embedding, c.ep, c.etp)
-        return self._params[key]
 
     def sends(self, c: Candidate) -> float:
         """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
@@ -125,10 +64,11 @@ class SearchBounds:
             self._bounds[c] = self._bound(c)
         return self._bounds[c]
 
-    def group_floor(self, group: list[Candidate]) -> float:
-        """A lower bound on `bound(c)` for every c of `group`, candidates sharing `floor_key` (so their layer times,
-        pipeline, micro-batches and ZeRO stage): with A, f̄, b̄ the average stage's layer time (with the least exposed
-        ZeRO traffic, `_traffic_floor`), forward and backward (the slowest rank takes at least A), each schedule's
+    def group_floor(self, group: list[Candidate], offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
+        """A lower bound on `bound(c)` for every c of `group` with any of the offload choices `offloads`, candidates
+        sharing `floor_key` (so their layer times, pipeline, micro-batches and ZeRO stage): with A, f̄, b̄ the average
+        stage's layer time (with the least exposed ZeRO traffic, `_traffic_floor`, the least over the offload
+        choices, as the tail's), forward and backward (the slowest rank takes at least A), each schedule's
         bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved), p·A − W_SHARE·p·b̄
         (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's
         schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
@@ -136,8 +76,10 @@ class SearchBounds:
         m, p = self.job.global_batch // (first.dp * first.mbs), first.pp
         a, f, b = self._average_parts(first)
         shapes = {(c.schedule, c.vpp): c for c in group}
-        traffic, tail = min(self._traffic_floor(c) for c in shapes.values())
-        a += traffic
+        placements = {self.beside(c): c for c in shapes.values()}  # the traffic depends on the shape through it
+        floors = [self._traffic_floor(c, o) for c in placements.values() for o in offloads]
+        a += min(t for t, _ in floors)
+        tail = min(t for _, t in floors)
 
         def fill(schedule: Schedule, v: int) -> float:
             if schedule is Schedule.ZB_H1:
@@ -154,15 +96,16 @@ class SearchBounds:
         """What `group_floor` groups by: `floor_key` and the ZeRO stage."""
         return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.zero)
 
-    def _traffic_floor(self, c: Candidate) -> tuple[float, float]:
+    def _traffic_floor(self, c: Candidate, offload: frozenset[Offload] | None = None) -> tuple[float, float]:
         """(exposed ZeRO-2/3 traffic of the average stage per micro-batch, step tail) at the least: `_family`'s terms
         with windows long enough to hide all they can (exposed = κ·traffic, `GpuSpec.exposed`), which only shorter
-        windows exceed; once per (degrees, ZeRO stage, head placement)."""
+        windows exceed; once per (degrees, ZeRO stage, head placement, offload choice: c's unless given)."""
         beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
+        offload = c.offload if offload is None else offload
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, offload)
         if key not in self._traffic:
             model, job, cluster = self.model, self.job, self.cluster
-            layout = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B).layout()
+            layout = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B, offload=offload).layout()
             params = self.params(c, beside).scaled(1 / c.pp)
             wide = LayerTime(forward=math.inf, backward=math.inf)
             self._traffic[key] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
@@ -276,88 +219,42 @@ class SearchBounds:
         layers = model.num_layers / c.pp
         avg = self._average(c)
         params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
-        stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg)
+        stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg) + self._offload_floor(c)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
 
-    def knobs(self, c: Candidate) -> LayerKnobs:
-        return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
-
-    def activations(self, c: Candidate) -> LayerActivations:
-        """Bytes one layer of each kind stores per micro-batch (`layer_activations`), once per knobs."""
-        knobs = self.knobs(c)
-        if knobs not in self._acts:
-            self._acts[knobs] = layer_activations(self.model, self.cluster, self.job, knobs)
-        return self._acts[knobs]
-
-    def _ranks(self, c: Candidate) -> tuple[int, int, tuple[tuple[int, int], ...]]:
-        """(embedding rank, head rank, (dense, MoE) decoder layers of each rank with balanced chunks)."""
-        key = (c.pp, c.vpp, c.schedule)
-        if key not in self._rank_info:
-            layout, kinds = c.layout(), self.model.moe_layers()
-            counts = tuple((len(ids) - sum(kinds[i] for i in ids), sum(kinds[i] for i in ids))
-                           for ids in rank_layer_ids(layout, self.model.num_layers))
-            self._rank_info[key] = (layout.embedding_rank, layout.head_rank, counts)
-        return self._rank_info[key]
-
-    def _alive(self, c: Candidate, m: int) -> tuple[float, ...]:
-        key = (c.schedule, c.pp, m, c.vpp)
-        if key not in self._in_flight:
-            self._in_flight[key] = tuple(in_flight(c.schedule, r, c.pp, m, c.vpp) for r in range(c.pp))
-        return self._in_flight[key]
-
-    def _piece_states(self, c: Candidate) -> tuple[float, float, float, float]:
-        """States (weights, gradients, optimizer) of one dense layer, one MoE layer, the embedding and the head."""
-        beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
-        if key not in self._pieces:
-            layout, job, model = c.layout(), self.job, self.model
-            pieces = (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
-                      one_layer_params(model, job, c.tp, c.ep, c.etp, True),
-                      StageParams(embedding_params(model, job, c.tp)),
-                      head_params(model, job, c.tp, beside, c.ep, c.etp))
-            self._pieces[key] = tuple(stage_states(p, layout, job).total for p in pieces)  # type: ignore[assignment]
-        return self._pieces[key]
-
-    def _rank_bytes(self, c: Candidate) -> tuple[list[float], tuple[float, ...], float, float]:
-        """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer)."""
-        emb, head, _ = self._ranks(c)
-        alive = self._alive(c, self.job.global_batch // (c.dp * c.mbs))
-        s_dense, s_moe, s_emb, s_head = self._piece_states(c)
-        logits = M.logits_bytes(self.model, self.job.seq_len, c.mbs, c.tp, c.cp) * (1 + self.model.mtp_layers)
-        fixed = [M.BUFFER_ALLOWANCE_GIB * GIB + (s_emb if r == emb else 0.0) + (s_head + logits if r == head else 0.0)
-                 for r in range(c.pp)]
-        return fixed, alive, s_dense, s_moe
-
-    def memory_floor(self, c: Candidate, balanced: bool) -> float:
-        """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
-        chunks when `balanced`, else any split of the layers with at least one per rank, any of them fully
-        recomputed. A candidate whose floor exceeds the GPU's memory cannot fit."""
-        fixed, alive, s_dense, s_moe = self._rank_bytes(c)
-        acts = self.activations(c)
-        a_dense, a_moe = acts.dense, acts.moe
-        if not balanced:  # the split may recompute any layer fully: it then stores its input only
-            a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
-        if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two layers: >= 0)
-            a_dense = a_moe = 0.0
-        per_layer = ([s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive])
-        if balanced:
-            floor = max(fixed[r] + n_dense * per_layer[0][r] + n_moe * per_layer[1][r]
-                        for r, (n_dense, n_moe) in enumerate(self._ranks(c)[2]))
-        else:
-            n_dense, n_moe = F.decoder_layer_counts(self.model)
-            kinds = [(per_layer[0], n_dense), (per_layer[1], n_moe)]
-            floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
-        return floor * (1 - _ROUNDING)
+    def _offload_floor(self, c: Candidate) -> float:
+        """Exposed host copies of the average stage per micro-batch, at the least: each layer's copies as
+        cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with parameter
+        offload, its stored activations with activation offload), every decoder layer over pp ranks, each at the
+        cheaper of its own recomputation and full recomputation (whose smaller copy may hide behind a longer
+        backward) net of the time full recomputation adds, which the bound's other terms do not count. 0 without
+        weights or activations on the host."""
+        weights, stored = Offload.PARAMS in c.offload, Offload.ACTIVATIONS in c.offload
+        if not (weights or stored):
+            return 0.0
+        times, acts, layout = self.get(c), self.activations(c), c.layout()
+        dense, moe, _, _ = self._pieces_of(c)
+        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        total = 0.0
+        for n, base, full, act, params in ((n_dense, times.decoder, times.decoder_full, acts.dense, dense),
+                                           (n_moe, times.moe, times.moe_full, acts.moe, moe)):
+            if not n or base is None or full is None:
+                continue
+            w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
+            own = layer_offload_exposed(base, w, act if stored else 0.0, self.cluster)
+            fully = layer_offload_exposed(full, w, acts.full if stored else 0.0, self.cluster) + full.total - base.total
+            total += n * max(0.0, min(own, fully))
+        return total / c.pp * (1 - _ROUNDING)
 
     def tight_bound(self, c: Candidate, balanced: bool) -> float:
         """`bound(c)` with the recomputation every split that fits needs (`recompute_floor`) and the slowest rank
         of any split that fits (`fitting_slowest`); for balanced chunks (whose recomputation is the candidate's own)
         with the slowest rank's own layers."""
         if balanced:  # the ranks hold the layers they hold: the slowest takes at least its layers and ends
-            times, (emb, head, counts) = self.get(c), self._ranks(c)
+            times, (emb, head, counts) = self.get(c), self.ranks(c)
             moe = times.moe.total if times.moe is not None else 0.0
             slowest = max(n_dense * times.decoder.total + n_moe * moe + (times.embedding.total if r == emb else 0.0)
                           + (times.head.total if r == head else 0.0) for r, (n_dense, n_moe) in enumerate(counts))
@@ -380,9 +277,9 @@ class SearchBounds:
         if Offload.ACTIVATIONS in c.offload:
             return 0.0
         times, acts = self.get(c), self.activations(c)
-        fixed, alive, s_dense, s_moe = self._rank_bytes(c)
+        fixed, alive, s_dense, s_moe = self.rank_bytes(c)
         n_dense, n_moe = F.decoder_layer_counts(self.model)
-        emb, head, _ = self._ranks(c)
+        emb, head, _ = self.ranks(c)
         ends = [(times.embedding.total if r == emb else 0.0) + (times.head.total if r == head else 0.0)
                 for r in range(c.pp)]
         cap = self.cluster.gpu.memory_gib * GIB
@@ -415,7 +312,7 @@ class SearchBounds:
         if Offload.ACTIVATIONS in c.offload:  # recomputation frees no GPU memory when activations are on the host
             return 0.0
         times, acts = self.get(c), self.activations(c)
-        fixed, alive, s_dense, s_moe = self._rank_bytes(c)
+        fixed, alive, s_dense, s_moe = self.rank_bytes(c)
         n_dense, n_moe = F.decoder_layer_counts(self.model)
         kappa = 1.0 - self.cluster.gpu.overlap_efficiency if c.zero >= ZeroStage.GRADIENTS else 1.0
         rho, per_layer, counts = math.inf, [], []

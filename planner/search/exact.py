@@ -47,6 +47,8 @@ from planner.core import (
     ClusterSpec,
     JobSpec,
     ModelSpec,
+    Offload,
+    ZeroStage,
     check_expert_degrees,
 )
 from planner.core.errors import InfeasibleError
@@ -54,7 +56,15 @@ from planner.search.bounds import SearchBounds
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.ranked import Certificate, Ranked, SearchResult
 from planner.search.simulate import simulated_step_time
-from planner.search.space import Candidate, SearchSpec, candidates, module_family, next_module_set, no_layout_reason
+from planner.search.space import (
+    Candidate,
+    SearchSpec,
+    candidates,
+    module_family,
+    next_module_set,
+    no_layout_reason,
+    offload_options,
+)
 from planner.search.splits import solve_split, split_problem, v_chunks
 
 log = logging.getLogger(__name__)
@@ -132,18 +142,34 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     spec, options = spec or SearchSpec(), options or SolveOptions()
     check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
     layer_times = SearchBounds(model, cluster, job)
-    capacity = cluster.gpu.memory_gib * GIB
-    pool = list(candidates(model, cluster, job, spec))
+    capacity, host_capacity = cluster.gpu.memory_gib * GIB, layer_times.host_capacity()
+    pool = list(candidates(model, cluster, job, spec, offload_variants=False))
     if not pool:
         raise InfeasibleError(no_layout_reason(model, cluster, job, spec))
+    offloads = {z: offload_options(z, spec) for z in ZeroStage}
+    variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
+
+    def within_state_bound(c: Candidate) -> tuple[frozenset[Offload], ...]:
+        """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
+        floor, which is their group's."""
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, layer_times.beside(c))
+        if key not in variants:
+            variants[key] = tuple(o for o in offloads[c.zero]
+                                  if layer_times.state_bound(replace(c, offload=o)) <= capacity)
+        return variants[key]
+
     groups: dict[tuple[object, ...], list[Candidate]] = {}  # candidates within the state bound, by `group_key`
+    fitting = total = 0
     for c in pool:
-        if layer_times.state_bound(c) <= capacity:
+        total += len(offloads[c.zero])
+        fit = len(within_state_bound(c))
+        if fit:
+            fitting += fit
             groups.setdefault(layer_times.group_key(c), []).append(c)
-    fitting = sum(len(g) for g in groups.values())
-    pruned_memory = len(pool) - fitting
+    pruned_memory = total - fitting
     if not fitting:
-        raise InfeasibleError(_no_fit_message(layer_times, pool))
+        raise InfeasibleError(_no_fit_message(layer_times, [replace(c, offload=o) for c in pool
+                                                            for o in offloads[c.zero]]))
     # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
     # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
     # reaches the top, each is queued at its bound; there a candidate is dropped if its memory floor exceeds the GPU or
@@ -155,7 +181,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
     family = module_family(model, job, spec)
     heap: list[tuple[float, tuple[int, ...], int, int, Candidate | list[Candidate]]] = [
-        (layer_times.group_floor(g), (), 0, i, g) for i, g in enumerate(groups.values())]
+        (layer_times.group_floor(g, offloads[g[0].zero]), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
     steps: dict[Candidate, float | None] = {}  # settled: the step time, None where nothing fits or it is dominated
@@ -196,16 +222,19 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         bound, key, level, _, item = heapq.heappop(heap)
         if len(top) >= spec.top_k and bound >= -top[0][0]:
             break
-        if isinstance(item, list):  # a group at its floor: each queued at its bound
-            for c in item:
-                heapq.heappush(heap, (layer_times.bound(c), c.sort_key(), 1, 0, c))
+        if isinstance(item, list):  # a group at its floor: each offload choice of each queued at its bound
+            for base in item:
+                for o in within_state_bound(base):
+                    c = base if o == base.offload else replace(base, offload=o)
+                    heapq.heappush(heap, (layer_times.bound(c), c.sort_key(), 1, 0, c))
             continue
         cand = item
         if level == 2:
             settle(cand)
             continue
         balanced = balanced_only(cand, spec)
-        if layer_times.memory_floor(cand, balanced) > capacity:  # no layout of it fits
+        if (layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits on the GPU
+                or layer_times.host_floor(cand, balanced) > host_capacity):  # or in its node's host memory
             steps[cand] = None
             tally["floored"] += 1
         else:  # re-queued at the bound with the recomputation it needs
@@ -217,7 +246,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
             tally["expanded"] += 1
     evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
     if not top:
-        raise InfeasibleError(_no_fit_message(layer_times, [c for g in groups.values() for c in g]))
+        raise InfeasibleError(_no_fit_message(layer_times, [replace(c, offload=o) for g in groups.values() for c in g
+                                                            for o in within_state_bound(c)]))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     # on uneven stages the simulator is the reference: it re-ranks the finalists (ties keep the order)
     ranked = [replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction))
@@ -226,7 +256,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     cert = Certificate(
         method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
                "discrete-event pipeline simulator", solver=solver,
-        candidates=len(pool) + expanded, evaluated=evaluated, pruned_memory=pruned_memory + floored,
+        candidates=total + expanded, evaluated=evaluated, pruned_memory=pruned_memory + floored,
         pruned_time=fitting + expanded - evaluated - floored, infeasible=infeasible,
         solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap)

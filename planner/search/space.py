@@ -345,8 +345,10 @@ def next_module_set(c: Candidate, family: list[frozenset[RecomputeModule]], job:
     return None
 
 
-def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Candidate]:
-    """Every valid degree tuple, in a fixed order."""
+def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec,
+               offload_variants: bool = True) -> Iterator[Candidate]:
+    """Every valid degree tuple, in a fixed order; without `offload_variants` each with the first of its
+    `offload_options` only (the search adds the others when it reaches the candidate)."""
     recomputes = recompute_options(model, job, spec)
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
@@ -358,7 +360,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
             z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
-        offloads = {z: offload_options(z, spec) for z in zeros}
+        offloads = {z: offload_options(z, spec)[:None if offload_variants else 1] for z in zeros}
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
             if sp and tp == 1:
                 continue

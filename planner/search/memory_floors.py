@@ -1,0 +1,204 @@
+"""Memory floors of one search: the least bytes a GPU, and a node's host memory, need in every layout that pricing a
+candidate can return, so that a candidate which cannot fit is dropped before its split is solved.
+
+GPU (`RankMemory.memory_floor`): a rank holding layers costs (cost_models.step.stage_cost)
+    states of its parameters + stored activations · micro-batches in flight + its end pieces + buffers,
+states linear in the parameters (cost_models.sync.stage_states) and a fully recomputed layer storing its input only.
+So a rank r costs at least fixed_r + Σ over its layers of c_rk, with fixed_r what rank r holds whatever its layers:
+the buffers, ZeRO-3's gathered modules, the two layers' worth that activation offloading keeps on the GPU, on the
+embedding rank its states and its activations in flight, on the head rank its states, the logits and the
+multi-token-prediction layers' activations in flight; c_rk = states of one layer of kind k + the least bytes it
+stores per micro-batch (none when activations go to the host) · the micro-batches rank r keeps in flight. Every
+layout priced gives each rank at least one layer. With the layers as they fall (balanced chunks) the floor is the
+largest rank's; when the split is solved, `packing_floor` bounds the best assignment. The recomputed layer's
+transient copy is left out (>= 0).
+
+Host (`RankMemory.host_floor`, with offloading): a GPU's host bytes are its offloaded optimizer state and weights
+(linear in its parameters, cost_models.sync.host_state_bytes) and, with activation offloading, its stored
+activations · micro-batches in flight; the node holding the busiest rank keeps min(GPUs per stage, GPUs per node)
+GPUs of that rank's stage (cost_models.offload.node_host_bytes), each needing at least the rank's floor.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cost_models import flops as F
+from cost_models import memory as M
+from cost_models.knobs import LayerActivations, LayerKnobs
+from cost_models.offload import host_capacity_bytes
+from cost_models.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
+from cost_models.schedules import in_flight
+from cost_models.step import layer_activations, rank_layer_ids
+from cost_models.sync import host_state_bytes, stage_states
+from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
+from planner.search.floors import packing_floor
+from planner.search.space import Candidate
+
+ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
+
+
+def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
+    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
+    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
+    fixed buffer allowance."""
+    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job)
+    return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+
+
+class RankMemory:
+    """Per-rank memory of a search's candidates (module docstring), cached by what each part depends on."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+        self.model, self.cluster, self.job = model, cluster, job
+        self._params: dict[tuple[int, bool, int, int], StageParams] = {}
+        self._states: dict[tuple[object, ...], float] = {}
+        self._beside: dict[tuple[int, int, Schedule], bool] = {}
+        self._acts: dict[LayerKnobs, LayerActivations] = {}
+        self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
+        self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
+        self._pieces: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._host_pieces: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+
+    def knobs(self, c: Candidate) -> LayerKnobs:
+        return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+
+    def beside(self, c: Candidate) -> bool:
+        """Whether the candidate's embedding and LM head share a rank (it depends on pp, vpp and the schedule)."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._beside:
+            self._beside[key] = c.layout().head_beside_embedding
+        return self._beside[key]
+
+    def state_bound(self, c: Candidate) -> float:
+        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
+        if key not in self._states:
+            self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
+        return self._states[key]
+
+    def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
+        """All parameters of one rank of the (tp, ep, etp) mesh, over every pipeline stage."""
+        key = (c.tp, head_beside_embedding, c.ep, c.etp)
+        if key not in self._params:
+            self._params[key] = rank_params(self.model, self.job, c.tp, head_beside_embedding, c.ep, c.etp)
+        return self._params[key]
+
+    def activations(self, c: Candidate) -> LayerActivations:
+        """Bytes one layer of each kind stores per micro-batch (`layer_activations`), once per knobs."""
+        knobs = self.knobs(c)
+        if knobs not in self._acts:
+            self._acts[knobs] = layer_activations(self.model, self.cluster, self.job, knobs)
+        return self._acts[knobs]
+
+    def ranks(self, c: Candidate) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+        """(embedding rank, head rank, (dense, MoE) decoder layers of each rank with balanced chunks)."""
+        key = (c.pp, c.vpp, c.schedule)
+        if key not in self._rank_info:
+            layout, kinds = c.layout(), self.model.moe_layers()
+            counts = tuple((len(ids) - sum(kinds[i] for i in ids), sum(kinds[i] for i in ids))
+                           for ids in rank_layer_ids(layout, self.model.num_layers))
+            self._rank_info[key] = (layout.embedding_rank, layout.head_rank, counts)
+        return self._rank_info[key]
+
+    def alive(self, c: Candidate) -> tuple[float, ...]:
+        """Micro-batches each rank keeps in flight (`cost_models.schedules.in_flight`)."""
+        m = self.job.global_batch // (c.dp * c.mbs)
+        key = (c.schedule, c.pp, m, c.vpp)
+        if key not in self._in_flight:
+            self._in_flight[key] = tuple(in_flight(c.schedule, r, c.pp, m, c.vpp) for r in range(c.pp))
+        return self._in_flight[key]
+
+    def _pieces_of(self, c: Candidate) -> tuple[StageParams, StageParams, StageParams, StageParams]:
+        """Parameters of one dense layer, one MoE layer, the embedding and the head on one rank."""
+        model, job = self.model, self.job
+        return (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
+                one_layer_params(model, job, c.tp, c.ep, c.etp, True),
+                StageParams(embedding_params(model, job, c.tp)),
+                head_params(model, job, c.tp, self.beside(c), c.ep, c.etp))
+
+    def _piece_states(self, c: Candidate) -> tuple[float, float, float, float]:
+        """GPU states (weights, gradients, optimizer) of one dense layer, one MoE layer, the embedding and the head."""
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
+        if key not in self._pieces:
+            layout, job = c.layout(), self.job
+            self._pieces[key] = tuple(stage_states(p, layout, job).total  # type: ignore[assignment]
+                                      for p in self._pieces_of(c))
+        return self._pieces[key]
+
+    def _piece_host_states(self, c: Candidate) -> tuple[float, float, float, float]:
+        """`_piece_states` for the host: offloaded optimizer state and weights of each piece."""
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
+        if key not in self._host_pieces:
+            layout, job = c.layout(), self.job
+            self._host_pieces[key] = tuple(host_state_bytes(p, layout, job)  # type: ignore[assignment]
+                                           for p in self._pieces_of(c))
+        return self._host_pieces[key]
+
+    def rank_bytes(self, c: Candidate) -> tuple[list[float], tuple[float, ...], float, float]:
+        """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
+        module docstring's fixed_r, as cost_models.step._stage_memory and stage_cost count them."""
+        emb, head, _ = self.ranks(c)
+        alive = self.alive(c)
+        s_dense, s_moe, s_emb, s_head = self._piece_states(c)
+        model, job, acts = self.model, self.job, self.activations(c)
+        logits = M.logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp) * (1 + model.mtp_layers)
+        mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
+        mtp = model.mtp_layers * (acts.moe if mtp_moe else acts.dense)
+        first = M.embedding_activation_bytes(model, job.seq_len, c.mbs, c.tp, c.cp, c.sp) + acts.vision
+        every = M.BUFFER_ALLOWANCE_GIB * GIB
+        if c.zero is ZeroStage.WEIGHTS:
+            every += M.zero3_working_bytes(model, c.tp, job.runtime.grad_reduce_bytes, c.ep, c.etp)
+        if Offload.ACTIVATIONS in c.offload:
+            every += 2 * max(acts.dense, acts.moe)
+        fixed = [every + (s_emb + first * math.ceil(alive[r]) if r == emb else 0.0)
+                 + (s_head + logits + mtp * math.ceil(alive[r]) if r == head else 0.0) for r in range(c.pp)]
+        return fixed, alive, s_dense, s_moe
+
+    def memory_floor(self, c: Candidate, balanced: bool) -> float:
+        """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
+        chunks when `balanced`, else any split of the layers with at least one per rank, any of them fully
+        recomputed. A candidate whose floor exceeds the GPU's memory cannot fit."""
+        fixed, alive, s_dense, s_moe = self.rank_bytes(c)
+        acts = self.activations(c)
+        a_dense, a_moe = acts.dense, acts.moe
+        if not balanced:  # the split may recompute any layer fully: it then stores its input only
+            a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
+        if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two are in fixed)
+            a_dense = a_moe = 0.0
+        return self._largest_rank(c, balanced, fixed, [s_dense + a_dense * a for a in alive],
+                                  [s_moe + a_moe * a for a in alive])
+
+    def host_floor(self, c: Candidate, balanced: bool) -> float:
+        """Host bytes at least one node needs in every layout that pricing `c` can return (module docstring); 0
+        without offloading. A candidate whose floor exceeds `host_capacity` cannot fit."""
+        if not c.offload:
+            return 0.0
+        emb, head, _ = self.ranks(c)
+        h_dense, h_moe, h_emb, h_head = self._piece_host_states(c)
+        alive, acts = self.alive(c), self.activations(c)
+        a_dense = a_moe = 0.0
+        if Offload.ACTIVATIONS in c.offload:
+            a_dense, a_moe = acts.dense, acts.moe
+            if not balanced:
+                a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
+        fixed = [(h_emb if r == emb else 0.0) + (h_head if r == head else 0.0) for r in range(c.pp)]
+        rank = self._largest_rank(c, balanced, fixed, [h_dense + a_dense * a for a in alive],
+                                  [h_moe + a_moe * a for a in alive])
+        return min(c.tp * c.cp * c.dp, self.cluster.gpus_per_node, self.cluster.num_gpus) * rank
+
+    def host_capacity(self) -> float:
+        return host_capacity_bytes(self.cluster)
+
+    def _largest_rank(self, c: Candidate, balanced: bool, fixed: list[float], dense: list[float],
+                      moe: list[float]) -> float:
+        """The largest rank's fixed_r + Σ c_rk over its layers: as the balanced chunks fall, or over any split."""
+        if balanced:
+            floor = max(fixed[r] + n_dense * dense[r] + n_moe * moe[r]
+                        for r, (n_dense, n_moe) in enumerate(self.ranks(c)[2]))
+        else:
+            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            kinds = [(dense, n_dense), (moe, n_moe)]
+            floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
+        return floor * (1 - ROUNDING)
