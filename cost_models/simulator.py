@@ -132,8 +132,26 @@ def simulate(program: Program, durations: Durations) -> SimResult:
         clock[device] = end
         done[(op.kind.value, op.microbatch, op.chunk)] = end
         events.append(Event(device, op, start, end))
+        # the ops that can wait on this one: the device's own next op and the neighbouring chunks' (F(mb, c + 1)
+        # after F(mb, c), B(mb, c − 1) after B(mb, c)); no other device's readiness changes
+        stale[device] = True
+        if op.chunk + 1 < chunks:
+            stale[place[op.chunk + 1]] = True
+        if op.chunk > 0:
+            stale[place[op.chunk - 1]] = True
         if op.kind is OpKind.B and program.split_backward and not program.explicit_w:
             pending_w[device].append(Op(OpKind.W, op.microbatch, op.chunk))
+
+    stale = [True] * program.num_devices  # whose queue head's readiness must be looked at again
+    heads: list[float | None] = [None] * program.num_devices
+
+    def head_ready(device: int) -> float | None:
+        """`ready_at` of the device's next scheduled op, recomputed only after an op it may wait on has run."""
+        if stale[device]:
+            queue = queues[device]
+            heads[device] = ready_at(queue[0], device) if queue else None
+            stale[device] = False
+        return heads[device]
 
     remaining = sum(len(q) for q in queues)
     while remaining or any(pending_w):
@@ -142,7 +160,7 @@ def simulate(program: Program, durations: Durations) -> SimResult:
         # key: (start, device, rank) with rank 0 for an over-limit W, 1 for the scheduled op, 2 for a filler W
         best: tuple[float, int, int] | None = None
         for device, queue in enumerate(queues):
-            head = ready_at(queue[0], device) if queue else None
+            head = head_ready(device) if queue else None
             if head is not None and (best is None or (head, device, 1) < best):
                 best = (head, device, 1)
             limit = program.max_pending_w[device] if program.max_pending_w else 0

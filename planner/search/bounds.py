@@ -14,6 +14,7 @@ from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.offload import layer_offload_exposed
+from cost_models.params import StageParams
 from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, optimizer_time, shard_params, sharded_dp_exposed
@@ -38,6 +39,9 @@ class SearchBounds(RankMemory):
         self._parts: dict[tuple[object, ...], tuple[float, float, float]] = {}
         self._averages: dict[tuple[object, ...], LayerTime] = {}
         self._traffic: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._least: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._comm: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._family_parts: dict[tuple[object, ...], tuple[float, LayerTime, StageParams, float]] = {}
 
     def sends(self, c: Candidate) -> float:
         """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
@@ -77,7 +81,7 @@ class SearchBounds(RankMemory):
         a, f, b = self._average_parts(first)
         shapes = {(c.schedule, c.vpp): c for c in group}
         placements = {self.beside(c): c for c in shapes.values()}  # the traffic depends on the shape through it
-        floors = [self._traffic_floor(c, o) for c in placements.values() for o in offloads]
+        floors = [self._least_traffic(c, offloads) for c in placements.values()]
         a += min(t for t, _ in floors)
         tail = min(t for _, t in floors)
 
@@ -96,21 +100,34 @@ class SearchBounds(RankMemory):
         """What `group_floor` groups by: `floor_key` and the ZeRO stage."""
         return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.zero)
 
+    def _least_traffic(self, c: Candidate, offloads: Sequence[frozenset[Offload]]) -> tuple[float, float]:
+        """The least of each of `_traffic_floor`'s terms over the offload choices `offloads`, once per (degrees, ZeRO
+        stage, head placement, choices)."""
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), tuple(offloads))
+        if key not in self._least:
+            floors = [self._traffic_floor(c, o) for o in offloads]
+            self._least[key] = (min(t for t, _ in floors), min(t for _, t in floors))
+        return self._least[key]
+
     def _traffic_floor(self, c: Candidate, offload: frozenset[Offload] | None = None) -> tuple[float, float]:
         """(exposed ZeRO-2/3 traffic of the average stage per micro-batch, step tail) at the least: `_family`'s terms
         with windows long enough to hide all they can (exposed = κ·traffic, `GpuSpec.exposed`), which only shorter
-        windows exceed; once per (degrees, ZeRO stage, head placement, offload choice: c's unless given)."""
+        windows exceed; once per (degrees, ZeRO stage, head placement, offload choice: c's unless given). With such
+        windows the communication does not depend on the offload choice (the gradient shard's copy to the host hides
+        behind them too): it is priced once for all of them, the optimizer step for each."""
         beside = self.beside(c)
         offload = c.offload if offload is None else offload
         key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, offload)
         if key not in self._traffic:
             model, job, cluster = self.model, self.job, self.cluster
-            layout = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B, offload=offload).layout()
             params = self.params(c, beside).scaled(1 / c.pp)
-            wide = LayerTime(forward=math.inf, backward=math.inf)
-            self._traffic[key] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
-                                  dp_reduce_exposed(params, layout, job, cluster, math.inf, math.inf)
-                                  + optimizer_time(params, layout, job, cluster))
+            layout = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B, offload=offload).layout()
+            if key[:-1] not in self._comm:
+                wide = LayerTime(forward=math.inf, backward=math.inf)
+                self._comm[key[:-1]] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
+                                        dp_reduce_exposed(params, layout, job, cluster, math.inf, math.inf))
+            traffic, reduce = self._comm[key[:-1]]
+            self._traffic[key] = (traffic, reduce + optimizer_time(params, layout, job, cluster))
         return self._traffic[key]
 
     def _average_parts(self, c: Candidate) -> tuple[float, float, float]:
@@ -212,14 +229,19 @@ class SearchBounds(RankMemory):
                head_beside_embedding, c.offload)
         if key in self._families:
             return self._families[key]
-        c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
         model, job, cluster = self.model, self.job, self.cluster
+        if key[:-1] not in self._family_parts:  # what does not depend on the offload choice
+            bare = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B, offload=frozenset())
+            layout = bare.layout()
+            avg = self._average(bare)
+            params = self.params(bare, head_beside_embedding).scaled(1 / c.pp)
+            self._family_parts[key[:-1]] = (pipeline_hop_time(model, job, cluster, layout), avg, params,
+                                            sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster,
+                                                               avg))
+        hop, avg, params, sharded = self._family_parts[key[:-1]]
+        c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
         layout = c.layout()
-        hop = pipeline_hop_time(model, job, cluster, layout)
-        layers = model.num_layers / c.pp
-        avg = self._average(c)
-        params = self.params(c, head_beside_embedding).scaled(1 / c.pp)
-        stage = avg.total + sharded_dp_exposed(params, layers, layout, job, cluster, avg) + self._offload_floor(c)
+        stage = avg.total + sharded + self._offload_floor(c)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)

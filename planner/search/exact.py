@@ -146,7 +146,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     pool = list(candidates(model, cluster, job, spec, offload_variants=False))
     if not pool:
         raise InfeasibleError(no_layout_reason(model, cluster, job, spec))
-    offloads = {z: offload_options(z, spec) for z in ZeroStage}
+    offloads = {z: tuple(offload_options(z, spec)) for z in ZeroStage}
     variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
 
     def within_state_bound(c: Candidate) -> tuple[frozenset[Offload], ...]:
