@@ -132,50 +132,42 @@ def simulate(program: Program, durations: Durations) -> SimResult:
         clock[device] = end
         done[(op.kind.value, op.microbatch, op.chunk)] = end
         events.append(Event(device, op, start, end))
-        # the ops that can wait on this one: the device's own next op and the neighbouring chunks' (F(mb, c + 1)
-        # after F(mb, c), B(mb, c − 1) after B(mb, c)); no other device's readiness changes
-        stale[device] = True
-        if op.chunk + 1 < chunks:
-            stale[place[op.chunk + 1]] = True
-        if op.chunk > 0:
-            stale[place[op.chunk - 1]] = True
         if op.kind is OpKind.B and program.split_backward and not program.explicit_w:
             pending_w[device].append(Op(OpKind.W, op.microbatch, op.chunk))
 
-    stale = [True] * program.num_devices  # whose queue head's readiness must be looked at again
-    heads: list[float | None] = [None] * program.num_devices
-
-    def head_ready(device: int) -> float | None:
-        """`ready_at` of the device's next scheduled op, recomputed only after an op it may wait on has run."""
-        if stale[device]:
-            queue = queues[device]
-            heads[device] = ready_at(queue[0], device) if queue else None
-            stale[device] = False
-        return heads[device]
-
-    remaining = sum(len(q) for q in queues)
-    while remaining or any(pending_w):
-        # the next event is whichever can start earliest: a device's next scheduled op, or a pending
-        # weight-gradient op on a device that would otherwise wait (or holds too many of them)
-        # key: (start, device, rank) with rank 0 for an over-limit W, 1 for the scheduled op, 2 for a filler W
-        best: tuple[float, int, int] | None = None
-        for device, queue in enumerate(queues):
-            head = head_ready(device) if queue else None
-            if head is not None and (best is None or (head, device, 1) < best):
-                best = (head, device, 1)
-            limit = program.max_pending_w[device] if program.max_pending_w else 0
-            forced = len(pending_w[device]) > limit
-            idle = head is None or head > clock[device]
-            if pending_w[device] and (forced or idle):
+    def device_key(device: int) -> tuple[float, int, int] | None:
+        """The device's earliest possible event, keyed (start, device, rank): its next scheduled op (rank 1) when its
+        inputs are there, or a pending weight-gradient op when it would otherwise wait (rank 2) or holds more of
+        them than its limit (rank 0, first); None when it can do nothing yet."""
+        queue, pending = queues[device], pending_w[device]
+        head = ready_at(queue[0], device) if queue else None
+        best = None if head is None else (head, device, 1)
+        if pending:
+            forced = len(pending) > (program.max_pending_w[device] if program.max_pending_w else 0)
+            if forced or head is None or head > clock[device]:
                 key = (clock[device], device, 0 if forced else 2)
                 if best is None or key < best:
                     best = key
+        return best
+
+    # The next event is the least key over the devices. A device's key changes only when an op it may wait on has
+    # run: its own (its clock, queue and pending W) or a neighbouring chunk's (F(mb, c + 1) waits on F(mb, c) and
+    # B(mb, c − 1) on B(mb, c)), so only those devices' keys are looked at again after each event.
+    keys = [device_key(d) for d in range(program.num_devices)]
+    remaining = sum(len(q) for q in queues)
+    while remaining or any(pending_w):
+        best = min((k for k in keys if k is not None), default=None)
         if best is None:
             raise ValueError("the schedule deadlocks: some device waits for work that can never be ready")
         start, device, rank = best
         if rank != 1:
-            run(device, pending_w[device].popleft(), start)
+            op = pending_w[device].popleft()
         else:
-            run(device, queues[device].popleft(), start)
+            op = queues[device].popleft()
             remaining -= 1
+        run(device, op, start)
+        keys[device] = device_key(device)
+        for c in (op.chunk - 1, op.chunk + 1):
+            if 0 <= c < chunks and place[c] != device:
+                keys[place[c]] = device_key(place[c])
     return SimResult(max(clock), tuple(events), tuple(peak), tuple(busy))
