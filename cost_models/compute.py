@@ -46,14 +46,22 @@ FP8_CAST_BYTES = 4.0
 def gemm_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> float:
     """Roofline of one GEMM with the efficiency curve evaluated at the GEMM's own FLOPs.
 
-    fp8 GEMMs run at the fp8 peak times the same curve times `fp8_matmul_ratio` (fp8 kernels reach a smaller
+    fp8 GEMMs run at the fp8 peak times the curve times `fp8_matmul_ratio` (fp8 kernels reach a smaller
     share of their doubled peak: the epilogue, scaling and the bf16 output are not faster) and read 1-byte
-    operands. A batched GEMM is treated as one kernel of the summed work (cuBLAS strided-batched)."""
+    operands. The curve is one of bf16 FLOPs: what keeps small GEMMs from peak (launch latency, pipeline
+    prologue and epilogue, the last partial wave) costs time, not FLOPs, and an fp8 GEMM of F FLOPs is as short
+    as a bf16 GEMM of F·peak_bf16/peak_fp8 (the ridge moves up with the doubled peak), so it takes that GEMM's
+    point of the curve:
+        η_fp8(F) = fp8_matmul_ratio · η(F · peak_bf16 / peak_fp8)
+    A batched GEMM is treated as one kernel of the summed work (cuBLAS strided-batched)."""
     flops = gemm.flops
     if flops == 0:
         return 0.0
     fp8 = gpu.has_fp8(dtype)
-    eff = gpu.matmul_efficiency.at(flops) * (gpu.fp8_matmul_ratio if fp8 else 1.0)
+    if fp8:
+        eff = gpu.matmul_efficiency.at(flops * gpu.peak(Dtype.BF16) / gpu.peak(dtype)) * gpu.fp8_matmul_ratio
+    else:
+        eff = gpu.matmul_efficiency.at(flops)
     compute = flops / (gpu.peak(dtype) * eff)
     return max(compute, memory_time(gemm.bytes(1.0 if fp8 else 2.0), gpu))
 

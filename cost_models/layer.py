@@ -35,13 +35,50 @@ from cost_models.host import layer_host_wait
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
 from cost_models.moe import moe_mlp_time, routed_rows
-from planner.core import AttentionKernel, ClusterSpec, Dtype, JobSpec, ModelSpec, Recompute, RecomputeModule
+from planner.core import (
+    AttentionKernel,
+    ClusterSpec,
+    Dtype,
+    GpuSpec,
+    JobSpec,
+    ModelSpec,
+    Recompute,
+    RecomputeModule,
+)
 from planner.core.errors import LayoutError
 
 
 def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int, multi_rail: bool) -> float:
     """`count` all-reduce-equivalents over the TP group (innermost: stride 1)."""
     return count * collective_time(Collective.ALL_REDUCE, nbytes, knobs.tp, 1, cluster, multi_rail)
+
+
+def sequence_parallel_tp_time(cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs, tokens: float, hidden: int,
+                              blocks: int, gemm_f: float, gemm_b: float) -> tuple[float, float]:
+    """(forward, backward) exposed seconds of the TP collectives of `blocks` column → row parallel pairs (attention:
+    QKV → projection; MLP: FC1 → FC2) under sequence parallelism, as Transformer Engine's linear layers run them
+    (transformer_engine/pytorch/module/{layernorm_linear,linear}.py, 1.x and later; Megatron-core's own
+    tensor_parallel/layers.py does the same since sequence parallelism, Korthikanti et al. 2022):
+      forward   the column layer all-gathers its normed input, the row layer reduce-scatters its output: both on
+                the critical path;
+      backward  the row layer all-gathers its output gradient before its GEMMs (exposed); the column layer
+                re-gathers its input asynchronously beside its dgrad GEMM ("Overlap input AG with dgrad") and
+                reduce-scatters dgrad beside its wgrad GEMM ("Overlap dgrad-RS/AR with wgrad"): hidden but for
+                the SMs and bandwidth NCCL takes (`GpuSpec.exposed`).
+    In fp8 the gathered tensors are the fp8 casts (1 byte per element: TE gathers `ln_out` after the fused norm +
+    cast, and the row layer's gradient after its cast); reduce-scatters carry bf16 (2 bytes). With an all-reduce
+    of T·h·2 bytes as the unit (an all-gather plus a reduce-scatter of bf16), an all-gather counts g = ½ (bf16) or
+    ¼ (fp8) and a reduce-scatter ½:
+        forward = blocks · (g + ½) · AR,   backward = blocks · g · AR + exposed(blocks · (g + ½) · AR, backward GEMMs)
+    With `Runtime.tp_comm_overlap` (userbuffers) every collective is chunked and pipelined with the GEMMs beside it."""
+    unit = _tp_comm(cluster, knobs, tokens * hidden * 2, 1, job.runtime.multi_rail)
+    gather = 0.25 if cluster.gpu.has_fp8(job.dtype) else 0.5
+    forward = blocks * (gather + 0.5) * unit
+    beside_gemms = blocks * (gather + 0.5) * unit
+    gpu = cluster.gpu
+    if job.runtime.tp_comm_overlap:
+        return gpu.exposed(forward, gemm_f), gpu.exposed(blocks * gather * unit + beside_gemms, gemm_b)
+    return forward, blocks * gather * unit + gpu.exposed(beside_gemms, gemm_b)
 
 
 def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
@@ -53,8 +90,15 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     q_len = s / knobs.cp
     if job.runtime.attention is AttentionKernel.FLASH:
         flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * (0.5 if model.causal else 1.0)
-        # ring attention (cp > 1) runs one kernel per block of s/cp keys: shorter kernels, lower efficiency
-        return flash_attention_time(flops, s / knobs.cp, d_qk, gpu)
+        if knobs.cp == 1 or not model.causal:
+            # ring attention without a causal mask runs one kernel per block of s/cp keys
+            return flash_attention_time(flops, s / knobs.cp, d_qk, gpu)
+        # causal ring attention, load-balanced (TE's AttnFuncWithCPAndKVP2P: each rank holds chunks i and 2cp-1-i
+        # of 2cp): the diagonal step, 1/cp of the work, attends to the rank's own s/cp keys; every later step
+        # attends to half a block (s/2cp keys, or half the queries against s/cp keys): shorter kernels
+        f1, b1 = flash_attention_time(flops / knobs.cp, s / knobs.cp, d_qk, gpu)
+        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), s / (2 * knobs.cp), d_qk, gpu)
+        return f1 + f2, b1 + b2
     batch = knobs.mbs * heads
     scores = Gemm(q_len, s, d_qk, batch)
     values = Gemm(q_len, d_v, s, batch)
@@ -80,6 +124,27 @@ def _measured_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
     if kind == "decoder" and knobs.recompute is Recompute.FULL:
         return LayerTime(row.forward_s, row.backward_s, row.forward_s, 3 * tp)  # the recompute repeats the forward TP
     return LayerTime(row.forward_s, row.backward_s, tp_comm=(2 * tp if kind == "decoder" else tp))
+
+
+def ring_attention_merge_time(model: ModelSpec, knobs: LayerKnobs, tokens: float, gpu: GpuSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of the element-wise work ring attention adds per ring step beside its kernels
+    (Transformer Engine's AttnFuncWithCPAndKVP2P, transformer_engine/pytorch/attention.py), per local token, each of
+    the cp steps, at HBM speed (bf16, widths per TP rank: q = a·d_qk/t, o = a·d_v/t, kv of the step's K and V):
+      forward   the half K,V block a causal step uses made contiguous (read and write half of kv: 2·kv bytes) and
+                the step's output merged into the running output by `flash_attn_fwd_out_correction` (read the
+                step's output, read and write the running one: 6·o);
+      backward  the step's dQ added into dQ (6·q), its dK,dV added into the buffer that travels the ring
+                (6·kv) and the half-block copy again (2·kv).
+    Softmax-statistics corrections (one value per head and token) are left out."""
+    if knobs.cp == 1:
+        return 0.0, 0.0
+    d_qk, d_v = head_dims(model)
+    heads = model.num_attention_heads / knobs.tp
+    kv = (heads * (d_qk + d_v) if model.mla is not None
+          else 2 * kv_heads_per_rank(model, knobs.tp) * model.head_dim)
+    forward = knobs.cp * memory_time(tokens * (6 * heads * d_v + 2 * kv), gpu)
+    backward = knobs.cp * memory_time(tokens * (6 * heads * d_qk + 8 * kv), gpu)
+    return forward, backward
 
 
 @dataclass(frozen=True)
@@ -177,13 +242,18 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         act_bytes = (6 if model.gated_mlp else 4) * f / t
     gemm_f, gemm_b = fwd, bwd
     core_f, core_b = _attention_core(model, job, cluster, knobs)
+    merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, gpu)
+    core_f, core_b = core_f + merge_f, core_b + merge_b
     elementwise = memory_time(tokens * (hidden_bytes + act_bytes + rope_bytes), gpu)
     fwd += core_f + elementwise
     bwd += core_b + ELEMENTWISE_BACKWARD * elementwise
     act_bytes_tp = tokens * h * 2
-    tp_fwd = tp_bwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
-    if job.runtime.tp_comm_overlap and knobs.tp > 1:  # chunked and pipelined with the GEMMs beside them
-        tp_fwd, tp_bwd = gpu.exposed(tp_fwd, gemm_f), gpu.exposed(tp_bwd, gemm_b)
+    if knobs.sp and knobs.tp > 1:
+        tp_fwd, tp_bwd = sequence_parallel_tp_time(cluster, job, knobs, tokens, h, 1 + mlp_collectives, gemm_f, gemm_b)
+    else:
+        tp_fwd = tp_bwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
+        if job.runtime.tp_comm_overlap and knobs.tp > 1:  # chunked and pipelined with the GEMMs beside them
+            tp_fwd, tp_bwd = gpu.exposed(tp_fwd, gemm_f), gpu.exposed(tp_bwd, gemm_b)
     cp_f = cp_b = 0.0
     if knobs.cp > 1:
         d_qk, d_v = head_dims(model)
@@ -243,9 +313,19 @@ def vision_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Lay
     return LayerTime(fwd, bwd) + decoder_layer_time(encoder, vjob, cluster, vknobs).scaled(vision.num_layers)
 
 
+# Bytes per logit of Megatron-core's vocabulary-parallel cross-entropy (megatron/core/tensor_parallel/
+# cross_entropy.py, kernels as fused by megatron/core/fusions/fused_cross_entropy.py), forward: the fp32 copy of
+# the bf16 logits with their maximum (read 2, write 4), shift, exp and sum (read 4, write the exp 4), the softmax
+# normalised in place (read 4, write 4); backward: the saved softmax times the loss gradient in place (read 4,
+# write 4) and its cast back to bf16 for the head's GEMMs (read 4, write 2). Unfused (one kernel per op) the
+# forward is 38.
+LOSS_FORWARD_BYTES = 22.0
+LOSS_BACKWARD_BYTES = 14.0
+
+
 def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
-    """Final norm, LM head GEMM [T, h]x[h, V/t] (bf16 even in fp8 runs) and vocabulary-parallel cross-entropy (fp32
-    softmax over V/t logits per token: about 12 bytes each way)."""
+    """Final norm, LM head GEMM [T, h]x[h, V/t] (bf16 even in fp8 runs) and vocabulary-parallel cross-entropy over
+    the V/t logits per token, in fp32 (LOSS_FORWARD_BYTES, LOSS_BACKWARD_BYTES per logit at HBM speed)."""
     if job.runtime.measured is not None:
         return _measured_time(model, job, cluster, knobs, "lm_head", 1)
     tokens = knobs.mbs * job.seq_len / knobs.cp
@@ -257,6 +337,7 @@ def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Layer
     gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, Dtype.BF16, 1.0 if job.trainable_fraction >= 1 else 0.0)
     r = 1.0 / knobs.tp if knobs.sp else 1.0
     norm = memory_time(tokens * 4 * h * r, cluster.gpu)
-    loss = memory_time(tokens * 12 * v, cluster.gpu)
-    return LayerTime(forward=gf + norm + loss, backward=gb + 2 * norm + loss,
+    loss_f = memory_time(tokens * LOSS_FORWARD_BYTES * v, cluster.gpu)
+    loss_b = memory_time(tokens * LOSS_BACKWARD_BYTES * v, cluster.gpu)
+    return LayerTime(forward=gf + norm + loss_f, backward=gb + 2 * norm + loss_b,
                      tp_comm=_tp_comm(cluster, knobs, tokens * h * 2, 1, job.runtime.multi_rail))

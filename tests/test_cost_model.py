@@ -149,3 +149,85 @@ def test_fp8_param_gather_halves_the_weight_gathers_of_fp8_training() -> None:
     bf16 = dict(kw, dtype="bf16")
     assert evaluate("llama3-8b", "h100-sxm", runtime=on, **bf16).step_time_s == \
         pytest.approx(evaluate("llama3-8b", "h100-sxm", **bf16).step_time_s)
+
+
+def test_sequence_parallel_collectives_as_transformer_engine_runs_them() -> None:
+    """Under sequence parallelism the forward's all-gathers and reduce-scatters are exposed; in the backward only the
+    row layers' gradient all-gathers are: the column layers' input re-gather and dgrad reduce-scatter run beside their
+    dgrad and wgrad GEMMs (TE linear.py / layernorm_linear.py), costing kappa of their time. fp8 gathers 1-byte
+    casts: an all-gather is a quarter of a bf16 all-reduce-equivalent instead of a half."""
+    from cost_models.knobs import LayerKnobs
+    from cost_models.layer import _tp_comm, decoder_layer_time
+    from planner.core import Dtype, JobSpec, Recompute
+    from planner.inputs.loaders import load_model
+
+    model, cluster = load_model("llama3-70b"), load_hardware("h100-sxm", 8)
+    knobs = LayerKnobs(tp=8, cp=1, sp=True, mbs=1, recompute=Recompute.NONE)
+    unit = _tp_comm(cluster, knobs, 8192 * model.hidden_size * 2, 1, True)
+    kappa = 1 - cluster.gpu.overlap_efficiency
+    for dtype, gather in ((Dtype.BF16, 0.5), (Dtype.FP8, 0.25)):
+        t = decoder_layer_time(model, JobSpec(seq_len=8192, global_batch=8, dtype=dtype), cluster, knobs)
+        forward = 2 * (gather + 0.5) * unit
+        backward = 2 * gather * unit + kappa * 2 * (gather + 0.5) * unit
+        assert t.tp_comm == pytest.approx(forward + backward, rel=1e-9)
+    # without sequence parallelism the two all-reduces of each pass stay on the critical path
+    plain = LayerKnobs(tp=8, cp=1, sp=False, mbs=1, recompute=Recompute.NONE)
+    t = decoder_layer_time(model, JobSpec(seq_len=8192, global_batch=8), cluster, plain)
+    assert t.tp_comm == pytest.approx(4 * unit, rel=1e-9)
+
+
+def test_fp8_gemm_takes_the_curve_point_of_an_equally_long_bf16_gemm() -> None:
+    """The efficiency curve is one of bf16 FLOPs; an fp8 GEMM of F FLOPs lasts as long as a bf16 one of F/2 and sits
+    at that point of the curve (times fp8_matmul_ratio): fixed per-kernel costs weigh on it as on the shorter bf16
+    GEMM, so fp8 saturates at twice the size."""
+    from cost_models.compute import Gemm, gemm_time
+    from planner.core import Dtype
+
+    gpu = load_hardware("h100-sxm", 8).gpu
+    ratio = gpu.peak_fp8_tflops / gpu.peak_bf16_tflops  # type: ignore[operator]
+    for m, n, k in ((2048, 2048, 2048), (8192, 8192, 8192)):
+        g = Gemm(m, n, k)
+        fp8, bf16_half = gemm_time(g, gpu, Dtype.FP8), gemm_time(Gemm(m, n, k / ratio), gpu, Dtype.BF16)
+        assert fp8 == pytest.approx(bf16_half / gpu.fp8_matmul_ratio, rel=1e-9)
+
+
+def test_ring_attention_pays_its_merges_and_half_blocks() -> None:
+    """Causal ring attention (cp 2) costs more than the same attention FLOPs at s/cp keys: the steps after the
+    diagonal run on half blocks, and every step merges its output (forward) and its dQ, dK, dV (backward) at HBM
+    speed."""
+    from cost_models.compute import flash_attention_time, memory_time
+    from cost_models.knobs import LayerKnobs
+    from cost_models.layer import _attention_core, ring_attention_merge_time
+    from planner.core import JobSpec, Recompute
+    from planner.inputs.loaders import load_model
+
+    model, cluster = load_model("llama3-8b"), load_hardware("h100-sxm", 8)
+    job = JobSpec(seq_len=8192, global_batch=8)
+    knobs = LayerKnobs(tp=1, cp=2, sp=False, mbs=1, recompute=Recompute.NONE)
+    flops = 2.0 * 32 * 4096 * 8192 * 256 * 0.5
+    whole_f, _ = flash_attention_time(flops, 4096, 128, cluster.gpu)
+    ring_f, _ = _attention_core(model, job, cluster, knobs)
+    assert ring_f > whole_f
+    merge_f, merge_b = ring_attention_merge_time(model, knobs, 4096, cluster.gpu)
+    kv = 2 * 8 * 128
+    assert merge_f == pytest.approx(2 * memory_time(4096 * (6 * 4096 + 2 * kv), cluster.gpu), rel=1e-9)
+    assert merge_b == pytest.approx(2 * memory_time(4096 * (6 * 4096 + 8 * kv), cluster.gpu), rel=1e-9)
+    assert ring_attention_merge_time(model, LayerKnobs(1, 1, False, 1, Recompute.NONE), 8192, cluster.gpu) == (0, 0)
+
+
+def test_cross_entropy_reads_and_writes_fp32_logits() -> None:
+    """Megatron-core's vocabulary-parallel cross-entropy works on an fp32 copy of the logits: 22 bytes per logit
+    forward (copy and max, shift-exp-sum, normalise) and 14 backward (scale the saved softmax, cast to bf16)."""
+    from cost_models.compute import Gemm, gemm_fwd_bwd_time, memory_time
+    from cost_models.knobs import LayerKnobs
+    from cost_models.layer import head_time
+    from planner.core import Dtype, JobSpec, Recompute
+    from planner.inputs.loaders import load_model
+
+    model, cluster = load_model("llama3-8b"), load_hardware("h100-sxm", 8)
+    gpu, tokens, h, v = cluster.gpu, 4096, model.hidden_size, model.vocab_size
+    t = head_time(model, JobSpec(seq_len=tokens, global_batch=8), cluster, LayerKnobs(1, 1, False, 1, Recompute.NONE))
+    gf, gb = gemm_fwd_bwd_time(Gemm(tokens, v, h), gpu, Dtype.BF16)
+    norm = memory_time(tokens * 4 * h, gpu)
+    assert t.forward == pytest.approx(gf + norm + memory_time(tokens * 22 * v, gpu), rel=1e-12)
+    assert t.backward == pytest.approx(gb + 2 * norm + memory_time(tokens * 14 * v, gpu), rel=1e-12)
