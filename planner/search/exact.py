@@ -151,11 +151,14 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
 
     def within_state_bound(c: Candidate) -> tuple[frozenset[Offload], ...]:
         """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
-        floor, which is their group's."""
+        floor, which is their group's. Offloading only takes states off the GPU: when c fits without, all do."""
         key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, layer_times.beside(c))
         if key not in variants:
-            variants[key] = tuple(o for o in offloads[c.zero]
-                                  if layer_times.state_bound(replace(c, offload=o)) <= capacity)
+            if not c.offload and layer_times.state_bound(c) <= capacity:
+                variants[key] = offloads[c.zero]
+            else:
+                variants[key] = tuple(o for o in offloads[c.zero]
+                                      if layer_times.state_bound(replace(c, offload=o)) <= capacity)
         return variants[key]
 
     groups: dict[tuple[object, ...], list[Candidate]] = {}  # candidates within the state bound, by `group_key`
