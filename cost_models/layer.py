@@ -10,11 +10,15 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
          plus softmax and dropout over the T·s·a/t scores (Korthikanti et al. 2022 Fig. 3).
   memory-bound  per token: two norms 2·4h, two residual adds 2·6h, dropout masks 2h (scaled by
          1/t under SP), activation 4f/t (6f/t gated), rotary 4(a·d/t + g·d/t); backward 1.5 x.
-  TP     forward 2 all-reduces of T·h·2 bytes (SP: 2 all-gathers + 2 reduce-scatters, same volume),
-         backward the same; on the critical path unless `Runtime.tp_comm_overlap` pipelines them with the
-         layer's GEMMs (then only what the GEMMs cannot cover, plus their contention, is exposed).
+  TP     without SP forward 2 all-reduces of T·h·2 bytes, backward the same; with SP 2 all-gathers (fp8
+         casts in fp8 training) + 2 reduce-scatters forward, and in the backward only the row layers' gradient
+         all-gathers on the critical path, the column layers' re-gathers and reduce-scatters beside their GEMMs
+         (`sequence_parallel_tp_time`); `Runtime.tp_comm_overlap` pipelines all of them with the layer's GEMMs
+         (then only what the GEMMs cannot cover, plus their contention, is exposed).
   CP     ring attention passes K and V blocks (2·T·g·d·2 bytes) cp − 1 times forward, K, V and
-         their gradients backward; hidden behind the attention kernel when it is longer.
+         their gradients backward; hidden behind the attention kernel when it is longer. Causal steps after
+         the diagonal attend to half blocks, and each step's output and gradients are merged at HBM speed
+         (`ring_attention_merge_time`).
   MoE    an MoE layer replaces the MLP by router, routed and shared experts and two all-to-alls each
          way (`moe_mlp_time`), exposed unless `Runtime.moe_comm_overlap` pairs them with another
          micro-batch's compute; MLA replaces the QKV GEMMs by its low-rank projections (`attention_gemms`).
@@ -70,6 +74,7 @@ def sequence_parallel_tp_time(cluster: ClusterSpec, job: JobSpec, knobs: LayerKn
     of T·h·2 bytes as the unit (an all-gather plus a reduce-scatter of bf16), an all-gather counts g = ½ (bf16) or
     ¼ (fp8) and a reduce-scatter ½:
         forward = blocks · (g + ½) · AR,   backward = blocks · g · AR + exposed(blocks · (g + ½) · AR, backward GEMMs)
+    (the layer's backward GEMMs bound the window; the column layers' own dgrad and wgrad are most of it).
     With `Runtime.tp_comm_overlap` (userbuffers) every collective is chunked and pipelined with the GEMMs beside it."""
     unit = _tp_comm(cluster, knobs, tokens * hidden * 2, 1, job.runtime.multi_rail)
     gather = 0.25 if cluster.gpu.has_fp8(job.dtype) else 0.5
