@@ -31,7 +31,7 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -130,6 +130,11 @@ def pair_ranking(observations: Sequence[Observation], predicted: dict[str, float
     return right, total
 
 
+def _keep_key(value: str) -> Callable[[re.Match[str]], str]:
+    """A re.subn replacement that keeps the matched `key: ` prefix and puts `value` after it."""
+    return lambda m: m.group(1) + value
+
+
 def write_profiles(arch: str, fitted: Fitted) -> None:
     """Put the fitted values into the generation's profiles (text edits keep their comments)."""
     cluster = apply(_prior_profile(arch, 8), fitted.values)
@@ -152,7 +157,7 @@ def write_profiles(arch: str, fitted: Fitted) -> None:
                 text = re.sub(r"(\n  overlap_efficiency: [^\n]*)", r"\1\n  fp8_matmul_ratio: 0", text, count=1)
             edits["fp8_matmul_ratio"] = f"{gpu.fp8_matmul_ratio:.3f}"
         for key, value in edits.items():
-            text, n = re.subn(rf"(\n  {key}: )[^\n]*", lambda m, v=value: m.group(1) + v, text, count=1)
+            text, n = re.subn(rf"(\n  {key}: )[^\n]*", _keep_key(value), text, count=1)
             if n != 1:
                 raise SystemExit(f"{path}: no '{key}:' line to update")
         path.write_text(text)
