@@ -120,7 +120,8 @@ def test_a_dropped_candidate_has_no_layout_that_fits() -> None:
             priced = _price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
                             bounds.activations(c))
             balanced = balanced_only(c, spec)
-            drop = bounds.memory_floor(c, balanced) > capacity or bounds.host_floor(c, balanced) > bounds.host_capacity()
+            drop = (bounds.memory_floor(c, balanced) > capacity
+                    or bounds.host_floor(c, balanced) > bounds.host_capacity())
             assert not drop or priced.ranked is None, c
             if priced.ranked is not None:  # (the bound of a one-stage layout is its step time, to rounding)
                 step = priced.ranked.prediction.step_time_s
