@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.core import Dtype, GpuSpec
+from planner.core.enums import Activation
 
 
 @dataclass(frozen=True)
@@ -117,3 +118,25 @@ def flash_attention_time(flops_fwd: float, key_len: float, head_dim: float, gpu:
 # Backward of a norm or activation reads input and incoming gradient and writes a gradient: about
 # 1.5 x the forward traffic; residual adds have no backward kernel.
 ELEMENTWISE_BACKWARD = 1.5
+
+
+def activation_bytes(activation: Activation) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of the MLP activation per element of its output (bf16, 2 B per element), from
+    what its kernels read and write:
+      swiglu, geglu  one fused kernel each way (Megatron-core bias_swiglu / bias_geglu, megatron/core/fusions):
+                     forward reads gate and up (4) and writes the product (2): 6; backward reads the gradient (2),
+                     gate and up (4) and writes both gradients (4): 10.
+      gelu           fused bias + GELU (bias_gelu): forward 2 + 2 = 4; backward reads gradient and input, writes the
+                     input gradient: 6.
+      squared_relu   NeMo's unfused torch.pow(F.relu(x), 2) (nemo/collections/nlp/modules/common/megatron/utils.py,
+                     NeMo 2.0; Nemotron's recipes set bias_activation_fusion False, which Megatron-core's MLP needs
+                     for any activation but GELU and SwiGLU): forward relu then pow, 2 + 2 each: 8; backward autograd's
+                     pow_backward, grad · (2 · x.pow(1)), three kernels (4 + 4 + 6) and relu's threshold_backward
+                     (4 + 2): 20. The stored tensors are as many as GELU's (relu keeps its output, pow its input:
+                     the same tensor), so memory is unchanged."""
+    if activation.gated:
+        return 6.0, 10.0
+    if activation is Activation.SQUARED_RELU:
+        return 8.0, 20.0
+    return 4.0, 6.0
+

@@ -9,7 +9,8 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
   core   fused: 4·T·s·d·a/t FLOPs halved for the causal mask; unfused: batched QKᵀ and PV GEMMs
          plus softmax and dropout over the T·s·a/t scores (Korthikanti et al. 2022 Fig. 3).
   memory-bound  per token: two norms 2·4h, two residual adds 2·6h, dropout masks 2h (scaled by
-         1/t under SP), activation 4f/t (6f/t gated), rotary 4(a·d/t + g·d/t); backward 1.5 x.
+         1/t under SP), rotary 4(a·d/t + g·d/t); backward 1.5 x; the activation as its kernels run it
+         (`activation_bytes`: per element of f/t 6 and 10 bytes gated, 4 and 6 GELU, 8 and 20 unfused squared ReLU).
   TP     without SP forward 2 all-reduces of T·h·2 bytes, backward the same; with SP 2 all-gathers (fp8
          casts in fp8 training) + 2 reduce-scatters forward, and in the backward only the row layers' gradient
          all-gathers on the critical path, the column layers' re-gathers and reduce-scatters beside their GEMMs
@@ -33,7 +34,14 @@ from cost_models.comm import (
     collective_time,
     p2p_time,
 )
-from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, flash_attention_time, gemm_fwd_bwd_time, memory_time
+from cost_models.compute import (
+    ELEMENTWISE_BACKWARD,
+    Gemm,
+    activation_bytes,
+    flash_attention_time,
+    gemm_fwd_bwd_time,
+    memory_time,
+)
 from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms
 from cost_models.host import layer_host_wait
 from cost_models.knobs import LayerKnobs, LayerTime
@@ -184,7 +192,7 @@ def module_recompute_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, 
         return 0.0, 0.0, 0.0
     tokens = knobs.mbs * job.seq_len / knobs.cp
     h, r = model.hidden_size, (1.0 / t if knobs.sp else 1.0)
-    gate_bytes = 6 if model.gated_mlp else 4
+    gate_bytes = activation_bytes(model.mlp_activation)[0]
     compute = tp = ep = 0.0
     if RecomputeModule.CORE_ATTN in mods and job.runtime.attention is AttentionKernel.UNFUSED:
         compute += redo.core_f
@@ -240,18 +248,18 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         part = moe_mlp_time(model, job, cluster, knobs, tokens)
         fwd, bwd, ep_fwd = fwd + part.forward, bwd + part.backward, part.comm_forward
         mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
-        act_bytes = 0.0
+        act_f = act_b = 0.0
     else:
         mf, mb = gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
         fwd, bwd = fwd + mf, bwd + mb
-        act_bytes = (6 if model.gated_mlp else 4) * f / t
+        act_f, act_b = (x * f / t for x in activation_bytes(model.mlp_activation))
     gemm_f, gemm_b = fwd, bwd
     core_f, core_b = _attention_core(model, job, cluster, knobs)
     merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, gpu)
     core_f, core_b = core_f + merge_f, core_b + merge_b
-    elementwise = memory_time(tokens * (hidden_bytes + act_bytes + rope_bytes), gpu)
-    fwd += core_f + elementwise
-    bwd += core_b + ELEMENTWISE_BACKWARD * elementwise
+    elementwise = memory_time(tokens * (hidden_bytes + rope_bytes), gpu)
+    fwd += core_f + elementwise + memory_time(tokens * act_f, gpu)
+    bwd += core_b + ELEMENTWISE_BACKWARD * elementwise + memory_time(tokens * act_b, gpu)
     act_bytes_tp = tokens * h * 2
     if knobs.sp and knobs.tp > 1:
         tp_fwd, tp_bwd = sequence_parallel_tp_time(cluster, job, knobs, tokens, h, 1 + mlp_collectives, gemm_f, gemm_b)

@@ -127,7 +127,8 @@ def decoder_module(part: ModelSpec) -> tuple[Any, str]:
     """One TP rank's decoder layer, and what built it."""
     from cost_models.torch_reference import Block
 
-    llama_like = part.gated_mlp and part.norm.value == "rmsnorm" and not (part.qkv_bias or part.linear_bias)
+    llama_like = (part.mlp_activation.value == "swiglu" and part.norm.value == "rmsnorm"
+                  and not (part.qkv_bias or part.linear_bias))
     try:
         from transformers import LlamaConfig
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding

@@ -12,7 +12,7 @@ from cost_models.comm import (
     dedup_dispatch_time,
     ranks_per_domain,
 )
-from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, memory_time
+from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, activation_bytes, memory_time
 from cost_models.gemms import counted_gemms_time, mlp_gemms
 from cost_models.knobs import LayerKnobs
 from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
@@ -92,10 +92,11 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     rf, rb = counted_gemms_time([router], cluster, job, Dtype.BF16)
     fwd, bwd = fwd + rf, bwd + rb
     # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
-    # and writes the FC1 output; top-k and softmax over the fp32 router scores
-    act = (6 if model.gated_mlp else 4) * moe.ffn_hidden_size / etp
-    elementwise = memory_time(copies * (2 * 2 * 2 * h + act) + local * moe.num_experts * 4 * 3, gpu)
-    fwd, bwd = fwd + elementwise, bwd + ELEMENTWISE_BACKWARD * elementwise
+    # and writes the FC1 output (`activation_bytes`); top-k and softmax over the fp32 router scores
+    act_f, act_b = (x * moe.ffn_hidden_size / etp for x in activation_bytes(model.mlp_activation))
+    elementwise = memory_time(copies * 2 * 2 * 2 * h + local * moe.num_experts * 4 * 3, gpu)
+    fwd = fwd + elementwise + memory_time(copies * act_f, gpu)
+    bwd = bwd + ELEMENTWISE_BACKWARD * elementwise + memory_time(copies * act_b, gpu)
     sent = local * moe.top_k * load * h * 2  # bytes of routed copies one rank sends (bf16)
     if rt.moe_dedup_dispatch:
         comm = 2 * dedup_dispatch_time(local * load * h * 2, moe.top_k, ep, etp, cluster,

@@ -40,8 +40,12 @@ class Block(nn.Module):
         attn = torch.matmul(scores.masked_fill(mask, float("-inf")).softmax(-1), v)
         x = x + self.o(attn.transpose(1, 2).reshape(b, s, m.q_dim))
         y = self.norm2(x)
-        act = nn.functional.silu(self.gate(y)) * self.up(y) if self.gate is not None else \
-            nn.functional.gelu(self.up(y))
+        kind, up = m.mlp_activation.value, self.up(y)
+        if self.gate is not None:
+            gate = self.gate(y)
+            act = (nn.functional.silu(gate) if kind == "swiglu" else nn.functional.gelu(gate)) * up
+        else:
+            act = torch.pow(nn.functional.relu(up), 2) if kind == "squared_relu" else nn.functional.gelu(up)
         return x + self.down(act)
 
 

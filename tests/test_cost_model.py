@@ -231,3 +231,31 @@ def test_cross_entropy_reads_and_writes_fp32_logits() -> None:
     norm = memory_time(tokens * 4 * h, gpu)
     assert t.forward == pytest.approx(gf + norm + memory_time(tokens * 22 * v, gpu), rel=1e-12)
     assert t.backward == pytest.approx(gb + 2 * norm + memory_time(tokens * 14 * v, gpu), rel=1e-12)
+
+
+def test_unfused_squared_relu_costs_its_extra_passes() -> None:
+    """Nemotron's squared ReLU as NeMo runs it (relu, then pow; autograd's pow and relu backward) reads and writes
+    8 bytes per FC1 output element forward and 20 backward, against a fused GELU's 4 and 6; the GEMMs and the
+    stored activations are the same."""
+    from dataclasses import replace
+
+    from cost_models.compute import memory_time
+    from cost_models.knobs import LayerKnobs
+    from cost_models.layer import decoder_layer_time
+    from cost_models.step import decoder_activation
+    from planner.core import JobSpec, Recompute
+    from planner.core.enums import Activation
+    from planner.inputs.loaders import model_from_mapping
+
+    gelu = model_from_mapping({"name": "n", "num_layers": 4, "hidden_size": 4096, "ffn_hidden_size": 16384,
+                               "num_attention_heads": 32, "vocab_size": 256000, "gated_mlp": False,
+                               "tied_embeddings": False, "norm": "layernorm"}, "m.yaml")
+    relu2 = replace(gelu, activation=Activation.SQUARED_RELU)
+    cluster, job = load_hardware("h100-sxm", 8), JobSpec(seq_len=4096, global_batch=8)
+    knobs = LayerKnobs(tp=2, cp=1, sp=True, mbs=1, recompute=Recompute.NONE)
+    a, b = decoder_layer_time(gelu, job, cluster, knobs), decoder_layer_time(relu2, job, cluster, knobs)
+    elements = 4096 * 16384 / 2
+    assert b.forward - a.forward == pytest.approx(memory_time(elements * 4, cluster.gpu), rel=1e-9)
+    assert b.backward - a.backward == pytest.approx(memory_time(elements * 14, cluster.gpu), rel=1e-9)
+    args = (job, 2, 1, True, 1, Recompute.NONE)
+    assert decoder_activation(gelu, *args) == decoder_activation(relu2, *args)

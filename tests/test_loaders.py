@@ -232,3 +232,29 @@ def test_hf_moe_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
             load_model(str(path))
     path.write_text(json.dumps({**base, "n_group": None}))
     assert load_model(str(path)).moe.groups == 1
+
+
+def test_activation_from_yaml_and_hf_config(tmp_path: Path) -> None:
+    """`activation` defaults to what the MLP implies (SwiGLU gated, GELU plain); a Hugging Face config's hidden_act
+    names it (relu2: Nemotron's squared ReLU); a wrong or inconsistent one says what is allowed."""
+    from planner.core.enums import Activation
+
+    assert model_from_mapping(TINY, "m.yaml").activation is Activation.GELU
+    assert model_from_mapping({**TINY, "gated_mlp": True}, "m.yaml").activation is Activation.SWIGLU
+    assert model_from_mapping({**TINY, "activation": "squared_relu"}, "m.yaml").activation is Activation.SQUARED_RELU
+    with pytest.raises(InputError, match=r"activation must be one of \['swiglu', 'geglu', 'gelu', 'squared_relu'\]"):
+        model_from_mapping({**TINY, "activation": "relu"}, "m.yaml")
+    with pytest.raises(InputError, match="activation swiglu needs a gated MLP; .* allowed: gelu, squared_relu"):
+        model_from_mapping({**TINY, "activation": "swiglu"}, "m.yaml")
+    cfg = {"model_type": "nemotron", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 16384, "vocab_size": 256000, "hidden_act": "relu2",
+           "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    model = load_model(str(path))
+    assert (model.activation, model.gated_mlp) == (Activation.SQUARED_RELU, False)
+    path.write_text(json.dumps({**cfg, "model_type": "gemma", "hidden_act": "gelu_pytorch_tanh"}))
+    assert load_model(str(path)).activation is Activation.GEGLU
+    path.write_text(json.dumps({**cfg, "model_type": "llama", "hidden_act": "relu2"}))
+    with pytest.raises(InputError, match="hidden_act 'relu2' is not supported for a gated MLP; supported: silu"):
+        load_model(str(path))

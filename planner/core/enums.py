@@ -129,6 +129,25 @@ def offload_names(offload: frozenset[Offload]) -> list[str]:
     return [o.value for o in Offload if o in offload]
 
 
+class Activation(str, Enum):
+    """The MLP's activation, as its kernels run it (cost_models.layer.activation_bytes prices each): gated ones halve
+    FC1's doubled output (gate · up), plain ones map FC1's output element-wise."""
+
+    SWIGLU = "swiglu"  # silu(gate) · up, fused (Megatron-core bias_swiglu; Llama, Qwen, Mistral, DeepSeek)
+    GEGLU = "geglu"  # gelu(gate) · up, fused (Gemma)
+    GELU = "gelu"  # fused bias + GELU (Megatron-core bias_gelu; GPT-2/3, GPT-NeoX)
+    SQUARED_RELU = "squared_relu"  # relu(x)², unfused: NeMo's torch.pow(F.relu(x), 2) (Nemotron-3/4)
+
+    @property
+    def gated(self) -> bool:
+        return self in (Activation.SWIGLU, Activation.GEGLU)
+
+    @classmethod
+    def default(cls, gated_mlp: bool) -> Activation:
+        """What a model that names no activation runs: SwiGLU when gated, GELU otherwise."""
+        return cls.SWIGLU if gated_mlp else cls.GELU
+
+
 class Norm(str, Enum):
     LAYERNORM = "layernorm"  # weight and bias
     RMSNORM = "rmsnorm"  # weight only

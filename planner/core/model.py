@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.core.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, integer
-from planner.core.enums import LayerKind, Norm
+from planner.core.enums import Activation, LayerKind, Norm
 from planner.core.errors import LayoutError, SpecError
 
 
@@ -143,8 +143,16 @@ class ModelSpec:
     mtp_layers: int = 0  # multi-token-prediction modules after the last layer (DeepSeek-V3)
     vision: VisionSpec | None = None  # a vision encoder and projector on the first pipeline stage (VLMs)
     causal: bool = True  # causal self-attention (False for encoders: every query sees every key)
+    activation: Activation | None = None  # None: Activation.default(gated_mlp), filled in on construction
 
     def __post_init__(self) -> None:
+        if self.activation is None:
+            object.__setattr__(self, "activation", Activation.default(self.gated_mlp))
+        elif self.activation.gated != self.gated_mlp:
+            allowed = [a.value for a in Activation if a.gated == self.gated_mlp]
+            raise SpecError(f"model {self.name!r}: activation {self.activation.value} "
+                            f"{'needs' if self.activation.gated else 'cannot have'} a gated MLP; with gated_mlp "
+                            f"{str(self.gated_mlp).lower()} allowed: {', '.join(allowed)}")
         for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                      "num_kv_heads", "head_dim", "vocab_size"):
             integer(getattr(self, name), f"model {self.name!r}: {name}", 1,
@@ -160,6 +168,12 @@ class ModelSpec:
                 f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is not a multiple "
                 f"of num_kv_heads {self.num_kv_heads}"
             )
+
+    @property
+    def mlp_activation(self) -> Activation:
+        """The activation, typed for callers (`activation` is never None after construction)."""
+        assert self.activation is not None
+        return self.activation
 
     @property
     def q_dim(self) -> int:

@@ -19,11 +19,12 @@ import yaml
 
 from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
 from planner.core.checks import MAX_LAYERS, is_integer
+from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                        "vocab_size", "gated_mlp", "tied_embeddings")
-OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "qkv_bias", "linear_bias",
+OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "activation", "qkv_bias", "linear_bias",
                        "learned_positions", "dropout", "published_params", "published_active_params", "qk_norm",
                        "mtp_layers", "moe_num_experts", "moe_top_k", "moe_ffn_hidden_size",
                        "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every", "moe_router_bias",
@@ -63,8 +64,16 @@ _HF_FAMILIES: MappingProxyType[str, tuple[bool, Norm, bool, bool]] = MappingProx
     "granite": (True, Norm.RMSNORM, False, False),
     "gpt_neox": (False, Norm.LAYERNORM, True, True),
     "gpt2": (False, Norm.LAYERNORM, True, True),
+    "nemotron": (False, Norm.LAYERNORM, False, False),
 })
 _HF_QK_NORM = frozenset({"qwen3", "qwen3_moe"})  # per-head query/key RMSNorm
+# Hugging Face activation names (transformers.activations.ACT2FN) -> the plain and the gated activation they make
+_HF_ACTIVATIONS: MappingProxyType[str, tuple[Activation | None, Activation | None]] = MappingProxyType({
+    "silu": (None, Activation.SWIGLU), "swish": (None, Activation.SWIGLU),
+    "gelu": (Activation.GELU, Activation.GEGLU), "gelu_new": (Activation.GELU, Activation.GEGLU),
+    "gelu_fast": (Activation.GELU, Activation.GEGLU), "gelu_pytorch_tanh": (Activation.GELU, Activation.GEGLU),
+    "relu2": (Activation.SQUARED_RELU, None),  # Nemotron's squared ReLU
+})
 
 
 @functools.cache
@@ -113,6 +122,9 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
     norm = data.get("norm", "rmsnorm")
     if norm not in {n.value for n in Norm}:
         raise InputError(f"{origin}: norm must be one of {[n.value for n in Norm]}, got {norm!r}")
+    activation = data.get("activation")
+    if activation is not None and activation not in {a.value for a in Activation}:
+        raise InputError(f"{origin}: activation must be one of {[a.value for a in Activation]}, got {activation!r}")
     heads = data["num_attention_heads"]
     if not isinstance(heads, int) or heads <= 0 or not isinstance(data["hidden_size"], int):
         raise InputError(f"{origin}: num_attention_heads must be a positive integer, got {heads!r}")
@@ -136,6 +148,7 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             gated_mlp=data["gated_mlp"],
             tied_embeddings=data["tied_embeddings"],
             norm=Norm(norm),
+            activation=None if activation is None else Activation(activation),
             qkv_bias=data.get("qkv_bias", False),
             linear_bias=data.get("linear_bias", False),
             learned_positions=data.get("learned_positions", 0),
@@ -246,8 +259,24 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     if config.get("head_dim"):
         mapping["head_dim"] = config["head_dim"]
     mapping["qk_norm"] = kind in _HF_QK_NORM
+    mapping["activation"] = _hf_activation(config, gated, origin)
     mapping.update(_hf_moe_keys(config, kind, origin))
     return model_from_mapping(mapping, origin)
+
+
+def _hf_activation(config: dict[str, Any], gated: bool, origin: str) -> str:
+    """The MLP activation a config's `hidden_act` (GPT-2: `activation_function`) names for its (gated or plain) MLP;
+    the default of that MLP (Activation.default) when it names none."""
+    name = config.get("hidden_act", config.get("activation_function"))
+    if name is None:
+        return Activation.default(gated).value
+    pair = _HF_ACTIVATIONS.get(str(name))
+    found = None if pair is None else pair[gated]
+    if found is None:
+        allowed = [k for k, v in _HF_ACTIVATIONS.items() if v[gated] is not None]
+        raise InputError(f"{origin}: hidden_act {name!r} is not supported for a {'gated' if gated else 'plain'} MLP; "
+                         f"supported: {', '.join(allowed)}")
+    return found.value
 
 
 def _llava(config: dict[str, Any], origin: str) -> ModelSpec:
@@ -374,6 +403,8 @@ def model_mapping(model: ModelSpec) -> dict[str, Any]:
             "ffn_hidden_size": model.ffn_hidden_size, "num_attention_heads": model.num_attention_heads,
             "num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
             "gated_mlp": model.gated_mlp, "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
+            **({"activation": model.mlp_activation.value}
+               if model.mlp_activation is not Activation.default(model.gated_mlp) else {}),
             "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias,
             "learned_positions": model.learned_positions, "dropout": model.dropout,
             **({"qk_norm": True} if model.qk_norm else {}), **_moe_mla_mapping(model)}
