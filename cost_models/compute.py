@@ -58,13 +58,16 @@ def gemm_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> float:
     flops = gemm.flops
     if flops == 0:
         return 0.0
-    fp8 = gpu.has_fp8(dtype)
-    if fp8:
-        eff = gpu.matmul_efficiency.at(flops * gpu.peak(Dtype.BF16) / gpu.peak(dtype)) * gpu.fp8_matmul_ratio
-    else:
-        eff = gpu.matmul_efficiency.at(flops)
-    compute = flops / (gpu.peak(dtype) * eff)
-    return max(compute, memory_time(gemm.bytes(1.0 if fp8 else 2.0), gpu))
+    compute = flops / (gpu.peak(dtype) * gemm_efficiency(flops, gpu, dtype))
+    return max(compute, memory_time(gemm.bytes(1.0 if gpu.has_fp8(dtype) else 2.0), gpu))
+
+
+def gemm_efficiency(flops: float, gpu: GpuSpec, dtype: Dtype) -> float:
+    """Share of `dtype`'s peak a GEMM of `flops` FLOPs reaches (`gemm_time` derives it): η(F) in bf16, and
+    fp8_matmul_ratio · η(F · peak_bf16 / peak_fp8) where the GPU runs fp8."""
+    if gpu.has_fp8(dtype):
+        return gpu.matmul_efficiency.at(flops * gpu.peak(Dtype.BF16) / gpu.peak(dtype)) * gpu.fp8_matmul_ratio
+    return gpu.matmul_efficiency.at(flops)
 
 
 def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype, trained: float = 1.0) -> tuple[float, float]:

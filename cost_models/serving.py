@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
-from cost_models.compute import flash_attention_time, memory_time
+from cost_models.compute import flash_attention_time, gemm_efficiency, memory_time
 from cost_models.flops import attention_weight_params, mlp_params_of_width
 from cost_models.memory import (
     BUFFER_ALLOWANCE_GIB,
@@ -134,13 +134,13 @@ def replica_memory(model: ModelSpec, gpu: GpuSpec, r: ReplicaLayout, context_len
 
 
 def _roofline(flops: float, nbytes: float, gpu: GpuSpec, weights: WeightFormat, gemms: int = 4) -> float:
-    """max(compute, memory) of a layer's GEMMs: η of the GPU's curve at the size of one of its `gemms` GEMMs;
-    fp8 weights run at the fp8 peak (x fp8_matmul_ratio), int8/int4 weight-only at the 16-bit peak."""
+    """max(compute, memory) of a layer's GEMMs at the efficiency of one of its `gemms` GEMMs (`gemm_efficiency`, as
+    training prices them: fp8 weights at the fp8 peak, on the curve point of the equally long bf16 GEMM, x
+    fp8_matmul_ratio); int8/int4 weight-only at the 16-bit peak."""
     if flops <= 0:
         return memory_time(nbytes, gpu)
     dtype = Dtype.FP8 if weights is WeightFormat.FP8 else Dtype.BF16
-    eff = gpu.matmul_efficiency.at(flops / gemms) * (gpu.fp8_matmul_ratio if gpu.has_fp8(dtype) else 1.0)
-    return max(flops / (gpu.peak(dtype) * eff), memory_time(nbytes, gpu))
+    return max(flops / (gpu.peak(dtype) * gemm_efficiency(flops / gemms, gpu, dtype)), memory_time(nbytes, gpu))
 
 
 def _active_matmul_params(model: ModelSpec, moe: bool) -> tuple[float, float]:
