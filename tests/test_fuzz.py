@@ -89,7 +89,7 @@ def test_out_of_range_options_are_refused() -> None:
         (*EVALUATE, "--mbs", str(HUGE)): "--mbs must be an integer in [1, 100000000]",
         (*SWEEP, "--tokens", "inf", "--days", "30"): "--tokens must be a finite number",
         (*SWEEP, "--tokens", "1e12", "--days", "30", "--max-gpus", "0"): "--max-gpus must be an integer",
-        (*PLAN, "--moe-load-imbalance", "nan"): "--moe-load-imbalance",  # typer's range check refuses NaN itself
+        (*PLAN, "--moe-load-imbalance", "nan"): "--moe-load-imbalance must be a finite number >= 1, got nan",
     }
     for args, message in cases.items():
         assert message in assert_clean_failure(list(args), message)

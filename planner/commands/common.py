@@ -165,6 +165,10 @@ DedupDispatch = Annotated[bool, typer.Option(
 
 def runtime_of(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool,
              dedup: bool) -> Runtime:
+    """The runtime of the MoE options, each checked under its flag's name (the option's range check lets NaN by)."""
+    real(imbalance, "--moe-load-imbalance", 1.0, low_open=False)
+    if capacity is not None:
+        real(capacity, "--moe-capacity-factor", 1.0, low_open=False)
     return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance,
                    moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
 
