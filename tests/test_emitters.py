@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from planner import plan
-from planner.core import ModelSpec, Schedule, ZeroStage
+from planner.core import Activation, ModelSpec, Schedule, ZeroStage
 from planner.core.errors import UnsupportedModelError
 from planner.outputs.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, UnsupportedPlanError, emit
 from planner.outputs.emitters.megatron import arguments
@@ -552,3 +552,26 @@ def test_planning_for_torchtitan_leaves_out_ddp_beside_other_dimensions() -> Non
     free = planner.plan("llama3-70b", "h100-sxm", spec=SearchSpec(top_k=40, zero_choices=(0, 2, 3)), **job)
     titan = planner.plan("llama3-70b", "h100-sxm", spec=for_launcher(SearchSpec(top_k=40), Target.TORCHTITAN), **job)
     assert any(ddp_beside(free)) and not any(ddp_beside(titan))
+
+
+def test_the_mlp_activation_reaches_the_launchers() -> None:
+    """Megatron-LM gets --swiglu or --squared-relu (GELU is its default) and refuses GeGLU, which its command line
+    cannot state; torchtitan's flavors are SwiGLU, so a squared-ReLU model matches none and says what differs."""
+    from planner.inputs.loaders import model_from_mapping
+
+    dims = dict(num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=8, vocab_size=32000,
+                tied_embeddings=False)
+    one = SearchSpec(pp=1)  # a layout Megatron-LM runs
+    for activation, gated, flag in (("squared_relu", False, "--squared-relu"), ("gelu", False, None),
+                                    ("swiglu", True, "--swiglu")):
+        model = model_from_mapping({**dims, "name": f"m-{activation}", "gated_mlp": gated, "activation": activation},
+                                   "test")
+        used = {f for f, _ in arguments(plan(model, "h100-sxm", gpus=8, seq_len=2048, global_batch=16, spec=one))}
+        assert {"--squared-relu", "--swiglu"} & used == ({flag} if flag else set()), activation
+    geglu = model_from_mapping({**dims, "name": "m-geglu", "gated_mlp": True, "activation": "geglu"}, "test")
+    with pytest.raises(UnsupportedModelError, match="GeGLU"):
+        arguments(plan(geglu, "h100-sxm", gpus=8, seq_len=2048, global_batch=16, spec=one))
+    llama = cases()["llama3-8b_8xh100"].model
+    relu2 = dataclasses.replace(llama, gated_mlp=False, activation=Activation.SQUARED_RELU)
+    with pytest.raises(UnsupportedModelError, match="activation"):
+        flavor_of(relu2)

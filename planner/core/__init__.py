@@ -10,6 +10,7 @@ from planner.core.enums import (
     DEFAULT_RECOMPUTE_MODULES,
     GIB,
     WAVE_PLACED,
+    Activation,
     AttentionKernel,
     Dtype,
     LayerKind,
@@ -33,8 +34,8 @@ from planner.core.measured import MeasuredCosts, MeasuredLayer
 from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
 
 __all__ = [
-    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "AttentionKernel", "ClusterSpec", "Dtype", "EfficiencyCurve",
-    "GpuSpec", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts",
+    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "Dtype",
+    "EfficiencyCurve", "GpuSpec", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts",
     "MeasuredLayer", "ModelSpec", "MoESpec", "Norm", "Offload", "Recompute", "RecomputeModule", "Runtime",
     "Schedule", "Target", "VisionSpec", "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules",
     "offload_names", "wave_chunks", "wave_rank", "with_implied",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shlex
 
 from planner.core import (
+    Activation,
     AttentionKernel,
     Dtype,
     Norm,
@@ -26,6 +27,7 @@ from planner.core import (
     module_names,
     offload_names,
 )
+from planner.core.errors import UnsupportedModelError
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.outputs.plan import Plan
 
@@ -45,8 +47,14 @@ def _model_args(plan: Plan) -> list[tuple[str, object]]:
              ("--position-embedding-type", "learned_absolute" if m.learned_positions else "rope"),
              ("--normalization", "LayerNorm" if m.norm is Norm.LAYERNORM else "RMSNorm"),
              ("--vocab-size", m.vocab_size)]
-    if m.gated_mlp:
+    if m.mlp_activation is Activation.SWIGLU:
         args.append(("--swiglu", None))
+    elif m.mlp_activation is Activation.SQUARED_RELU:
+        args.append(("--squared-relu", None))
+    elif m.mlp_activation is Activation.GEGLU:
+        raise UnsupportedModelError(f"Megatron-LM's command line has no GeGLU MLP ({m.name}): --swiglu is gated SiLU, "
+                                    "--squared-relu and the default GELU are not gated (megatron-core builds GeGLU "
+                                    "from Python: gated_linear_unit with activation_func gelu)")
     if not m.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights", None))
     if not m.linear_bias:

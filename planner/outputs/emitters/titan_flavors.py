@@ -30,7 +30,8 @@ def architecture(model: ModelSpec) -> dict[str, Any]:
     out: dict[str, Any] = {
         "num_layers": model.num_layers, "hidden_size": model.hidden_size, "ffn_hidden_size": model.ffn_hidden_size,
         "num_attention_heads": model.num_attention_heads, "vocab_size": model.vocab_size,
-        "gated_mlp": model.gated_mlp, "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
+        "gated_mlp": model.gated_mlp, "activation": model.mlp_activation.value,
+        "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
         "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias, "learned_positions": model.learned_positions,
         "dropout": model.dropout, "qk_norm": model.qk_norm, "causal": model.causal,
         "vision encoder": model.vision is not None}
