@@ -244,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key:14} in-sample {fig['in_sample_pct']:6.2f} % (target {target:g})"
               + ("" if moe else f", held out {fig['held_out_pct']:6.2f} % (target {TARGET_LOSO:g})")
               + f": {'met' if met else 'NOT met'}")
+    every = mean_abs(errs(observations, held_out))
+    print(f"  {'all runs':14} held out {every:6.2f} % (target {TARGET_LOSO:g}, over all {len(observations)} runs): "
+          f"{'met' if every <= TARGET_LOSO else 'NOT met'}")
     ok = not unfit and _no_regression(figures)
 
     print("\nparameters (prior -> fitted on every run -> committed profile)")
