@@ -68,6 +68,13 @@ class Split:
         return max(self.stage_times)
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of a 1-D array: np.unique without its masked-array check, whose first call
+    imports numpy.ma (about 12 ms of a small plan's start-up)."""
+    ordered = np.sort(values, axis=None)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+
+
 def fewest_recomputed(p: SplitProblem, stage: int, n: np.ndarray) -> np.ndarray:
     """Smallest r in [0, n] with M_s(n, r) <= capacity, as float; ∞ where none fits (or n < 1)."""
     plain = p.m0[stage] + (n - 1) * p.m1[stage]
@@ -142,7 +149,7 @@ def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndar
     if unbounded is None:
         return None
     best: tuple[list[int], float] | None = None
-    for bound in np.unique(max_cost[allowed & (max_cost >= start)]):
+    for bound in distinct(max_cost[allowed & (max_cost >= start)]):
         if best is not None and (m - 1) * bound + unbounded[0] >= best[1]:
             break
         solved = least_sum(sum_cost, allowed & (max_cost <= bound * (1 + _EPS)))
@@ -172,7 +179,7 @@ def solve_dp(p: SplitProblem) -> Split | None:
     times, recs = stage_tables(p)
     if p.num_stages == 1:
         return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
-    bounds = np.unique(times[np.isfinite(times)])
+    bounds = distinct(times[np.isfinite(times)])
     if not len(bounds):
         return None
     lo, hi = 0, len(bounds) - 1
@@ -309,7 +316,7 @@ def solve_kinds(p: KindSplitProblem) -> Split | None:
     """The exact split of a stack with layers of several kinds, or None when no split fits."""
     times, sums, recs = kind_segment_tables(p)
     allowed = np.isfinite(times)
-    bounds = np.unique(times[allowed])
+    bounds = distinct(times[allowed])
     least = least_bottleneck(times, allowed)
     if not len(bounds) or not np.isfinite(least):
         return None
