@@ -131,6 +131,9 @@ def test_search_prefers_the_faster_group_and_places_every_rank() -> None:
     assert data["workload"] == "training-hetero" and len(data["placement"]["ranks"]) == lay.world
     text = emit_hetero(plan, Target.MEGATRON)
     assert "--tensor-model-parallel-size 2" in text and "0: " in text
+    with pytest.raises(UnsupportedPlanError, match="Megatron-LM, NeMo or torchtitan") as refused:
+        emit_hetero(plan, Target.DEEPSPEED)  # DeepSpeed splits stages itself; --even-split is not a --cluster flag
+    assert "--even-split" not in str(refused.value)
 
 
 def test_per_stage_tp_is_refused_by_name() -> None:

@@ -167,6 +167,11 @@ def emit_hetero(plan: HeteroPlan, target: Target) -> str:
     launcher lacks (never a substituted layout: re-plan with the pins the message names)."""
     from planner.outputs.emitters import EMITTERS
 
+    stages = [s.layers for s in plan.result.best.layout.stages]
+    if target is Target.DEEPSPEED and len(set(stages)) > 1:  # its own refusal would suggest --even-split
+        raise UnsupportedPlanError(f"DeepSpeed partitions pipeline stages itself and cannot give a faster group's "
+                                   f"stages more layers (this plan splits {stages}); a plan across node groups splits "
+                                   "by group speed: run it with Megatron-LM, NeMo or torchtitan")
     text = EMITTERS[target](equivalent_plan(plan))
     order = host_order(plan.cluster, plan.result.best.layout)
     head = [f"# Heterogeneous cluster {plan.cluster.name}: start the nodes in this order (node rank i = line i), "
