@@ -1,6 +1,7 @@
 """Search: enumerate -> bound -> split -> evaluate -> rank, with a certificate of optimality.
 
-1. `planner.search.space.candidates` yields every valid degree tuple.
+1. `planner.search.space.candidates` yields every valid degree tuple, each with the first of its offload choices
+   (`space.offload_options`); the others join it, sharing its group's floor, when that group comes up.
 2. Memory bound: a family whose weights, gradients and optimizer state alone (sharded as its ZeRO
    stage allows, spread evenly over the pipeline) exceed the GPU is dropped.
 3. Time bound: no split beats m·(Σ layer times)/pp (cost_models.pipeline: the slowest stage is at
