@@ -403,6 +403,10 @@ def ds_rank(rank: int, world: int, port: int, workdir: str, cfg: dict[str, Any],
         logged.append({"loss": float(loss), "grad_norm": float(engine.get_global_grad_norm())})
     Path(workdir, f"ds{rank}.json").write_text(json.dumps({"steps": logged, "parts": parts}))
     dist.destroy_process_group()
+    # Leave without the interpreter's teardown: once in a full CI run, a rank of the ZeRO-3 engine on gloo aborted
+    # there ("terminate called without an active exception": a C++ thread still joinable when its owner was
+    # destroyed) after it had trained and written its steps. What the test checks is written above.
+    os._exit(0)
 
 
 def ds_reference(cfg: dict[str, Any], seq_len: int, steps: int) -> list[dict[str, float]]:
