@@ -167,7 +167,9 @@ def test_cli_plans_and_explain(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "inference plan" in refused.output
 
 
-def test_cli_bad_input_one_line() -> None:
+def test_cli_bad_input_one_line(tmp_path: Path) -> None:
+    undecodable = tmp_path / "dit.yaml"
+    undecodable.write_bytes(b"\xff\xfe not utf-8")
     base = ["infer", "serve", "--model", "llama3-70b", "--hardware", "h100-sxm", "--prompt-len", "512",
             "--output-len", "64"]
     for args, code, message in (
@@ -178,6 +180,8 @@ def test_cli_bad_input_one_line() -> None:
         (["infer", "diffusion", "--model", "flux1-dev", "--hardware", "h100-sxm", "--gpus", "2", "--resolution",
           "1000"], 2, "multiple of"),
         (["infer", "diffusion", "--model", "nope", "--hardware", "h100-sxm", "--gpus", "2"], 2, "unknown diffusion"),
+        (["infer", "diffusion", "--model", str(undecodable), "--hardware", "h100-sxm", "--gpus", "2"], 2,
+         "cannot read"),
         (["infer", "edge", "--model", "llama3-70b", "--devices", "orin-nano-8gb", "--prompt-len", "8",
           "--output-len", "8"], 3, "does not fit"),
     ):

@@ -18,12 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hardware_profiles import load_hardware
 from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, integer, mapping_keys, real
 from planner.core.cluster import GroupLink, HeteroCluster, NodeGroup
 from planner.core.errors import InputError, SpecError
+from planner.inputs.yamlfile import read_yaml
 
 TOP = ("groups",), ("name", "links")
 GROUP = ("name", "hardware", "nodes"), ()
@@ -98,8 +97,4 @@ def load_cluster(path: str | Path) -> HeteroCluster:
     path = Path(path)
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         raise InputError(f"cluster file {str(path)!r}: not a readable .yaml/.yml file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
-    return cluster_from_mapping(data, str(path), path.parent)
+    return cluster_from_mapping(read_yaml(path), str(path), path.parent)

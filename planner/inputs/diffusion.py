@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import fields
-from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from planner.core.checks import finite
 from planner.core.diffusion import DiffusionModel
 from planner.core.errors import InputError, SpecError
+from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
 
 REQUIRED_KEYS = ("hidden_size", "num_heads", "ffn_hidden_size", "double_layers", "single_layers", "patch_size",
                  "latent_channels")
@@ -23,9 +21,7 @@ _FLOATS = ("encoder_params", "published_params")
 
 @functools.cache
 def _preset_data() -> dict[str, dict[str, Any]]:
-    text = (resources.files("planner.inputs") / "presets" / "diffusion.yaml").read_text()
-    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
-    return data
+    return packaged_presets("diffusion.yaml")
 
 
 def diffusion_preset_names() -> list[str]:
@@ -58,17 +54,9 @@ def diffusion_from_mapping(data: Any, origin: str) -> DiffusionModel:
 def load_diffusion_model(name_or_path: str) -> DiffusionModel:
     """A preset name (`diffusion_preset_names`) or a YAML path -> DiffusionModel."""
     presets = _preset_data()
-    if name_or_path in presets:
-        return diffusion_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
-    path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml") or not path.is_file():
-        raise InputError(f"unknown diffusion model {name_or_path!r}: give a preset ({', '.join(presets)}) or a path "
-                         "to a diffusion-model YAML")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
-    return diffusion_from_mapping(data, str(path))
+    return preset_or_yaml(name_or_path, presets, diffusion_from_mapping,
+                          f"unknown diffusion model {name_or_path!r}: give a preset ({', '.join(presets)}) or a path "
+                          "to a diffusion-model YAML")
 
 
 def diffusion_mapping(model: DiffusionModel) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import copy
 import dataclasses
 import functools
 import json
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,6 +20,7 @@ from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
 from planner.core.checks import MAX_LAYERS, is_integer
 from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
+from planner.inputs.yamlfile import packaged_presets
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                        "vocab_size", "gated_mlp", "tied_embeddings")
@@ -79,9 +79,7 @@ _HF_ACTIVATIONS: MappingProxyType[str, tuple[Activation | None, Activation | Non
 @functools.cache
 def _preset_data() -> dict[str, dict[str, Any]]:
     """The presets file, parsed once per process (pure-Python YAML takes ~20 ms, every model lookup needs it)."""
-    text = (resources.files("planner.inputs") / "presets" / "models.yaml").read_text()
-    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
-    return data
+    return packaged_presets("models.yaml")
 
 
 def _presets() -> dict[str, dict[str, Any]]:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import functools
 from enum import Enum
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
 
 from planner.core.checks import mapping_keys
 from planner.core.errors import InputError, SpecError
 from planner.core.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
+from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
 
 MODEL_REQUIRED = ("dense_features", "bottom_mlp", "top_mlp", "tables")
 MODEL_OPTIONAL = ("name", "interaction", "cross_layers", "cross_rank", "optimizer")
@@ -25,9 +23,7 @@ E = TypeVar("E", bound=Enum)
 
 @functools.cache
 def _preset_data() -> dict[str, dict[str, Any]]:
-    text = (resources.files("planner.inputs") / "presets" / "recsys.yaml").read_text()
-    data: dict[str, dict[str, Any]] = yaml.safe_load(text)
-    return data
+    return packaged_presets("recsys.yaml")
 
 
 def recsys_preset_names() -> list[str]:
@@ -84,14 +80,6 @@ def recsys_from_mapping(data: Any, origin: str) -> RecModel:
 def load_recsys_model(name_or_path: str) -> RecModel:
     """A preset name (`recsys_preset_names`) or a tables YAML path -> RecModel."""
     presets = _preset_data()
-    if name_or_path in presets:
-        return recsys_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
-    path = Path(name_or_path)
-    if path.suffix not in (".yaml", ".yml") or not path.is_file():
-        raise InputError(f"unknown recommendation model {name_or_path!r}: give a preset ({', '.join(presets)}) or a "
-                         "path to a tables YAML")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
-    return recsys_from_mapping(data, str(path))
+    return preset_or_yaml(name_or_path, presets, recsys_from_mapping,
+                          f"unknown recommendation model {name_or_path!r}: give a preset ({', '.join(presets)}) or a "
+                          "path to a tables YAML")
