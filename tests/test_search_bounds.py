@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tiny_models import TINY_DEEPSEEK
 
@@ -89,6 +89,9 @@ def _needy(index: int) -> tuple[Candidate, ...]:
 @settings(max_examples=150, deadline=None)
 @given(case=st.integers(0, len(CASES) - 1), pick=st.integers(0, 10**9), seed=st.integers(0, 10**9),
        needy=st.booleans())
+# ZeRO-3 with optimizer and activations offloaded, some layers fully recomputed: their longer backward hides ZeRO
+# traffic as well as host copies, which the offload floor once counted twice
+@example(case=4, pick=1508388, seed=0, needy=False)
 def test_tight_bound_is_below_every_layout_that_fits(case: int, pick: int, seed: int, needy: bool) -> None:
     """The step-time bound with the recomputation and slowest rank a split needs to fit is below the step time of the
     balanced layout and of random splits with random per-rank recomputation, wherever they fit, and the balanced

@@ -252,14 +252,18 @@ class SearchBounds(RankMemory):
         cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with parameter
         offload, its stored activations with activation offload), every decoder layer over pp ranks, each at the
         cheaper of its own recomputation and full recomputation (whose smaller copy may hide behind a longer
-        backward) net of the time full recomputation adds, which the bound's other terms do not count. 0 without
-        weights or activations on the host."""
+        backward) net of the time full recomputation adds, which the bound's other terms do not count. That time
+        also lengthens the windows the ZeRO and gradient-reduction traffic hides behind, and a window longer by Δ
+        hides at most (1 − κ)·Δ more (`GpuSpec.exposed`): it is not counted, for each window the layer's passes
+        belong to (forward and backward, with ZeRO-2/3 also the backward with its recomputation, each twice).
+        0 without weights or activations on the host."""
         weights, stored = Offload.PARAMS in c.offload, Offload.ACTIVATIONS in c.offload
         if not (weights or stored):
             return 0.0
         times, acts, layout = self.get(c), self.activations(c), c.layout()
         dense, moe, _, _ = self._pieces_of(c)
         n_dense, n_moe = F.decoder_layer_counts(self.model)
+        hiding = 1.0 - self.cluster.gpu.overlap_efficiency  # 1 − κ
         total = 0.0
         for n, base, full, act, params in ((n_dense, times.decoder, times.decoder_full, acts.dense, dense),
                                            (n_moe, times.moe, times.moe_full, acts.moe, moe)):
@@ -267,7 +271,11 @@ class SearchBounds(RankMemory):
                 continue
             w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
             own = layer_offload_exposed(base, w, act if stored else 0.0, self.cluster)
-            fully = layer_offload_exposed(full, w, acts.full if stored else 0.0, self.cluster) + full.total - base.total
+            longer = max(full.forward - base.forward, 0.0) + max(full.backward - base.backward, 0.0)
+            if c.zero >= ZeroStage.GRADIENTS:
+                longer = 2 * longer + max(full.recompute - base.recompute, 0.0)
+            fully = (layer_offload_exposed(full, w, acts.full if stored else 0.0, self.cluster)
+                     + full.total - base.total - hiding * longer)
             total += n * max(0.0, min(own, fully))
         return total / c.pp * (1 - _ROUNDING)
 
