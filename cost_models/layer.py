@@ -86,12 +86,12 @@ def sequence_parallel_tp_time(cluster: ClusterSpec, job: JobSpec, knobs: LayerKn
     With `Runtime.tp_comm_overlap` (userbuffers) every collective is chunked and pipelined with the GEMMs beside it."""
     unit = _tp_comm(cluster, knobs, tokens * hidden * 2, 1, job.runtime.multi_rail)
     gather = 0.25 if cluster.gpu.has_fp8(job.dtype) else 0.5
-    forward = blocks * (gather + 0.5) * unit
-    beside_gemms = blocks * (gather + 0.5) * unit
+    pairs = blocks * (gather + 0.5) * unit  # an all-gather and a reduce-scatter per block, each way
+    row_gathers = blocks * gather * unit  # the backward's exposed all-gathers of the row layers' output gradients
     gpu = cluster.gpu
     if job.runtime.tp_comm_overlap:
-        return gpu.exposed(forward, gemm_f), gpu.exposed(blocks * gather * unit + beside_gemms, gemm_b)
-    return forward, blocks * gather * unit + gpu.exposed(beside_gemms, gemm_b)
+        return gpu.exposed(pairs, gemm_f), gpu.exposed(row_gathers + pairs, gemm_b)
+    return pairs, row_gathers + gpu.exposed(pairs, gemm_b)
 
 
 def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,

@@ -59,10 +59,6 @@ class DiffusionModel:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
-    def layer_is_double(self, index: int) -> bool:
-        """Double-stream blocks come first (Flux: 19 double, then 38 single)."""
-        return index < self.double_layers
-
 
 @dataclass(frozen=True)
 class DiffusionJob:
@@ -119,25 +115,6 @@ class DiffusionLayout:
         parts = [f"ulysses{self.ulysses}", f"ring{self.ring}", f"pipefusion{self.pipefusion}"]
         parts += [f"patches{self.patches}"] if self.pipefusion > 1 else []
         return " ".join([*parts, f"cfg{self.cfg}", f"dp{self.dp}"])
-
-
-def check_diffusion_layout(model: DiffusionModel, job: DiffusionJob, layout: DiffusionLayout, gpus: int) -> None:
-    """The rules xDiT enforces: heads % ulysses, image tokens % (sp x patches), layers >= pipefusion stages,
-    cfg parallel only for models sampled with guidance, and the GPU count."""
-    tokens = image_tokens(model, job.resolution)
-    if model.num_heads % layout.ulysses:
-        raise LayoutError(f"heads {model.num_heads} not divisible by ulysses {layout.ulysses}")
-    if tokens % (layout.sp * layout.patches):
-        raise LayoutError(f"image tokens {tokens} not divisible by ulysses x ring x patches = "
-                          f"{layout.sp * layout.patches}")
-    if layout.pipefusion > model.num_layers:
-        raise LayoutError(f"pipefusion {layout.pipefusion} > layers {model.num_layers}")
-    if layout.cfg > 1 and not model.cfg:
-        raise LayoutError(f"cfg parallelism needs a model sampled with classifier-free guidance; {model.name!r} is "
-                          "not")
-    if layout.gpus != gpus:
-        raise LayoutError(f"GPUs {gpus} != dp {layout.dp} x cfg {layout.cfg} x pipefusion {layout.pipefusion} x "
-                          f"ring {layout.ring} x ulysses {layout.ulysses}")
 
 
 def image_tokens(model: DiffusionModel, resolution: int) -> int:

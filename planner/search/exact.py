@@ -172,8 +172,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
             groups.setdefault(layer_times.group_key(c), []).append(c)
     pruned_memory = total - fitting
     if not fitting:
-        raise InfeasibleError(_no_fit_message(layer_times, [replace(c, offload=o) for c in pool
-                                                            for o in offloads[c.zero]]))
+        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(pool, lambda c: offloads[c.zero])))
     # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
     # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
     # reaches the top, each is queued at its bound; there a candidate is dropped if its memory floor exceeds the GPU or
@@ -250,8 +249,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
             tally["expanded"] += 1
     evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
     if not top:
-        raise InfeasibleError(_no_fit_message(layer_times, [replace(c, offload=o) for g in groups.values() for c in g
-                                                            for o in within_state_bound(c)]))
+        raise InfeasibleError(_no_fit_message(layer_times, _with_choices([c for g in groups.values() for c in g],
+                                                                        within_state_bound)))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     # on uneven stages the simulator is the reference: it re-ranks the finalists (ties keep the order)
     ranked = [replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction))
@@ -267,6 +266,12 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     log.info("searched %d candidates: %d priced, %d pruned by memory, %d by the time bound, %d did not fit",
              cert.candidates, cert.evaluated, cert.pruned_memory, cert.pruned_time, cert.infeasible)
     return SearchResult(ranked[0], tuple(ranked[1:]), cert)
+
+
+def _with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[frozenset[Offload], ...]]
+                  ) -> list[Candidate]:
+    """Every candidate of `cs` with each offload choice `choices` gives it."""
+    return [replace(c, offload=o) for c in cs for o in choices(c)]
 
 
 def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate]) -> str:

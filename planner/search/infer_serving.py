@@ -47,10 +47,6 @@ class ServingSearch:
         return self.ranked[0]
 
 
-def _divisors_upto(n: int, limit: int) -> list[int]:
-    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
-
-
 def replica_layouts(model: ModelSpec, cluster: ClusterSpec, gpus: int, tp: int | None = None,
                     pp: int | None = None) -> list[ReplicaLayout]:
     """TP a power of two within the scale-up domain dividing the heads, with KV heads divisible by TP or TP by

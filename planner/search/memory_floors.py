@@ -57,8 +57,7 @@ class RankMemory:
         self._acts: dict[LayerKnobs, LayerActivations] = {}
         self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
-        self._pieces: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-        self._host_pieces: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._pieces: dict[tuple[object, ...], tuple[tuple[float, ...], tuple[float, ...]]] = {}
 
     def knobs(self, c: Candidate) -> LayerKnobs:
         return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
@@ -118,30 +117,22 @@ class RankMemory:
                 StageParams(embedding_params(model, job, c.tp)),
                 head_params(model, job, c.tp, self.beside(c), c.ep, c.etp))
 
-    def _piece_states(self, c: Candidate) -> tuple[float, float, float, float]:
-        """GPU states (weights, gradients, optimizer) of one dense layer, one MoE layer, the embedding and the head."""
+    def _piece_states(self, c: Candidate) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(states on the GPU: weights, gradients, optimizer; offloaded states on the host) of one dense layer, one
+        MoE layer, the embedding and the head, in that order."""
         key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
         if key not in self._pieces:
-            layout, job = c.layout(), self.job
-            self._pieces[key] = tuple(stage_states(p, layout, job).total  # type: ignore[assignment]
-                                      for p in self._pieces_of(c))
+            layout, job, pieces = c.layout(), self.job, self._pieces_of(c)
+            self._pieces[key] = (tuple(stage_states(p, layout, job).total for p in pieces),
+                                 tuple(host_state_bytes(p, layout, job) for p in pieces))
         return self._pieces[key]
-
-    def _piece_host_states(self, c: Candidate) -> tuple[float, float, float, float]:
-        """`_piece_states` for the host: offloaded optimizer state and weights of each piece."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
-        if key not in self._host_pieces:
-            layout, job = c.layout(), self.job
-            self._host_pieces[key] = tuple(host_state_bytes(p, layout, job)  # type: ignore[assignment]
-                                           for p in self._pieces_of(c))
-        return self._host_pieces[key]
 
     def rank_bytes(self, c: Candidate) -> tuple[list[float], tuple[float, ...], float, float]:
         """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
         module docstring's fixed_r, as cost_models.step._stage_memory and stage_cost count them."""
         emb, head, _ = self.ranks(c)
         alive = self.alive(c)
-        s_dense, s_moe, s_emb, s_head = self._piece_states(c)
+        s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
         model, job, acts = self.model, self.job, self.activations(c)
         logits = M.logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp) * (1 + model.mtp_layers)
         mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
@@ -176,7 +167,7 @@ class RankMemory:
         if not c.offload:
             return 0.0
         emb, head, _ = self.ranks(c)
-        h_dense, h_moe, h_emb, h_head = self._piece_host_states(c)
+        h_dense, h_moe, h_emb, h_head = self._piece_states(c)[1]
         alive, acts = self.alive(c), self.activations(c)
         a_dense = a_moe = 0.0
         if Offload.ACTIVATIONS in c.offload:
