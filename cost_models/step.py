@@ -96,11 +96,12 @@ def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerK
     gf, gb = gemm_fwd_bwd_time(Gemm(tokens, model.hidden_size / knobs.tp, 2 * model.hidden_size), cluster.gpu,
                                job.dtype)
     moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
-    given = None if layers is None else (layers[1] if moe else layers[0])
-    if layers is None or given is None:
-        given, layers = decoder_layer_time(model, job, cluster, knobs, moe), None
-    head = head_time(model, job, cluster, knobs) if layers is None else layers[2]
-    one = LayerTime(gf, gb) + given + head
+    known = None if layers is None else (layers[1] if moe else layers[0])
+    if layers is not None and known is not None:
+        layer, head = known, layers[2]
+    else:
+        layer, head = decoder_layer_time(model, job, cluster, knobs, moe), head_time(model, job, cluster, knobs)
+    one = LayerTime(gf, gb) + layer + head
     return one.scaled(model.mtp_layers)
 
 

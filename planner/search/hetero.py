@@ -39,6 +39,7 @@ from planner.core import GIB, JobSpec, ModelSpec, Recompute, ZeroStage
 from planner.core.cluster import HeteroCluster, HeteroLayout, HeteroStage
 from planner.core.errors import InfeasibleError, InputError
 from planner.search.partition import SplitProblem, best_boundaries, least_bottleneck, segments, stage_tables
+from planner.search.space import divisors
 
 MAX_ORDERED = 4  # up to this many groups every order (and subset) is tried, beyond it the file's order only
 
@@ -92,10 +93,6 @@ class HeteroResult:
     solve_time_s: float
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _tp_choices(model: ModelSpec, cluster: HeteroCluster, group: str, dp: int, spec: HeteroSpec) -> list[int]:
     """TP degrees of `group`'s stages: powers of two inside its scale-up domain (and max_tp), dividing the heads
     (and the KV heads, or divided by them), leaving whole stages of tp·dp GPUs."""
@@ -125,7 +122,7 @@ def candidates(model: ModelSpec, cluster: HeteroCluster, job: JobSpec, spec: Het
     """Every valid candidate (one flat generator; the rules in the module docstring)."""
     orders = _orders(cluster, spec)
     used_gpus = {g.name: g.num_gpus for g in cluster.groups}
-    dps = sorted({d for g in cluster.groups for d in _divisors(g.num_gpus)})
+    dps = sorted({d for g in cluster.groups for d in divisors(g.num_gpus)})
     recomputes = [spec.recompute] if spec.recompute else [Recompute.NONE, Recompute.FULL]
     for dp in dps if spec.dp is None else [spec.dp]:
         tps = {g.name: _tp_choices(model, cluster, g.name, dp, spec) for g in cluster.groups}

@@ -14,6 +14,7 @@ from cost_models.mlip import MlipPrediction, evaluate_split, interpolate
 from planner.core import GIB, ClusterSpec
 from planner.core.errors import InfeasibleError
 from planner.core.mlip import MlipCostTable, MlipJob, MlipSplit
+from planner.search.space import divisors
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def _key(p: MlipPrediction) -> tuple[float, int, tuple[int, int, int]]:
 
 
 def search_mlip(table: MlipCostTable, job: MlipJob, cluster: ClusterSpec, top_k: int = 5) -> MlipSearch:
-    counts = [d for d in range(1, job.gpus + 1) if job.gpus % d == 0]
+    counts = divisors(job.gpus)
     bounds = []
     capacity = cluster.gpu.memory_gib * GIB
     for d in counts:

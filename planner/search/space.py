@@ -221,7 +221,7 @@ def _wave_runs(pp: int, vpp: int, microbatches: int | None, spec: SearchSpec) ->
             and (microbatches is None or microbatches >= 2 * pp))
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
     """The divisors of n in increasing order (trial division up to sqrt(n))."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
@@ -235,7 +235,7 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, spec: SearchSpec) -> list
     limit = min(cluster.scale_up_size, spec.max_tp or cluster.scale_up_size)
     if spec.tp is not None:
         limit = max(limit, spec.tp)  # an explicit pin may cross the scale-up domain
-    return _pinned(spec.tp, [t for t in _divisors(cluster.num_gpus) if t <= limit
+    return _pinned(spec.tp, [t for t in divisors(cluster.num_gpus) if t <= limit
                              and (spec.tp_choices is None or t in spec.tp_choices)
                              and model.num_attention_heads % t == 0
                              and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)])
@@ -256,7 +256,7 @@ def _meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     gpus = cluster.num_gpus
     for tp in tp_options(model, cluster, spec):
         for cp in cp_options(job, gpus // tp, spec):
-            for pp in _pinned(spec.pp, [p for p in _divisors(gpus // (tp * cp)) if p <= model.num_layers
+            for pp in _pinned(spec.pp, [p for p in divisors(gpus // (tp * cp)) if p <= model.num_layers
                                         and (spec.uneven_split or model.num_layers % p == 0)]):
                 dp = gpus // (tp * cp * pp)
                 if job.global_batch % dp == 0:
@@ -285,7 +285,7 @@ def expert_options(model: ModelSpec, tp: int, inner: int, sp: bool, spec: Search
     if model.moe is None:
         return [(1, 1)] if spec.ep in (None, 1) and spec.etp in (None, 1) else []
     etps = sorted({1, tp}) if spec.etp is None else [spec.etp]
-    eps = _pinned(spec.ep, [e for e in _divisors(model.moe.num_experts) if spec.max_ep is None or e <= spec.max_ep])
+    eps = _pinned(spec.ep, [e for e in divisors(model.moe.num_experts) if spec.max_ep is None or e <= spec.max_ep])
     return [(e, t) for t in etps for e in eps if inner % (e * t) == 0 and model.moe.ffn_hidden_size % t == 0
             and not (e > 1 and tp > 1 and not sp)]
 
@@ -353,7 +353,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
         experts = {sp: expert_options(model, tp, tp * cp * dp, sp, spec) for sp in (False, True)}
-        mbs_list = _pinned(spec.mbs, [b for b in _divisors(per_replica) if b <= spec.max_mbs
+        mbs_list = _pinned(spec.mbs, [b for b in divisors(per_replica) if b <= spec.max_mbs
                                       and (spec.mbs_choices is None or b in spec.mbs_choices)])
         allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
         dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
@@ -398,12 +398,12 @@ def no_layout_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec:
     """Why `candidates` yields nothing, in one line: the layout rule (Layout.validate's message, with its numbers)
     that the first combination of the pins breaks, the free degrees tried smallest first; or, when some combination
     passes the layout rules, the search's own limits that exclude it."""
-    gpus, divisors = cluster.num_gpus, _divisors(cluster.num_gpus)
+    gpus, degrees = cluster.num_gpus, divisors(cluster.num_gpus)
     pins = ", ".join(f"{n} {getattr(spec, n).value if hasattr(getattr(spec, n), 'value') else getattr(spec, n)}"
                      for n in PIN_NAMES if getattr(spec, n) is not None)
     first: tuple[str, str] | None = None
-    combos = product([spec.tp] if spec.tp else divisors, [spec.cp] if spec.cp else [1],
-                     [spec.pp] if spec.pp else divisors)
+    combos = product([spec.tp] if spec.tp else degrees, [spec.cp] if spec.cp else [1],
+                     [spec.pp] if spec.pp else degrees)
     for i, (tp, cp, pp) in enumerate(combos):
         if i >= MAX_DIAGNOSED:
             break
