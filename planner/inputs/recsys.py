@@ -4,11 +4,10 @@ keys are errors that list the allowed ones."""
 from __future__ import annotations
 
 import functools
-from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from planner.core.checks import mapping_keys
+from planner.core.checks import choice, mapping_keys
 from planner.core.errors import InputError, SpecError
 from planner.core.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
 from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
@@ -18,7 +17,6 @@ MODEL_OPTIONAL = ("name", "interaction", "cross_layers", "cross_rank", "optimize
 TABLE_REQUIRED = ("name", "rows", "dim")
 TABLE_OPTIONAL = ("pooling", "skew", "dtype")
 
-E = TypeVar("E", bound=Enum)
 
 
 @functools.cache
@@ -30,18 +28,6 @@ def recsys_preset_names() -> list[str]:
     return list(_preset_data())
 
 
-def _keys(data: Any, required: tuple[str, ...], optional: tuple[str, ...], where: str) -> dict[str, Any]:
-    return mapping_keys(data, required, optional, where)
-
-
-def _enum(kind: type[E], value: Any, key: str, where: str) -> E:
-    try:
-        return kind(value)
-    except ValueError:
-        raise InputError(f"{where}: {key} must be one of {', '.join(str(m.value) for m in kind)}, "
-                         f"got {value!r}") from None
-
-
 def _widths(value: Any, key: str, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise InputError(f"{where}: {key} must be a non-empty list of layer widths, got {value!r}")
@@ -49,18 +35,18 @@ def _widths(value: Any, key: str, where: str) -> tuple[int, ...]:
 
 
 def _table(data: Any, where: str) -> EmbeddingTable:
-    data = _keys(data, TABLE_REQUIRED, TABLE_OPTIONAL, where)
+    data = mapping_keys(data, TABLE_REQUIRED, TABLE_OPTIONAL, where)
     for key in ("pooling", "skew"):
         if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
             raise InputError(f"{where}: {key} must be a number, got {data[key]!r}")
     return EmbeddingTable(data["name"], data["rows"], data["dim"], float(data.get("pooling", 1.0)),
                           float(data.get("skew", 0.0)),
-                          _enum(TableDtype, data.get("dtype", "fp32"), "dtype", where))
+                          choice(TableDtype, data.get("dtype", "fp32"), f"{where}: dtype"))
 
 
 def recsys_from_mapping(data: Any, origin: str) -> RecModel:
     """A mapping (MODEL_REQUIRED + MODEL_OPTIONAL keys; `tables` a list of table mappings) -> RecModel."""
-    data = _keys(data, MODEL_REQUIRED, MODEL_OPTIONAL, origin)
+    data = mapping_keys(data, MODEL_REQUIRED, MODEL_OPTIONAL, origin)
     if not isinstance(data["tables"], list) or not data["tables"]:
         raise InputError(f"{origin}: tables must be a non-empty list of tables ({', '.join(TABLE_REQUIRED)}, "
                          f"optional {', '.join(TABLE_OPTIONAL)})")
@@ -70,9 +56,9 @@ def recsys_from_mapping(data: Any, origin: str) -> RecModel:
             name=str(data.get("name", Path(origin).stem)), tables=tables, dense_features=data["dense_features"],
             bottom_mlp=_widths(data["bottom_mlp"], "bottom_mlp", origin),
             top_mlp=_widths(data["top_mlp"], "top_mlp", origin),
-            interaction=_enum(Interaction, data.get("interaction", "dot"), "interaction", origin),
+            interaction=choice(Interaction, data.get("interaction", "dot"), f"{origin}: interaction"),
             cross_layers=data.get("cross_layers", 0), cross_rank=data.get("cross_rank", 512),
-            optimizer=_enum(EmbeddingOptimizer, data.get("optimizer", "sgd"), "optimizer", origin))
+            optimizer=choice(EmbeddingOptimizer, data.get("optimizer", "sgd"), f"{origin}: optimizer"))
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
 
