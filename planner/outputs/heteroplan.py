@@ -26,7 +26,7 @@ from hardware_profiles import profile_mapping
 from planner.core import JobSpec, Layout, ModelSpec, Schedule, Target
 from planner.core.cluster import HeteroCluster, HeteroLayout
 from planner.inputs.loaders import model_mapping
-from planner.outputs.emitters.common import UnsupportedPlanError
+from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan
 from planner.outputs.planfile import MESHPLAN_VERSION, SCHEMA_VERSION
 from planner.outputs.report import prediction_dict
@@ -167,12 +167,13 @@ def emit_hetero(plan: HeteroPlan, target: Target) -> str:
     launcher lacks (never a substituted layout: re-plan with the pins the message names)."""
     from planner.outputs.emitters import EMITTERS
 
-    stages = [s.layers for s in plan.result.best.layout.stages]
-    if target is Target.DEEPSPEED and len(set(stages)) > 1:  # its own refusal would suggest --even-split
+    equivalent = equivalent_plan(plan)
+    split = facts(equivalent)
+    if target is Target.DEEPSPEED and not split.uniform_chunks:  # its own refusal would suggest --even-split
         raise UnsupportedPlanError(f"DeepSpeed partitions pipeline stages itself and cannot give a faster group's "
-                                   f"stages more layers (this plan splits {stages}); a plan across node groups splits "
-                                   "by group speed: run it with Megatron-LM, NeMo or torchtitan")
-    text = EMITTERS[target](equivalent_plan(plan))
+                                   f"stages more layers (this plan splits {list(split.chunks)}); a plan across node "
+                                   "groups splits by group speed: run it with Megatron-LM, NeMo or torchtitan")
+    text = EMITTERS[target](equivalent)
     order = host_order(plan.cluster, plan.result.best.layout)
     head = [f"# Heterogeneous cluster {plan.cluster.name}: start the nodes in this order (node rank i = line i), "
             "so that ranks follow the plan's placement:"] + [f"#   {i}: {n}" for i, n in enumerate(order)]
