@@ -29,6 +29,7 @@ the column, the value and what is allowed.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import numbers
 from collections.abc import Iterable
@@ -50,6 +51,7 @@ from planner.core.checks import (
     real,
 )
 from planner.core.errors import InputError, MeshplanError
+from planner.core.inputfile import MAX_TABLE_BYTES, read_bytes
 
 COLUMNS = ("kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
            "output_bytes", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size",
@@ -73,9 +75,10 @@ def read_frame(path: str | Path) -> pd.DataFrame:
 
     path_argument(path, "costs", "a cost table")
     target = Path(path)
+    data = io.BytesIO(read_bytes(target, "cost table", MAX_TABLE_BYTES))
     try:
-        frame = (pd.read_parquet(target) if target.suffix == ".parquet"
-                 else pd.read_csv(target, dtype={"kind": str}))  # a kind named 1 stays the name "1"
+        frame = (pd.read_parquet(data) if target.suffix == ".parquet"
+                 else pd.read_csv(data, dtype={"kind": str}))  # a kind named 1 stays the name "1"
     except (OSError, ValueError, ImportError) as exc:
         raise InputError(f"cannot read cost table {target}: {str(exc).splitlines()[0] if str(exc) else exc!r}") \
             from None

@@ -242,7 +242,7 @@ def test_activation_from_yaml_and_hf_config(tmp_path: Path) -> None:
     assert model_from_mapping(TINY, "m.yaml").activation is Activation.GELU
     assert model_from_mapping({**TINY, "gated_mlp": True}, "m.yaml").activation is Activation.SWIGLU
     assert model_from_mapping({**TINY, "activation": "squared_relu"}, "m.yaml").activation is Activation.SQUARED_RELU
-    with pytest.raises(InputError, match=r"activation must be one of \['swiglu', 'geglu', 'gelu', 'squared_relu'\]"):
+    with pytest.raises(InputError, match=r"activation must be one of swiglu, geglu, gelu, squared_relu, got"):
         model_from_mapping({**TINY, "activation": "relu"}, "m.yaml")
     with pytest.raises(InputError, match="activation swiglu needs a gated MLP; .* allowed: gelu, squared_relu"):
         model_from_mapping({**TINY, "activation": "swiglu"}, "m.yaml")

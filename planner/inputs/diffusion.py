@@ -56,7 +56,7 @@ def load_diffusion_model(name_or_path: str) -> DiffusionModel:
     presets = _preset_data()
     return preset_or_yaml(name_or_path, presets, diffusion_from_mapping,
                           f"unknown diffusion model {name_or_path!r}: give a preset ({', '.join(presets)}) or a path "
-                          "to a diffusion-model YAML")
+                          "to a diffusion-model YAML", "diffusion model")
 
 
 def diffusion_mapping(model: DiffusionModel) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from planner.core.checks import finite, is_integer
 from planner.core.errors import InputError, SpecError
+from planner.core.inputfile import MAX_TABLE_BYTES, read_text, shown
 from planner.core.mlip import CostRow, MlipCostTable
 
 META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
@@ -83,11 +84,5 @@ def parse_cost_table(text: str, origin: str) -> MlipCostTable:
 
 
 def load_cost_table(path: str) -> MlipCostTable:
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"cost table {path!r} is not a file: give a CSV in the format of planner/inputs/mlip.py")
-    try:
-        text = file.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read ({exc})") from None
-    return parse_cost_table(text, path)
+    """The MLIP cost table at `path` (any readable path: a file, /dev/stdin; at most MAX_TABLE_BYTES)."""
+    return parse_cost_table(read_text(path, "cost table", MAX_TABLE_BYTES), shown(path))

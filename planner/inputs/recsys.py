@@ -68,4 +68,4 @@ def load_recsys_model(name_or_path: str) -> RecModel:
     presets = _preset_data()
     return preset_or_yaml(name_or_path, presets, recsys_from_mapping,
                           f"unknown recommendation model {name_or_path!r}: give a preset ({', '.join(presets)}) or a "
-                          "path to a tables YAML")
+                          "path to a tables YAML", "recommendation model")

@@ -1,5 +1,6 @@
-"""YAML the inputs read, always with yaml.safe_load: the packaged preset files and a user's files. A user's file that
-cannot be read, decoded or parsed is a one-line InputError naming it; a name that is neither a preset nor a YAML
+"""YAML the inputs read, always with a safe loader: the packaged preset files and a user's files. A user's file is read
+bounded and parsed with libyaml where installed (planner/core/inputfile.py); one that cannot be read, decoded or
+parsed, or is over its size limit, is a one-line InputError naming it; a name that is neither a preset nor a YAML
 file is one naming what is allowed."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 import yaml
 
 from planner.core.errors import InputError
+from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, shown
 
 T = TypeVar("T")
 
@@ -23,21 +25,27 @@ def packaged_presets(filename: str) -> dict[str, dict[str, Any]]:
     return data
 
 
-def read_yaml(path: Path) -> Any:
-    """The parsed contents of the YAML file at `path`."""
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read ({str(exc).splitlines()[0]})") from None
+def read_yaml(path: Path, what: str = "YAML file", limit: int = MAX_SPEC_BYTES) -> Any:
+    """The parsed contents of the YAML file at `path` (`what` names it in messages; at most `limit` bytes)."""
+    return parse_yaml(read_text(path, what, limit), shown(path), "cannot read: not valid YAML")
+
+
+def refuse_non_file(name_or_path: str, what: str, allowed: str) -> None:
+    """An InputError when `name_or_path` is an existing directory, device, FIFO or socket: `what` ("model") names the
+    input and `allowed` what it may be, so the message says why the path is not one instead of "unknown"."""
+    problem = not_a_file(name_or_path)
+    if problem is not None:
+        raise InputError(f"{what} {shown(name_or_path)} {problem}: give {allowed}")
 
 
 def preset_or_yaml(name_or_path: str, presets: Mapping[str, Mapping[str, Any]], build: Callable[[Any, str], T],
-                   unknown: str) -> T:
+                   unknown: str, what: str = "model") -> T:
     """`build(mapping, origin)` of the preset `name_or_path` (its name added) or of the .yaml/.yml file at that path;
-    `unknown` is the error for anything else."""
+    `unknown` is the error for anything else (a directory or device is named as one; `what` names the input)."""
     if name_or_path in presets:
         return build({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
+    refuse_non_file(name_or_path, what, "a preset or a .yaml/.yml file")
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         raise InputError(unknown)
-    return build(read_yaml(path), str(path))
+    return build(read_yaml(path, f"{what} YAML"), str(path))

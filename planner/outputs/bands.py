@@ -28,6 +28,7 @@ import yaml
 
 from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
 from planner.core.errors import InputError
+from planner.core.inputfile import MAX_SPEC_BYTES, parse_yaml, read_text, shown
 
 MIN_RESIDUALS = 4  # fewer residuals than this do not make a quantile band: fall back to a coarser key
 MIN_HALF_WIDTH = 0.02  # no band is narrower than ±2 %: published step times themselves vary that much
@@ -310,11 +311,7 @@ def save_bands(table: BandTable, path: str | Path) -> None:
 
 def read_bands(path: str | Path) -> BandTable:
     """Read and check a band file."""
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read error bands {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    return _parse_text(text, str(path))
+    return parse_bands(parse_yaml(read_text(path, "error-band file", MAX_SPEC_BYTES), shown(path)), str(path))
 
 
 def _parse_text(text: str, origin: str) -> BandTable:

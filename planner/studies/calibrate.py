@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from cost_models.step import evaluate_layout
 from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MEMORY_GIB, MAX_SEQ_LEN
 from planner.core.errors import InputError, LayoutError
+from planner.core.inputfile import MAX_LOG_BYTES, MAX_PLAN_BYTES, MIB, parse_yaml, read_text, shown
 from planner.studies.fit import BOUNDS, Param, apply, current_value, fit
 
 MIN_RUNS = 2
@@ -255,12 +255,12 @@ def _trial_runs(path: Path, data: dict[str, Any], hardware: str) -> list[Measure
     runs = []
     for t in trials:
         log_path = path.parent / str(t.get("log", ""))
-        if "log" not in t or not log_path.is_file():
+        if "log" not in t or not os.path.isfile(log_path):  # (os.path's: False for a name the system refuses)
             continue
         rank = t.get("rank")
         if not isinstance(rank, int) or not 0 <= rank < len(ranked):
             raise InputError(f"{path}: trial {t.get('name')!r}: rank must be 0 to {len(ranked) - 1}, got {rank!r}")
-        log = parse_log(log_path.read_text(), str(log_path))
+        log = parse_log(read_text(log_path, "training log", MAX_LOG_BYTES), str(log_path))
         memory: float | None = None
         if isinstance(log, MegatronLog):
             step, memory = log.steady_step_time_s(), log.peak_memory_gib
@@ -281,10 +281,7 @@ def _trial_runs(path: Path, data: dict[str, Any], hardware: str) -> list[Measure
 def load_runs(path: Path, hardware: str) -> list[MeasuredRun]:
     """Runs from a YAML file (a list of runs, or a mapping with `runs:`), a CSV file with a header row of
     RUN_KEYS columns, a `meshplan trial` manifest (trials.yaml) with the trials' logs, or a Megatron-LM log."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = read_text(path, "runs file or training log", MAX_LOG_BYTES)
     from planner.inputs.runlogs import Launcher, detect_launcher
 
     launcher = detect_launcher(text)
@@ -293,16 +290,16 @@ def load_runs(path: Path, hardware: str) -> list[MeasuredRun]:
     if launcher is not None:
         raise InputError(f"{path}: a {launcher.value} log does not say its model and layout; list it in the "
                          "trials.yaml manifest `meshplan trial` writes, and calibrate on the manifest")
+    if len(text) > MAX_PLAN_BYTES:  # a log may be long; a runs file or manifest is parsed whole
+        raise InputError(f"cannot read runs file {shown(path)}: larger than {MAX_PLAN_BYTES // MIB} MiB; a runs "
+                         f"file (YAML or CSV) may be at most {MAX_PLAN_BYTES // MIB} MiB")
     if path.suffix.lower() == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
         if not rows:
             raise InputError(f"{path}: no runs (a header row and one row per run)")
         return [run_from_mapping({k: v for k, v in row.items() if k}, hardware, f"{path}:{i + 2}")
                 for i, row in enumerate(rows)]
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    data = parse_yaml(text, shown(path), "not YAML")
     from planner.studies.trial import is_manifest
 
     if is_manifest(data):
