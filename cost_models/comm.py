@@ -1,8 +1,10 @@
 """Collective communication: an α-β model per collective, aware of which network tier a group uses.
 
-Placement on the mesh is fixed: TP innermost, then CP, DP, PP outermost (Megatron-LM's default
-order). A group of `size` ranks whose consecutive members are `stride` GPUs apart has
-`k = min(size, scale_up_size // stride)` members in each scale-up domain (NVLink/NVSwitch island).
+A collective runs over a process group of the layout's mesh (planner.core.mesh: TP innermost, then CP, DP shard,
+DP replicate, PP outermost, Megatron-core's order); the group says how many of its members share one scale-up
+domain (NVLink/NVSwitch island): k = min(size, scale_up_size // stride) for `size` ranks `stride` apart
+(`Group.per_domain`). The functions here take the mesh's `Group`; their (size, stride) twins serve the workloads
+whose layouts have no mesh yet (serving, diffusion, recommendation, MLIP, heterogeneous clusters).
 
 Time of one collective on S bytes (NCCL conventions, nccl-tests doc/PERFORMANCE.md):
     t = α · steps + factor · S / busbw
@@ -25,6 +27,7 @@ import math
 from enum import Enum
 
 from planner.core import ClusterSpec, LinkSpec
+from planner.core.mesh import Group, Tier
 
 
 class Collective(str, Enum):
@@ -37,16 +40,21 @@ class Collective(str, Enum):
 
 def ranks_per_domain(cluster: ClusterSpec, size: int, stride: int) -> int:
     """Members of a (size, stride) group that share one scale-up domain."""
-    return max(1, min(size, cluster.scale_up_size // max(stride, 1)))
+    return max(1, Group.line(size, stride).per_domain(cluster))
 
 
 def group_link(cluster: ClusterSpec, size: int, stride: int, multi_rail: bool = False) -> tuple[LinkSpec, bool]:
+    """`link_of` a (size, stride) group."""
+    return link_of(cluster, Group.line(size, stride), multi_rail)
+
+
+def link_of(cluster: ClusterSpec, group: Group, multi_rail: bool = False) -> tuple[LinkSpec, bool]:
     """The bottleneck link of the group and whether it crosses scale-up domains. With `multi_rail` a group
     with k members in each domain spreads its inter-domain traffic over their k NICs (NCCL's rings over
     all rails, PXN), so its scale-out share is k NICs' worth, capped by the scale-up link."""
-    local = ranks_per_domain(cluster, size, stride)
-    if local >= size:
+    if group.tier(cluster) is not Tier.SCALE_OUT:
         return cluster.scale_up, False
+    local = group.per_domain(cluster)
     out = cluster.scale_out
     if multi_rail and local > 1:
         out = LinkSpec(out.bandwidth_gbs * local, out.latency_us, out.efficiency)
@@ -65,31 +73,50 @@ def bandwidth_factor(kind: Collective, size: int) -> float:
 
 def collective_time(kind: Collective, nbytes: float, size: int, stride: int, cluster: ClusterSpec,
                     multi_rail: bool = False) -> float:
-    """Seconds for one collective over `nbytes` (the full buffer; per-rank message for send/recv)."""
-    if nbytes <= 0 or (size <= 1 and kind is not Collective.SEND_RECV):
+    """`collective` over `size` ranks `stride` apart (a send/recv: the pair of ranks `stride` apart)."""
+    pair = kind is Collective.SEND_RECV
+    return collective(kind, nbytes, Group.line(max(size, 2) if pair else size, stride), cluster, multi_rail)
+
+
+def collective(kind: Collective, nbytes: float, group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> float:
+    """Seconds for one collective over `nbytes` (the full buffer; the per-rank message for a send/recv, whose group
+    is the pair); a group of one moves nothing."""
+    size = group.size
+    if nbytes <= 0 or size <= 1:
         return 0.0
-    link, crosses = group_link(cluster, max(size, 2), stride, multi_rail and kind is not Collective.SEND_RECV)
+    link, crosses = link_of(cluster, group, multi_rail and kind is not Collective.SEND_RECV)
     alpha = (cluster.scale_out if crosses else cluster.scale_up).latency_us * 1e-6
     steps = 1 if kind is Collective.SEND_RECV else size - 1
     if kind is Collective.ALL_REDUCE:
         steps *= 2
-    return alpha * steps + bandwidth_factor(kind, max(size, 2)) * nbytes / link.bus_bytes_per_s
+    return alpha * steps + bandwidth_factor(kind, size) * nbytes / link.bus_bytes_per_s
 
 
 def p2p_time(nbytes: float, stride: int, cluster: ClusterSpec) -> float:
     """One pipeline send/recv between neighbouring stages `stride` GPUs apart."""
-    return collective_time(Collective.SEND_RECV, nbytes, 2, stride, cluster)
+    return collective(Collective.SEND_RECV, nbytes, Group.line(2, stride), cluster)
+
+
+def send_recv(nbytes: float, pair: Group, cluster: ClusterSpec) -> float:
+    """One send/recv of `nbytes` between the two ranks of `pair` (`Mesh.neighbours`, `Mesh.pipeline_ends`)."""
+    return collective(Collective.SEND_RECV, nbytes, pair, cluster)
 
 
 def all_to_all_time(nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
-    """One all-to-all in which every rank sends `nbytes` in all, an equal share to each of `size` ranks
+    """`all_to_all` over `size` ranks `stride` apart."""
+    return all_to_all(nbytes, Group.line(size, stride), cluster)
+
+
+def all_to_all(nbytes: float, group: Group, cluster: ClusterSpec) -> float:
+    """One all-to-all in which every rank sends `nbytes` in all, an equal share to each of the group's `size` ranks
     (expert-parallel token dispatch). NCCL runs it as concurrent send/recv pairs: the (k − 1)/size share to
     the group's members in the same scale-up domain goes over NVLink, the (size − k)/size share to the
     others through the rank's own NIC (rail-optimised fabrics), both at once; each of the size − 1 peers
     costs one latency of the slowest tier it uses."""
+    size = group.size
     if nbytes <= 0 or size <= 1:
         return 0.0
-    k = ranks_per_domain(cluster, size, stride)
+    k = group.per_domain(cluster)
     inside = nbytes * (k - 1) / size / cluster.scale_up.bus_bytes_per_s
     if k >= size:
         return cluster.scale_up.latency_us * 1e-6 * (size - 1) + inside
@@ -99,15 +126,21 @@ def all_to_all_time(nbytes: float, size: int, stride: int, cluster: ClusterSpec)
 
 def dedup_dispatch_time(token_bytes: float, copies: int, size: int, stride: int, cluster: ClusterSpec,
                         domain_limit: int = 0) -> float:
+    """`dedup_dispatch` over `size` ranks `stride` apart."""
+    return dedup_dispatch(token_bytes, copies, Group.line(size, stride), cluster, domain_limit)
+
+
+def dedup_dispatch(token_bytes: float, copies: int, group: Group, cluster: ClusterSpec, domain_limit: int = 0) -> float:
     """One deduplicated dispatch (or combine) of `token_bytes` worth of tokens per rank, each routed to
-    `copies` experts spread over `size` ranks (DeepEP, DeepSeek-V3 section 3.2.2): a token crosses to every
-    remote scale-up domain holding one of its experts once, through the rank's NIC, and is then delivered to
+    `copies` experts spread over the group's `size` ranks (DeepEP, DeepSeek-V3 section 3.2.2): a token crosses to
+    every remote scale-up domain holding one of its experts once, through the rank's NIC, and is then delivered to
     the experts' GPUs over NVLink. With D domains in the group and uniform routing a token touches
     D·(1 − (1 − 1/D)^k) of them, at most `domain_limit` (node-limited routing; 0: none), (D − 1)/D of them
     remote; every copy not on the source GPU crosses NVLink once, (size − 1)/size of k."""
+    size = group.size
     if token_bytes <= 0 or size <= 1:
         return 0.0
-    local = ranks_per_domain(cluster, size, stride)
+    local = group.per_domain(cluster)
     inside = token_bytes * copies * (size - 1) / size / cluster.scale_up.bus_bytes_per_s
     if local >= size:
         return cluster.scale_up.latency_us * 1e-6 * (size - 1) + inside

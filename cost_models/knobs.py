@@ -4,8 +4,10 @@ mesh) and the seconds of one layer and micro-batch on one GPU by cause."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from planner.core import Recompute, RecomputeModule
+from planner.core.mesh import Mesh
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class LayerKnobs:
     ep: int = 1
     etp: int = 1
     modules: frozenset[RecomputeModule] = frozenset()  # what selective recomputation recomputes (Layout's)
+
+    @cached_property
+    def mesh(self) -> Mesh:
+        """The mesh a layer's collectives run on: its TP, CP, EP and ETP groups (`Mesh.for_layer`)."""
+        return Mesh.for_layer(self.tp, self.cp, self.ep, self.etp)
 
 
 @dataclass(frozen=True)

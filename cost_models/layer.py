@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from cost_models.comm import (
     Collective,
-    collective_time,
-    p2p_time,
+    collective,
+    send_recv,
 )
 from cost_models.compute import (
     ELEMENTWISE_BACKWARD,
@@ -58,11 +58,12 @@ from planner.core import (
     RecomputeModule,
 )
 from planner.core.errors import LayoutError
+from planner.core.mesh import Dim
 
 
 def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int, multi_rail: bool) -> float:
-    """`count` all-reduce-equivalents over the TP group (innermost: stride 1)."""
-    return count * collective_time(Collective.ALL_REDUCE, nbytes, knobs.tp, 1, cluster, multi_rail)
+    """`count` all-reduce-equivalents over the mesh's TP group."""
+    return count * collective(Collective.ALL_REDUCE, nbytes, knobs.mesh.tp_group, cluster, multi_rail)
 
 
 def sequence_parallel_tp_time(cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs, tokens: float, hidden: int,
@@ -273,7 +274,7 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         kv_width = (model.num_attention_heads / t * (d_qk + d_v) if model.mla is not None
                     else 2 * kv_local)
         block = tokens * kv_width * 2
-        ring = (knobs.cp - 1) * p2p_time(block, knobs.tp, cluster)
+        ring = (knobs.cp - 1) * send_recv(block, knobs.mesh.neighbours(Dim.CP), cluster)
         cp_f, cp_b = gpu.exposed(ring, core_f), gpu.exposed(2 * ring, core_b)
     if knobs.recompute is Recompute.FULL:
         recompute, tp_re, ep_re = fwd, tp_fwd, ep_fwd

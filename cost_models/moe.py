@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 from cost_models.comm import (
     Collective,
-    all_to_all_time,
-    collective_time,
-    dedup_dispatch_time,
-    ranks_per_domain,
+    all_to_all,
+    collective,
+    dedup_dispatch,
 )
 from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, activation_bytes, memory_time
 from cost_models.gemms import counted_gemms_time, mlp_gemms
 from cost_models.knobs import LayerKnobs
 from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
+from planner.core.mesh import Group, Mesh
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 
 
 
 def node_limit(model: ModelSpec, ep: int, etp: int, cluster: ClusterSpec) -> int:
+    """`dispatch_domain_limit` of the EP group of a layer's (ep, etp) mesh (`Mesh.for_layer`)."""
+    return dispatch_domain_limit(model, Mesh.for_layer(1, 1, ep, etp).ep_group, cluster)
+
+
+def dispatch_domain_limit(model: ModelSpec, ep_group: Group, cluster: ClusterSpec) -> int:
     """Scale-up domains a token may reach under group-limited routing (0: no limit). Experts sit on the ep
     ranks in order, so each of the D domains the group spans holds E/D experts and each routing group E/G:
     with whole groups per domain (G % D == 0) a token reaches at most min(group limit, D) domains
@@ -58,7 +63,7 @@ def node_limit(model: ModelSpec, ep: int, etp: int, cluster: ClusterSpec) -> int
     moe = model.moe
     if moe is None or not moe.group_top_k:
         return 0
-    domains = -(-ep // ranks_per_domain(cluster, ep, etp))
+    domains = -(-ep_group.size // ep_group.per_domain(cluster))
     if domains <= 1:
         return 0
     if moe.groups % domains == 0:
@@ -82,7 +87,7 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     Backward moves the same bytes again (gradients of the dispatched and combined tokens)."""
     assert model.moe is not None
     moe, h, gpu = model.moe, model.hidden_size, cluster.gpu
-    rt, ep, etp = job.runtime, knobs.ep, knobs.etp
+    rt, etp, mesh = job.runtime, knobs.etp, knobs.mesh
     load = rt.moe_load_factor
     local, copies = routed_rows(model, knobs, tokens, load)
     router, *experts = moe_gemms(model, knobs, tokens, load)
@@ -99,11 +104,11 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     bwd = bwd + ELEMENTWISE_BACKWARD * elementwise + memory_time(copies * act_b, gpu)
     sent = local * moe.top_k * load * h * 2  # bytes of routed copies one rank sends (bf16)
     if rt.moe_dedup_dispatch:
-        comm = 2 * dedup_dispatch_time(local * load * h * 2, moe.top_k, ep, etp, cluster,
-                                       node_limit(model, ep, etp, cluster))
+        comm = 2 * dedup_dispatch(local * load * h * 2, moe.top_k, mesh.ep_group, cluster,
+                                  dispatch_domain_limit(model, mesh.ep_group, cluster))
     else:
-        comm = 2 * all_to_all_time(sent, ep, etp, cluster)
+        comm = 2 * all_to_all(sent, mesh.ep_group, cluster)
     if etp > 1:
-        comm += (collective_time(Collective.ALL_GATHER, sent * etp, etp, 1, cluster, rt.multi_rail)
-                 + collective_time(Collective.REDUCE_SCATTER, sent * etp, etp, 1, cluster, rt.multi_rail))
+        comm += (collective(Collective.ALL_GATHER, sent * etp, mesh.etp_group, cluster, rt.multi_rail)
+                 + collective(Collective.REDUCE_SCATTER, sent * etp, mesh.etp_group, cluster, rt.multi_rail))
     return MoETime(fwd, bwd, comm)

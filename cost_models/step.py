@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from cost_models import flops as F
 from cost_models import memory as M
-from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.comm import Collective, collective, send_recv
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
@@ -54,7 +54,7 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
     if layout.pp == 1:
         return 0.0
     nbytes = layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp
-    return p2p_time(nbytes, layout.tp * layout.cp * layout.dp, cluster)
+    return send_recv(nbytes, layout.mesh.pipeline_neighbours, cluster)
 
 
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
@@ -342,8 +342,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     emb_sync = 0.0
     if model.tied_embeddings and not layout.head_beside_embedding:
         nbytes = model.vocab_size * model.hidden_size / layout.tp * job.runtime.grad_reduce_bytes
-        emb_sync = collective_time(Collective.ALL_REDUCE, nbytes, 2,
-                                   layout.tp * layout.cp * layout.dp * (layout.pp - 1), cluster)
+        emb_sync = collective(Collective.ALL_REDUCE, nbytes, layout.mesh.pipeline_ends, cluster)
     step = pipe + tail.dp_exposed_s + tail.optimizer_s + emb_sync
     breakdown = step_breakdown(stages, m, pipe, emb_sync)
     world = layout.world
@@ -359,7 +358,7 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)
-    host_need = node_host_bytes([s.host_gib * GIB for s in stages], layout.tp * layout.cp * layout.dp,
+    host_need = node_host_bytes([s.host_gib * GIB for s in stages], layout.mesh.stage_group.size,
                                 min(cluster.gpus_per_node, layout.world)) / GIB
     host_cap = host_capacity_bytes(cluster) / GIB
     return Prediction(

@@ -1,19 +1,25 @@
 """Data-parallel synchronisation and the optimizer step of one pipeline rank.
 
-Gradient reduction over the n = dp·cp ranks (Megatron-LM reduces over DP x CP):
-  ZeRO-0 all-reduce of grad_bytes·P; ZeRO-1 reduce-scatter of grad_bytes·P + all-gather of 2·P (1·P with fp8
-  parameter gathers); ZeRO-2 the all-gather only (its reduce-scatter runs per micro-batch); with
-  overlap_grad_reduce it hides behind the last micro-batch's backward, with overlap_param_gather the gather
-  behind the first forward; ZeRO-3 gathers weights before each forward and backward and reduce-scatters
-  gradients after each backward, module by module, overlapped with compute per phase. Expert weights do the
-  same over their own expert-data-parallel group.
+Gradient reduction over the groups the mesh gives (planner.core.mesh: `Mesh.dense_data`, `Mesh.expert_data`):
+  ZeRO-0 all-reduce of grad_bytes·P over the dp·cp ranks (Megatron-LM reduces over DP x CP); ZeRO-1
+  reduce-scatter of grad_bytes·P over the shard group + all-gather of 2·P (1·P with fp8 parameter gathers);
+  ZeRO-2 the all-gather only (its reduce-scatter runs per micro-batch); with overlap_grad_reduce it hides behind
+  the last micro-batch's backward, with overlap_param_gather the gather behind the first forward; ZeRO-3 gathers
+  weights before each forward and backward and reduce-scatters gradients after each backward, module by module,
+  overlapped with compute per phase. Expert weights do the same over their own expert-data-parallel group.
+HSDP (dp = dp_shard x dp_replicate; PyTorch FSDP2's HYBRID_SHARD, torchtitan's data_parallel_replicate_degree x
+  data_parallel_shard_degree, Megatron-core's partial distributed optimizer): the shard group is the cp·dp_shard
+  ranks of one replica, so the reduce-scatters and gathers above run inside it, weights, gradients and state
+  divide by n_s = cp·dp_shard (not dp·cp), and once per step each rank all-reduces its 1/n_s gradient shard over
+  the dp_replicate replicas (grad_bytes·P/n_s; FSDP2 skips it on all but the last micro-batch,
+  `set_requires_all_reduce`). With dp_replicate 1 that all-reduce is over one rank and costs nothing.
 Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter (read fp32
   grad, master, m, v; write master, m, v, bf16 weight; grad-norm read; buffer reset)."""
 
 from __future__ import annotations
 
 from cost_models import memory as M
-from cost_models.comm import Collective, collective_time
+from cost_models.comm import Collective, collective
 from cost_models.compute import memory_time
 from cost_models.knobs import LayerActivations, LayerTime, LayerTimes
 from cost_models.offload import (
@@ -32,6 +38,7 @@ from planner.core import (
     Offload,
     ZeroStage,
 )
+from planner.core.mesh import DataGroups
 
 OPTIMIZER_BYTES_PER_PARAM = 38.0
 
@@ -46,29 +53,33 @@ def gather_bytes(job: JobSpec, cluster: ClusterSpec) -> float:
     return 1.0 if fp8 else M.WEIGHT_BYTES
 
 
-def grad_sync_times(params: float, zero: ZeroStage, n: int, stride: int, cluster: ClusterSpec, grad_bytes: float,
+def grad_sync_times(params: float, zero: ZeroStage, groups: DataGroups, cluster: ClusterSpec, grad_bytes: float,
                     multi_rail: bool, weight_bytes: float = M.WEIGHT_BYTES) -> tuple[float, float]:
-    """(gradient reduction, weight gather) seconds per step over n data-parallel ranks, unhidden:
-    ZeRO-0 all-reduces the gradients; ZeRO-1 reduce-scatters them and all-gathers the updated weights
-    (`weight_bytes` each: bf16, or fp8 with fp8 parameter gathers); ZeRO-2 only gathers (its reduce-scatter
-    runs per micro-batch); ZeRO-3 does both per module."""
+    """(gradient reduction, weight gather) seconds per step of `params` parameters, unhidden:
+    ZeRO-0 all-reduces the gradients over `groups.full`; ZeRO-1 reduce-scatters them over the shard group and
+    all-gathers the updated weights there (`weight_bytes` each: bf16, or fp8 with fp8 parameter gathers); ZeRO-2
+    only gathers (its reduce-scatter runs per micro-batch); ZeRO-3 does both per module. From ZeRO-1 on, the
+    reduction adds HSDP's all-reduce of the rank's grad_bytes·P/n_s shard over the replicate group (module
+    docstring; none without HSDP)."""
+    if zero is ZeroStage.NONE:
+        return collective(Collective.ALL_REDUCE, params * grad_bytes, groups.full, cluster, multi_rail), 0.0
+    shard = groups.shard
+    reduce = collective(Collective.ALL_REDUCE, params * grad_bytes / shard.size, groups.replicate, cluster,
+                        multi_rail)
     if zero >= ZeroStage.WEIGHTS:
-        return 0.0, 0.0
-    reduce = 0.0
-    if zero is not ZeroStage.GRADIENTS:
-        kind = Collective.ALL_REDUCE if zero is ZeroStage.NONE else Collective.REDUCE_SCATTER
-        reduce = collective_time(kind, params * grad_bytes, n, stride, cluster, multi_rail)
-    gather = 0.0 if zero is ZeroStage.NONE else collective_time(
-        Collective.ALL_GATHER, params * weight_bytes, n, stride, cluster, multi_rail)
-    return reduce, gather
+        return reduce, 0.0
+    if zero is ZeroStage.OPTIMIZER:
+        reduce += collective(Collective.REDUCE_SCATTER, params * grad_bytes, shard, cluster, multi_rail)
+    return reduce, collective(Collective.ALL_GATHER, params * weight_bytes, shard, cluster, multi_rail)
 
 
-def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, int, int], ...]:
-    """(parameters, ranks, stride) of each gradient-reduction group: dense over dp·cp (stride tp), experts
-    over tp·cp·dp/(etp·ep) (stride etp·ep on the folded expert mesh)."""
-    dense = (params.dense, layout.dp * layout.cp, layout.tp)
+def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, DataGroups], ...]:
+    """(parameters, data-parallel groups) of each kind of weight: dense (`Mesh.dense_data`: dp·cp, sharded over
+    cp·dp_shard) and routed experts (`Mesh.expert_data`: the folded expert mesh's tp·cp·dp/(etp·ep) ranks)."""
+    mesh = layout.mesh
+    dense = (params.dense, mesh.dense_data)
     if params.expert:
-        return dense, (params.expert, layout.expert_dp, layout.etp * layout.ep)
+        return dense, (params.expert, mesh.expert_data)
     return (dense,)
 
 
@@ -77,7 +88,7 @@ def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBy
     ranks (gradients and state for the job's trainable share); offloaded state lives on the host instead
     (`host_state_bytes`)."""
     grad, share = job.runtime.grad_reduce_bytes, job.trainable_fraction
-    parts = [M.state_bytes(p, layout.zero, n, grad, share) for p, n, _ in _groups(params, layout)]
+    parts = [M.state_bytes(p, layout.zero, g.shard.size, grad, share) for p, g in _groups(params, layout)]
     weights = 0.0 if Offload.PARAMS in layout.offload else sum(x.weights for x in parts)
     optimizer = 0.0 if Offload.OPTIMIZER in layout.offload else sum(x.optimizer for x in parts)
     return M.StateBytes(weights, sum(x.gradients for x in parts), optimizer)
@@ -85,21 +96,22 @@ def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBy
 
 def local_params(params: StageParams, layout: Layout) -> float:
     """Parameters whose optimizer state this GPU holds: each group's 1/ranks share from ZeRO-1 on."""
-    return sum(p / (n if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, n, _ in _groups(params, layout))
+    return sum(p / (g.shard.size if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, g in _groups(params, layout))
 
 
 def shard_params(params: StageParams, layout: Layout) -> float:
     """Parameters of `params` in this GPU's ZeRO-3 shard (each group over its own data-parallel ranks)."""
-    return sum(p / n for p, n, _ in _groups(params, layout))
+    return sum(p / g.shard.size for p, g in _groups(params, layout))
 
 
 def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                       bwd_last: float, fwd_first: float) -> float:
-    """Exposed seconds of the per-step gradient reduction (ZeRO 0-2) of one stage, both groups."""
+    """Exposed seconds of the per-step gradient reduction of one stage, both groups: ZeRO 0-2's collectives and,
+    with HSDP, every stage's all-reduce of the gradient shard over the replicas (`grad_sync_times`)."""
     rt = job.runtime
     reduce = gather = 0.0
-    for p, n, stride in _groups(params, layout):  # only the trained weights change: gather what was updated
-        r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, n, stride, cluster, rt.grad_reduce_bytes,
+    for p, groups in _groups(params, layout):  # only the trained weights change: gather what was updated
+        r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
                                rt.multi_rail, gather_bytes(job, cluster))
         reduce, gather = reduce + r, gather + g
     gpu = cluster.gpu
@@ -143,14 +155,15 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     backward = time.backward + time.recompute
     units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
     scatter = gather = 0.0
-    for p, n, stride in _groups(params, layout):
+    for p, groups in _groups(params, layout):  # within the shard group (HSDP's replicas all-reduce once per step)
         grad_bytes = p * job.trainable_fraction * job.runtime.grad_reduce_bytes  # frozen weights have none
+        shard = groups.shard
         if layout.zero is ZeroStage.GRADIENTS:
-            scatter += collective_time(Collective.REDUCE_SCATTER, grad_bytes, n, stride, cluster, rails)
+            scatter += collective(Collective.REDUCE_SCATTER, grad_bytes, shard, cluster, rails)
             continue
-        gather += units * collective_time(Collective.ALL_GATHER, p * gather_bytes(job, cluster) / units, n, stride,
-                                          cluster, rails)
-        scatter += units * collective_time(Collective.REDUCE_SCATTER, grad_bytes / units, n, stride, cluster, rails)
+        gather += units * collective(Collective.ALL_GATHER, p * gather_bytes(job, cluster) / units, shard, cluster,
+                                     rails)
+        scatter += units * collective(Collective.REDUCE_SCATTER, grad_bytes / units, shard, cluster, rails)
     if layout.zero is ZeroStage.GRADIENTS:
         return gpu.exposed(scatter, backward)
     return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)

@@ -4,6 +4,7 @@ Megatron-LM enforces (`Layout.validate`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
 from planner.core.enums import (
@@ -20,12 +21,21 @@ from planner.core.enums import (
 )
 from planner.core.errors import LayoutError
 from planner.core.job import JobSpec
+from planner.core.mesh import Mesh
 from planner.core.model import ModelSpec, check_expert_degrees
 
 
 @dataclass(frozen=True)
 class Layout:
-    """A parallel layout. Placement on the GPU mesh is TP innermost, then CP, DP, PP outermost.
+    """A parallel layout: the device mesh (`mesh`: degrees, rank order, process groups), the pipeline schedule and
+    split, and the memory policy (ZeRO stage, recomputation, offloading). Placement on the GPU mesh is TP
+    innermost, then CP, DP (shard, then replicate), PP outermost (planner.core.mesh).
+
+    `dp_replicate` is the replicate factor of data parallelism (HSDP: dp = dp_shard x dp_replicate, ZeRO/FSDP
+    shards over the cp·dp_shard ranks and all-reduces each shard over dp_replicate replicas; PyTorch FSDP2's
+    HYBRID_SHARD, torchtitan's data_parallel_replicate_degree). 1, the default, shards over all of dp·cp. ZeRO-0
+    shards nothing, so every data-parallel rank is a replica: dp_replicate is then 1 or dp, two spellings of
+    one layout (an all-reduce over dp·cp), torchtitan writing DDP as data_parallel_replicate_degree = dp.
 
     `stage_layers` optionally gives the number of decoder layers on each of the pp·vpp model chunks
     (in pipeline order); by default they are spread evenly, remainder to the middle chunks.
@@ -55,6 +65,8 @@ class Layout:
     recompute_modules: frozenset[RecomputeModule] = frozenset()
     # what lives in host memory (cost_models/offload.py); streaming the weights implies offloading their optimizer
     offload: frozenset[Offload] = frozenset()
+    # the replicate factor of dp (HSDP); the search does not enumerate it yet (SearchSpec leaves it 1)
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
         # one spelling per layout: selective without modules means Megatron's default, other modes carry none
@@ -63,10 +75,23 @@ class Layout:
         object.__setattr__(self, "recompute_modules", frozenset(modules))
         object.__setattr__(self, "offload", with_implied(frozenset(self.offload)))
 
+    @cached_property
+    def mesh(self) -> Mesh:
+        """The device mesh of this layout (planner.core.mesh): the cost model's process groups and their tiers.
+        Raises LayoutError (naming the factors) when dp_replicate does not divide dp or the experts do not fold."""
+        self._check_replicate()
+        return Mesh(tp=self.tp, cp=self.cp, dp_shard=self.dp // self.dp_replicate, dp_replicate=self.dp_replicate,
+                    pp=self.pp, ep=self.ep, etp=self.etp)
+
+    @property
+    def dp_shard(self) -> int:
+        """The shard factor of dp: dp / dp_replicate."""
+        return self.dp // self.dp_replicate
+
     @property
     def expert_dp(self) -> int:
         """Ranks that hold the same expert shard and reduce its gradients: tp·cp·dp / (etp·ep)."""
-        return max(1, self.tp * self.cp * self.dp // (self.etp * self.ep))
+        return self.mesh.expert_dp
 
     @property
     def world(self) -> int:
@@ -118,17 +143,17 @@ class Layout:
 
     def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
         """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
-        enforces, REFERENCE.md section 2)."""
-        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "ep", "etp"):
+        enforces, REFERENCE.md section 2, and the mesh's own, planner.core.mesh)."""
+        for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "ep", "etp", "dp_replicate"):
             integer(getattr(self, name), name, 1, MAX_GPUS if name != "mbs" else MAX_GLOBAL_BATCH, LayoutError)
         for name in ("stage_layers", "recompute_layers"):
             counts = getattr(self, name)
             if counts is not None and not all(is_integer(n) for n in counts):
                 raise LayoutError(f"{name} must be whole numbers of layers, got {list(counts)}")
-        if self.world != num_gpus:
-            raise LayoutError(
-                f"world size {num_gpus} != tp {self.tp} * pp {self.pp} * cp {self.cp} * dp {self.dp}"
-            )
+        self._check_replicate()
+        # the dense mesh against the GPUs (the expert folding is checked below, with the model's expert rules)
+        Mesh(tp=self.tp, cp=self.cp, dp_shard=self.dp_shard, dp_replicate=self.dp_replicate, pp=self.pp,
+             world=num_gpus)
         if model.num_attention_heads % self.tp:
             raise LayoutError(
                 f"attention heads {model.num_attention_heads} not divisible by tp {self.tp}"
@@ -151,7 +176,21 @@ class Layout:
             raise LayoutError(
                 f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
             )
-        m = self.num_microbatches(job)
+        self._validate_schedule(self.num_microbatches(job))
+        self._validate_split(model)
+
+    def _check_replicate(self) -> None:
+        """HSDP's factors: dp_replicate divides dp; without ZeRO sharding it is 1 or dp (class docstring)."""
+        if self.dp % self.dp_replicate:
+            raise LayoutError(f"dp_replicate {self.dp_replicate} must divide dp {self.dp} (dp = dp_shard x "
+                              "dp_replicate)")
+        if self.zero is ZeroStage.NONE and self.dp_replicate not in (1, self.dp):
+            raise LayoutError(f"dp_replicate {self.dp_replicate} with zero 0: nothing is sharded, so every one of the "
+                              f"dp {self.dp} ranks is a replica (dp_replicate 1 or {self.dp}); HSDP, shard x "
+                              "replicate, needs zero 1, 2 or 3")
+
+    def _validate_schedule(self, m: int) -> None:
+        """The schedule's rules on vpp, pp and the micro-batch count `m`."""
         if self.schedule is Schedule.ZB_V:
             if self.vpp != 2 or self.pp == 1:
                 raise LayoutError(f"zb-v runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
@@ -174,6 +213,9 @@ class Layout:
                 raise LayoutError(
                     f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}"
                 )
+
+    def _validate_split(self, model: ModelSpec) -> None:
+        """The layers per model chunk and the fully recomputed layers per rank."""
         chunks = self.pp * self.vpp
         if self.stage_layers is None:
             if model.num_layers < chunks:
@@ -230,6 +272,7 @@ class Layout:
                               "one pipeline stage, which the expert layers fold into etp x ep x expert-dp)")
         if self.ep > 1 and self.tp > 1 and not self.sp:
             raise LayoutError("expert parallelism with tp > 1 needs sequence parallelism (--sp)")
+        _ = self.mesh  # with HSDP the experts fold into one replica: etp·ep divides tp·cp·dp_shard (the mesh says)
 
     def rank_layers(self, num_layers: int) -> tuple[int, ...]:
         """Decoder layers held by each pipeline rank (all its model chunks)."""

@@ -20,13 +20,14 @@ import numpy as np
 import pandas as pd
 
 from cost_models import memory as M
-from cost_models.comm import p2p_time
+from cost_models.comm import send_recv
 from cost_models.pipeline import pipeline_time
 from cost_models.profile import SHAPE_COLUMNS, checked_rows, read_frame, same_value
 from cost_models.schedules import in_flight
 from cost_models.sync import adam_step_time, grad_sync_times
 from planner.core import GIB, ClusterSpec, Schedule, ZeroStage
 from planner.core.errors import InfeasibleError, InputError
+from planner.core.mesh import Mesh
 from planner.search.partition import best_boundaries
 
 LLM_KINDS = {"embedding", "decoder", "lm_head"}
@@ -108,11 +109,12 @@ class ChainPlan:
     layers: tuple[LayerChoice, ...] = ()  # per-layer strategies (`--per-layer`); empty: every layer at tp, dp
 
 
-def _segments(t: np.ndarray, out: np.ndarray, cluster: ClusterSpec, stride: int, stages: int) -> np.ndarray:
-    """cost[s, i, j]: per-micro-batch time of stage s holding layers [i, j) (inf when j <= i)."""
-    n = len(t)
+def _segments(t: np.ndarray, out: np.ndarray, cluster: ClusterSpec, mesh: Mesh) -> np.ndarray:
+    """cost[s, i, j]: per-micro-batch time of stage s holding layers [i, j) (inf when j <= i); a stage's output
+    crosses to the next over the mesh's pipeline neighbours."""
+    n, stages = len(t), mesh.pp
     pre = np.concatenate([[0.0], np.cumsum(t)])
-    send = np.array([p2p_time(b, stride, cluster) if stages > 1 else 0.0 for b in out])
+    send = np.array([send_recv(b, mesh.pipeline_neighbours, cluster) if stages > 1 else 0.0 for b in out])
     i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
     base = np.where(j > i, pre[j] - pre[i], np.inf)
     cost = np.repeat(base[None], stages, axis=0)
@@ -160,12 +162,13 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
     if arrays is None:
         return None
     t, act, params, out = arrays
-    m, stride = global_batch // (dp * mbs), tp * dp
-    cost = _segments(t, out, cluster, stride, pp)
+    m, mesh = global_batch // (dp * mbs), Mesh(tp=tp, dp_shard=dp, pp=pp)  # TP inside DP inside PP
+    cost = _segments(t, out, cluster, mesh)
     n = table.num_layers
     pre_a, pre_w = np.concatenate([[0.0], np.cumsum(act)]), np.concatenate([[0.0], np.cumsum(params)])
     i, j = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
-    state = M.state_bytes(1.0, zero, dp, grad_bytes).total
+    shard = mesh.shard_group.size
+    state = M.state_bytes(1.0, zero, shard, grad_bytes).total
 
     def stage_bytes(s: int, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | float:
         """Bytes on stage s holding layers a..b-1: states, activations in flight, buffers."""
@@ -183,8 +186,8 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
     tail = 0.0
     for a, b in pairs:
         p = float(pre_w[b] - pre_w[a])
-        comm = sum(grad_sync_times(p, zero, dp, tp, cluster, grad_bytes, True))
-        tail = max(tail, comm + adam_step_time(p / (dp if zero >= ZeroStage.OPTIMIZER else 1), cluster))
+        comm = sum(grad_sync_times(p, zero, mesh.dense_data, cluster, grad_bytes, True))
+        tail = max(tail, comm + adam_step_time(p / (shard if zero >= ZeroStage.OPTIMIZER else 1), cluster))
     step = pipeline_time(times, m, 1, Schedule.ONE_F_ONE_B) + tail
     layers = tuple(b - a for a, b in pairs)
     return ChainPlan(tp, pp, dp, mbs, zero, layers, tuple(times), tuple(mem), step, global_batch / step)

@@ -38,11 +38,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cost_models import memory as M
-from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.comm import Collective, collective, send_recv
 from cost_models.pipeline import pipeline_time
 from cost_models.schedules import in_flight
 from cost_models.sync import OPTIMIZER_BYTES_PER_PARAM, grad_sync_times
 from planner.core import GIB, ClusterSpec, Schedule, ZeroStage
+from planner.core.mesh import Mesh
 from planner.search.chain import ChainTable, LayerChoice
 
 
@@ -98,11 +99,12 @@ def tp_terms(tp: int, group: int, dp: int, cluster: ClusterSpec, grad_bytes: int
     """Layers at `tp`: n = dp·G/tp ranks at stride tp. grad_sync_times is affine in the parameters P for P > 0
     (α·steps + factor·P·bytes/busbw), so the tail of P parameters is sync_alpha + tail_per_param·P, the second
     term adding Adam's 38 bytes per locally updated parameter (cost_models.sync.adam_step_time)."""
-    ranks = dp * group // tp
+    mesh = Mesh(tp=tp, dp_shard=dp * group // tp)  # the layer's G/t replicas join the data-parallel ranks
+    ranks = mesh.shard_group.size
     zero = ZeroStage.OPTIMIZER if ranks > 1 else ZeroStage.NONE
 
     def sync(p: float) -> float:
-        return sum(grad_sync_times(p, zero, ranks, tp, cluster, grad_bytes, True))
+        return sum(grad_sync_times(p, zero, mesh.dense_data, cluster, grad_bytes, True))
 
     beta = sync(2.0) - sync(1.0)
     adam = OPTIMIZER_BYTES_PER_PARAM / (ranks if zero >= ZeroStage.OPTIMIZER else 1) / (
@@ -138,7 +140,7 @@ def reshard_time(before: Option, after: Option, cluster: ClusterSpec) -> float:
     if before.tp == after.tp:
         return 0.0
     hi = max(before.tp, after.tp)
-    return 2 * collective_time(Collective.ALL_GATHER, before.output * hi / before.tp, hi, 1, cluster)
+    return 2 * collective(Collective.ALL_GATHER, before.output * hi / before.tp, Mesh(tp=hi).tp_group, cluster)
 
 
 def stored_bytes(st: Setting, layer: int, opt: Option, recompute: bool) -> float:
@@ -150,12 +152,20 @@ def stored_bytes(st: Setting, layer: int, opt: Option, recompute: bool) -> float
 
 def send_in(st: Setting, first: int, opt: Option, cluster: ClusterSpec) -> float:
     """The gradient of a stage's input sent back to the stage before (none for the first stage's layer 0)."""
-    return p2p_time(st.group_output[first - 1] * opt.tp / st.group, st.group * st.dp, cluster) if first > 0 else 0.0
+    if first == 0:
+        return 0.0
+    return send_recv(st.group_output[first - 1] * opt.tp / st.group, _pipeline(st).pipeline_neighbours, cluster)
 
 
 def send_out(st: Setting, last: Option, cluster: ClusterSpec) -> float:
     """A stage's output sent to the next stage: each rank sends its row's output bytes."""
-    return p2p_time(last.output, st.group * st.dp, cluster)
+    return send_recv(last.output, _pipeline(st).pipeline_neighbours, cluster)
+
+
+def _pipeline(st: Setting) -> Mesh:
+    """The candidate's mesh at its widest TP degree G: G inside dp inside pp, as the uniform chain planner's (with
+    one stage nothing is sent)."""
+    return Mesh(tp=st.group, dp_shard=st.dp, pp=st.pp)
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class RankMemory:
         fixed = [(h_emb if r == emb else 0.0) + (h_head if r == head else 0.0) for r in range(c.pp)]
         rank = self._largest_rank(c, balanced, fixed, [h_dense + a_dense * a for a in alive],
                                   [h_moe + a_moe * a for a in alive])
-        return min(c.tp * c.cp * c.dp, self.cluster.gpus_per_node, self.cluster.num_gpus) * rank
+        return c.layout().mesh.stage_group.per_node(self.cluster) * rank  # the busiest stage's GPUs in one node
 
     def host_capacity(self) -> float:
         return host_capacity_bytes(self.cluster)
