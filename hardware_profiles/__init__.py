@@ -15,10 +15,19 @@ from typing import Any
 import yaml
 
 from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
-from planner.core.checks import MAX_GPUS, MAX_MEMORY_GIB, MAX_PHYSICAL, finite, integer, optional_integer, real
+from planner.core.checks import (
+    MAX_GPUS,
+    MAX_MEMORY_GIB,
+    MAX_PHYSICAL,
+    finite,
+    identifier,
+    integer,
+    optional_integer,
+    real,
+)
 from planner.core.errors import InputError, SpecError
 from planner.core.hardware import DEFAULT_HOST_OP_US
-from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, shown
+from planner.core.text import one_line
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
@@ -56,20 +65,21 @@ def preset_names() -> list[str]:
 
 def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
-    allowed = f"a preset ({', '.join(preset_names())}) or a path to a hardware YAML"
     if name_or_path in preset_names():
+        text = (resources.files(__package__) / f"{name_or_path}.yaml").read_text()
         origin = f"hardware preset {name_or_path!r}"
-        try:
-            data = yaml.safe_load((resources.files(__package__) / f"{name_or_path}.yaml").read_text())
-        except yaml.YAMLError as exc:
-            raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    elif (problem := not_a_file(name_or_path)) is not None:
-        raise InputError(f"hardware {shown(name_or_path)} {problem}: give {allowed}")
     elif path.suffix in (".yaml", ".yml") and path.is_file():
+        text = path.read_text()
         origin = str(path)
-        data = parse_yaml(read_text(path, "hardware profile", MAX_SPEC_BYTES), shown(path))
     else:
-        raise InputError(f"unknown hardware {name_or_path!r}: give {allowed}")
+        raise InputError(
+            f"unknown hardware {name_or_path!r}: give a preset ({', '.join(preset_names())}) "
+            "or a path to a hardware YAML"
+        )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a mapping at the top level")
     return data, origin
@@ -145,7 +155,7 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
     if fp8 is not None:
         fp8 = _number(gpu, "peak_fp8_tflops", f"{origin}: gpu")
     gpu_spec = GpuSpec(
-        name=str(gpu["name"]),
+        name=identifier(gpu["name"], f"{origin}: gpu.name"),
         memory_gib=_number(gpu, "memory_gib", f"{origin}: gpu"),
         hbm_gbs=_number(gpu, "hbm_gbs", f"{origin}: gpu"),
         peak_bf16_tflops=_number(gpu, "peak_bf16_tflops", f"{origin}: gpu"),
@@ -160,7 +170,7 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
     )
     try:
         return ClusterSpec(
-            name=str(top["name"]),
+            name=identifier(top["name"], f"{origin}: name"),
             gpu=gpu_spec,
             num_gpus=num_gpus,
             gpus_per_node=_integer(node, "gpus_per_node", f"{origin}: node"),
@@ -191,7 +201,7 @@ def _provenance(values: Any, fragment_path: str) -> str:
     runs = ", ".join(str(r) for r in values["runs"])
     errors = [f"{key.replace('_pct', '').replace('_', '-')} {values[key]} %" for key in
               ("before_pct", "after_pct", "held_out_pct") if isinstance(values.get(key), (int, float))]
-    return (f"{Path(fragment_path).name}: fitted on {len(values['runs'])} runs ({runs})"
+    return one_line(f"{Path(fragment_path).name}: fitted on {len(values['runs'])} runs ({runs})"
             + (f" of {values['hardware']}" if values.get("hardware") else "")
             + (f"; mean |error| {', '.join(errors)}" if errors else ""))
 
@@ -200,8 +210,10 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> tuple[dict[
     """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile; with the line its
     `calibration:` section (from `meshplan calibrate`) gives, if any: provenance, which changes no number."""
     path = Path(fragment_path)
-    frag = parse_yaml(read_text(path, "hardware fragment", MAX_SPEC_BYTES),
-                      f"hardware fragment {fragment_path!r}", "cannot read: not valid YAML")
+    try:
+        frag = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"hardware fragment {fragment_path!r}: cannot read ({str(exc).splitlines()[0]})") from None
     if not isinstance(frag, dict):
         raise InputError(f"hardware fragment {fragment_path}: expected a mapping of sections (gpu, node, network)")
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}

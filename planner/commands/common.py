@@ -219,17 +219,33 @@ def int_list(text: str, flag: str) -> list[int]:
     return values
 
 
+def report_to_stderr(*outputs: Path | None) -> bool:
+    """Whether one of `outputs` is standard output (`--out -`): the report printed beside it then goes to standard
+    error, so that what is piped on is the output file alone."""
+    from planner.core.fileio import writes_stdout
+
+    return any(o is not None and writes_stdout(o) for o in outputs)
+
+
+def output_path(value: str) -> Path:
+    """An output option's path (typer `parser`): refuses the empty string, which a Path would read as '.'."""
+    if not value:
+        raise typer.BadParameter("must name a file, or - for standard output")
+    return Path(value)
+
+
 def write_and_print(document: dict[str, Any], out: Path | None, as_json: bool,
                     dumps: Callable[[dict[str, Any], Path], str], summary: Callable[[dict[str, Any]], str]) -> None:
     """Write a plan document to `out` (atomically, in the format its suffix names) when given, then print it as JSON,
-    or as its summary and where it was written."""
+    or as its summary and where it was written (to standard error when `out` is standard output)."""
     from planner.core.fileio import write_text_atomic
 
     if out is not None:
         write_text_atomic(out, dumps(document, out))
+    err = report_to_stderr(out)
     if as_json:
-        typer.echo(json.dumps(document, indent=2))
+        typer.echo(json.dumps(document, indent=2), err=err)
         return
-    typer.echo(summary(document))
+    typer.echo(summary(document), err=err)
     if out is not None:
-        typer.echo(f"\nplan written to {out}")
+        typer.echo(f"\nplan written to {out}", err=err)

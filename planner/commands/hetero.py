@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from planner.commands.common import report_to_stderr
 from planner.core import Dtype, Recompute, Runtime, Target
 from planner.core.errors import InputError
 
@@ -44,7 +45,8 @@ def plan_on_cluster(cluster: Path, model: str | None, seq_len: int, batch: int, 
                    "them): planned as one cluster", err=True)
         if out is not None:
             write_text_atomic(out, dumps(result, out, record_timing))
-        typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2) if as_json else plan_table(result))
+        typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2) if as_json else plan_table(result),
+                   err=report_to_stderr(out))
         if emit_target is not None:
             from planner.outputs.emitters import emit as emit_config
 
@@ -57,13 +59,14 @@ def plan_on_cluster(cluster: Path, model: str | None, seq_len: int, batch: int, 
         text = json.dumps(data, indent=2) + "\n" if str(out).endswith(".json") else yaml.safe_dump(
             data, sort_keys=False, width=120)
         write_text_atomic(out, text)
+    err = report_to_stderr(out)
     if as_json:
-        typer.echo(json.dumps(data, indent=2))
+        typer.echo(json.dumps(data, indent=2), err=err)
     else:
         from planner.outputs.heteroplan import hetero_table
 
-        typer.echo(hetero_table(result))
+        typer.echo(hetero_table(result), err=err)
         if out is not None:
-            typer.echo(f"\nplan written to {out}")
+            typer.echo(f"\nplan written to {out}", err=err)
     if emit_target is not None:
         typer.echo(emit_hetero(result, emit_target))

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.commands.common import Hardware, MemoryGib, app, check, run, write_and_print
+from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
 from planner.core.checks import MAX_GPUS
 from planner.core.inference import KvFormat, Objective, PoolMode, WeightFormat
 
@@ -16,7 +16,7 @@ infer_app = typer.Typer(no_args_is_help=True, help="Plan inference: LLM serving,
                                                    "transformers.")
 app.add_typer(infer_app, name="infer")
 
-Out = Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")]
+Out = Annotated[Path | None, typer.Option(parser=output_path, help="Write the plan here (.yaml, or .json).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")]
 TopK = Annotated[int, typer.Option(min=1, max=100, help="Alternatives to keep and show.")]
 PromptLen = Annotated[int, typer.Option(help="Prompt tokens per request.")]

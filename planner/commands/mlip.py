@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.commands.common import Hardware, MemoryGib, app, run, write_and_print
+from planner.commands.common import Hardware, MemoryGib, app, output_path, run, write_and_print
 
 mlip_app = typer.Typer(no_args_is_help=True, help="Plan graph interatomic potentials (MACE, NequIP, Allegro): "
                                                   "domain decomposition or data parallelism.")
@@ -24,7 +24,7 @@ def plan_cmd(
     structures: Annotated[int, typer.Option(help="Structures per training step (over all GPUs).")] = 1,
     top_k: Annotated[int, typer.Option(min=1, max=100, help="Alternatives to keep and show.")] = 5,
     memory_gib: MemoryGib = None,
-    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    out: Annotated[Path | None, typer.Option(parser=output_path, help="Write the plan here (.yaml, or .json).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Pick replicas x domains (and the domain grid) for the fastest step that fits."""

@@ -31,6 +31,8 @@ from planner.commands.common import (
     echo_prediction,
     global_batch_of,
     needs,
+    output_path,
+    report_to_stderr,
     run,
     runtime_of,
 )
@@ -76,6 +78,8 @@ def evaluate(
     lora_rank: LoraRank = 0,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
+    dp_replicate: Annotated[int, typer.Option(help="HSDP: the replicate factor of dp (ZeRO shards over cp·dp / this "
+                                                   "many ranks, all-reduced over this many replicas; 1: none).")] = 1,
     schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
                                                            "with --vpp > 1).")] = None,
     dtype: DtypeOpt = Dtype.BF16,
@@ -97,7 +101,7 @@ def evaluate(
         from cost_models.step import evaluate_layout
 
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
-        degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs)
+        degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, dp_replicate=dp_replicate)
         if plan_file is not None:
             problem, layout, pred = evaluate_plan_file(plan_file, hardware, overrides)
             echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
@@ -112,7 +116,7 @@ def evaluate(
                           overrides=overrides, lora_rank=lora_rank)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp,
-                             recompute_modules=recompute_modules, offload=offload)
+                             recompute_modules=recompute_modules, offload=offload, dp_replicate=dp_replicate)
         pred = evaluate_layout(problem.model, problem.cluster, problem.job, layout)
         echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
 
@@ -132,7 +136,7 @@ def plan(
                                                     "analytical compute times.")] = None,
     global_batch: GlobalBatch = None,
     global_batch_tokens: GlobalBatchTokens = None,
-    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    out: Annotated[Path | None, typer.Option(parser=output_path, help="Write the plan here (.yaml, or .json).")] = None,
     top_k: Annotated[int, typer.Option(min=1, help="Alternatives to keep and show.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     solver: Annotated[Solver, typer.Option(help="Stage-split solver: DP, or the ILP (CP-SAT, HiGHS).")] = Solver.DP,
@@ -243,12 +247,13 @@ def plan(
                               workers=workers)
         if out is not None:
             write_text_atomic(out, dumps(result, out, record_timing))
+        err = report_to_stderr(out)
         if as_json:
-            typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2))
+            typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2), err=err)
         else:
-            typer.echo(plan_table(result))
+            typer.echo(plan_table(result), err=err)
             if out is not None:
-                typer.echo(f"\nplan written to {out}")
+                typer.echo(f"\nplan written to {out}", err=err)
         if emit_target is not None:
             from planner.outputs.emitters import emit as emit_config
 
@@ -284,6 +289,9 @@ def _print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
 
     if out is not None:
         write_text_atomic(out, yaml.safe_dump(chain.document, sort_keys=False))
+    if report_to_stderr(out):
+        typer.echo(f"chain plans written to {out}", err=True)
+        return
     if as_json:
         typer.echo(json.dumps(chain.document, indent=2))
         return
@@ -319,7 +327,7 @@ def _runs(items: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
 def emit(
     plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
     to: Annotated[EmitTarget, typer.Option("--to", help="Launcher to write for.")],
-    out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+    out: Annotated[Path | None, typer.Option(parser=output_path, help="Write here instead of standard output.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Fail when the launcher cannot run the plan's layout "
                                                           "instead of writing the best layout it can run.")] = False,
 ) -> None:
@@ -343,8 +351,10 @@ def emit(
 @app.command()
 def explain(
     plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
-    png: Annotated[Path | None, typer.Option(help="Write the timeline, memory and breakdown as a PNG.")] = None,
-    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report.")] = None,
+    png: Annotated[Path | None, typer.Option(parser=output_path,
+                                             help="Write the timeline, memory and breakdown as a PNG.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", parser=output_path,
+                                                  help="Write a self-contained HTML report.")] = None,
     reprice: Annotated[bool, typer.Option("--reprice", help="Show the current cost model's figures instead of the "
                                                             "ones the file stores (a warning says where they "
                                                             "differ).")] = False,

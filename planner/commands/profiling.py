@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.commands.common import Model, Progress, check, int_list, needs, profile_app, run
+from planner.commands.common import Model, Progress, check, int_list, needs, output_path, profile_app, run
 from planner.core.checks import (
     MAX_SEQ_LEN,
 )
@@ -18,7 +18,7 @@ from planner.core.errors import InputError
 @profile_app.command("layers")
 def profile_layers(
     model: Model,
-    out: Annotated[Path, typer.Option(help="Cost table to write (.csv).")],
+    out: Annotated[Path, typer.Option(parser=output_path, help="Cost table to write (.csv).")],
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     tp: Annotated[str, typer.Option(help="TP degrees to measure, comma-separated.")] = "1",
     mbs: Annotated[str, typer.Option(help="Micro-batch sizes to measure, comma-separated.")] = "1",
@@ -52,7 +52,8 @@ def profile_layers(
 
 @profile_app.command("network")
 def profile_network(
-    out: Annotated[Path, typer.Option(help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
+    out: Annotated[Path, typer.Option(parser=output_path,
+                                      help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
     backend: Annotated[str, typer.Option(help="torch.distributed backend: nccl (GPUs) or gloo (CPU).")] = "gloo",
     procs: Annotated[int, typer.Option(min=2, help="Processes to spawn (one per GPU with nccl).")] = 2,
     repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after three warm-ups).")] = 5,

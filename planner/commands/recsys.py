@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.commands.common import Hardware, MemoryGib, app, check, run, write_and_print
+from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
 from planner.core.checks import MAX_GPUS, MAX_TIME_LIMIT_S
 
 recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
@@ -45,9 +45,10 @@ def plan_cmd(
     min_column_dim: Annotated[int, typer.Option(help="Narrowest column shard (TorchRec's MIN_CW_DIM).")] = 128,
     time_limit: Annotated[float, typer.Option(help="ILP time limit, seconds.")] = 30.0,
     memory_gib: MemoryGib = None,
-    out: Annotated[Path | None, typer.Option(help="Write the plan here (.yaml, or .json).")] = None,
+    out: Annotated[Path | None, typer.Option(parser=output_path, help="Write the plan here (.yaml, or .json).")] = None,
     emit: Annotated[str | None, typer.Option(help="Also print the sharding plan for: torchrec.")] = None,
-    emit_out: Annotated[Path | None, typer.Option(help="Write the --emit output here instead of printing it.")]
+    emit_out: Annotated[Path | None, typer.Option(parser=output_path,
+                                                  help="Write the --emit output here instead of printing it.")]
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:

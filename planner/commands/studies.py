@@ -21,6 +21,8 @@ from planner.commands.common import (
     check,
     global_batch_of,
     needs,
+    output_path,
+    report_to_stderr,
     run,
 )
 from planner.core import (
@@ -33,6 +35,7 @@ from planner.core.checks import (
     MAX_WORKERS,
 )
 from planner.core.errors import InputError
+from planner.core.text import comment
 from planner.studies.sweep import Varied
 
 
@@ -49,8 +52,9 @@ def sweep(
     tokens: Annotated[float | None, typer.Option(help="Capacity mode: tokens to train.")] = None,
     days: Annotated[float | None, typer.Option(help="Capacity mode: days to train them in.")] = None,
     max_gpus: Annotated[int, typer.Option(help="Capacity mode: the largest cluster to consider.")] = 131072,
-    csv: Annotated[Path | None, typer.Option(help="Write the table as CSV.")] = None,
-    png: Annotated[Path | None, typer.Option(help="Plot tokens/s per GPU (and total tokens/s, MFU or step time "
+    csv: Annotated[Path | None, typer.Option(parser=output_path, help="Write the table as CSV.")] = None,
+    png: Annotated[Path | None, typer.Option(parser=output_path,
+                                             help="Plot tokens/s per GPU (and total tokens/s, MFU or step time "
                                                   "where that is not a rescaling of it) against the varied "
                                                   "quantity, each point labelled with its layout.")] = None,
     dtype: DtypeOpt = Dtype.BF16,
@@ -97,7 +101,7 @@ def sweep(
             frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
                               [v.strip() for v in values.split(",") if v.strip()], progress=progress.update,
                               workers=procs, ray_address=ray)
-        typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"), err=report_to_stderr(csv, png))
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))
         if png is not None:
@@ -110,7 +114,7 @@ def sweep(
 def trial(
     plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan` (with alternatives).")],
     to: Annotated[str, typer.Option("--to", help="Launcher: megatron, torchtitan or deepspeed.")],
-    out: Annotated[Path, typer.Option(help="Folder for the trial scripts and their manifest.")],
+    out: Annotated[Path, typer.Option(parser=output_path, help="Folder for the trial scripts and their manifest.")],
     top_k: Annotated[int, typer.Option("--top-k", help="How many of the plan's best layouts to try.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 20,
 ) -> None:
@@ -142,7 +146,8 @@ def calibrate(
                                                     "step_time_s; Megatron-LM logs; or the trials.yaml of "
                                                     "`meshplan trial` with its logs.")],
     hardware: Annotated[str, typer.Option(help="Hardware preset or profile to calibrate (fragments allowed).")],
-    out: Annotated[Path | None, typer.Option(help="Write the fitted profile fragment here; plan with "
+    out: Annotated[Path | None, typer.Option(parser=output_path,
+                                             help="Write the fitted profile fragment here; plan with "
                                                   "--hardware PRESET,FILE.")] = None,
 ) -> None:
     """Fit the hardware profile's physical parameters to your own measured runs (held-out check first)."""
@@ -161,9 +166,9 @@ def calibrate(
         typer.echo(report(cal))
         check(cal)
         if out is not None:
-            header = (f"# meshplan calibrate: {len(measured)} runs ({', '.join(str(p) for p in runs)}) on {hardware}; "
-                      f"mean |error| {cal.before_pct:.1f} % -> {cal.after_pct:.1f} %, held out "
-                      f"{cal.held_out_pct:.1f} %\n")
+            header = comment(f"meshplan calibrate: {len(measured)} runs ({', '.join(str(p) for p in runs)}) on "
+                             f"{hardware}; mean |error| {cal.before_pct:.1f} % -> {cal.after_pct:.1f} %, held out "
+                             f"{cal.held_out_pct:.1f} %") + "\n"
             write_text_atomic(out, header + yaml.safe_dump(fragment(cal, measured[0].cluster), sort_keys=False,
                                                       default_flow_style=None))
             typer.echo(f"fragment written to {out}; plan with --hardware {hardware},{out}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -27,6 +28,15 @@ MAX_TIME_LIMIT_S = 86400.0  # one ILP solve: a day
 MAX_PHYSICAL = 1e9  # bandwidths (GB/s), peaks (TFLOP/s), latencies (us), lengths in a hardware profile
 MAX_MEMORY_GIB = 1e6  # one GPU's memory
 MAX_WORKERS = 1024  # worker processes of one sweep
+# Names that reach emitted files (model, hardware profile, GPU, node group, table, device names): ASCII letters and
+# digits, space and . _ - + / ( ) : @ , only, at most MAX_NAME_LEN characters. No quote, `$`, backtick, backslash,
+# `;`, `&`, `|`, `<`, `>`, `*`, `?`, `~`, `#`, newline or other control character can ever be in one, so a name can
+# neither end a comment line nor a quoted word of an emitted shell script (the emitters quote and flatten them as
+# well: planner/core/text.py).
+NAME_CHARACTERS = "ASCII letters, digits, spaces and . _ - + / ( ) : @ ,"
+MAX_NAME_LEN = 200
+MAX_DESCRIPTION_LEN = 500  # free text kept in a record (a table's source, a profile's description)
+_NAME = re.compile(r"[A-Za-z0-9._+/():@, -]+")
 
 
 def _num(x: float) -> str:
@@ -85,6 +95,31 @@ def flag(value: object, name: str, error: type[MeshplanError] = InputError) -> b
     """A real bool (1 and "yes" are not)."""
     if not isinstance(value, bool):
         raise error(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def identifier(value: object, name: str, error: type[MeshplanError] = InputError) -> str:
+    """`value` as a name: a str of 1 to MAX_NAME_LEN characters from NAME_CHARACTERS that is not only spaces;
+    anything else (another type, a newline, a quote, `$`, a control character) is refused naming `name`."""
+    if not isinstance(value, str):
+        raise error(f"{name} must be a text name, got {value!r} ({type(value).__name__})")
+    if not value.strip() or len(value) > MAX_NAME_LEN or not _NAME.fullmatch(value):
+        bad = sorted({c for c in value if not _NAME.fullmatch(c)})
+        why = (f"it holds {', '.join(repr(c) for c in bad[:5])}" if bad else
+               f"it has {len(value)} characters" if len(value) > MAX_NAME_LEN else "it is empty")
+        raise error(f"{name} must be 1 to {MAX_NAME_LEN} characters of {NAME_CHARACTERS} ({why}), got "
+                    f"{value[:60]!r}{'...' if len(value) > 60 else ''}")
+    return value
+
+
+def description(value: object, name: str, error: type[MeshplanError] = InputError) -> str:
+    """`value` as free text for a record (where numbers came from, what a profile describes): a str of one line of
+    printable characters, at most MAX_DESCRIPTION_LEN; a newline or another control character is refused."""
+    if not isinstance(value, str):
+        raise error(f"{name} must be text, got {value!r} ({type(value).__name__})")
+    if len(value) > MAX_DESCRIPTION_LEN or not value.isprintable():
+        raise error(f"{name} must be one line of at most {MAX_DESCRIPTION_LEN} printable characters (no newline or "
+                    f"control character), got {value[:60]!r}{'...' if len(value) > 60 else ''}")
     return value
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, integer, real
+from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, identifier, integer, real
 from planner.core.enums import Recompute, Schedule, ZeroStage
 from planner.core.errors import SpecError
 from planner.core.hardware import ClusterSpec, LinkSpec
@@ -30,6 +30,8 @@ class NodeGroup:
     cluster: ClusterSpec  # num_gpus = nodes x gpus_per_node
 
     def __post_init__(self) -> None:
+        identifier(self.name, "group name", SpecError)
+        identifier(self.hardware, f"group {self.name}: hardware", SpecError)
         integer(self.nodes, f"group {self.name}: nodes", 1, MAX_GPUS, SpecError)
         if self.cluster.num_gpus != self.nodes * self.cluster.gpus_per_node:
             raise SpecError(f"group {self.name}: {self.cluster.num_gpus} GPUs != {self.nodes} nodes x "
@@ -70,6 +72,7 @@ class HeteroCluster:
     links: tuple[GroupLink, ...] = ()
 
     def __post_init__(self) -> None:
+        identifier(self.name, "cluster name", SpecError)
         if not self.groups:
             raise SpecError("a cluster needs at least one node group")
         names = [g.name for g in self.groups]

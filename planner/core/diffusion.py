@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, integer
+from planner.core.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, identifier, integer
 from planner.core.errors import LayoutError, SpecError
 from planner.core.inference import Objective
 
@@ -40,6 +40,7 @@ class DiffusionModel:
     published_params: float | None = None
 
     def __post_init__(self) -> None:
+        identifier(self.name, "diffusion model name", SpecError)
         for key in ("hidden_size", "num_heads", "ffn_hidden_size", "patch_size", "latent_channels",
                     "vae_downsample", "default_steps"):
             integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 1, MAX_WIDTH, SpecError)

@@ -6,7 +6,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GPUS, finite, integer, real
+from planner.core.checks import MAX_GPUS, finite, identifier, integer, real
 from planner.core.enums import Dtype
 from planner.core.errors import SpecError
 
@@ -63,6 +63,9 @@ class GpuSpec:
     attention_half_seq: float = 1024.0  # key length at which fused attention reaches half its long-sequence rate
     attention_backward_ratio: float = 0.75  # fused attention backward rate / forward rate (FLOPs per second)
     fp8_matmul_ratio: float = 0.8  # fp8 GEMM share of fp8 peak / bf16 GEMM share of bf16 peak, same size
+
+    def __post_init__(self) -> None:
+        identifier(self.name, "gpu.name", SpecError)
 
     def exposed(self, comm_s: float, compute_s: float) -> float:
         """Seconds a collective adds to the critical path when it runs beside `compute_s` of compute:
@@ -139,6 +142,7 @@ class ClusterSpec:
     provenance: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        identifier(self.name, "hardware profile name", SpecError)
         for name in ("num_gpus", "gpus_per_node", "scale_up_size"):
             integer(getattr(self, name), name, 1, MAX_GPUS, SpecError)
         real(self.host_op_us, "host_op_us", 0.0, 1e4, low_open=False, error=SpecError)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import MAX_GPUS, integer, real
+from planner.core.checks import MAX_GPUS, description, identifier, integer, real
 from planner.core.errors import SpecError
 
 MAX_ATOMS = 10**10
@@ -54,6 +54,9 @@ class MlipCostTable:
     source: str = "unknown"
 
     def __post_init__(self) -> None:
+        identifier(self.name, "cost table name", SpecError)
+        identifier(self.device, "cost table device", SpecError)
+        description(self.source, "cost table source", SpecError)
         if len(self.rows) < 2:
             raise SpecError(f"cost table {self.name!r}: needs at least two rows (atom counts), got {len(self.rows)}")
         atoms = [r.atoms for r in self.rows]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, integer
+from planner.core.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, identifier, integer
 from planner.core.enums import Activation, LayerKind, Norm
 from planner.core.errors import LayoutError, SpecError
 
@@ -146,6 +146,7 @@ class ModelSpec:
     activation: Activation | None = None  # None: Activation.default(gated_mlp), filled in on construction
 
     def __post_init__(self) -> None:
+        identifier(self.name, "model name", SpecError)
         if self.activation is None:
             object.__setattr__(self, "activation", Activation.default(self.gated_mlp))
         elif self.activation.gated != self.gated_mlp:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import MAX_GPUS, MAX_WIDTH, integer, real
+from planner.core.checks import MAX_GPUS, MAX_NAME_LEN, MAX_WIDTH, identifier, integer, real
 from planner.core.errors import SpecError
 
 MAX_ROWS = 10**11  # rows of one table: above the largest published production tables (~10^10)
@@ -72,8 +72,10 @@ class EmbeddingTable:
     dtype: TableDtype = TableDtype.FP32
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise SpecError(f"table name must be an identifier (letters, digits, _), got {self.name!r}")
+        if (not isinstance(self.name, str) or not self.name.isascii() or not self.name.isidentifier()
+                or len(self.name) > MAX_NAME_LEN):
+            raise SpecError(f"table name must be a Python identifier of ASCII letters, digits and _ (at most "
+                            f"{MAX_NAME_LEN} characters), got {self.name!r}"[:300])
         integer(self.rows, f"table {self.name}: rows", 1, MAX_ROWS, SpecError)
         integer(self.dim, f"table {self.name}: dim", 1, MAX_WIDTH, SpecError)
         real(self.pooling, f"table {self.name}: pooling", 0.0, 1e5, error=SpecError)
@@ -102,6 +104,7 @@ class RecModel:
     optimizer: EmbeddingOptimizer = EmbeddingOptimizer.SGD
 
     def __post_init__(self) -> None:
+        identifier(self.name, "recommendation model name", SpecError)
         if not 1 <= len(self.tables) <= MAX_TABLES:
             raise SpecError(f"model {self.name!r}: needs 1 to {MAX_TABLES} tables, got {len(self.tables)}")
         names = [t.name for t in self.tables]

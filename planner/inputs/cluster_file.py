@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from hardware_profiles import load_hardware
-from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, integer, mapping_keys, real
+from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, identifier, integer, mapping_keys, real
 from planner.core.cluster import GroupLink, HeteroCluster, NodeGroup
 from planner.core.errors import InputError, SpecError
-from planner.inputs.yamlfile import read_yaml, refuse_non_file
+from planner.inputs.yamlfile import read_yaml
 
 TOP = ("groups",), ("name", "links")
 GROUP = ("name", "hardware", "nodes"), ()
@@ -35,9 +35,10 @@ def _keys(data: Any, keys: tuple[tuple[str, ...], tuple[str, ...]], where: str) 
 
 
 def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip() or "+" in value or len(value) > 64:
-        raise InputError(f"{where}: name must be a non-empty string of at most 64 characters without '+', "
-                         f"got {value!r}")
+    """A group's name: an identifier (planner.core.checks.identifier) of at most 64 characters, without '+'."""
+    identifier(value, f"{where}: name")
+    if "+" in value or len(value) > 64:
+        raise InputError(f"{where}: name must be at most 64 characters without '+', got {value!r}")
     return value
 
 
@@ -48,6 +49,7 @@ def _group(data: Any, where: str, base: Path) -> NodeGroup:
     hardware = data["hardware"]
     if not isinstance(hardware, str) or not hardware:
         raise InputError(f"{where}: hardware must be a preset name or a profile YAML path, got {hardware!r}")
+    identifier(hardware, f"{where}: hardware")
     nodes = integer(data["nodes"], f"{where}: nodes", 1, MAX_GPUS)
     local = base / hardware
     source = str(local) if not Path(hardware).is_absolute() and local.is_file() else hardware
@@ -79,9 +81,7 @@ def cluster_from_mapping(data: Any, origin: str, base: Path = Path(".")) -> Hete
                          f"({', '.join(GROUP[0])}), got {groups!r}"[:300])
     if not isinstance(links, list):
         raise InputError(f"{origin}: links must be a list of links ({', '.join(LINK[0] + LINK[1])}), got {links!r}")
-    name = data.get("name", Path(origin).stem)
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{origin}: name must be a non-empty string, got {name!r}")
+    name = identifier(data.get("name", Path(origin).stem), f"{origin}: name")
     parsed = tuple(_group(g, f"{origin}: group {i}", base) for i, g in enumerate(groups))
     try:
         cluster = HeteroCluster(name, parsed, tuple(_link(x, f"{origin}: link {i}") for i, x in enumerate(links)))
@@ -93,9 +93,8 @@ def cluster_from_mapping(data: Any, origin: str, base: Path = Path(".")) -> Hete
 
 
 def load_cluster(path: str | Path) -> HeteroCluster:
-    """Read a cluster YAML file (safe-loaded, at most MAX_SPEC_BYTES) into a HeteroCluster."""
-    refuse_non_file(str(path), "cluster file", "a cluster .yaml/.yml file")
+    """Read a cluster YAML file (yaml.safe_load) into a HeteroCluster."""
     path = Path(path)
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         raise InputError(f"cluster file {str(path)!r}: not a readable .yaml/.yml file")
-    return cluster_from_mapping(read_yaml(path, "cluster file"), str(path), path.parent)
+    return cluster_from_mapping(read_yaml(path), str(path), path.parent)

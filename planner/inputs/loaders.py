@@ -9,17 +9,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import os
+import json
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import yaml
+
 from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
-from planner.core.checks import MAX_LAYERS, choice, is_integer
+from planner.core.checks import MAX_LAYERS, identifier, is_integer
 from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
-from planner.core.inputfile import MAX_SPEC_BYTES, parse_json, parse_yaml, read_text, shown
-from planner.inputs.yamlfile import packaged_presets, refuse_non_file
+from planner.inputs.yamlfile import packaged_presets
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                        "vocab_size", "gated_mlp", "tied_embeddings")
@@ -116,9 +117,12 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
     for key in _BOOL_KEYS:
         if key in data and not isinstance(data[key], bool):
             raise InputError(f"{origin}: {key} must be true or false, got {data[key]!r}")
-    norm = choice(Norm, data.get("norm", "rmsnorm"), f"{origin}: norm")
-    activation = None if data.get("activation") is None else choice(Activation, data["activation"],
-                                                                    f"{origin}: activation")
+    norm = data.get("norm", "rmsnorm")
+    if norm not in {n.value for n in Norm}:
+        raise InputError(f"{origin}: norm must be one of {[n.value for n in Norm]}, got {norm!r}")
+    activation = data.get("activation")
+    if activation is not None and activation not in {a.value for a in Activation}:
+        raise InputError(f"{origin}: activation must be one of {[a.value for a in Activation]}, got {activation!r}")
     heads = data["num_attention_heads"]
     if not isinstance(heads, int) or heads <= 0 or not isinstance(data["hidden_size"], int):
         raise InputError(f"{origin}: num_attention_heads must be a positive integer, got {heads!r}")
@@ -131,7 +135,7 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
     moe, mla = _moe_mla(data, origin)
     try:
         return ModelSpec(
-            name=str(data["name"]),
+            name=identifier(data["name"], f"{origin}: name"),
             num_layers=data["num_layers"],
             hidden_size=data["hidden_size"],
             ffn_hidden_size=data["ffn_hidden_size"],
@@ -141,8 +145,8 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             vocab_size=data["vocab_size"],
             gated_mlp=data["gated_mlp"],
             tied_embeddings=data["tied_embeddings"],
-            norm=norm,
-            activation=activation,
+            norm=Norm(norm),
+            activation=None if activation is None else Activation(activation),
             qkv_bias=data.get("qkv_bias", False),
             linear_bias=data.get("linear_bias", False),
             learned_positions=data.get("learned_positions", 0),
@@ -237,7 +241,7 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     if missing or "vocab_size" not in config:
         raise InputError(f"{origin}: missing fields {missing + (['vocab_size'] * ('vocab_size' not in config))}")
     mapping = {
-        "name": config.get("_name_or_path") or Path(origin).parent.name or kind,
+        "name": _hf_name(config, origin, kind),
         **values,
         "ffn_hidden_size": ffn,
         "num_kv_heads": config.get("num_key_value_heads") or values["num_attention_heads"],
@@ -256,6 +260,13 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
     mapping["activation"] = _hf_activation(config, gated, origin)
     mapping.update(_hf_moe_keys(config, kind, origin))
     return model_from_mapping(mapping, origin)
+
+
+def _hf_name(config: dict[str, Any], origin: str, kind: str) -> str:
+    """The model's name: the config's _name_or_path, else its folder's name, else its model_type."""
+    given = config.get("_name_or_path")  # transformers writes "" where a config was not loaded from a hub
+    field = "_name_or_path" if given not in (None, "") else "the model's name (its folder's: no _name_or_path)"
+    return identifier(given if given not in (None, "") else Path(origin).parent.name or kind, f"{origin}: {field}")
 
 
 def _hf_activation(config: dict[str, Any], gated: bool, origin: str) -> str:
@@ -290,8 +301,7 @@ def _llava(config: dict[str, Any], origin: str) -> ModelSpec:
         raise InputError(f"{origin}: vision_config is missing {exc.args[0]!r}") from None
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
-    name = config.get("_name_or_path") or language.name
-    return dataclasses.replace(language, name=str(name), vision=spec)
+    return dataclasses.replace(language, vision=spec)
 
 
 def _hf_moe_keys(config: dict[str, Any], kind: str, origin: str) -> dict[str, Any]:
@@ -369,17 +379,26 @@ def load_model(name_or_path: str) -> ModelSpec:
     presets = _presets()
     if name_or_path in presets:
         return model_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
-    allowed = "a preset (see `meshplan models`), a model YAML or a Hugging Face config.json"
-    refuse_non_file(name_or_path, "model",
-                    allowed + (f" ({shown(Path(name_or_path) / 'config.json')} is one)"
-                               if os.path.isfile(Path(name_or_path) / "config.json") else ""))
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
-        raise InputError(f"unknown model {name_or_path!r}: give {allowed}")
-    text = read_text(path, "model file", MAX_SPEC_BYTES)
+        raise InputError(
+            f"unknown model {name_or_path!r}: give a preset (see `meshplan models`), a model YAML or a "
+            "Hugging Face config.json"
+        )
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc.__class__.__name__})") from None
     if path.suffix == ".json":
-        return model_from_hf_config(parse_json(text, shown(path)), str(path))
-    return model_from_mapping(parse_yaml(text, shown(path)), str(path))
+        try:
+            return model_from_hf_config(json.loads(text), str(path))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return model_from_mapping(data, str(path))
 
 
 def model_mapping(model: ModelSpec) -> dict[str, Any]:

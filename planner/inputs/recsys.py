@@ -7,7 +7,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from planner.core.checks import choice, mapping_keys
+from planner.core.checks import choice, identifier, mapping_keys
 from planner.core.errors import InputError, SpecError
 from planner.core.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
 from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
@@ -53,7 +53,8 @@ def recsys_from_mapping(data: Any, origin: str) -> RecModel:
     try:
         tables = tuple(_table(t, f"{origin}: table {i}") for i, t in enumerate(data["tables"]))
         return RecModel(
-            name=str(data.get("name", Path(origin).stem)), tables=tables, dense_features=data["dense_features"],
+            name=identifier(data.get("name", Path(origin).stem), f"{origin}: name"), tables=tables,
+            dense_features=data["dense_features"],
             bottom_mlp=_widths(data["bottom_mlp"], "bottom_mlp", origin),
             top_mlp=_widths(data["top_mlp"], "top_mlp", origin),
             interaction=choice(Interaction, data.get("interaction", "dot"), f"{origin}: interaction"),

@@ -25,6 +25,7 @@ from cost_models.prediction import Prediction
 from hardware_profiles import profile_mapping
 from planner.core import JobSpec, Layout, ModelSpec, Schedule, Target
 from planner.core.cluster import HeteroCluster, HeteroLayout
+from planner.core.text import comment
 from planner.inputs.loaders import model_mapping
 from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan
@@ -165,7 +166,7 @@ def equivalent_plan(plan: HeteroPlan) -> Plan:
 def emit_hetero(plan: HeteroPlan, target: Target) -> str:
     """`target`'s configuration of the plan with the host order in front, or UnsupportedPlanError naming what the
     launcher lacks (never a substituted layout: re-plan with the pins the message names)."""
-    from planner.outputs.emitters import EMITTERS
+    from planner.outputs.emitters import EMITTERS, with_header_line
 
     equivalent = equivalent_plan(plan)
     split = facts(equivalent)
@@ -175,9 +176,10 @@ def emit_hetero(plan: HeteroPlan, target: Target) -> str:
                                    "groups splits by group speed: run it with Megatron-LM, NeMo or torchtitan")
     text = EMITTERS[target](equivalent)
     order = host_order(plan.cluster, plan.result.best.layout)
-    head = [f"# Heterogeneous cluster {plan.cluster.name}: start the nodes in this order (node rank i = line i), "
-            "so that ranks follow the plan's placement:"] + [f"#   {i}: {n}" for i, n in enumerate(order)]
-    return "\n".join(head) + "\n" + text
+    head = [comment(f"Heterogeneous cluster {plan.cluster.name}: start the nodes in this order (node rank i = line "
+                    "i), so that ranks follow the plan's placement:")] + [comment(f"  {i}: {n}") for i, n in
+                                                                           enumerate(order)]
+    return with_header_line(text, "\n".join(head))
 
 
 def launcher_support(plan: HeteroPlan) -> dict[str, str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shlex
 
 from planner.core.inference import KvFormat, ReplicaLayout, ServingJob, ServingLayout, WeightFormat
+from planner.core.text import comment
 
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
@@ -43,7 +44,7 @@ def _vllm_engine(r: ReplicaLayout, replicas: int, batch: int | None) -> list[str
 
 
 def _line(head: list[str], args: list[str], note: str) -> str:
-    return f"# {note}\n" + shlex.join([*head, *args])
+    return comment(note) + "\n" + shlex.join([*head, *args])
 
 
 def vllm_commands(model: str, job: ServingJob, layout: ServingLayout) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
 from cost_models.params import lora_fraction
 from cost_models.prediction import Breakdown
@@ -42,7 +43,7 @@ from planner.core import (
 )
 from planner.core.checks import path_argument
 from planner.core.errors import InputError, MeshplanError
-from planner.core.inputfile import MAX_PLAN_BYTES, parse_json, parse_yaml, read_text, shown
+from planner.core.text import one_line
 from planner.inputs.loaders import model_from_mapping
 from planner.outputs.plan import Plan
 from planner.search.ilp import Solver
@@ -301,7 +302,7 @@ def parse_plan(data: Any, origin: str) -> PlanData:
     hw = data["hardware"]
     cluster = parse_profile(hw["profile"], f"{origin}: hardware.profile", hw["num_gpus"])
     if hw.get("provenance"):
-        cluster = replace(cluster, provenance=tuple(hw["provenance"]))
+        cluster = replace(cluster, provenance=tuple(one_line(line) for line in hw["provenance"]))
     job = _job(data, model, origin)
     layout = _validated(layout_from_dict(data, origin), model, job, cluster.num_gpus, origin)
     _check_full(data["recompute"]["full_layers_per_stage"], layout, model, f"{origin}: recompute")
@@ -325,9 +326,15 @@ def read_plan_data(path: str | Path) -> tuple[Any, str]:
     """The parsed contents of a plan file (YAML, or JSON by suffix) and the name to give it in messages."""
     path_argument(path, "path", "a plan file")
     target = Path(path)
-    text = read_text(target, "plan file", MAX_PLAN_BYTES)
-    parse = parse_json if target.suffix == ".json" else parse_yaml
-    return parse(text, shown(target)), str(target)
+    try:
+        text = target.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read plan {target}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return (json.loads(text) if target.suffix == ".json" else yaml.safe_load(text)), str(target)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"{target}: not valid {'JSON' if target.suffix == '.json' else 'YAML'} "
+                         f"({str(exc).splitlines()[0]})") from None
 
 
 def _certificate(rec: dict[str, Any] | None) -> Certificate | None:

@@ -32,6 +32,7 @@ import yaml
 
 from planner.core.errors import InputError
 from planner.core.fileio import write_text_atomic
+from planner.core.text import comment
 from planner.outputs.emitters import Target, emit
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan
@@ -136,19 +137,24 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
             write_text_atomic(folder / config, body, executable=True)
         else:
             write_text_atomic(folder / config, body)
-        script = (f"#!/usr/bin/env bash\n# meshplan trial {rank + 1} of {top_k}: {label}; predicted "
-                  f"{ranked.step_time_s:.3f} s/step\n# Runs {steps} steps and logs each one to {LOG}; then: "
-                  f"meshplan calibrate {MANIFEST} --hardware HARDWARE\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\n"
-                  f"{_launch(launcher, plan, steps, config)} 2>&1 | tee {LOG}\n")
+        script = "\n".join([
+            "#!/usr/bin/env bash",
+            comment(f"meshplan trial {rank + 1} of {top_k}: {label}; predicted {ranked.step_time_s:.3f} s/step"),
+            comment(f"Runs {steps} steps and logs each one to {LOG}; then: meshplan calibrate {MANIFEST} --hardware "
+                    "HARDWARE"),
+            "set -euo pipefail", 'cd "$(dirname "$0")"',
+            f"{_launch(launcher, plan, steps, config)} 2>&1 | tee {shlex.quote(LOG)}", ""])
         write_text_atomic(folder / "launch.sh", script, executable=True)
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",
                             f"{name}/{LOG}"))
     write_text_atomic(out / PLAN_COPY, dumps(plan, PLAN_COPY))
     manifest = {"plan": PLAN_COPY, "launcher": launcher.value, "steps": steps, "collect": COLLECT[launcher.value],
                 "trials": [{k: v for k, v in vars(t).items() if v is not None} for t in trials]}
-    header = (f"# meshplan trial: {top_k} layouts of {plan.model.name} on {plan.cluster.num_gpus} x "
-              f"{plan.cluster.name}, {steps} steps each with {launcher.value}.\n# Run each trial's launch.sh, "
-              f"then: meshplan calibrate {shlex.quote(str(out / MANIFEST))} --hardware HARDWARE\n")
+    header = "\n".join([
+        comment(f"meshplan trial: {top_k} layouts of {plan.model.name} on {plan.cluster.num_gpus} x "
+                f"{plan.cluster.name}, {steps} steps each with {launcher.value}."),
+        comment(f"Run each trial's launch.sh, then: meshplan calibrate {shlex.quote(str(out / MANIFEST))} "
+                "--hardware HARDWARE"), ""])
     write_text_atomic(out / MANIFEST, header + yaml.safe_dump(manifest, sort_keys=False))
     return trials
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 
 from planner.core import Schedule, Target
 from planner.core.errors import InfeasibleError
+from planner.core.fileio import is_script
+from planner.core.text import comment
 from planner.outputs.emitters import actions, deepspeed, megatron, nemo, torchtitan
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan
@@ -88,8 +90,16 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
     text = EMITTERS[target](nearest)
     prefix = COMMENT.get(target)
     if prefix is not None:
-        text = f"{prefix}NOTE: {note}\n{text}"
+        text = with_header_line(text, comment(f"NOTE: {note}", prefix))
     return Emitted(text, note)
+
+
+def with_header_line(text: str, line: str) -> str:
+    """`text` with `line` in front, after its `#!` line where it has one (a script keeps its interpreter line)."""
+    if is_script(text):
+        shebang, _, rest = text.partition("\n")
+        return f"{shebang}\n{line}\n{rest}"
+    return f"{line}\n{text}"
 
 
 def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:

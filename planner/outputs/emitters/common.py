@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from planner.core import Layout, Recompute, ZeroStage, module_names, non_default_modules
 from planner.core.errors import MeshplanError
+from planner.core.text import one_line
 from planner.outputs.plan import Plan
 
 
@@ -55,8 +56,9 @@ def partial_recompute(plan: Plan) -> int | None:
 
 
 def describe(plan: Plan) -> str:
+    """One line that names the plan (model, cluster, layout, prediction), for the headers of emitted files."""
     lay, pred = plan.best.layout, plan.best.prediction
-    return (f"{plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.name}: {layout_summary(lay)}; "
+    return one_line(f"{plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.name}: {layout_summary(lay)}; "
             f"predicted {pred.step_time_s:.3f} s/step, MFU {100 * pred.mfu:.1f} %")
 
 

@@ -28,6 +28,7 @@ from planner.core import (
     offload_names,
 )
 from planner.core.errors import UnsupportedModelError
+from planner.core.text import comment
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.outputs.plan import Plan
 
@@ -241,7 +242,7 @@ def arguments(plan: Plan) -> list[tuple[str, object]]:
 
 def emit(plan: Plan) -> str:
     f = facts(plan)
-    lines = ["#!/usr/bin/env bash", f"# Megatron-LM launch for {describe(plan)}",
+    lines = ["#!/usr/bin/env bash", comment(f"Megatron-LM launch for {describe(plan)}"),
              "# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.",
              f"# World size {f.gpus} = {f.nodes} node(s) x {f.gpus_per_node} GPUs; DP is derived by Megatron-LM.",
              "MEGATRON_ARGS=("]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.core import Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from planner.core.text import comment
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
 from planner.outputs.emitters.megatron import pipeline_layout
 from planner.outputs.plan import Plan
@@ -85,5 +86,5 @@ def emit(plan: Plan) -> str:
                f"cfg.train.global_batch_size={job.global_batch}",
                f"cfg.ddp.use_distributed_optimizer={_value(distributed)}",
                f"cfg.ddp.overlap_grad_reduce={_value(job.runtime.overlap_grad_reduce)}"]
-    return "\n".join([f"# NeMo 2 launch overrides for {describe(plan)}", "# NeMo-Run CLI:", *run, "",
+    return "\n".join([comment(f"NeMo 2 launch overrides for {describe(plan)}"), "# NeMo-Run CLI:", *run, "",
                       "# Megatron-Bridge recipe overrides:", *bridge, ""])

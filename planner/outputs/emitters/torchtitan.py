@@ -1,7 +1,9 @@
 """torchtitan: a TOML job file for 0.2.x (`--job.config_file plan.toml`) and the override list for 0.3.x.
 
 Mapping: ZeRO-0 is DDP (data_parallel_replicate_degree = dp); ZeRO-3 is FSDP2 resharding after forward
-(data_parallel_shard_degree = dp), ZeRO-2 FSDP2 without resharding; torchtitan has no ZeRO-1. The stage
+(data_parallel_shard_degree = dp), ZeRO-2 FSDP2 without resharding, HSDP (Layout.dp_replicate > 1) FSDP2 on the
+[dp_replicate, dp_shard] mesh (data_parallel_replicate_degree = dp_replicate, data_parallel_shard_degree = dp /
+dp_replicate); torchtitan has no ZeRO-1. The stage
 split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i, norm, output, the
 module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble" (its
 stages in model order; torchtitan places them as a V itself). A one-wave plan (the wave with two chunks per
@@ -43,6 +45,7 @@ from typing import Any
 
 from planner.core import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 from planner.core.errors import UnsupportedModelError
+from planner.core.text import comment
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts
 from planner.outputs.emitters.titan_flavors import flavor_of, mtp_caveat
 from planner.outputs.plan import Plan
@@ -94,8 +97,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
     sharded = lay.zero >= ZeroStage.GRADIENTS
     parallelism: dict[str, Any] = {
-        "data_parallel_replicate_degree": 1 if sharded else lay.dp,
-        "data_parallel_shard_degree": lay.dp if sharded else 1,
+        "data_parallel_replicate_degree": lay.dp_replicate if sharded else lay.dp,
+        "data_parallel_shard_degree": lay.dp_shard if sharded else 1,
         "tensor_parallel_degree": lay.tp, "context_parallel_degree": lay.cp, "pipeline_parallel_degree": lay.pp,
     }
     if model.moe is not None:
@@ -175,12 +178,12 @@ def _toml_value(value: Any) -> str:
 
 def emit_toml(plan: Plan) -> str:
     _refuse_ddp_beside_others(plan)
-    lines = ["# torchtitan 0.2.x job file written by meshplan", f"# {describe(plan)}",
+    lines = ["# torchtitan 0.2.x job file written by meshplan", comment(describe(plan)),
              f"# torchrun --nnodes {facts(plan).nodes} --nproc-per-node {facts(plan).gpus_per_node} "
              "-m torchtitan.train --job.config_file THIS_FILE", ""]
     caveat = mtp_caveat(plan.model, flavor_of(plan.model))
     if caveat is not None:
-        lines[2:2] = [f"# note: {caveat}"]
+        lines[2:2] = [comment(f"note: {caveat}")]
     if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
         lines[3:3] = [f"# the wave's op order, read from {ACTIONS_FILE} in the working directory: "
                       f"meshplan emit PLAN --to torch-actions --out {ACTIONS_FILE}"]
@@ -222,6 +225,6 @@ def emit_cli(plan: Plan) -> str:
                 key, value = "pipeline_parallel_layers_per_stage", f.chunks[0]
             lines.append(f"--{section}.{key} {_toml_value(value)}")
     caveat = mtp_caveat(model, flavor)
-    note = "" if caveat is None else f"# note: {caveat}\n"
-    return ("# torchtitan 0.3.x overrides written by meshplan\n# " + describe(plan) + "\n" + note + "\n".join(lines)
-            + "\n")
+    note = "" if caveat is None else comment(f"note: {caveat}") + "\n"
+    return ("# torchtitan 0.3.x overrides written by meshplan\n" + comment(describe(plan)) + "\n" + note
+            + "\n".join(lines) + "\n")
