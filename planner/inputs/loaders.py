@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
-from planner.core.checks import MAX_LAYERS, identifier, is_integer
+from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, integer, is_integer
 from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
 from planner.inputs.yamlfile import packaged_presets
@@ -244,7 +244,7 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
         "name": _hf_name(config, origin, kind),
         **values,
         "ffn_hidden_size": ffn,
-        "num_kv_heads": config.get("num_key_value_heads") or values["num_attention_heads"],
+        "num_kv_heads": _hf_kv_heads(config, values["num_attention_heads"], origin),
         "vocab_size": config["vocab_size"],
         "gated_mlp": gated,
         "tied_embeddings": tied,
@@ -267,6 +267,14 @@ def _hf_name(config: dict[str, Any], origin: str, kind: str) -> str:
     given = config.get("_name_or_path")  # transformers writes "" where a config was not loaded from a hub
     field = "_name_or_path" if given not in (None, "") else "the model's name (its folder's: no _name_or_path)"
     return identifier(given if given not in (None, "") else Path(origin).parent.name or kind, f"{origin}: {field}")
+
+
+def _hf_kv_heads(config: dict[str, Any], heads: Any, origin: str) -> Any:
+    """num_key_value_heads: null or absent means one per attention head (multi-head attention); anything else must be
+    a positive integer (0, "" or false is not "absent")."""
+    given = config.get("num_key_value_heads")
+    return heads if given is None else integer(given, f"{origin}: num_key_value_heads (null: one per attention "
+                                                       "head)", 1, MAX_WIDTH)
 
 
 def _hf_activation(config: dict[str, Any], gated: bool, origin: str) -> str:
