@@ -9,18 +9,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
+import os
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
-from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, integer, is_integer
+from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, identifier, integer, is_integer
 from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
-from planner.inputs.yamlfile import packaged_presets
+from planner.core.inputfile import MAX_SPEC_BYTES, parse_json, parse_yaml, read_text, shown
+from planner.inputs.yamlfile import packaged_presets, refuse_non_file
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
                        "vocab_size", "gated_mlp", "tied_embeddings")
@@ -117,12 +116,9 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
     for key in _BOOL_KEYS:
         if key in data and not isinstance(data[key], bool):
             raise InputError(f"{origin}: {key} must be true or false, got {data[key]!r}")
-    norm = data.get("norm", "rmsnorm")
-    if norm not in {n.value for n in Norm}:
-        raise InputError(f"{origin}: norm must be one of {[n.value for n in Norm]}, got {norm!r}")
-    activation = data.get("activation")
-    if activation is not None and activation not in {a.value for a in Activation}:
-        raise InputError(f"{origin}: activation must be one of {[a.value for a in Activation]}, got {activation!r}")
+    norm = choice(Norm, data.get("norm", "rmsnorm"), f"{origin}: norm")
+    activation = None if data.get("activation") is None else choice(Activation, data["activation"],
+                                                                    f"{origin}: activation")
     heads = data["num_attention_heads"]
     if not isinstance(heads, int) or heads <= 0 or not isinstance(data["hidden_size"], int):
         raise InputError(f"{origin}: num_attention_heads must be a positive integer, got {heads!r}")
@@ -145,8 +141,8 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             vocab_size=data["vocab_size"],
             gated_mlp=data["gated_mlp"],
             tied_embeddings=data["tied_embeddings"],
-            norm=Norm(norm),
-            activation=None if activation is None else Activation(activation),
+            norm=norm,
+            activation=activation,
             qkv_bias=data.get("qkv_bias", False),
             linear_bias=data.get("linear_bias", False),
             learned_positions=data.get("learned_positions", 0),
@@ -387,26 +383,17 @@ def load_model(name_or_path: str) -> ModelSpec:
     presets = _presets()
     if name_or_path in presets:
         return model_from_mapping({"name": name_or_path, **presets[name_or_path]}, f"preset {name_or_path!r}")
+    allowed = "a preset (see `meshplan models`), a model YAML or a Hugging Face config.json"
+    refuse_non_file(name_or_path, "model",
+                    allowed + (f" ({shown(Path(name_or_path) / 'config.json')} is one)"
+                               if os.path.isfile(Path(name_or_path) / "config.json") else ""))
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
-        raise InputError(
-            f"unknown model {name_or_path!r}: give a preset (see `meshplan models`), a model YAML or a "
-            "Hugging Face config.json"
-        )
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+        raise InputError(f"unknown model {name_or_path!r}: give {allowed}")
+    text = read_text(path, "model file", MAX_SPEC_BYTES)
     if path.suffix == ".json":
-        try:
-            return model_from_hf_config(json.loads(text), str(path))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    return model_from_mapping(data, str(path))
+        return model_from_hf_config(parse_json(text, shown(path)), str(path))
+    return model_from_mapping(parse_yaml(text, shown(path)), str(path))
 
 
 def model_mapping(model: ModelSpec) -> dict[str, Any]:
