@@ -27,6 +27,7 @@ from planner.core.checks import (
 )
 from planner.core.errors import InputError, SpecError
 from planner.core.hardware import DEFAULT_HOST_OP_US
+from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, shown
 from planner.core.text import one_line
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
@@ -65,21 +66,20 @@ def preset_names() -> list[str]:
 
 def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
     path = Path(name_or_path)
+    allowed = f"a preset ({', '.join(preset_names())}) or a path to a hardware YAML"
     if name_or_path in preset_names():
-        text = (resources.files(__package__) / f"{name_or_path}.yaml").read_text()
         origin = f"hardware preset {name_or_path!r}"
+        try:
+            data = yaml.safe_load((resources.files(__package__) / f"{name_or_path}.yaml").read_text())
+        except yaml.YAMLError as exc:
+            raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    elif (problem := not_a_file(name_or_path)) is not None:
+        raise InputError(f"hardware {shown(name_or_path)} {problem}: give {allowed}")
     elif path.suffix in (".yaml", ".yml") and path.is_file():
-        text = path.read_text()
         origin = str(path)
+        data = parse_yaml(read_text(path, "hardware profile", MAX_SPEC_BYTES), shown(path))
     else:
-        raise InputError(
-            f"unknown hardware {name_or_path!r}: give a preset ({', '.join(preset_names())}) "
-            "or a path to a hardware YAML"
-        )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise InputError(f"unknown hardware {name_or_path!r}: give {allowed}")
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a mapping at the top level")
     return data, origin
@@ -210,10 +210,8 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> tuple[dict[
     """Overlay a profile fragment (e.g. from `meshplan profile network`) on a parsed profile; with the line its
     `calibration:` section (from `meshplan calibrate`) gives, if any: provenance, which changes no number."""
     path = Path(fragment_path)
-    try:
-        frag = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"hardware fragment {fragment_path!r}: cannot read ({str(exc).splitlines()[0]})") from None
+    frag = parse_yaml(read_text(path, "hardware fragment", MAX_SPEC_BYTES),
+                      f"hardware fragment {fragment_path!r}", "cannot read: not valid YAML")
     if not isinstance(frag, dict):
         raise InputError(f"hardware fragment {fragment_path}: expected a mapping of sections (gpu, node, network)")
     merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}

@@ -22,7 +22,7 @@ from hardware_profiles import load_hardware
 from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, identifier, integer, mapping_keys, real
 from planner.core.cluster import GroupLink, HeteroCluster, NodeGroup
 from planner.core.errors import InputError, SpecError
-from planner.inputs.yamlfile import read_yaml
+from planner.inputs.yamlfile import read_yaml, refuse_non_file
 
 TOP = ("groups",), ("name", "links")
 GROUP = ("name", "hardware", "nodes"), ()
@@ -93,8 +93,9 @@ def cluster_from_mapping(data: Any, origin: str, base: Path = Path(".")) -> Hete
 
 
 def load_cluster(path: str | Path) -> HeteroCluster:
-    """Read a cluster YAML file (yaml.safe_load) into a HeteroCluster."""
+    """Read a cluster YAML file (safe-loaded, at most MAX_SPEC_BYTES) into a HeteroCluster."""
+    refuse_non_file(str(path), "cluster file", "a cluster .yaml/.yml file")
     path = Path(path)
     if path.suffix not in (".yaml", ".yml") or not path.is_file():
         raise InputError(f"cluster file {str(path)!r}: not a readable .yaml/.yml file")
-    return cluster_from_mapping(read_yaml(path), str(path), path.parent)
+    return cluster_from_mapping(read_yaml(path, "cluster file"), str(path), path.parent)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from cost_models.params import lora_fraction
 from cost_models.prediction import Breakdown
@@ -43,6 +42,7 @@ from planner.core import (
 )
 from planner.core.checks import path_argument
 from planner.core.errors import InputError, MeshplanError
+from planner.core.inputfile import MAX_PLAN_BYTES, parse_json, parse_yaml, read_text, shown
 from planner.core.text import one_line
 from planner.inputs.loaders import model_from_mapping
 from planner.outputs.plan import Plan
@@ -326,15 +326,9 @@ def read_plan_data(path: str | Path) -> tuple[Any, str]:
     """The parsed contents of a plan file (YAML, or JSON by suffix) and the name to give it in messages."""
     path_argument(path, "path", "a plan file")
     target = Path(path)
-    try:
-        text = target.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read plan {target}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        return (json.loads(text) if target.suffix == ".json" else yaml.safe_load(text)), str(target)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{target}: not valid {'JSON' if target.suffix == '.json' else 'YAML'} "
-                         f"({str(exc).splitlines()[0]})") from None
+    text = read_text(target, "plan file", MAX_PLAN_BYTES)
+    parse = parse_json if target.suffix == ".json" else parse_yaml
+    return parse(text, shown(target)), str(target)
 
 
 def _certificate(rec: dict[str, Any] | None) -> Certificate | None:
