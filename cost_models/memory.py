@@ -3,7 +3,8 @@
 Model states (mixed-precision Adam, Rajbhandari et al. 2020 section 3; Megatron-LM defaults):
 bf16 weights 2 B, gradient buffer `grad_bytes` (4 B fp32 in Megatron with bf16, 2 B in DeepSpeed
 fp16), fp32 master weights + Adam m + v 12 B. ZeRO-1 (distributed optimizer) shards the 12 B over
-the n = dp·cp ranks that reduce gradients, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) everything;
+the n = dp·cp ranks that reduce gradients (with HSDP the n = cp·dp_shard ranks of the mesh's shard group, the
+shard replicated dp_replicate times: cost_models.sync), ZeRO-2 the gradients as well, ZeRO-3 (FSDP) everything;
 ZeRO-3 also holds gathered weights of the module being computed and the next one (prefetch) and
 that module's full gradient before it is reduce-scattered.
 

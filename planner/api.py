@@ -156,15 +156,16 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
                 schedule: Schedule | str | None = None,
                 stage_layers: tuple[int, ...] | None = None, ep: int = 1, etp: int | None = None,
                 recompute_modules: frozenset[RecomputeModule] | str | None = None,
-                offload: frozenset[Offload] | str | None = None) -> Layout:
-    """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp.
+                offload: frozenset[Offload] | str | None = None, dp_replicate: int = 1) -> Layout:
+    """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp, `dp_replicate` its replicate
+    factor (HSDP: ZeRO shards over cp·dp/dp_replicate ranks and all-reduces over dp_replicate replicas; 1: none).
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
     interleaved 1F1B when vpp > 1, else 1F1B (zb-v and wave imply vpp 2); etp (MoE models) to 1, each expert whole
     on its rank. Degrees are integers in [1, MAX_GPUS] (InputError naming the argument otherwise)."""
     _instance(problem, Problem, "problem", "a Problem (planner.resolve)")
     gpus = problem.cluster.num_gpus
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("ep", ep)):
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("ep", ep), ("dp_replicate", dp_replicate)):
         integer(value, name, 1, MAX_GPUS)
     integer(mbs, "mbs", 1, MAX_GLOBAL_BATCH)
     optional_integer(etp, "etp", 1, MAX_GPUS)
@@ -185,7 +186,8 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),
                     recompute=rc, schedule=sched,
                     stage_layers=None if stage_layers is None else tuple(stage_layers), ep=ep,
-                    etp=1 if etp is None else etp, recompute_modules=modules, offload=offload_choice(offload))
+                    etp=1 if etp is None else etp, recompute_modules=modules, offload=offload_choice(offload),
+                    dp_replicate=dp_replicate)
     layout.validate(problem.model, problem.job, gpus)
     return layout
 
@@ -197,13 +199,14 @@ def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, 
              etp: int | None = None, runtime: Runtime = Runtime(),
              overrides: HardwareOverrides = HardwareOverrides(),
              recompute_modules: frozenset[RecomputeModule] | str | None = None,
-             offload: frozenset[Offload] | str | None = None, lora_rank: int = 0) -> Prediction:
-    """Predict step time, throughput, MFU and per-GPU memory of one given layout."""
+             offload: frozenset[Offload] | str | None = None, lora_rank: int = 0, dp_replicate: int = 1) -> Prediction:
+    """Predict step time, throughput, MFU and per-GPU memory of one given layout (`dp_replicate` > 1: HSDP,
+    see `make_layout`)."""
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides, lora_rank=lora_rank)
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                          recompute=recompute, schedule=schedule, ep=ep, etp=etp, recompute_modules=recompute_modules,
-                         offload=offload)
+                         offload=offload, dp_replicate=dp_replicate)
     return evaluate_layout(problem.model, problem.cluster, problem.job, layout)
 
 

@@ -26,6 +26,7 @@ from cost_models.schedules import LAUNCHERS
 from hardware_profiles import profile_mapping
 from planner.core import (
     JobSpec,
+    Layout,
     ModelSpec,
     fileio,
     module_names,
@@ -92,7 +93,8 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                 "grad_reduce_bytes": job.runtime.grad_reduce_bytes, **_moe_job(plan.model, job),
                 **({"lora_rank": job.lora_rank, "trainable_fraction": job.trainable_fraction} if job.lora_rank
                    else {})},
-        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
+        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, **_replicate(layout), "cp": layout.cp,
+                        "ep": layout.ep,
                         **({"etp": layout.etp} if plan.model.moe is not None else {}), "sp": layout.sp,
                         "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,
                         "schedule_runs_on": list(LAUNCHERS[layout.schedule]),
@@ -117,6 +119,11 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                          in zip(plan.alternatives, plan.bands[1:], plan.indistinguishable, strict=True)],
         "costs": _costs_dict(job.runtime.measured),
     }
+
+
+def _replicate(layout: Layout) -> dict[str, Any]:
+    """HSDP's replicate factor, only where there is one (plans without HSDP keep their form)."""
+    return {"dp_replicate": layout.dp_replicate} if layout.dp_replicate != 1 else {}
 
 
 def _moe_job(model: ModelSpec, job: JobSpec) -> dict[str, Any]:

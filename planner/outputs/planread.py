@@ -183,7 +183,8 @@ def _layout(lay: dict[str, Any], mbs: int, recompute: Recompute, split: list[int
                   stage_layers=tuple(split) if split is not None else None,
                   recompute_layers=tuple(full) if full and recompute is not Recompute.FULL and any(full) else None,
                   recompute_modules=frozenset(RecomputeModule(m) for m in modules),
-                  offload=frozenset(Offload(o) for o in lay.get("offload", [])))
+                  offload=frozenset(Offload(o) for o in lay.get("offload", [])),
+                  dp_replicate=lay.get("dp_replicate", 1))
 
 
 def layout_from_dict(data: dict[str, Any], origin: str) -> Layout:

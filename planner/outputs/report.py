@@ -12,10 +12,11 @@ from planner.outputs.plan import Plan
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
-    """The layout's degrees; ep and etp only where they are not 1, offload only where there is some (plans
-    without them keep their form)."""
+    """The layout's degrees; ep and etp only where they are not 1, dp_replicate (HSDP) only where it is not 1,
+    offload only where there is some (plans without them keep their form)."""
     experts = {"ep": layout.ep, "etp": layout.etp} if layout.ep > 1 or layout.etp > 1 else {}
-    return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "vpp": layout.vpp,
+    hsdp = {"dp_replicate": layout.dp_replicate} if layout.dp_replicate != 1 else {}
+    return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, **hsdp, "cp": layout.cp, "vpp": layout.vpp,
             "mbs": layout.mbs, "sp": layout.sp, "zero_stage": int(layout.zero),
             "recompute": layout.recompute.value, "schedule": layout.schedule.value, **experts,
             **({"recompute_modules": module_names(layout.recompute_modules)} if non_default_modules(layout) else {}),
@@ -115,7 +116,8 @@ def layout_line(layout: Layout, with_split_recompute: bool = True) -> str:
         rec += f"+full{list(layout.recompute_layers)}"
     experts = f"ep{layout.ep} etp{layout.etp} " if layout.ep > 1 or layout.etp > 1 else ""
     offload = f" offload[{','.join(offload_names(layout.offload))}]" if layout.offload else ""
-    return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp} cp{layout.cp} {experts}vpp{layout.vpp} mbs{layout.mbs} "
+    hsdp = f" dp_replicate{layout.dp_replicate}" if layout.dp_replicate != 1 else ""
+    return (f"tp{layout.tp} pp{layout.pp} dp{layout.dp}{hsdp} cp{layout.cp} {experts}vpp{layout.vpp} mbs{layout.mbs} "
             f"{'sp ' if layout.sp else ''}zero{int(layout.zero)} {rec}"
             + (f" {layout.schedule.value}" if layout.pp > 1 else "") + offload)
 

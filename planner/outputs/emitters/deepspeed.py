@@ -36,6 +36,10 @@ def config(plan: Plan) -> dict[str, Any]:
     if lay.cp > 1:
         raise UnsupportedPlanError(f"DeepSpeed's config has no context parallelism (cp {lay.cp}); the nearest plan "
                                    "runs cp 1 (re-plan with --no-cp)")
+    if lay.zero is not ZeroStage.NONE and lay.dp_replicate > 1:
+        raise UnsupportedPlanError(f"DeepSpeed's config has no hybrid sharding (dp_replicate {lay.dp_replicate}): ZeRO "
+                                   f"shards over all dp {lay.dp} ranks (ZeRO++'s hpZ adds a per-node weight copy, not "
+                                   "replicas of a shard); the nearest plan runs dp_replicate 1")
     if lay.pp > 1 and lay.zero >= ZeroStage.GRADIENTS:
         raise UnsupportedPlanError(f"DeepSpeed's pipeline engine supports ZeRO 0-1, not ZeRO-{int(lay.zero)} with "
                                    f"pp {lay.pp}; the nearest plan uses --zero 1")
