@@ -20,8 +20,9 @@ from cost_models.sync import grad_sync_times
 from hardware_profiles import load_hardware
 from planner import load_plan, save_plan
 from planner.api import evaluate, make_layout, resolve
-from planner.core import Layout, ZeroStage
+from planner.core import DEFAULT_RECOMPUTE_MODULES, Layout, Offload, Recompute, Schedule, ZeroStage
 from planner.core.errors import LayoutError
+from planner.core.layout import MemoryPolicy, Pipeline
 from planner.core.mesh import DENSE_ORDER, EXPERT_ORDER, Dim, Group, Mesh, Tier
 from planner.outputs.emitters import Target, emit
 from planner.outputs.plan import Plan
@@ -95,6 +96,21 @@ def test_layout_mesh_is_its_degrees() -> None:
     lay = Layout(tp=4, pp=2, dp=8, cp=2, ep=4, etp=2)
     assert lay.mesh == Mesh(tp=4, cp=2, dp_shard=8, dp_replicate=1, pp=2, ep=4, etp=2)
     assert lay.mesh.size == lay.world and lay.expert_dp == 4 * 2 * 8 // (2 * 4)
+
+
+def test_layout_is_mesh_pipeline_and_memory() -> None:
+    """The constructor stays flat; the three parts are views with their own rules."""
+    lay = Layout(tp=2, pp=4, dp=4, vpp=2, mbs=2, schedule=Schedule.ZB_V, zero=ZeroStage.WEIGHTS,
+                 recompute=Recompute.SELECTIVE, offload=frozenset({Offload.PARAMS}), dp_replicate=2)
+    assert lay.mesh == Mesh(tp=2, dp_shard=2, dp_replicate=2, pp=4)
+    assert lay.pipeline == Pipeline(pp=4, vpp=2, schedule=Schedule.ZB_V, mbs=2)
+    assert lay.memory == MemoryPolicy(ZeroStage.WEIGHTS, Recompute.SELECTIVE, DEFAULT_RECOMPUTE_MODULES, None,
+                                      frozenset({Offload.PARAMS, Offload.OPTIMIZER}))
+    assert [lay.chunk_rank(k) for k in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0] and lay.head_beside_embedding
+    with pytest.raises(LayoutError, match="zb-v needs at least 2 \\* pp - 1 = 7 micro-batches, got 4"):
+        lay.pipeline.validate(4, 32)
+    with pytest.raises(LayoutError, match="offloading the weights streams each GPU's ZeRO-3 shard"):
+        MemoryPolicy(zero=ZeroStage.OPTIMIZER, offload=frozenset({Offload.PARAMS})).validate(_llama().model)
 
 
 # groups against the rank lists of Megatron-core and torchtitan

@@ -1,5 +1,12 @@
 """A parallel layout: the degrees, schedule, recomputation and stage split of a plan, with the rules
-Megatron-LM enforces (`Layout.validate`)."""
+Megatron-LM enforces (`Layout.validate`).
+
+Layout = mesh + pipeline + memory policy. `Layout.mesh` (planner.core.mesh: degrees, rank order, process groups),
+`Layout.pipeline` (`Pipeline`: stages, model chunks, schedule, micro-batch, split; where each chunk runs) and
+`Layout.memory` (`MemoryPolicy`: ZeRO stage, recomputation, offloading) are frozen views of its fields, each with
+its own rules. Layout itself keeps one flat set of constructor keywords (`Layout(tp=8, pp=2, zero=...)`) and
+`dataclasses.replace` on them, which hundreds of call sites, the plan reader and the search's candidates use.
+"""
 
 from __future__ import annotations
 
@@ -26,10 +33,124 @@ from planner.core.model import ModelSpec, check_expert_degrees
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """How a layout runs its pipeline: `pp` stages of `vpp` model chunks each under `schedule`, micro-batches of
+    `mbs` sequences, and optionally the decoder layers of each of the pp·vpp chunks (`stage_layers`, in pipeline
+    order; None: spread evenly, remainder to the middle chunks)."""
+
+    pp: int = 1
+    vpp: int = 1
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    mbs: int = 1
+    stage_layers: tuple[int, ...] | None = None
+
+    @property
+    def chunks(self) -> int:
+        return self.pp * self.vpp
+
+    def chunk_rank(self, chunk: int) -> int:
+        """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or sweeps down and back up for
+        ZB-V and the wave (`wave_rank`: ZB-V's chunk k on rank k going down, then rank 2·pp − 1 − k)."""
+        if self.schedule in WAVE_PLACED:
+            return wave_rank(chunk, self.pp)
+        return chunk % self.pp
+
+    def rank_chunks(self, rank: int) -> tuple[int, ...]:
+        """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
+        if self.schedule in WAVE_PLACED:
+            return wave_chunks(rank, self.pp, self.vpp)
+        return tuple(range(rank, self.chunks, self.pp))
+
+    def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Decoder layers per model chunk, in pipeline order (chunk k lives on rank `chunk_rank(k)`)."""
+        if self.stage_layers is not None:
+            return self.stage_layers
+        base, extra = divmod(num_layers, self.chunks)
+        # Extra layers go to the middle chunks: the ends also carry the embedding and the LM head.
+        start = (self.chunks - extra) // 2
+        return tuple(base + (1 if start <= i < start + extra else 0) for i in range(self.chunks))
+
+    def validate(self, m: int, num_layers: int) -> None:
+        """The schedule's rules on vpp, pp and the micro-batch count `m`, and the split's on the layers."""
+        self._validate_schedule(m)
+        if self.stage_layers is None:
+            if num_layers < self.chunks:
+                raise LayoutError(
+                    f"layers {num_layers} < pp {self.pp} * vpp {self.vpp} = {self.chunks} model chunks"
+                )
+            return
+        if len(self.stage_layers) != self.chunks or any(n < 0 for n in self.stage_layers):
+            raise LayoutError(f"stage_layers needs {self.chunks} non-negative counts (pp * vpp)")
+        if sum(self.stage_layers) != num_layers:
+            raise LayoutError(f"stage_layers sum to {sum(self.stage_layers)}, model has {num_layers} layers")
+
+    def _validate_schedule(self, m: int) -> None:
+        if self.schedule is Schedule.ZB_V:
+            if self.vpp != 2 or self.pp == 1:
+                raise LayoutError(f"zb-v runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
+                                  f"{self.vpp}, pp {self.pp}")
+            if m < 2 * self.pp - 1:
+                raise LayoutError(f"zb-v needs at least 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
+        elif self.schedule is Schedule.WAVE:
+            if self.vpp % 2 or self.pp == 1:
+                raise LayoutError(f"the wave schedule runs waves down and back up the ranks: it needs an even vpp "
+                                  f"(2 per wave) and pp > 1, got vpp {self.vpp}, pp {self.pp}")
+            if m < 2 * self.pp:
+                raise LayoutError(f"the wave schedule needs at least 2 * pp = {2 * self.pp} micro-batches, got {m}")
+        elif (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
+            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v and wave) vpp 1;"
+                              f" got {self.schedule.value} with vpp {self.vpp}")
+        if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:
+            if self.pp == 1:
+                raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
+            if m % self.pp:
+                raise LayoutError(f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}")
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """What a layout does to fit: the ZeRO stage (what the shard group splits), recomputation (`recompute`, its
+    selective `recompute_modules`, and per pipeline rank the first `recompute_layers` decoder layers fully
+    recomputed, Megatron-LM's block method), and what lives in host memory (`offload`)."""
+
+    zero: ZeroStage = ZeroStage.NONE
+    recompute: Recompute = Recompute.NONE
+    recompute_modules: frozenset[RecomputeModule] = frozenset()
+    recompute_layers: tuple[int, ...] | None = None
+    offload: frozenset[Offload] = frozenset()
+
+    def validate(self, model: ModelSpec) -> None:
+        self._validate_modules(model)
+        self._validate_offload()
+
+    def _validate_offload(self) -> None:
+        if not all(isinstance(o, Offload) for o in self.offload):
+            raise LayoutError(f"offload must hold {', '.join(o.value for o in Offload)}, got {sorted(self.offload)}")
+        if Offload.PARAMS in self.offload and self.zero is not ZeroStage.WEIGHTS:
+            raise LayoutError("offloading the weights streams each GPU's ZeRO-3 shard: it needs zero 3, got "
+                              f"zero {int(self.zero)}")
+        if Offload.OPTIMIZER in self.offload and self.zero is ZeroStage.NONE:
+            raise LayoutError("offloading the optimizer updates each GPU's shard of it on the CPU: it needs zero 1, "
+                              "2 or 3 (the distributed optimizer), got zero 0")
+
+    def _validate_modules(self, model: ModelSpec) -> None:
+        """The rules megatron-core 0.16.1 applies to recompute_modules, and modules the model has none of."""
+        mods = self.recompute_modules
+        if RecomputeModule.MLA_UP_PROJ in mods and model.mla is None:
+            raise LayoutError("recompute module mla_up_proj needs multi-latent attention; the model has none")
+        has_moe = model.moe is not None
+        for m in (RecomputeModule.MOE_ACT, RecomputeModule.MOE, RecomputeModule.SHARED_EXPERTS):
+            if m in mods and not has_moe:
+                raise LayoutError(f"recompute module {m.value} needs a mixture-of-experts model; {model.name} is dense")
+        if RecomputeModule.SHARED_EXPERTS in mods and not (model.moe and model.moe.shared_ffn_hidden_size):
+            raise LayoutError(f"recompute module shared_experts needs shared experts; {model.name} has none")
+
+
+@dataclass(frozen=True)
 class Layout:
-    """A parallel layout: the device mesh (`mesh`: degrees, rank order, process groups), the pipeline schedule and
-    split, and the memory policy (ZeRO stage, recomputation, offloading). Placement on the GPU mesh is TP
-    innermost, then CP, DP (shard, then replicate), PP outermost (planner.core.mesh).
+    """A parallel layout: the device mesh (`mesh`: degrees, rank order, process groups), the pipeline (`pipeline`:
+    schedule and split) and the memory policy (`memory`: ZeRO stage, recomputation, offloading). Placement on the
+    GPU mesh is TP innermost, then CP, DP (shard, then replicate), PP outermost (planner.core.mesh).
 
     `dp_replicate` is the replicate factor of data parallelism (HSDP: dp = dp_shard x dp_replicate, ZeRO/FSDP
     shards over the cp·dp_shard ranks and all-reduces each shard over dp_replicate replicas; PyTorch FSDP2's
@@ -83,6 +204,14 @@ class Layout:
         return Mesh(tp=self.tp, cp=self.cp, dp_shard=self.dp // self.dp_replicate, dp_replicate=self.dp_replicate,
                     pp=self.pp, ep=self.ep, etp=self.etp)
 
+    @cached_property
+    def pipeline(self) -> Pipeline:
+        return Pipeline(self.pp, self.vpp, self.schedule, self.mbs, self.stage_layers)
+
+    @cached_property
+    def memory(self) -> MemoryPolicy:
+        return MemoryPolicy(self.zero, self.recompute, self.recompute_modules, self.recompute_layers, self.offload)
+
     @property
     def dp_shard(self) -> int:
         """The shard factor of dp: dp / dp_replicate."""
@@ -105,11 +234,8 @@ class Layout:
         return job.global_batch // (self.mbs * self.dp)
 
     def chunk_rank(self, chunk: int) -> int:
-        """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or sweeps down and back up for
-        ZB-V and the wave (`wave_rank`: ZB-V's chunk k on rank k going down, then rank 2·pp − 1 − k)."""
-        if self.schedule in WAVE_PLACED:
-            return wave_rank(chunk, self.pp)
-        return chunk % self.pp
+        """Pipeline rank of model chunk `chunk` (`Pipeline.chunk_rank`)."""
+        return self.pipeline.chunk_rank(chunk)
 
     @property
     def embedding_rank(self) -> int:
@@ -126,20 +252,12 @@ class Layout:
         return self.embedding_rank == self.head_rank
 
     def rank_chunks(self, rank: int) -> tuple[int, ...]:
-        """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
-        if self.schedule in WAVE_PLACED:
-            return wave_chunks(rank, self.pp, self.vpp)
-        return tuple(range(rank, self.pp * self.vpp, self.pp))
+        """The model chunks of `rank`, in model order (`Pipeline.rank_chunks`)."""
+        return self.pipeline.rank_chunks(rank)
 
     def chunk_layers(self, num_layers: int) -> tuple[int, ...]:
-        """Decoder layers per model chunk, in pipeline order (chunk k lives on rank `chunk_rank(k)`)."""
-        if self.stage_layers is not None:
-            return self.stage_layers
-        chunks = self.pp * self.vpp
-        base, extra = divmod(num_layers, chunks)
-        # Extra layers go to the middle chunks: the ends also carry the embedding and the LM head.
-        start = (chunks - extra) // 2
-        return tuple(base + (1 if start <= i < start + extra else 0) for i in range(chunks))
+        """Decoder layers per model chunk, in pipeline order (`Pipeline.chunk_layers`)."""
+        return self.pipeline.chunk_layers(num_layers)
 
     def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
         """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
@@ -168,19 +286,19 @@ class Layout:
             raise LayoutError(f"vision encoder heads {model.vision.num_attention_heads} not divisible by tp {self.tp} "
                               "(the encoder is split like the language model)")
         self._validate_experts(model)
-        self._validate_modules(model)
-        self._validate_offload()
+        self.memory.validate(model)
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
         if job.global_batch % (self.mbs * self.dp):
             raise LayoutError(
                 f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
             )
-        self._validate_schedule(self.num_microbatches(job))
-        self._validate_split(model)
+        self.pipeline.validate(self.num_microbatches(job), model.num_layers)
+        self._validate_recompute_layers(model)
 
     def _check_replicate(self) -> None:
         """HSDP's factors: dp_replicate divides dp; without ZeRO sharding it is 1 or dp (class docstring)."""
+        integer(self.dp_replicate, "dp_replicate", 1, MAX_GPUS, LayoutError)
         if self.dp % self.dp_replicate:
             raise LayoutError(f"dp_replicate {self.dp_replicate} must divide dp {self.dp} (dp = dp_shard x "
                               "dp_replicate)")
@@ -189,46 +307,8 @@ class Layout:
                               f"dp {self.dp} ranks is a replica (dp_replicate 1 or {self.dp}); HSDP, shard x "
                               "replicate, needs zero 1, 2 or 3")
 
-    def _validate_schedule(self, m: int) -> None:
-        """The schedule's rules on vpp, pp and the micro-batch count `m`."""
-        if self.schedule is Schedule.ZB_V:
-            if self.vpp != 2 or self.pp == 1:
-                raise LayoutError(f"zb-v runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
-                                  f"{self.vpp}, pp {self.pp}")
-            if m < 2 * self.pp - 1:
-                raise LayoutError(f"zb-v needs at least 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
-        elif self.schedule is Schedule.WAVE:
-            if self.vpp % 2 or self.pp == 1:
-                raise LayoutError(f"the wave schedule runs waves down and back up the ranks: it needs an even vpp "
-                                  f"(2 per wave) and pp > 1, got vpp {self.vpp}, pp {self.pp}")
-            if m < 2 * self.pp:
-                raise LayoutError(f"the wave schedule needs at least 2 * pp = {2 * self.pp} micro-batches, got {m}")
-        elif (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
-            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v and wave) vpp 1;"
-                              f" got {self.schedule.value} with vpp {self.vpp}")
-        if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:
-            if self.pp == 1:
-                raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
-            if m % self.pp:
-                raise LayoutError(
-                    f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}"
-                )
-
-    def _validate_split(self, model: ModelSpec) -> None:
-        """The layers per model chunk and the fully recomputed layers per rank."""
-        chunks = self.pp * self.vpp
-        if self.stage_layers is None:
-            if model.num_layers < chunks:
-                raise LayoutError(
-                    f"layers {model.num_layers} < pp {self.pp} * vpp {self.vpp} = {chunks} model chunks"
-                )
-        else:
-            if len(self.stage_layers) != chunks or any(n < 0 for n in self.stage_layers):
-                raise LayoutError(f"stage_layers needs {chunks} non-negative counts (pp * vpp)")
-            if sum(self.stage_layers) != model.num_layers:
-                raise LayoutError(
-                    f"stage_layers sum to {sum(self.stage_layers)}, model has {model.num_layers} layers"
-                )
+    def _validate_recompute_layers(self, model: ModelSpec) -> None:
+        """The fully recomputed layers per rank: one count per rank, within its layers (it needs the split)."""
         if self.recompute_layers is not None:
             if self.recompute is Recompute.FULL:
                 raise LayoutError("recompute_layers is for partial recomputation; recompute=full covers every layer")
@@ -239,28 +319,6 @@ class Layout:
                     f"recompute_layers {list(self.recompute_layers)} needs one count per pp rank, each between 0 "
                     f"and that rank's layers {list(per_rank)}"
                 )
-
-    def _validate_offload(self) -> None:
-        if not all(isinstance(o, Offload) for o in self.offload):
-            raise LayoutError(f"offload must hold {', '.join(o.value for o in Offload)}, got {sorted(self.offload)}")
-        if Offload.PARAMS in self.offload and self.zero is not ZeroStage.WEIGHTS:
-            raise LayoutError("offloading the weights streams each GPU's ZeRO-3 shard: it needs zero 3, got "
-                              f"zero {int(self.zero)}")
-        if Offload.OPTIMIZER in self.offload and self.zero is ZeroStage.NONE:
-            raise LayoutError("offloading the optimizer updates each GPU's shard of it on the CPU: it needs zero 1, "
-                              "2 or 3 (the distributed optimizer), got zero 0")
-
-    def _validate_modules(self, model: ModelSpec) -> None:
-        """The rules megatron-core 0.16.1 applies to recompute_modules, and modules the model has none of."""
-        mods = self.recompute_modules
-        if RecomputeModule.MLA_UP_PROJ in mods and model.mla is None:
-            raise LayoutError("recompute module mla_up_proj needs multi-latent attention; the model has none")
-        has_moe = model.moe is not None
-        for m in (RecomputeModule.MOE_ACT, RecomputeModule.MOE, RecomputeModule.SHARED_EXPERTS):
-            if m in mods and not has_moe:
-                raise LayoutError(f"recompute module {m.value} needs a mixture-of-experts model; {model.name} is dense")
-        if RecomputeModule.SHARED_EXPERTS in mods and not (model.moe and model.moe.shared_ffn_hidden_size):
-            raise LayoutError(f"recompute module shared_experts needs shared experts; {model.name} has none")
 
     def _validate_experts(self, model: ModelSpec) -> None:
         check_expert_degrees(model, self.ep, self.etp)
