@@ -2,7 +2,7 @@
 the error types and the input bounds. It imports nothing from the rest of meshplan, so the cost model
 (`cost_models`) can build on it alone.
 
-The spec types are re-exported here (`from planner.core import Layout, ModelSpec`); `errors`, `checks` and
+The spec types are re-exported here (`from planner.core import Layout, Mesh, ModelSpec`); `errors`, `checks` and
 `fileio` are imported as modules of their own.
 """
 
@@ -29,14 +29,16 @@ from planner.core.enums import (
 )
 from planner.core.hardware import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
 from planner.core.job import JobSpec, Runtime
-from planner.core.layout import Layout, non_default_modules
+from planner.core.layout import Layout, MemoryPolicy, Pipeline, non_default_modules
 from planner.core.measured import MeasuredCosts, MeasuredLayer
+from planner.core.mesh import DataGroups, Dim, Group, Mesh, Tier
 from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
 
 __all__ = [
-    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "Dtype",
-    "EfficiencyCurve", "GpuSpec", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec", "MeasuredCosts",
-    "MeasuredLayer", "ModelSpec", "MoESpec", "Norm", "Offload", "Recompute", "RecomputeModule", "Runtime",
-    "Schedule", "Target", "VisionSpec", "ZeroStage", "check_expert_degrees", "module_names", "non_default_modules",
-    "offload_names", "wave_chunks", "wave_rank", "with_implied",
+    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "DataGroups",
+    "Dim", "Dtype", "EfficiencyCurve", "GpuSpec", "Group", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec",
+    "MLASpec", "MeasuredCosts", "MeasuredLayer", "MemoryPolicy", "Mesh", "ModelSpec", "MoESpec", "Norm", "Offload",
+    "Pipeline", "Recompute", "RecomputeModule", "Runtime", "Schedule", "Target", "Tier", "VisionSpec", "ZeroStage",
+    "check_expert_degrees", "module_names", "non_default_modules", "offload_names", "wave_chunks", "wave_rank",
+    "with_implied",
 ]
