@@ -16,13 +16,18 @@ import yaml
 
 from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
 from planner.core.checks import (
+    BANDWIDTH_GBS,
+    EFFICIENCY,
     MAX_GPUS,
-    MAX_MEMORY_GIB,
     MAX_PHYSICAL,
+    MEMORY_GIB,
+    NIC_GBPS,
+    PEAK_TFLOPS,
     finite,
     identifier,
     integer,
     optional_integer,
+    physical,
     real,
 )
 from planner.core.errors import InputError, SpecError
@@ -55,9 +60,9 @@ class HardwareOverrides:
     def __post_init__(self) -> None:
         optional_integer(self.gpus_per_node, "--gpus-per-node", 1, MAX_GPUS)
         if self.inter_node_gbps is not None:
-            real(self.inter_node_gbps, "--inter-node-gbps", 0.0, MAX_PHYSICAL)
+            physical(self.inter_node_gbps, "--inter-node-gbps", NIC_GBPS)
         if self.memory_gib is not None:
-            real(self.memory_gib, "--memory-gib", 0.0, MAX_MEMORY_GIB)
+            physical(self.memory_gib, "--memory-gib", MEMORY_GIB)
 
 
 def preset_names() -> list[str]:
@@ -99,11 +104,21 @@ def _section(data: dict[str, Any], section: str, origin: str) -> dict[str, Any]:
     return body
 
 
+# the physical range of each number a profile divides by (planner.core.checks); the others (latencies,
+# attention_half_seq, overlap_efficiency) are finite and positive, at most `upper` or MAX_PHYSICAL
+_RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType({
+    "memory_gib": MEMORY_GIB, "hbm_gbs": BANDWIDTH_GBS, "scale_up_gbs": BANDWIDTH_GBS, "memory_gbs": BANDWIDTH_GBS,
+    "pcie_gbs": BANDWIDTH_GBS, "nic_gbps_per_gpu": NIC_GBPS, "peak_bf16_tflops": PEAK_TFLOPS,
+    "peak_fp8_tflops": PEAK_TFLOPS, "attention_efficiency": EFFICIENCY, "memory_efficiency": EFFICIENCY,
+    "scale_up_efficiency": EFFICIENCY, "efficiency": EFFICIENCY, "fp8_matmul_ratio": EFFICIENCY,
+    "attention_backward_ratio": (EFFICIENCY[0], 2.0)})
+
+
 def _number(body: dict[str, Any], key: str, where: str, *, upper: float | None = None) -> float:
-    """A finite positive number, at most `upper` (efficiencies and ratios) or MAX_PHYSICAL (memory: MAX_MEMORY_GIB)."""
-    if upper is None:
-        upper = MAX_MEMORY_GIB if key == "memory_gib" else MAX_PHYSICAL
-    return real(body[key], f"{where}: {key}", 0.0, upper)
+    """A finite number in the key's physical range (_RANGES), else positive and at most `upper` or MAX_PHYSICAL."""
+    if key in _RANGES:
+        return physical(body[key], f"{where}: {key}", _RANGES[key])
+    return real(body[key], f"{where}: {key}", 0.0, MAX_PHYSICAL if upper is None else upper)
 
 
 def _integer(body: dict[str, Any], key: str, where: str) -> int:
@@ -117,6 +132,8 @@ def _curve(value: Any, where: str) -> EfficiencyCurve:
     if not ok:
         raise InputError(f"{where}: matmul_efficiency must be a non-empty list of [gemm_flops, efficiency] pairs of "
                          "finite numbers")
+    for _, efficiency in value:
+        physical(efficiency, f"{where}: matmul_efficiency: an efficiency", EFFICIENCY)
     try:
         return EfficiencyCurve(tuple((float(s), float(e)) for s, e in value))
     except SpecError as exc:

@@ -27,7 +27,9 @@ from planner.core.checks import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_SEQ_LEN,
+    MOE_LOAD_FACTOR,
     optional_integer,
+    physical,
     real,
 )
 from planner.core.errors import InputError, MeshplanError
@@ -146,11 +148,11 @@ Attention = Annotated[AttentionKernel, typer.Option(help="Attention kernel the f
 
 
 CapacityFactor = Annotated[float | None, typer.Option(
-    min=1.0, help="MoE: pad every expert's buffer to this x its mean load (default: dropless routing).")]
+    help="MoE: pad every expert's buffer to this x its mean load, 1 to 64 (default: dropless routing).")]
 
 
 LoadImbalance = Annotated[float, typer.Option(
-    min=1.0, help="MoE dropless routing: tokens on the busiest expert rank over the mean.")]
+    help="MoE dropless routing: tokens on the busiest expert rank over the mean, 1 to 64.")]
 
 
 CommOverlap = Annotated[bool, typer.Option(
@@ -166,9 +168,9 @@ DedupDispatch = Annotated[bool, typer.Option(
 def runtime_of(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool,
              dedup: bool) -> Runtime:
     """The runtime of the MoE options, each checked under its flag's name (the option's range check lets NaN by)."""
-    real(imbalance, "--moe-load-imbalance", 1.0, low_open=False)
+    physical(imbalance, "--moe-load-imbalance", MOE_LOAD_FACTOR)
     if capacity is not None:
-        real(capacity, "--moe-capacity-factor", 1.0, low_open=False)
+        physical(capacity, "--moe-capacity-factor", MOE_LOAD_FACTOR)
     return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance,
                    moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
 

@@ -157,7 +157,7 @@ def diffusion(
         check({"--gpus": (gpus, 1, MAX_GPUS)})
         spec = load_diffusion_model(model)
         try:
-            job = DiffusionJob(resolution, steps or spec.default_steps, batch, objective)
+            job = DiffusionJob(resolution, spec.default_steps if steps is None else steps, batch, objective)
             image_tokens(spec, resolution)
         except SpecError as exc:
             raise InputError(str(exc)) from None

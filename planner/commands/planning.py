@@ -45,8 +45,8 @@ from planner.core import (
 from planner.core import Target as EmitTarget
 from planner.core.checks import (
     MAX_GPUS,
-    MAX_TIME_LIMIT_S,
     MAX_WORKERS,
+    TIME_LIMIT_S,
 )
 from planner.core.errors import InputError
 from planner.search.ilp import Solver
@@ -193,7 +193,7 @@ def plan(
 
     def action() -> None:
         check({"--gpus": (gpus, 1, MAX_GPUS), "--top-k": (top_k, 1, MAX_TOP_K)},
-               {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
+               {"--time-limit": (time_limit, *TIME_LIMIT_S)})
         check({"--workers": (workers, 1, MAX_WORKERS)})
         degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)

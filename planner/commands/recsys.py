@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
-from planner.core.checks import MAX_GPUS, MAX_TIME_LIMIT_S
+from planner.core.checks import MAX_GPUS, TIME_LIMIT_S
 
 recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
 app.add_typer(recsys_app, name="recsys")
@@ -65,7 +65,7 @@ def plan_cmd(
         from planner.search.recsys import plan_sharding
 
         check({"--gpus": (gpus, 1, MAX_GPUS), "--min-column-dim": (min_column_dim, 1, 2**24)},
-              {"--time-limit": (time_limit, 0.0, MAX_TIME_LIMIT_S)})
+              {"--time-limit": (time_limit, *TIME_LIMIT_S)})
         if emit not in (None, "torchrec"):
             raise InputError(f"--emit must be torchrec, got {emit!r}")
         if emit_out is not None and emit is None:

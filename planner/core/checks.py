@@ -28,6 +28,17 @@ MAX_TIME_LIMIT_S = 86400.0  # one ILP solve: a day
 MAX_PHYSICAL = 1e9  # bandwidths (GB/s), peaks (TFLOP/s), latencies (us), lengths in a hardware profile
 MAX_MEMORY_GIB = 1e6  # one GPU's memory
 MAX_WORKERS = 1024  # worker processes of one sweep
+# Physical ranges of the real numbers that describe hardware and a run (issue 37): sign and finiteness are not enough,
+# a denormal bandwidth (5e-324 GB/s) divides to infinity and a capacity factor of 1e308 to NaN. Each range holds every
+# preset with two orders of magnitude to spare on either side (a Jetson Orin Nano on 1 GbE: 0.125 GB/s, 10 TFLOP/s,
+# 7.5 GiB; a B200: 8,000 GB/s of HBM, 2,250 TFLOP/s).
+BANDWIDTH_GBS = (1e-3, 1e6)  # a link, memory or bus, GB/s: 1 MB/s to 1 PB/s
+NIC_GBPS = (1e-2, 1e6)  # a NIC's line rate per GPU, Gbit/s: 10 Mbit/s to 1 Pbit/s
+PEAK_TFLOPS = (1e-3, 1e6)  # a peak, TFLOP/s: 1 GFLOP/s to 1 EFLOP/s
+MEMORY_GIB = (1e-3, MAX_MEMORY_GIB)  # one device's memory, GiB: 1 MiB up
+EFFICIENCY = (1e-3, 1.0)  # an achieved share of a peak (0.1 % to all of it)
+MOE_LOAD_FACTOR = (1.0, 64.0)  # MoE capacity factor or load imbalance: the busiest expert (rank) over the mean
+TIME_LIMIT_S = (1e-2, MAX_TIME_LIMIT_S)  # one solver run: 10 ms to a day
 # Names that reach emitted files (model, hardware profile, GPU, node group, table, device names): ASCII letters and
 # digits, space and . _ - + / ( ) : @ , only, at most MAX_NAME_LEN characters. No quote, `$`, backtick, backslash,
 # `;`, `&`, `|`, `<`, `>`, `*`, `?`, `~`, `#`, newline or other control character can ever be in one, so a name can
@@ -89,6 +100,12 @@ def real(value: object, name: str, low: float = 0.0, high: float | None = None, 
     if number < low or (low_open and number == low) or (high is not None and number > high):
         raise error(f"{name} must be a finite number {_allowed(low, high, low_open)}, got {value!r}")
     return number
+
+
+def physical(value: object, name: str, bounds: tuple[float, float], error: type[MeshplanError] = InputError) -> float:
+    """`value` as a finite float within a physical range (BANDWIDTH_GBS, MEMORY_GIB, ...), both ends included; the
+    error states the range."""
+    return real(value, name, bounds[0], bounds[1], low_open=False, error=error)
 
 
 def flag(value: object, name: str, error: type[MeshplanError] = InputError) -> bool:

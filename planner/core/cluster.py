@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, identifier, integer, real
+from planner.core.checks import BANDWIDTH_GBS, EFFICIENCY, MAX_GPUS, MAX_PHYSICAL, identifier, integer, physical, real
 from planner.core.enums import Recompute, Schedule, ZeroStage
 from planner.core.errors import SpecError
 from planner.core.hardware import ClusterSpec, LinkSpec
@@ -57,10 +57,10 @@ class GroupLink:
     efficiency: float = 0.9  # achieved share of the line rate for large messages (nccl-tests send/recv)
 
     def __post_init__(self) -> None:
-        real(self.bandwidth_gbs, f"link {self.a}-{self.b}: bandwidth_gbs", 0.0, MAX_PHYSICAL, error=SpecError)
+        physical(self.bandwidth_gbs, f"link {self.a}-{self.b}: bandwidth_gbs", BANDWIDTH_GBS, SpecError)
         real(self.latency_us, f"link {self.a}-{self.b}: latency_us", 0.0, MAX_PHYSICAL, low_open=False,
              error=SpecError)
-        real(self.efficiency, f"link {self.a}-{self.b}: efficiency", 0.0, 1.0, error=SpecError)
+        physical(self.efficiency, f"link {self.a}-{self.b}: efficiency", EFFICIENCY, SpecError)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, identifier, integer
+from planner.core.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, identifier, integer, real
 from planner.core.errors import LayoutError, SpecError
 from planner.core.inference import Objective
+
+MAX_PARAMS = 1e13  # text encoders + VAE, or a whole model: 10 trillion parameters (the largest have ~1e12)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,11 @@ class DiffusionModel:
             integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 1, MAX_WIDTH, SpecError)
         for key in ("double_layers", "single_layers", "text_tokens", "double_modulation", "single_modulation"):
             integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 0, MAX_LAYERS * 100, SpecError)
+        real(self.encoder_params, f"diffusion model {self.name!r}: encoder_params", 0.0, MAX_PARAMS, low_open=False,
+             error=SpecError)
+        if self.published_params is not None:
+            real(self.published_params, f"diffusion model {self.name!r}: published_params", 1.0, MAX_PARAMS,
+                 low_open=False, error=SpecError)
         if self.double_layers + self.single_layers < 1:
             raise SpecError(f"diffusion model {self.name!r}: needs at least one of double_layers, single_layers")
         if self.hidden_size % self.num_heads:

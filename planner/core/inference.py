@@ -13,8 +13,8 @@ from enum import Enum
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, integer, real
 from planner.core.errors import LayoutError, SpecError
 
-MAX_SLO_S = 86400.0
-MAX_RATE = 1e9  # requests per second
+MIN_SLO_S, MAX_SLO_S = 1e-6, 86400.0  # a microsecond (below any kernel launch) to a day
+MIN_RATE, MAX_RATE = 1e-6, 1e9  # requests per second: one in 11.6 days to a billion
 
 
 class WeightFormat(str, Enum):
@@ -70,8 +70,8 @@ class Family(str, Enum):
     DIFFUSION = "diffusion"
 
 
-def _positive(value: object, name: str, high: float) -> float:
-    return real(value, name, 0.0, high, error=SpecError)
+def _positive(value: object, name: str, low: float, high: float) -> float:
+    return real(value, name, low, high, low_open=False, error=SpecError)
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,10 @@ class ServingJob:
         if self.batch is not None:
             integer(self.batch, "--batch", 1, MAX_GLOBAL_BATCH, SpecError)
         if self.rate is not None:
-            _positive(self.rate, "--rate", MAX_RATE)
+            _positive(self.rate, "--rate", MIN_RATE, MAX_RATE)
         for name, value in (("--ttft-slo", self.ttft_slo_s), ("--tpot-slo", self.tpot_slo_s)):
             if value is not None:
-                _positive(value, name, MAX_SLO_S)
+                _positive(value, name, MIN_SLO_S, MAX_SLO_S)
         integer(self.block_size, "--block-size", 1, 4096, SpecError)
         real(self.gpu_memory_utilization, "--gpu-memory-utilization", 0.0, 1.0, error=SpecError)
         integer(self.max_num_seqs, "--max-num-seqs", 1, MAX_GLOBAL_BATCH, SpecError)

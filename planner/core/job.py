@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, finite, integer, real
+from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MOE_LOAD_FACTOR, integer, physical, real
 from planner.core.enums import AttentionKernel, Dtype
 from planner.core.errors import SpecError
 from planner.core.measured import MeasuredCosts
@@ -47,17 +47,13 @@ class Runtime:
     overlap_p2p_comm: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("moe_capacity_factor", "moe_load_imbalance"):
-            value = getattr(self, name)
-            if value is not None and not finite(value):
-                raise SpecError(f"{name} must be a finite number >= 1, got {value!r}")
-        if self.moe_capacity_factor is not None and self.moe_capacity_factor < 1.0:
-            raise SpecError(f"moe capacity factor must be >= 1 (it pads buffers), got {self.moe_capacity_factor}")
+        # a factor pads (or loads) the busiest expert to that many times its mean: 1 at least, and past
+        # MOE_LOAD_FACTOR's 64 it is no longer a load balance but a router sending everything to one expert
+        if self.moe_capacity_factor is not None:
+            physical(self.moe_capacity_factor, "moe_capacity_factor (it pads buffers)", MOE_LOAD_FACTOR, SpecError)
+        physical(self.moe_load_imbalance, "moe_load_imbalance (busiest rank over the mean)", MOE_LOAD_FACTOR, SpecError)
         if self.moe_dedup_dispatch and self.moe_capacity_factor is not None:
             raise SpecError("deduplicated (DeepEP) dispatch routes dropless: it cannot pad to a capacity factor")
-        if self.moe_load_imbalance < 1.0:
-            raise SpecError(f"moe load imbalance must be >= 1 (busiest rank over the mean), got "
-                            f"{self.moe_load_imbalance}")
 
     @property
     def moe_load_factor(self) -> float:

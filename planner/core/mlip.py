@@ -67,10 +67,12 @@ class MlipCostTable:
             if any(b < a for a, b in zip(values, values[1:], strict=False)):
                 raise SpecError(f"cost table {self.name!r}: {key} must not decrease as atoms grow, got {values}")
         integer(self.layers, f"cost table {self.name!r}: layers", 1, 64, SpecError)
-        real(self.cutoff_a, f"cost table {self.name!r}: cutoff_a", 0.0, 100.0, error=SpecError)
+        # physical ranges: a cutoff of 0.1-100 Å (MLIPs use 4-12), 1e-6 to 10 atoms per Å^3 (a gas at 1 atm holds
+        # 2.5e-5, water 0.1); a denormal density made the periodic box infinite
+        real(self.cutoff_a, f"cost table {self.name!r}: cutoff_a", 0.1, 100.0, low_open=False, error=SpecError)
         real(self.halo_bytes, f"cost table {self.name!r}: halo_bytes", 0.0, 1e9, low_open=False, error=SpecError)
         integer(self.params, f"cost table {self.name!r}: params", 0, 10**12, SpecError)
-        real(self.density, f"cost table {self.name!r}: density", 0.0, 10.0, error=SpecError)
+        real(self.density, f"cost table {self.name!r}: density", 1e-6, 10.0, low_open=False, error=SpecError)
 
 
 @dataclass(frozen=True)

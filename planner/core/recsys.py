@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import MAX_GPUS, MAX_NAME_LEN, MAX_WIDTH, identifier, integer, real
+from planner.core.checks import BANDWIDTH_GBS, MAX_GPUS, MAX_NAME_LEN, MAX_WIDTH, identifier, integer, real
 from planner.core.errors import SpecError
 
 MAX_ROWS = 10**11  # rows of one table: above the largest published production tables (~10^10)
@@ -150,7 +150,7 @@ class RecJob:
             raise SpecError(f"--batch {self.batch} must divide evenly over --gpus {self.gpus} "
                             f"(samples per GPU); try {self.batch - self.batch % self.gpus or self.gpus}")
         real(self.host_gib, "--host-gib", 0.0, 1e6, low_open=False, error=SpecError)
-        real(self.host_gbs, "--host-gbs", 0.0, 1e4, error=SpecError)
+        real(self.host_gbs, "--host-gbs", BANDWIDTH_GBS[0], 1e4, low_open=False, error=SpecError)
         real(self.cache_ratio, "--cache-ratio", 0.0, 1.0, error=SpecError)
         if self.comm_bytes not in (2, 4):
             raise SpecError(f"comm_bytes must be 2 or 4, got {self.comm_bytes!r}")

@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from hardware_profiles import load_hardware
-from planner.core.checks import MAX_GPUS, MAX_PHYSICAL, identifier, integer, mapping_keys, real
+from planner.core.checks import (
+    BANDWIDTH_GBS,
+    EFFICIENCY,
+    MAX_GPUS,
+    MAX_PHYSICAL,
+    identifier,
+    integer,
+    mapping_keys,
+    physical,
+    real,
+)
 from planner.core.cluster import GroupLink, HeteroCluster, NodeGroup
 from planner.core.errors import InputError, SpecError
 from planner.inputs.yamlfile import read_yaml, refuse_non_file
@@ -66,9 +76,9 @@ def _link(data: Any, where: str) -> GroupLink:
     ends = data["between"]
     if not isinstance(ends, list) or len(ends) != 2 or not all(isinstance(e, str) for e in ends):
         raise InputError(f"{where}: between must name two groups, as [a, b], got {ends!r}")
-    bandwidth = real(data["bandwidth_gbs"], f"{where}: bandwidth_gbs", 0.0, MAX_PHYSICAL)
+    bandwidth = physical(data["bandwidth_gbs"], f"{where}: bandwidth_gbs", BANDWIDTH_GBS)
     latency = real(data["latency_us"], f"{where}: latency_us", 0.0, MAX_PHYSICAL, low_open=False)
-    efficiency = real(data.get("efficiency", 0.9), f"{where}: efficiency", 0.0, 1.0)
+    efficiency = physical(data.get("efficiency", 0.9), f"{where}: efficiency", EFFICIENCY)
     return GroupLink(ends[0], ends[1], bandwidth, latency, efficiency)
 
 

@@ -143,8 +143,8 @@ def _collect(rows: Iterable[dict[str, Any]], total: int,
     return done
 
 
-MAX_TOKENS = 1e18  # tokens to train: ~10^4 x the largest published runs
-MAX_DAYS = 36525.0  # a century
+MAX_TOKENS = 1e18  # tokens to train: ~10^4 x the largest published runs (at least one token)
+MIN_DAYS, MAX_DAYS = 1e-3, 36525.0  # 86 seconds to a century (a denormal day overflowed the GPU count)
 
 
 @dataclass(frozen=True)
@@ -160,8 +160,8 @@ def capacity(job: Job, tokens: float, days: float, max_gpus: int,
     """The fewest GPUs, among whole-node counts in powers of two and the 1.5x steps between them, whose
     best plan trains `tokens` in at most `days` (scanned in increasing order; every count is planned).
     `progress(done, total)` after each count planned, of all the counts the scan may plan."""
-    real(tokens, "--tokens", 0.0, MAX_TOKENS)
-    real(days, "--days", 0.0, MAX_DAYS)
+    real(tokens, "--tokens", 1.0, MAX_TOKENS, low_open=False)
+    real(days, "--days", MIN_DAYS, MAX_DAYS, low_open=False)
     integer(max_gpus, "--max-gpus", 1, MAX_GPUS)
     per_node, floor = _plan_node_size(job), _fewest_at_peak(job, tokens, days)
     counts = sorted({c for k in range(40) for c in (per_node * 2**k, per_node * 3 * 2**k // 2)
