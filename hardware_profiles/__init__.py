@@ -78,7 +78,7 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
             data = yaml.safe_load((resources.files(__package__) / f"{name_or_path}.yaml").read_text())
         except yaml.YAMLError as exc:
             raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    elif (problem := not_a_file(name_or_path)) is not None:
+    elif (problem := not_a_file(name_or_path, "hardware")) is not None:
         raise InputError(f"hardware {shown(name_or_path)} {problem}: give {allowed}")
     elif path.suffix in (".yaml", ".yml") and path.is_file():
         origin = str(path)

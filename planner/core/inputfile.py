@@ -50,18 +50,18 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
 
-def not_a_file(path: str | os.PathLike[str]) -> str | None:
+def not_a_file(path: str | os.PathLike[str], what: str = "file") -> str | None:
     """Why `path` cannot be read as a file ("is a directory", "is not a regular file (...)"), or None when it is a
     regular file or does not exist; a path the system refuses to look up (a name too long, no permission) is an
-    InputError naming it."""
+    InputError naming it (`what` it is meant to be: "model")."""
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None
-        raise InputError(f"cannot read {shown(path)}: {_reason(exc)}") from None
+        raise InputError(f"cannot read {what} {shown(path)}: {_reason(exc)}") from None
     except ValueError:  # a NUL character in the path
-        raise InputError(f"cannot read {shown(path)}: a path cannot hold a NUL character") from None
+        raise InputError(f"cannot read {what} {shown(path)}: a path cannot hold a NUL character") from None
     if stat.S_ISDIR(mode):
         return "is a directory"
     if not stat.S_ISREG(mode):

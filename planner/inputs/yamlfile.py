@@ -33,7 +33,7 @@ def read_yaml(path: Path, what: str = "YAML file", limit: int = MAX_SPEC_BYTES) 
 def refuse_non_file(name_or_path: str, what: str, allowed: str) -> None:
     """An InputError when `name_or_path` is an existing directory, device, FIFO or socket: `what` ("model") names the
     input and `allowed` what it may be, so the message says why the path is not one instead of "unknown"."""
-    problem = not_a_file(name_or_path)
+    problem = not_a_file(name_or_path, what)
     if problem is not None:
         raise InputError(f"{what} {shown(name_or_path)} {problem}: give {allowed}")
 
