@@ -201,8 +201,8 @@ class Layout:
         """The device mesh of this layout (planner.core.mesh): the cost model's process groups and their tiers.
         Raises LayoutError (naming the factors) when dp_replicate does not divide dp or the experts do not fold."""
         self._check_replicate()
-        return Mesh(tp=self.tp, cp=self.cp, dp_shard=self.dp // self.dp_replicate, dp_replicate=self.dp_replicate,
-                    pp=self.pp, ep=self.ep, etp=self.etp)
+        return Mesh.of(tp=self.tp, cp=self.cp, dp_shard=self.dp // self.dp_replicate, dp_replicate=self.dp_replicate,
+                       pp=self.pp, ep=self.ep, etp=self.etp)
 
     @cached_property
     def pipeline(self) -> Pipeline:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property, lru_cache
 
 from planner.core.checks import MAX_GPUS, integer
 from planner.core.errors import LayoutError
@@ -160,12 +161,22 @@ class Mesh:
         return " * ".join(f"{d.value} {self.degree(d)}" for d in dims)
 
     @staticmethod
+    def of(tp: int = 1, cp: int = 1, dp_shard: int = 1, dp_replicate: int = 1, pp: int = 1, ep: int = 1,
+           etp: int = 1) -> Mesh:
+        """`Mesh(...)`, one shared instance per degrees (a search prices thousands of layouts on a few meshes: they
+        share the groups each mesh computes once)."""
+        try:
+            return _shared(tp, cp, dp_shard, dp_replicate, pp, ep, etp)
+        except TypeError:  # an unhashable degree: the constructor names it
+            return Mesh(tp=tp, cp=cp, dp_shard=dp_shard, dp_replicate=dp_replicate, pp=pp, ep=ep, etp=etp)
+
+    @staticmethod
     def for_layer(tp: int, cp: int = 1, ep: int = 1, etp: int = 1) -> Mesh:
         """The smallest mesh holding a layer's TP, CP, EP and ETP groups (one stage, one replica, dp_shard the least
         that folds etp·ep). Their members and strides depend on tp, cp, ep and etp only, never on dp or pp, so
         per-layer pricing, which knows no dp, asks this mesh."""
         inner = tp * cp
-        return Mesh(tp=tp, cp=cp, dp_shard=math.lcm(inner, ep * etp) // inner, ep=ep, etp=etp)
+        return Mesh.of(tp=tp, cp=cp, dp_shard=math.lcm(inner, ep * etp) // inner, ep=ep, etp=etp)
 
     # degrees
 
@@ -228,72 +239,72 @@ class Mesh:
         degree is 1."""
         return Group.line(2 if self.degree(dim) > 1 else 1, self.stride(dim), (dim,))
 
-    @property
+    @cached_property
     def tp_group(self) -> Group:
         return self.group(Dim.TP)
 
-    @property
+    @cached_property
     def cp_group(self) -> Group:
         return self.group(Dim.CP)
 
-    @property
+    @cached_property
     def grad_group(self) -> Group:
         """Ranks that reduce one dense gradient: CP x DP (Megatron's data_parallel_group_with_cp)."""
         return self.group(Dim.CP, Dim.DP_SHARD, Dim.DP_REPLICATE)
 
-    @property
+    @cached_property
     def shard_group(self) -> Group:
         """Ranks that shard dense weights, gradients and optimizer state under ZeRO/FSDP: CP x DP shard."""
         return self.group(Dim.CP, Dim.DP_SHARD)
 
-    @property
+    @cached_property
     def replicate_group(self) -> Group:
         """Ranks holding replicas of one shard (HSDP's all-reduce; the same for dense and expert weights)."""
         return self.group(Dim.DP_REPLICATE)
 
-    @property
+    @cached_property
     def stage_group(self) -> Group:
         """The ranks of one pipeline stage: TP x CP x DP."""
         return self.group(Dim.TP, Dim.CP, Dim.DP_SHARD, Dim.DP_REPLICATE)
 
-    @property
+    @cached_property
     def pp_group(self) -> Group:
         return self.group(Dim.PP)
 
-    @property
+    @cached_property
     def pipeline_neighbours(self) -> Group:
         """A stage and the next: one pipeline send/recv."""
         return self.neighbours(Dim.PP)
 
-    @property
+    @cached_property
     def pipeline_ends(self) -> Group:
         """The first and last stage (Megatron's embedding group: the tied embedding's gradient all-reduce)."""
         return Group.line(2 if self.pp > 1 else 1, self.stride(Dim.PP) * (self.pp - 1), (Dim.PP,))
 
-    @property
+    @cached_property
     def ep_group(self) -> Group:
         """Ranks that exchange tokens in an MoE layer's dispatch and combine."""
         return self.group(Dim.EP)
 
-    @property
+    @cached_property
     def etp_group(self) -> Group:
         return self.group(Dim.ETP)
 
-    @property
+    @cached_property
     def expert_grad_group(self) -> Group:
         """Ranks that reduce one expert gradient: expert DP shard x DP replicate."""
         return self.group(Dim.EDP_SHARD, Dim.DP_REPLICATE)
 
-    @property
+    @cached_property
     def expert_shard_group(self) -> Group:
         """Ranks that shard expert weights, gradients and optimizer state under ZeRO/FSDP."""
         return self.group(Dim.EDP_SHARD)
 
-    @property
+    @cached_property
     def dense_data(self) -> DataGroups:
         return DataGroups(self.grad_group, self.shard_group, self.replicate_group)
 
-    @property
+    @cached_property
     def expert_data(self) -> DataGroups:
         return DataGroups(self.expert_grad_group, self.expert_shard_group, self.replicate_group)
 
@@ -311,6 +322,11 @@ class Mesh:
         group = self.group(*dims)
         coords = self.coordinates(rank, _order_of(dims))
         return group.members(rank - sum(coords[d] * self.stride(d) for d in group.dims))
+
+
+@lru_cache(maxsize=4096, typed=True)  # typed: True is not the degree 1
+def _shared(tp: int, cp: int, dp_shard: int, dp_replicate: int, pp: int, ep: int, etp: int) -> Mesh:
+    return Mesh(tp=tp, cp=cp, dp_shard=dp_shard, dp_replicate=dp_replicate, pp=pp, ep=ep, etp=etp)
 
 
 def _order_of(dims: tuple[Dim, ...]) -> tuple[Dim, ...]:
