@@ -9,10 +9,12 @@ YAML, a Hugging Face config.json, a hardware profile or fragment, a cost table (
 plan file, a calibration runs file, a set of command-line options of evaluate / plan / sweep / trial, or a Python
 API call. Files are read by the command that takes them (evaluate, plan --costs, explain, emit, evaluate --plan,
 trial, calibrate) through typer's CliRunner, or by the API function (load_model, load_hardware, read_costs,
-read_chain, load_plan, ...). Cluster and models are tiny, so a search takes milliseconds: 10,000 cases take about
-a minute with 2 workers. The generator marks an input `bad` when it is clearly invalid (NaN, a negative count, a
-float degree, a missing kind, a key that does not exist, ...); `edge` inputs are legal or arguable (1 GPU, a
-1-layer model, an alternative's other split) and may go either way.
+read_chain, load_plan, ...). The `nesting-size` family (benchmarks/fuzz_limits.py, issue 37) gives each input path a
+deeply nested value, expanding aliases, a file over its size limit, a device, a folder, a FIFO or an over-long name,
+and counts an answer slower than a few seconds as a raw exception. Cluster and models are tiny, so a search takes
+milliseconds: 10,000 cases take about a minute with 2 workers. The generator marks an input `bad` when it is clearly
+invalid (NaN, a negative count, a float degree, a missing kind, a key that does not exist, ...); `edge` inputs are
+legal or arguable (1 GPU, a 1-layer model, an alternative's other split) and may go either way.
 
 Outcomes:
   refused          meshplan's own error: exit 2 or 3 and one `error:` line (click's usage error for a value its

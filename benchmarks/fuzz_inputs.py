@@ -24,7 +24,7 @@ NAN, INF, HUGE = math.nan, math.inf, 10**20
 ROOT = Path(__file__).resolve().parents[1]
 # targets and their shares of the cases
 TARGETS = {"cli-options": 24, "model-yaml": 11, "hf-config": 8, "hardware": 10, "cost-table": 6, "chain-table": 4,
-           "plan-file": 19, "calibrate-runs": 4, "api": 14}
+           "plan-file": 19, "calibrate-runs": 4, "api": 14, "nesting-size": 6}
 
 TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8,
         "num_kv_heads": 4, "vocab_size": 1000, "gated_mlp": True, "tied_embeddings": False}
@@ -66,8 +66,8 @@ HF_BASES: dict[str, dict[str, Any]] = {
               "vision_config": {"num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 256,
                                 "num_attention_heads": 4, "image_size": 224, "patch_size": 14}},
 }
-HF_LOOSE = ("tie_word_embeddings", "attention_bias", "resid_pdrop", "model_type", "num_key_value_heads", "n_inner",
-            "q_lora_rank", "n_group", "topk_group")  # read with `or`/bool() defaults: any value is arguable
+HF_LOOSE = ("tie_word_embeddings", "attention_bias", "resid_pdrop", "model_type", "n_inner", "q_lora_rank", "n_group",
+            "topk_group")  # read with `or`/bool() defaults: any value is arguable
 BROKEN_TEXT = ["", "[]", "42", "null", "name: [unclosed", "!!python/object/apply:os.system ['true']", "a: b: c",
                "\x00\x01\x02 binary", "- 1\n- 2\n", "{\"a\": ", "key: value\n" * 3, "\ufeff", "~"]
 BAD_INT_VALUES: list[Any] = [-1, 1.5, 2.0, "8", "x", NAN, INF, HUGE, True, [], {}]
@@ -362,6 +362,14 @@ class Inputs:
         from fuzz_calls import option_case
 
         return option_case(rng, self.tiny, self.tiny_moe, self.plan_path, str(self.folder / "trial-opts"))
+
+    # ---- nesting and size limits (issue 37) ---------------------------------------------------------------
+
+    def nesting_size(self, rng: random.Random) -> Case:
+        from fuzz_limits import Limits, run_cli
+
+        what, bad, args = Limits(self).case(rng)
+        return Case("nesting-size", what, bad, call=lambda: run_cli(args))
 
     # ---- the Python API ------------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ MAX_NESTING = 64  # mappings and lists inside one another in a YAML or JSON file
 _CHUNK = 1 * MIB
 # libyaml's parser where PyYAML was built with it (twice as fast here), else the pure-Python one; both are safe
 SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LAST_PIPE: dict[tuple[int, int, int], bytes] = {}  # the last pipe read: (device, inode, change time) -> its bytes
 
 
 def shown(path: str | os.PathLike[str]) -> str:
@@ -69,11 +70,30 @@ def not_a_file(path: str | os.PathLike[str], what: str = "file") -> str | None:
     return None
 
 
+def _pipe(info: os.stat_result) -> tuple[int, int, int] | None:
+    """(device, inode, change time) of a FIFO or pipe (a named FIFO, /dev/stdin from a pipe, bash's <(...)), else
+    None. Writes change the time, and a FIFO made anew at a path (its inode number reused) has another."""
+    return (info.st_dev, info.st_ino, info.st_ctime_ns) if stat.S_ISFIFO(info.st_mode) else None
+
+
+def _last_pipe(path: str | os.PathLike[str]) -> bytes | None:
+    """The bytes of `path` when it is the pipe read last and nothing has been written to it since."""
+    try:
+        return _LAST_PIPE.get(_pipe(os.stat(path)) or (0, 0, 0)) if _LAST_PIPE else None
+    except (OSError, ValueError):
+        return None
+
+
 def read_bytes(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
     """The contents of the file at `path` (`what` names it in messages: "plan file"), read in chunks up to `limit`
     bytes plus one; a directory, a file over `limit` bytes (a device such as /dev/zero included) or one the system
-    cannot open is an InputError naming the path and the limit."""
+    cannot open is an InputError naming the path and the limit. A pipe is read once: reading the last pipe read
+    again (explain and plan --costs look at their input twice) gives the same bytes instead of waiting for a writer
+    that has gone."""
     where = f"cannot read {what} {shown(path)}"
+    again = _last_pipe(path)
+    if again is not None:
+        return again
     try:
         with open(path, "rb") as handle:
             info = os.fstat(handle.fileno())
@@ -89,6 +109,7 @@ def read_bytes(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
                     break
                 chunks.append(chunk)
                 total += len(chunk)
+            pipe = _pipe(os.fstat(handle.fileno()))
     except IsADirectoryError:
         raise InputError(f"{where}: it is a directory; give the {what} itself") from None
     except OSError as exc:
@@ -97,7 +118,11 @@ def read_bytes(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
         raise InputError(f"{where}: a path cannot hold a NUL character") from None
     if total > limit:
         raise InputError(f"{where}: larger than {_size(limit)}; a {what} may be at most {_size(limit)}")
-    return b"".join(chunks)
+    data = b"".join(chunks)
+    if pipe is not None:
+        _LAST_PIPE.clear()
+        _LAST_PIPE[pipe] = data
+    return data
 
 
 def read_text(path: str | os.PathLike[str], what: str, limit: int) -> str:
@@ -152,8 +177,8 @@ def parse_yaml(text: str, origin: str, problem: str = "not valid YAML") -> Any:
     except RecursionError:
         raise InputError(f"{origin}: {problem} (values nested too deep; meshplan's inputs nest a few levels)") \
             from None
-    except ValueError as exc:  # an integer of more than 4300 digits
-        raise InputError(f"{origin}: {problem} ({_first_line(exc)})") from None
+    except ValueError as exc:  # a date such as 2001-13-01, an integer of more than 4300 digits
+        raise InputError(f"{origin}: {problem} ({_value_error(exc)})") from None
     return check_shape(data, origin, len(text))
 
 
@@ -166,9 +191,15 @@ def parse_json(text: str, origin: str, problem: str = "not valid JSON") -> Any:
     except RecursionError:
         raise InputError(f"{origin}: {problem} (values nested too deep; meshplan's inputs nest a few levels)") \
             from None
-    except ValueError as exc:  # an integer of more than 4300 digits
-        raise InputError(f"{origin}: {problem} ({_first_line(exc)})") from None
+    except ValueError as exc:  # a date such as 2001-13-01, an integer of more than 4300 digits
+        raise InputError(f"{origin}: {problem} ({_value_error(exc)})") from None
     return check_shape(data, origin, len(text))
+
+
+def _value_error(exc: ValueError) -> str:
+    """What a ValueError of a parser says, without its advice to change Python's limit on integer digits."""
+    text = _first_line(exc)
+    return "an integer of more than 4300 digits" if "integer string conversion" in text else text
 
 
 def _first_line(exc: BaseException | str) -> str:
