@@ -125,12 +125,13 @@ class Inputs:
         from planner.outputs.planfile import plan_to_dict
 
         table = self._write("base-costs.csv", _csv(self.cost_rows))
-        model, runtime, limits = model_and_costs(None, Path(table), 128, Runtime())
-        made = [planner.plan(self.tiny, "h100-sxm", gpus=4, seq_len=512, global_batch=16, spec=spec)
+        research = Runtime(framework="any")  # plans of every shape (ZB-V, per-stage recomputation) to break
+        model, runtime, limits = model_and_costs(None, Path(table), 128, research)
+        made = [planner.plan(self.tiny, "h100-sxm", gpus=4, seq_len=512, global_batch=16, spec=spec, runtime=research)
                 for spec in (planner.SearchSpec(pp=2, vpp=2, schedule="zb-v"),
                              planner.SearchSpec(pp=2, recompute="full"), planner.SearchSpec(pp=2, vpp=2),
                              planner.SearchSpec(pp=1))]
-        made.append(planner.plan(self.tiny_moe, "h100-sxm", gpus=4, seq_len=512, global_batch=16))
+        made.append(planner.plan(self.tiny_moe, "h100-sxm", gpus=4, seq_len=512, global_batch=16, runtime=research))
         made.append(planner.plan(model, "h100-sxm", gpus=4, seq_len=128, global_batch=8, runtime=runtime,
                                  spec=planner.SearchSpec(**limits)))
         return [plan_to_dict(p) for p in made]

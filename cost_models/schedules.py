@@ -43,7 +43,7 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
     Schedule.GPIPE: ("torchtitan (GPipe)", "DeepSpeed (no)", "Megatron-LM (no)"),
     Schedule.ONE_F_ONE_B: ("Megatron-LM", "torchtitan (1F1B)", "DeepSpeed", "NeMo"),
     Schedule.INTERLEAVED_1F1B: ("Megatron-LM (with VPP)", "torchtitan (Interleaved1F1B)", "NeMo"),
-    Schedule.ZB_H1: ("torchtitan (ZeroBubble schedules of torch.distributed.pipelining)",),
+    Schedule.ZB_H1: ("none of the launchers meshplan writes for (research mode: --runtime any)",),
     Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
     Schedule.WAVE: ("torchtitan with one wave (ZBVZeroBubble's V placement, running the action list of meshplan emit "
                     "--to torch-actions)",

@@ -47,11 +47,14 @@ from planner.core.checks import (
 )
 from planner.core.cluster import HeteroCluster
 from planner.core.errors import InputError, LayoutError
+from planner.core.framework import Framework
 from planner.core.job import MAX_LORA_RANK
 from planner.inputs.loaders import load_model
+from planner.inputs.runtimes import load_runtime
 from planner.outputs.plan import Plan
 from planner.search.exact import ProgressFn, search
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.runtime_space import check_layout
 from planner.search.space import SearchSpec
 
 if TYPE_CHECKING:  # imported where used: `meshplan plan` starts faster without them
@@ -157,8 +160,9 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
                 stage_layers: tuple[int, ...] | None = None, ep: int = 1, etp: int | None = None,
                 recompute_modules: frozenset[RecomputeModule] | str | None = None,
                 offload: frozenset[Offload] | str | None = None, dp_replicate: int = 1) -> Layout:
-    """Build and validate a layout; dp is what the GPU count leaves after tp·pp·cp, `dp_replicate` its replicate
-    factor (HSDP: ZeRO shards over cp·dp/dp_replicate ranks and all-reduces over dp_replicate replicas; 1: none).
+    """Build and validate a layout, for the problem's runtime (LayoutError naming what that runtime cannot run); dp
+    is what the GPU count leaves after tp·pp·cp, `dp_replicate` its replicate factor (HSDP: ZeRO shards over
+    cp·dp/dp_replicate ranks and all-reduces over dp_replicate replicas; 1: none).
 
     sp defaults to on whenever tp > 1 (Megatron-LM's recommended setting); the schedule to
     interleaved 1F1B when vpp > 1, else 1F1B (zb-v and wave imply vpp 2); etp (MoE models) to 1, each expert whole
@@ -189,6 +193,7 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
                     etp=1 if etp is None else etp, recompute_modules=modules, offload=offload_choice(offload),
                     dp_replicate=dp_replicate)
     layout.validate(problem.model, problem.job, gpus)
+    check_layout(layout, problem.model, load_runtime(problem.job.runtime.framework))
     return layout
 
 
@@ -228,6 +233,7 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
     integer(workers, "workers", 1, MAX_WORKERS)
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides, lora_rank=lora_rank)
+    check_model_definition(problem.model, problem.job.runtime.framework)
     if workers > 1:
         from planner.search.parallel import search_parallel
 
@@ -237,6 +243,15 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
         result = search(problem.model, problem.cluster, problem.job, spec, solver,
                         SolveOptions(time_limit_s=time_limit_s), progress)
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)
+
+
+def check_model_definition(model: ModelSpec, framework: Framework) -> None:
+    """UnsupportedModelError when `framework` has no definition of `model`: torchtitan builds only the flavors in
+    its own code (planner/outputs/emitters/titan_flavors.py); the others build any decoder from its dimensions."""
+    if framework is Framework.TORCHTITAN:
+        from planner.outputs.emitters.titan_flavors import flavor_of
+
+        flavor_of(model)
 
 
 def model_and_costs(model: str | None, costs: Path | None, seq_len: int,
@@ -304,6 +319,7 @@ def evaluate_plan_file(path: Path, hardware: str | None = None,
     model, cluster, job, layout = read_plan(path)
     cluster = load_hardware(hardware, cluster.num_gpus, overrides) if hardware else apply_overrides(cluster, overrides)
     layout.validate(model, job, cluster.num_gpus)
+    check_layout(layout, model, load_runtime(job.runtime.framework))
     return Problem(model, cluster, job), layout, evaluate_layout(model, cluster, job, layout)
 
 

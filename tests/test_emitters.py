@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from planner import plan
-from planner.core import Activation, ModelSpec, Schedule, ZeroStage
+from planner.core import Activation, ModelSpec, Runtime, Schedule, ZeroStage
 from planner.core.errors import UnsupportedModelError
 from planner.outputs.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, UnsupportedPlanError, emit
 from planner.outputs.emitters.megatron import arguments
@@ -132,17 +132,21 @@ def zero_written(target: Target, text: str) -> int:
 def test_substitute_respects_capabilities() -> None:
     """Where a launcher cannot run the plan's layout, the file written is the substitute the note names, with a ZeRO
     stage the launcher has; otherwise the file configures the plan's own ZeRO stage."""
+    from planner.inputs.runtimes import load_runtime
+    from planner.outputs.emitters import FRAMEWORK
+
     substituted = 0
-    for target, spec in CAPABILITIES.items():
+    for target in CAPABILITIES:
         if target in NEVER_SUBSTITUTED:  # an action list is the plan's own or nothing
             continue
+        stages = load_runtime(FRAMEWORK[target]).capabilities.zero_stages
         for case in CASES:
             try:
                 out = emit_case(case, target)
             except UnsupportedPlanError as exc:
                 assert "no layout" in str(exc) and "can run fits this job" in str(exc)
                 continue
-            if spec.zero_choices is None:  # Megatron-LM: every stage, the plan's own layout
+            if target is Target.MEGATRON:  # every stage: the plan's own layout
                 assert out.note is None
                 continue
             written = zero_written(target, out.text)
@@ -152,7 +156,7 @@ def test_substitute_respects_capabilities() -> None:
             substituted += 1
             assert "predicted" in out.note and "%" in out.note
             noted = re.findall(r"written instead: .*?ZeRO-(\d)", out.note)
-            assert noted and written == int(noted[0]) and written in spec.zero_choices, (case, target, out.note)
+            assert noted and written == int(noted[0]) and written in stages, (case, target, out.note)
     assert substituted >= 3  # the cases exercise substitution (DeepSpeed and NeMo refuse some of them)
 
 
@@ -350,7 +354,7 @@ def test_wave_plans_for_torchtitan_and_the_action_list(tmp_path: Path) -> None:
 
     from planner.outputs.emitters.torchtitan import ACTIONS_FILE
 
-    one = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+    one = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, runtime=Runtime(framework="any"),
                spec=SearchSpec(pp=4, vpp=2, zero=2, schedule=Schedule.WAVE, top_k=1))
     lay = one.best.layout
     assert lay.schedule is Schedule.WAVE and lay.vpp == 2
@@ -366,7 +370,7 @@ def test_wave_plans_for_torchtitan_and_the_action_list(tmp_path: Path) -> None:
     lowered = schedules._add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=lay.pp * lay.vpp)
     schedules._simulate_comms_compute(lowered, lambda s: mapping[s], lay.pp * lay.vpp)
 
-    two = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+    two = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, runtime=Runtime(framework="any"),
                spec=SearchSpec(pp=4, vpp=4, zero=2, schedule=Schedule.WAVE, top_k=1))
     with pytest.raises(UnsupportedPlanError, match="cannot place a wave of vpp 4"):
         emit(two, Target.TORCHTITAN, strict=True)
@@ -384,10 +388,11 @@ def test_planning_for_torchtitan_keeps_to_one_wave() -> None:
     from planner.outputs.emitters import for_launcher
 
     spec = for_launcher(SearchSpec(pp=4, zero=2, schedule=Schedule.WAVE, top_k=5), Target.TORCHTITAN)
-    result = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, spec=spec)
+    result = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, spec=spec,
+                  runtime=Runtime(framework="torchtitan"))
     ranked = (result.best, *result.alternatives)
     assert {r.layout.schedule for r in ranked} == {Schedule.WAVE} and {r.layout.vpp for r in ranked} == {2}
-    free = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+    free = plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64, runtime=Runtime(framework="any"),
                 spec=SearchSpec(pp=4, zero=2, schedule=Schedule.WAVE, top_k=5))
     assert 4 in {r.layout.vpp for r in (free.best, *free.alternatives)}
 
@@ -550,7 +555,8 @@ def test_planning_for_torchtitan_leaves_out_ddp_beside_other_dimensions() -> Non
 
     job = dict(gpus=64, seq_len=4096, global_batch=128)
     free = planner.plan("llama3-70b", "h100-sxm", spec=SearchSpec(top_k=40, zero_choices=(0, 2, 3)), **job)
-    titan = planner.plan("llama3-70b", "h100-sxm", spec=for_launcher(SearchSpec(top_k=40), Target.TORCHTITAN), **job)
+    titan = planner.plan("llama3-70b", "h100-sxm", spec=for_launcher(SearchSpec(top_k=40), Target.TORCHTITAN),
+                         runtime=planner.Runtime(framework="torchtitan"), **job)
     assert any(ddp_beside(free)) and not any(ddp_beside(titan))
 
 

@@ -23,7 +23,7 @@ from cli import app
 from planner.core.checks import MAX_NAME_LEN, identifier
 from planner.core.errors import InputError
 from planner.core.fileio import is_script
-from planner.outputs.emitters import Target, emit, for_launcher
+from planner.outputs.emitters import FRAMEWORK, Target, emit
 from planner.outputs.emitters.common import UnsupportedPlanError
 from planner.outputs.plan import Plan
 from planner.search.space import SearchSpec
@@ -137,7 +137,7 @@ def _comments_hold(text: str, marker: Path) -> None:
 @pytest.fixture(scope="module")
 def plans() -> dict[Target, Plan]:
     return {t: planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
-                            spec=for_launcher(SearchSpec(top_k=2), t))
+                            runtime=planner.Runtime(framework=FRAMEWORK[t]), spec=SearchSpec(top_k=2))
             for t in (Target.MEGATRON, Target.TORCHTITAN, Target.DEEPSPEED)}
 
 
@@ -175,6 +175,7 @@ def test_no_emitted_file_runs_a_name(tmp_path: Path, plans: dict[Target, Plan], 
 def test_a_substituted_megatron_script_keeps_its_interpreter_line(plans: dict[Target, Plan]) -> None:
     """emit writes the nearest layout Megatron-LM runs for a torchtitan plan; its NOTE goes after the `#!` line."""
     zbv = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                       runtime=planner.Runtime(framework="any"),
                        spec=SearchSpec(top_k=1, schedule_choices=(planner.core.Schedule.ZB_V,), pp=2))
     emitted = emit(zbv, Target.MEGATRON)
     lines = emitted.text.splitlines()

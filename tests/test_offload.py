@@ -19,7 +19,7 @@ from cost_models.offload import (
 )
 from hardware_profiles import load_hardware
 from planner.api import evaluate, make_layout, resolve
-from planner.core import HostSpec, Offload, ZeroStage
+from planner.core import HostSpec, Offload, Runtime, ZeroStage
 from planner.core.errors import InfeasibleError, InputError, LayoutError, SpecError
 from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, search
@@ -27,7 +27,8 @@ from planner.search.ilp import SolveOptions, Solver
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
 BOX = load_hardware("rtx4090", 8)
-JOB = {"gpus": 8, "seq_len": 2048, "global_batch": 64}
+ANY = Runtime(framework="any")  # every offload form: the research space (tests/test_runtimes.py has the runtimes')
+JOB = {"gpus": 8, "seq_len": 2048, "global_batch": 64, "runtime": ANY}
 
 
 def test_pcie_is_shared_behind_a_switch() -> None:
@@ -112,7 +113,7 @@ def test_host_spec_is_checked() -> None:
 
 def _exhaustive_best(model: str, hw: str, gpus: int, seq: int, batch: int, spec: SearchSpec) -> tuple[float, int]:
     """(best step time, candidates with offload) pricing every candidate the search generates."""
-    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=ANY)
     family, pool = module_family(pr.model, pr.job, spec), []
     for c in candidates(pr.model, pr.cluster, pr.job, spec):
         while c is not None:
@@ -140,7 +141,7 @@ def test_offload_search_equals_exhaustive_pricing(case: tuple[str, str, int, int
 
 
 def _problem(model: str, hw: str, gpus: int, seq: int, batch: int) -> tuple:  # type: ignore[type-arg]
-    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch)
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=ANY)
     return pr.model, pr.cluster, pr.job
 
 

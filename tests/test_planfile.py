@@ -13,10 +13,12 @@ from typer.testing import CliRunner
 
 from cli import app
 from planner import InputError, load_plan, plan, save_plan
+from planner.core import Runtime
 from planner.outputs.planfile import plan_to_dict
 
 runner = CliRunner()
-ARGS = dict(gpus=16, seq_len=4096, global_batch=64)
+# the research space: its best layout pipelines (ZB-V) and its alternatives split unevenly, which the edits need
+ARGS = dict(gpus=16, seq_len=4096, global_batch=64, runtime=Runtime(framework="any"))
 
 
 @pytest.fixture(scope="module")

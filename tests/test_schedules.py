@@ -10,7 +10,9 @@ import pytest
 from cost_models.pipeline import pipeline_time
 from cost_models.schedules import closed_form, in_flight, program
 from cost_models.simulator import Durations, Op, OpKind, Program, simulate
-from planner.core import Schedule
+from planner.core import Runtime, Schedule
+
+ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
          (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_V, 2)]
@@ -155,7 +157,7 @@ def test_zbv_split_unloads_the_first_rank() -> None:
     from planner.search.space import SearchSpec
     from planner.search.splits import v_chunks
 
-    result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64,
+    result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64, runtime=ANY,
                       spec=SearchSpec(pp=16, schedule=Schedule.ZB_V, top_k=3))
     lay = result.best.layout
     assert lay.schedule is Schedule.ZB_V and lay.stage_layers is not None
@@ -241,7 +243,7 @@ def test_wave_search_splits_per_rank_and_simulates() -> None:
     from planner.search.space import SearchSpec
     from planner.search.splits import v_chunks
 
-    result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64,
+    result = run_plan("llama3-8b", "h100-sxm", gpus=16, seq_len=8192, global_batch=64, runtime=ANY,
                       spec=SearchSpec(pp=8, schedule=Schedule.WAVE, top_k=4))
     assert {r.layout.vpp for r in (result.best, *result.alternatives)} <= {2, 4}
     lay = result.best.layout

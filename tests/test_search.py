@@ -10,9 +10,11 @@ from hardware_profiles import load_hardware
 from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
 from planner.core import JobSpec
+from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, search
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
 SMALL = [("llama3-8b", "h100-sxm", 8, 4096, 32), ("llama2-13b", "a100-40gb", 16, 4096, 64),
@@ -37,7 +39,9 @@ def _every_candidate(pr: Problem, spec: SearchSpec) -> list:
 
 
 def _check_against_exhaustive(pr: Problem, spec: SearchSpec) -> list:
-    """Price every candidate; the pruned search must find the same best. Returns the priced candidates."""
+    """Price every candidate of the job's runtime; the pruned search must find the same best. Returns the priced
+    candidates."""
+    spec = for_runtime(spec, load_runtime(pr.job.runtime.framework))  # what search() narrows to, too
     times = SearchBounds(pr.model, pr.cluster, pr.job)
     priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
               for c in _every_candidate(pr, spec)]

@@ -13,7 +13,7 @@ import yaml
 
 import planner
 from planner.core.errors import InputError
-from planner.outputs.emitters import Target, for_launcher
+from planner.outputs.emitters import FRAMEWORK, Target, for_launcher
 from planner.outputs.planread import load_plan
 from planner.search.space import SearchSpec
 from planner.studies.trial import MANIFEST, TrialLauncher, write_trials
@@ -23,6 +23,7 @@ FLAGS = Path(__file__).resolve().parents[1] / "planner" / "outputs" / "emitters"
 
 def _plan(target: Target, top_k: int = 3) -> planner.Plan:
     return planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                        runtime=planner.Runtime(framework=FRAMEWORK[target]),
                         spec=for_launcher(SearchSpec(top_k=top_k), target))
 
 
@@ -87,6 +88,7 @@ def test_deepspeed_trials_log_every_step(tmp_path: Path) -> None:
 
 def test_layouts_a_launcher_cannot_run_are_named_not_substituted(tmp_path: Path) -> None:
     plan = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                        runtime=planner.Runtime(framework="any"),
                         spec=SearchSpec(top_k=3, pp=2, schedule=planner.Schedule.ZB_V))
     trials = write_trials(plan, TrialLauncher.MEGATRON, 2, 10, tmp_path)
     assert all(t.skipped and "zb-v" in t.skipped and t.script is None for t in trials)

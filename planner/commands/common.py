@@ -33,6 +33,7 @@ from planner.core.checks import (
     real,
 )
 from planner.core.errors import InputError, MeshplanError
+from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="meshplan: plan and predict parallel layouts for large-model training.")
@@ -145,6 +146,10 @@ MemoryGib = Annotated[float | None, typer.Option(help="Override GPU memory, GiB.
 
 
 Attention = Annotated[AttentionKernel, typer.Option(help="Attention kernel the framework runs.")]
+RuntimeOpt = Annotated[Framework, typer.Option(
+    "--runtime", help="The training runtime the plan is for; the search considers only what it runs: megatron "
+                      "(Megatron-LM, the default), nemo, torchtitan, deepspeed, or any (research mode: every layout "
+                      "meshplan prices, launchable or not).")]
 
 
 CapacityFactor = Annotated[float | None, typer.Option(
@@ -166,13 +171,14 @@ DedupDispatch = Annotated[bool, typer.Option(
 
 
 def runtime_of(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool,
-             dedup: bool) -> Runtime:
-    """The runtime of the MoE options, each checked under its flag's name (the option's range check lets NaN by)."""
+             dedup: bool, framework: Framework = DEFAULT_FRAMEWORK) -> Runtime:
+    """The runtime of `--runtime` and the MoE options, each checked under its flag's name (the option's range check
+    lets NaN by)."""
     physical(imbalance, "--moe-load-imbalance", MOE_LOAD_FACTOR)
     if capacity is not None:
         physical(capacity, "--moe-capacity-factor", MOE_LOAD_FACTOR)
-    return Runtime(attention=attention, moe_capacity_factor=capacity, moe_load_imbalance=imbalance,
-                   moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
+    return Runtime(framework=framework, attention=attention, moe_capacity_factor=capacity,
+                   moe_load_imbalance=imbalance, moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
 
 
 class Progress:

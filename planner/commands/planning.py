@@ -24,6 +24,7 @@ from planner.commands.common import (
     OffloadOpt,
     Progress,
     RecomputeModules,
+    RuntimeOpt,
     SeqLen,
     app,
     check,
@@ -49,6 +50,7 @@ from planner.core.checks import (
     TIME_LIMIT_S,
 )
 from planner.core.errors import InputError
+from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 from planner.search.ilp import Solver
 
 if TYPE_CHECKING:
@@ -91,6 +93,7 @@ def evaluate(
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
+    runtime_name: RuntimeOpt = DEFAULT_FRAMEWORK,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict step time, throughput, MFU and per-GPU memory of one layout (given by flags or --plan)."""
@@ -112,7 +115,7 @@ def evaluate(
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                           runtime=runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
-                           moe_dedup_dispatch),
+                                             moe_dedup_dispatch, runtime_name),
                           overrides=overrides, lora_rank=lora_rank)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp,
@@ -155,7 +158,10 @@ def plan(
     lora_rank: LoraRank = 0,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
     schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
-    launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher can run.")] = None,
+    runtime_name: RuntimeOpt = DEFAULT_FRAMEWORK,
+    launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher configuration can "
+                                                              "express (its runtime's space, narrowed; e.g. "
+                                                              "torchtitan-cli: even splits).")] = None,
     max_tp: Annotated[int | None, typer.Option(help="Largest TP degree (default: the scale-up domain).")] = None,
     max_mbs: Annotated[int, typer.Option(min=1, help="Largest micro-batch size.")] = 8,
     no_cp: Annotated[bool, typer.Option("--no-cp", help="Switch context parallelism off.")] = False,
@@ -229,7 +235,7 @@ def plan(
             raise InputError("--per-layer plans chain tables (--costs with kinds other than embedding, decoder, "
                              "lm_head); transformer plans take one TP degree and recompute setting for every layer")
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
-                            moe_dedup_dispatch)
+                             moe_dedup_dispatch, launcher_framework(launcher, runtime_name))
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
         rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
                        else (recompute, None))
@@ -263,6 +269,31 @@ def plan(
             typer.echo(emitted.text)
 
     run(action)
+
+
+def default_target(framework: Framework) -> EmitTarget:
+    """The configuration `emit` writes for a plan of `framework` when --to is not given."""
+    from planner.inputs.runtimes import load_runtime
+
+    target = load_runtime(framework).target
+    if target is None:
+        raise InputError("the plan was made for --runtime any (research mode), which no one launcher runs: give --to "
+                         f"({', '.join(t.value for t in EmitTarget)})")
+    return target
+
+
+def launcher_framework(launcher: EmitTarget | None, framework: Framework) -> Framework:
+    """The runtime to plan for: `--runtime`, or the runtime of `--launcher`'s configuration when that is given (a
+    different explicit --runtime beside it is an error)."""
+    if launcher is None:
+        return framework
+    from planner.outputs.emitters import FRAMEWORK
+
+    implied = FRAMEWORK[launcher]
+    if framework not in (implied, DEFAULT_FRAMEWORK):
+        raise InputError(f"--launcher {launcher.value} writes a {implied.value} configuration, not {framework.value}: "
+                         "give one of --runtime and --launcher")
+    return implied
 
 
 def _chain_table(costs: Path) -> bool:
@@ -326,7 +357,8 @@ def _runs(items: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
 @app.command()
 def emit(
     plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan`.")],
-    to: Annotated[EmitTarget, typer.Option("--to", help="Launcher to write for.")],
+    to: Annotated[EmitTarget | None, typer.Option("--to", help="Launcher to write for (default: the configuration of "
+                                                              "the plan's runtime).")] = None,
     out: Annotated[Path | None, typer.Option(parser=output_path, help="Write here instead of standard output.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Fail when the launcher cannot run the plan's layout "
                                                           "instead of writing the best layout it can run.")] = False,
@@ -337,7 +369,8 @@ def emit(
     from planner.outputs.planread import load_plan
 
     def action() -> None:
-        emitted = emit_config(load_plan(plan_file), to, strict)
+        plan = load_plan(plan_file)
+        emitted = emit_config(plan, to or default_target(plan.job.runtime.framework), strict)
         if emitted.note:
             typer.echo(f"note: {emitted.note}", err=True)
         if out is None:

@@ -16,6 +16,7 @@ from planner.commands.common import (
     Hardware,
     Model,
     Progress,
+    RuntimeOpt,
     SeqLen,
     app,
     check,
@@ -34,7 +35,8 @@ from planner.core.checks import (
     MAX_GPUS,
     MAX_WORKERS,
 )
-from planner.core.errors import InputError
+from planner.core.errors import InfeasibleError, InputError
+from planner.core.framework import DEFAULT_FRAMEWORK
 from planner.core.text import comment
 from planner.studies.sweep import Varied
 
@@ -59,6 +61,7 @@ def sweep(
                                                   "quantity, each point labelled with its layout.")] = None,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
+    runtime_name: RuntimeOpt = DEFAULT_FRAMEWORK,
     workers: Annotated[int | None, typer.Option(help="Processes that plan the points (default: the cores "
                                                      "there are).")] = None,
     ray: Annotated[str | None, typer.Option("--ray", help="Plan the points as tasks on a Ray cluster: HOST:PORT, "
@@ -78,7 +81,7 @@ def sweep(
         if png is not None:
             needs("matplotlib", "plot", "--png")
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
-        runtime = Runtime(attention=attention)
+        runtime = Runtime(framework=runtime_name, attention=attention)
         if tokens is not None or days is not None:
             if tokens is None or days is None:
                 raise InputError("capacity mode needs both --tokens and --days")
@@ -101,6 +104,9 @@ def sweep(
             frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
                               [v.strip() for v in values.split(",") if v.strip()], progress=progress.update,
                               workers=procs, ray_address=ray)
+        from planner.inputs.runtimes import load_runtime
+
+        typer.echo(f"runtime: {load_runtime(runtime_name).title}", err=report_to_stderr(csv, png))
         typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"), err=report_to_stderr(csv, png))
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))
@@ -113,8 +119,9 @@ def sweep(
 @app.command()
 def trial(
     plan_file: Annotated[Path, typer.Argument(help="A plan file written by `meshplan plan` (with alternatives).")],
-    to: Annotated[str, typer.Option("--to", help="Launcher: megatron, torchtitan or deepspeed.")],
     out: Annotated[Path, typer.Option(parser=output_path, help="Folder for the trial scripts and their manifest.")],
+    to: Annotated[str | None, typer.Option("--to", help="Launcher: megatron, torchtitan or deepspeed (default: the "
+                                                        "plan's runtime).")] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="How many of the plan's best layouts to try.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 20,
 ) -> None:
@@ -123,17 +130,23 @@ def trial(
     from planner.studies.trial import MANIFEST, TrialLauncher, write_trials
 
     def action() -> None:
+        plan = load_plan(plan_file)
+        name = to if to is not None else plan.job.runtime.framework.value
         try:
-            launcher = TrialLauncher(to)
+            launcher = TrialLauncher(name)
         except ValueError:
-            raise InputError(f"--to must be one of {', '.join(t.value for t in TrialLauncher)}, got {to!r}") from None
-        trials = write_trials(load_plan(plan_file), launcher, top_k, steps, out)
+            given = f"got {to!r}" if to is not None else f"the plan's runtime is {name}"
+            raise InputError(f"--to must be one of {', '.join(t.value for t in TrialLauncher)}, {given}") from None
+        trials = write_trials(plan, launcher, top_k, steps, out)
         for t in trials:
             where = f"{out / t.script}" if t.script else f"skipped: {t.skipped}"
             typer.echo(f"{t.name}  {t.layout}  predicted {t.predicted_step_s:.3f} s/step  {where}")
-        if any(t.skipped for t in trials):
-            typer.echo(f"note: plan with --launcher {launcher.value} to rank only layouts {launcher.value} can run")
         typer.echo(f"manifest: {out / MANIFEST}; after the runs: meshplan calibrate {out / MANIFEST} --hardware H")
+        if all(t.skipped for t in trials):
+            raise InfeasibleError(f"{launcher.value} runs none of the plan's {len(trials)} layouts tried: re-plan with "
+                                  f"--runtime {launcher.target.value} so that every layout it ranks can run")
+        if any(t.skipped for t in trials):
+            typer.echo(f"note: plan with --runtime {launcher.value} to rank only layouts {launcher.value} can run")
 
     run(action)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MOE_LOAD_FACTOR, integer, physical, real
 from planner.core.enums import AttentionKernel, Dtype
 from planner.core.errors import SpecError
+from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 from planner.core.measured import MeasuredCosts
 
 MAX_LORA_RANK = 65536
@@ -16,8 +17,11 @@ MAX_LORA_RANK = 65536
 @dataclass(frozen=True)
 class Runtime:
     """What the training framework does that the cost depends on (kernels, overlap, precision of
-    gradient reduction). Defaults describe a current Megatron-LM / torchtitan run."""
+    gradient reduction), and which framework it is: `framework` sets the search space (the layouts that runtime
+    runs, hardware_profiles/runtimes/) and the configuration a plan is emitted as. Defaults describe a current
+    Megatron-LM run."""
 
+    framework: Framework = DEFAULT_FRAMEWORK
     attention: AttentionKernel = AttentionKernel.FLASH
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
@@ -47,6 +51,12 @@ class Runtime:
     overlap_p2p_comm: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.framework, Framework):
+            try:
+                object.__setattr__(self, "framework", Framework(self.framework))
+            except ValueError:
+                raise SpecError(f"runtime must be one of {', '.join(f.value for f in Framework)}, got "
+                                f"{self.framework!r}") from None
         # a factor pads (or loads) the busiest expert to that many times its mean: 1 at least, and past
         # MOE_LOAD_FACTOR's 64 it is no longer a load balance but a router sending everything to one expert
         if self.moe_capacity_factor is not None:

@@ -35,7 +35,9 @@ from planner.core import (
 )
 from planner.core.checks import path_argument
 from planner.core.errors import InputError
+from planner.core.framework import Framework
 from planner.inputs.loaders import model_mapping
+from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict
 from planner.outputs.plan import Plan
 from planner.outputs.report import layout_dict, prediction_dict
@@ -83,6 +85,7 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "meshplan_version": MESHPLAN_VERSION,
+        "runtime": runtime_dict(job.runtime.framework),
         "model": model_mapping(plan.model),
         "hardware": {"name": plan.cluster.name, "num_gpus": plan.cluster.num_gpus,
                      "profile": profile_mapping(plan.cluster),
@@ -124,6 +127,13 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
 def _replicate(layout: Layout) -> dict[str, Any]:
     """HSDP's replicate factor, only where there is one (plans without HSDP keep their form)."""
     return {"dp_replicate": layout.dp_replicate} if layout.dp_replicate != 1 else {}
+
+
+def runtime_dict(framework: Framework) -> dict[str, str]:
+    """The runtime a plan was searched for, as plan files record it: name, label, package and version."""
+    profile = load_runtime(framework)
+    return {"name": profile.framework.value, "label": profile.label, "package": profile.package,
+            "version": profile.version}
 
 
 def _moe_job(model: ModelSpec, job: JobSpec) -> dict[str, Any]:

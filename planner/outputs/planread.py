@@ -264,7 +264,8 @@ def _job(data: dict[str, Any], model: ModelSpec, origin: str) -> JobSpec:
     measured = _costs_from(data.get("costs"), j["seq_len"], model.hidden_size, origin)
     try:
         return JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
-                       runtime=Runtime(attention=AttentionKernel(j["attention"]),
+                       runtime=Runtime(framework=data.get("runtime", {}).get("name", "any"),
+                                       attention=AttentionKernel(j["attention"]),
                                        overlap_grad_reduce=j["overlap_grad_reduce"],
                                        overlap_param_gather=j["overlap_param_gather"],
                                        grad_reduce_bytes=j["grad_reduce_bytes"],

@@ -7,6 +7,7 @@ from typing import Any
 from cost_models.prediction import Prediction
 from cost_models.schedules import LAUNCHERS
 from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
+from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict, describe
 from planner.outputs.plan import Plan
 
@@ -89,6 +90,7 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
         + (f", LoRA rank {job.lora_rank} ({100 * job.trainable_fraction:.2f} % of the weights train)"
            if job.lora_rank else ""),
         *(f"hardware calibrated: {line}" for line in cluster.provenance),
+        f"runtime: {load_runtime(job.runtime.framework).title}",
         f"layout: {head}, micro-batches {pred.num_microbatches}",
         "",
         f"  step time            {pred.step_time_s:12.4f} s{_band_note(pred, band)}",

@@ -53,9 +53,11 @@ from planner.core import (
     check_expert_degrees,
 )
 from planner.core.errors import InfeasibleError
+from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.ranked import Certificate, Ranked, SearchResult
+from planner.search.runtime_space import for_runtime
 from planner.search.simulate import simulated_step_time
 from planner.search.space import (
     Candidate,
@@ -140,7 +142,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
 def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None, solver: Solver,
             options: SolveOptions | None, progress: ProgressFn | None) -> SearchResult:
     start = time.perf_counter()
-    spec, options = spec or SearchSpec(), options or SolveOptions()
+    spec, options = for_runtime(spec or SearchSpec(), load_runtime(job.runtime.framework)), options or SolveOptions()
     check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
     layer_times = SearchBounds(model, cluster, job)
     capacity, host_capacity = cluster.gpu.memory_gib * GIB, layer_times.host_capacity()

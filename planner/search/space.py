@@ -45,105 +45,11 @@ from planner.core import (
     RecomputeModule,
     Schedule,
     ZeroStage,
-    with_implied,
 )
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, choice, flag, integer, optional_integer
-from planner.core.errors import InputError, LayoutError
-
-MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
-MAX_VPP = 16
-MAX_TOP_K = 10_000  # alternatives a search keeps
-
-
-@dataclass(frozen=True)
-class SearchSpec:
-    """Pins (a value fixes a dimension) and switches of the search; None leaves a dimension free."""
-
-    tp: int | None = None
-    pp: int | None = None
-    cp: int | None = None
-    vpp: int | None = None
-    mbs: int | None = None
-    zero: int | None = None
-    zero_choices: tuple[int, ...] | None = None  # ZeRO stages a launcher supports (None: all)
-    schedule: Schedule | None = None
-    schedule_choices: tuple[Schedule, ...] | None = None  # schedules a launcher runs (None: all)
-    recompute: Recompute | None = None
-    sp: bool | None = None
-    max_tp: int | None = None
-    tp_choices: tuple[int, ...] | None = None  # e.g. the TP degrees a cost table measured
-    mbs_choices: tuple[int, ...] | None = None
-    max_mbs: int = 8
-    no_cp: bool = False
-    partial_recompute: bool = True  # per-stage counts of fully recomputed layers
-    uneven_split: bool = True  # solve the layer split; False: only layouts whose layers split evenly
-    top_k: int = 5
-    ep: int | None = None
-    etp: int | None = None
-    max_ep: int | None = None  # e.g. 1 for a launcher without expert parallelism
-    max_waves: int = 2  # waves the wave schedule may run unless vpp is pinned (torchtitan places one)
-    recompute_modules: frozenset[RecomputeModule] | None = None  # pin: selective recomputation of these modules
-    module_recompute: bool = True  # offer `module_sets` (a launcher without --recompute-modules: False)
-    replicate_alone: bool = False  # ZeRO-0 (plain data parallelism) only with no tp, pp or cp beside it
-    offload: frozenset[Offload] | None = None  # pin: these in host memory (None: nothing, unless offload_auto)
-    offload_auto: bool = False  # search every offload choice (`OFFLOAD_SETS`) the ZeRO stage allows
-
-    def __post_init__(self) -> None:
-        """Types and ranges of every field (InputError naming it); enum values given as strings become members."""
-        for name in ("tp", "pp", "cp", "vpp", "ep", "etp", "max_tp", "max_ep"):
-            optional_integer(getattr(self, name), name, 1, MAX_GPUS)
-        optional_integer(self.mbs, "mbs", 1, MAX_GLOBAL_BATCH)
-        optional_integer(self.zero, "zero", 0, 3)
-        integer(self.max_mbs, "max_mbs", 1, MAX_GLOBAL_BATCH)
-        integer(self.top_k, "top_k", 1, MAX_TOP_K)
-        integer(self.max_waves, "max_waves", 1, MAX_VPP // 2)
-        for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute", "replicate_alone",
-                     "offload_auto"):
-            flag(getattr(self, name), name)
-        if self.offload is not None:
-            offloaded = frozenset(choice(Offload, o, "offload entry") for o in _members(self.offload, "offload", ""))
-            object.__setattr__(self, "offload", with_implied(offloaded))
-            if self.offload_auto:
-                raise InputError("offload pins what is offloaded and offload_auto searches it: give one of them")
-            needs = 3 if Offload.PARAMS in offloaded else 1 if Offload.OPTIMIZER in offloaded else 0
-            if self.zero is not None and self.zero < needs:
-                why = "3 (each GPU streams its weight shard)" if needs == 3 else "1-3 (a shard to update)"
-                raise InputError(f"offloading {', '.join(o.value for o in Offload if o in offloaded)} needs ZeRO "
-                                 f"{why}, got --zero {self.zero}")
-        if self.sp is not None:
-            flag(self.sp, "sp")
-        for name, low, high in (("tp_choices", 1, MAX_GPUS), ("mbs_choices", 1, MAX_GLOBAL_BATCH),
-                                ("zero_choices", 0, 3)):
-            if getattr(self, name) is not None:
-                values = _members(getattr(self, name), name, f"integers in [{low}, {high}]", non_empty=True)
-                object.__setattr__(self, name, tuple(integer(v, f"{name} entry", low, high) for v in values))
-        if self.schedule is not None:
-            object.__setattr__(self, "schedule", choice(Schedule, self.schedule, "schedule"))
-        if self.recompute is not None:
-            object.__setattr__(self, "recompute", choice(Recompute, self.recompute, "recompute"))
-        if self.schedule_choices is not None:
-            schedules = _members(self.schedule_choices, "schedule_choices", "", non_empty=True)
-            object.__setattr__(self, "schedule_choices", tuple(choice(Schedule, s, "schedule_choices entry")
-                                                               for s in schedules))
-        if self.recompute_modules is not None:
-            object.__setattr__(self, "recompute_modules", frozenset(
-                choice(RecomputeModule, m, "recompute_modules entry")
-                for m in _members(self.recompute_modules, "recompute_modules", "")))
-
-
-_MEMBER_KINDS = {"offload": Offload, "schedule_choices": Schedule, "recompute_modules": RecomputeModule}
-
-
-def _members(values: object, name: str, what: str, non_empty: bool = False) -> tuple[object, ...]:
-    """The entries of a SearchSpec field that holds several values (a tuple, list or set; not a string, a number or
-    None), or an InputError naming the field and what its entries may be (`what`, or the values of its enum)."""
-    kind = _MEMBER_KINDS.get(name)
-    allowed = what or f"{kind.__name__} values ({', '.join(str(m.value) for m in kind)})"  # type: ignore[union-attr]
-    if not isinstance(values, tuple | list | frozenset | set) or (non_empty and not values):
-        raise InputError(f"{name} must be a {'non-empty ' if non_empty else ''}tuple or set of {allowed}, "
-                         f"got {values!r}")
-    return tuple(values)
-
+from planner.core.errors import LayoutError
+from planner.search.searchspec import MAX_TOP_K as MAX_TOP_K  # re-exported: SearchSpec's home was this module
+from planner.search.searchspec import MAX_VPP, MIN_TOKENS_PER_CP_RANK
+from planner.search.searchspec import SearchSpec as SearchSpec
 
 _RECOMPUTE_ORDER = tuple(Recompute)
 _SCHEDULE_ORDER = tuple(Schedule)
@@ -194,8 +100,10 @@ def offload_options(zero: ZeroStage, spec: SearchSpec) -> list[frozenset[Offload
     """What may live on the host at a ZeRO stage: the pin, every set of `OFFLOAD_SETS` with offload_auto, else
     nothing; the optimizer needs ZeRO 1-3 (a shard to update), the weights ZeRO-3 (a shard to stream)."""
     sets = [spec.offload] if spec.offload is not None else (list(OFFLOAD_SETS) if spec.offload_auto else [frozenset()])
+    rules = dict(spec.offload_zero) if spec.offload_zero is not None else None
     return [s for s in sets if (Offload.OPTIMIZER not in s or zero is not ZeroStage.NONE)
-            and (Offload.PARAMS not in s or zero is ZeroStage.WEIGHTS)]
+            and (Offload.PARAMS not in s or zero is ZeroStage.WEIGHTS)
+            and (rules is None or all(int(zero) in rules.get(o, ()) for o in s))]
 
 
 def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
@@ -247,7 +155,8 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, spec: SearchSpec) -> list
     return _pinned(spec.tp, [t for t in divisors(cluster.num_gpus) if t <= limit
                              and (spec.tp_choices is None or t in spec.tp_choices)
                              and model.num_attention_heads % t == 0
-                             and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)])
+                             and (model.num_kv_heads % t == 0
+                                  or (spec.kv_replication and t % model.num_kv_heads == 0))])
 
 
 def cp_options(job: JobSpec, rest: int, spec: SearchSpec) -> list[int]:
@@ -368,6 +277,8 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
             z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
+        if pp > 1 and spec.pipeline_zero_choices is not None:
+            zeros = [z for z in zeros if int(z) in spec.pipeline_zero_choices]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
         offloads = {z: offload_options(z, spec)[:None if offload_variants else 1] for z in zeros}
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):

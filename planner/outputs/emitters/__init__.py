@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from planner.core import Schedule, Target
 from planner.core.errors import InfeasibleError
 from planner.core.fileio import is_script
+from planner.core.framework import Framework
 from planner.core.text import comment
 from planner.outputs.emitters import actions, deepspeed, megatron, nemo, torchtitan
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
@@ -33,22 +34,19 @@ EMITTERS: dict[Target, Callable[[Plan], str]] = {
     Target.MEGATRON: megatron.emit, Target.TORCHTITAN: torchtitan.emit_toml, Target.TORCHTITAN_CLI: torchtitan.emit_cli,
     Target.DEEPSPEED: deepspeed.emit, Target.NEMO: nemo.emit, Target.TORCH_ACTIONS: actions.emit,
 }
-# What each launcher can run, as restrictions of the search space (the emitters' docstrings say why).
-MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B)
+# The runtime whose configuration each target is (hardware_profiles/runtimes/ says what each runs); the
+# torch-actions list is the plan's own op order for torch.distributed.pipelining, priced in the research space.
+FRAMEWORK = {Target.MEGATRON: Framework.MEGATRON, Target.NEMO: Framework.NEMO, Target.TORCHTITAN: Framework.TORCHTITAN,
+             Target.TORCHTITAN_CLI: Framework.TORCHTITAN, Target.DEEPSPEED: Framework.DEEPSPEED,
+             Target.TORCH_ACTIONS: Framework.ANY}
 TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_V)
-TITAN_TOML_SCHEDULES = (*TITAN_SCHEDULES, Schedule.WAVE)  # one wave, through the action list
+# What a target runs beyond its runtime's profile: torchtitan 0.3's command line states the split as layers per
+# stage (even splits only) and has no action-list option; the action list runs torch's schedules and the wave.
 CAPABILITIES: dict[Target, SearchSpec] = {
-    Target.MEGATRON: SearchSpec(partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
-    Target.TORCHTITAN: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False,
-                                  schedule_choices=TITAN_TOML_SCHEDULES, max_waves=1, module_recompute=False,
-                                  replicate_alone=True),
-    Target.TORCHTITAN_CLI: SearchSpec(zero_choices=(0, 2, 3), partial_recompute=False, uneven_split=False,
-                                      schedule_choices=TITAN_SCHEDULES, module_recompute=False),
-    Target.DEEPSPEED: SearchSpec(zero_choices=(0, 1), no_cp=True, vpp=1, partial_recompute=False, uneven_split=False,
-                                 schedule_choices=(Schedule.ONE_F_ONE_B,), max_ep=1, etp=1, module_recompute=False),
-    Target.NEMO: SearchSpec(zero_choices=(0, 1), partial_recompute=False, schedule_choices=MEGATRON_SCHEDULES),
-    Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B,
-                                                       Schedule.ZB_V, Schedule.WAVE)),
+    Target.MEGATRON: SearchSpec(), Target.NEMO: SearchSpec(), Target.TORCHTITAN: SearchSpec(),
+    Target.DEEPSPEED: SearchSpec(),
+    Target.TORCHTITAN_CLI: SearchSpec(uneven_split=False, schedule_choices=TITAN_SCHEDULES),
+    Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(*TITAN_SCHEDULES, Schedule.WAVE)),
 }
 NEVER_SUBSTITUTED = frozenset({Target.TORCH_ACTIONS})  # the plan's own op order or nothing: it pairs with its layout
 COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}
@@ -72,17 +70,22 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
             f"no launcher configuration is written for LoRA fine-tuning yet (rank {plan.job.lora_rank}): the adapters "
             "are set up in the training script (PEFT, NeMo's PEFT recipes), which meshplan does not write; the plan "
             "file carries the layout")
+    own = plan.job.runtime.framework is FRAMEWORK[target] and FRAMEWORK[target] is not Framework.ANY
     try:
         return Emitted(EMITTERS[target](plan), None)
     except UnsupportedPlanError as exc:
+        if own:  # the plan was searched in this runtime's space: a refusal here is meshplan's bug, said so
+            raise UnsupportedPlanError(f"{exc}; the plan was made for {target.value}, whose search space should "
+                                       "have left this layout out: please report it") from None
         if strict or target in NEVER_SUBSTITUTED:
             raise
         reason = str(exc)
+    job = replace(plan.job, runtime=replace(plan.job.runtime, framework=FRAMEWORK[target]))
     try:
-        result = search(plan.model, plan.cluster, plan.job, replace(CAPABILITIES[target], top_k=1))
+        result = search(plan.model, plan.cluster, job, replace(CAPABILITIES[target], top_k=1))
     except InfeasibleError as exc:
         raise UnsupportedPlanError(f"{reason}; and no layout {target.value} can run fits this job ({exc})") from None
-    nearest = Plan(plan.model, plan.cluster, plan.job, result.best, (), result.certificate)
+    nearest = Plan(plan.model, plan.cluster, job, result.best, (), result.certificate)
     old, new = plan.best.prediction.step_time_s, nearest.best.prediction.step_time_s
     note = (f"{target.value} cannot run this plan ({reason.split(';')[0]}); written instead: the fastest layout it can "
             f"run, {layout_summary(nearest.best.layout)}, predicted {new:.3f} s/step ({100 * (new / old - 1):+.1f} % "
@@ -103,16 +106,14 @@ def with_header_line(text: str, line: str) -> str:
 
 
 def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
-    """`spec` narrowed to what `target` can run (plan for a launcher from the start)."""
+    """`spec` narrowed to what `target` runs beyond its runtime's profile (a search for `target` also runs with
+    `FRAMEWORK[target]` as the job's runtime, which narrows it to that runtime: planner.search.runtime_space)."""
     cap = CAPABILITIES[target]
-    return replace(spec, zero_choices=cap.zero_choices, schedule_choices=cap.schedule_choices,
-                   partial_recompute=spec.partial_recompute and cap.partial_recompute,
-                   module_recompute=spec.module_recompute and cap.module_recompute,
-                   uneven_split=spec.uneven_split and cap.uneven_split, no_cp=spec.no_cp or cap.no_cp,
-                   vpp=spec.vpp if spec.vpp is not None else cap.vpp, max_ep=cap.max_ep,
-                   max_waves=min(spec.max_waves, cap.max_waves),
-                   etp=spec.etp if spec.etp is not None else cap.etp,
-                   replicate_alone=spec.replicate_alone or cap.replicate_alone)
+    schedules = cap.schedule_choices if spec.schedule_choices is None or cap.schedule_choices is None else tuple(
+        s for s in spec.schedule_choices if s in cap.schedule_choices)
+    return replace(spec, schedule_choices=schedules or spec.schedule_choices,
+                   uneven_split=spec.uneven_split and cap.uneven_split)
 
 
-__all__ = ["CAPABILITIES", "NEVER_SUBSTITUTED", "Emitted", "Target", "UnsupportedPlanError", "emit", "for_launcher"]
+__all__ = ["CAPABILITIES", "FRAMEWORK", "NEVER_SUBSTITUTED", "Emitted", "Target", "UnsupportedPlanError", "emit",
+           "for_launcher"]
