@@ -24,7 +24,8 @@ NAN, INF, HUGE = math.nan, math.inf, 10**20
 ROOT = Path(__file__).resolve().parents[1]
 # targets and their shares of the cases
 TARGETS = {"cli-options": 24, "model-yaml": 11, "hf-config": 8, "hardware": 10, "cost-table": 6, "chain-table": 4,
-           "plan-file": 19, "calibrate-runs": 4, "api": 14, "nesting-size": 6}
+           "plan-file": 19, "calibrate-runs": 4, "api": 14, "nesting-size": 6, "names-in-scripts": 4,
+           "output-paths": 3}
 
 TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8,
         "num_kv_heads": 4, "vocab_size": 1000, "gated_mlp": True, "tied_embeddings": False}
@@ -373,6 +374,38 @@ class Inputs:
         return Case("nesting-size", what, bad, call=lambda: run_cli(args))
 
     # ---- the Python API ------------------------------------------------------------------------------------
+
+    def names_in_scripts(self, rng: random.Random) -> Case:
+        """A hostile or safe name: in a model YAML given to `plan` (refused unless safe), or put past the loaders
+        into a plan whose every emitted file and trial script is checked and run (benchmarks/fuzz_outputs.py)."""
+        from fuzz_limits import run_cli
+        from fuzz_outputs import emit_everything, hostile_name
+
+        folder = self.folder / "names"
+        name, bad = hostile_name(rng, folder / "PWNED")
+        if rng.random() < 0.5:
+            path = self._write("named.yaml", yaml.safe_dump({**TINY, "name": name}))
+            return Case("names-in-scripts", f"model name {_text(name)}", bad,
+                        call=lambda: run_cli(["plan", "--model", path, "--hardware", "h100-sxm", *self._job(rng)]))
+        return Case("names-in-scripts", f"emitted with name {_text(name)}", False,
+                    call=lambda: emit_everything(self._launch_plan(), name, folder))
+
+    def _launch_plan(self) -> Any:
+        """A small Llama-3-8B plan every launcher emits (made once per worker)."""
+        if not hasattr(self, "_plan"):
+            import planner
+
+            self._plan = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
+                                      spec=planner.SearchSpec(top_k=1))
+        return self._plan
+
+    def output_paths(self, rng: random.Random) -> Case:
+        """`plan --out` at a symlink, FIFO, device, folder, '', '-', a missing folder or an over-long name."""
+        from fuzz_outputs import output_case, special_path
+
+        path, what, bad, start = special_path(rng, self.folder / "outputs")
+        args = ["plan", "--model", self.tiny, "--hardware", "h100-sxm", *self._job(rng), "--out", path]
+        return Case("output-paths", f"--out {what}", bad, call=lambda: output_case(args, path, start))
 
     def api(self, rng: random.Random) -> Case:
         from fuzz_calls import api_case

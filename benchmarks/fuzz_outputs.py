@@ -44,7 +44,7 @@ def hostile_name(rng: random.Random, marker: Path) -> tuple[str, bool]:
 
 
 def _stub_env(folder: Path) -> dict[str, str]:
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for tool in ("torchrun", "deepspeed"):
         stub = folder / tool
         stub.write_text("#!/bin/sh\nexit 0\n")
@@ -78,9 +78,11 @@ def emit_everything(plan: Any, name: str, folder: Path) -> None:
     from planner.outputs.emitters.common import UnsupportedPlanError
     from planner.studies.trial import TrialLauncher, write_trials
 
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     marker = folder / "PWNED"
     env = _stub_env(folder / "bin")
-    hostile = _renamed(plan, name.replace("{marker}", str(marker)))
+    hostile = _renamed(plan, name)
     for target in Target:
         try:
             text = emit(hostile, target).text
@@ -149,25 +151,23 @@ def special_path(rng: random.Random, folder: Path) -> tuple[str, str, bool, Call
     return str(folder / ("p" * 300 + ".yaml")), "a 300-character name", True, None
 
 
-def output_case(runner: Any, app: Any, args: list[str], path: str, start: Callable[[], None] | None) -> None:
-    """Run `args` (ending in --out `path`) as fuzz.py classifies an API call: return when it was accepted, raise
-    InputError with its one error line when it was refused cleanly, RuntimeError on a traceback, an unclean
-    refusal, or when the path's kind changed where it must not (a link, FIFO or device replaced)."""
-    from planner.core.errors import InputError
+def output_case(args: list[str], path: str, start: Callable[[], None] | None) -> None:
+    """Run `args` (ending in --out `path`) as fuzz_limits.run_cli classifies a command line; raise RuntimeError also
+    when what `path` pointed at changed kind where it must not (a link, FIFO or device replaced by a file)."""
+    from fuzz_limits import run_cli
 
     before = _kind(path) if path not in ("", "-") else "n/a"
     if start is not None:
         start()
-    result = runner.invoke(app, args)
-    after = _kind(path) if path not in ("", "-") else "n/a"
-    if not (before == after or (before == "absent" and after == "file")):
-        raise RuntimeError(f"--out {path[:40]!r} was a {before}, is now a {after}")
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise RuntimeError(f"traceback: {type(result.exception).__name__}: {result.exception}")
-    if result.exit_code == 0:
-        return
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    if result.exit_code == 2 and (len(errors) == 1 or "Invalid value for '--out'" in result.output):
-        raise InputError((errors or ["error: --out refused by its option parser"])[0])
-    raise RuntimeError(f"unclean: exit {result.exit_code}: {' | '.join(lines[-2:])[:150]}")
+    try:
+        run_cli(args)
+    except RuntimeError as exc:  # click's usage error for --out '' (its parser refuses it) is a clean refusal
+        if "Invalid value for '--out'" not in str(exc):
+            raise
+        from planner.core.errors import InputError
+
+        raise InputError("--out refused by its option parser") from None
+    finally:
+        after = _kind(path) if path not in ("", "-") else "n/a"
+        if not (before == after or (before == "absent" and after == "file")):
+            raise RuntimeError(f"--out {path[:40]!r} was a {before}, is now a {after}")
