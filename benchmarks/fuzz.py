@@ -7,10 +7,10 @@ calls) from a seeded random generator rather than hypothesis: case i draws from 
 the same whatever the number of workers or the cases before it, and no time goes to shrinking. A case is a model
 YAML, a Hugging Face config.json, a hardware profile or fragment, a cost table (a transformer's or a chain's), a
 plan file, a calibration runs file, a set of command-line options of evaluate / plan / sweep / trial, or a Python
-API call; and issue 37's families: nesting and size limits (fuzz_limits.py), names into emitted scripts and
-special output paths (fuzz_outputs.py). Files are read by the command that takes them (evaluate, plan --costs,
-explain, emit, evaluate --plan, trial, calibrate) through typer's CliRunner, or by the API function (load_model, load_hardware, read_costs,
-read_chain, load_plan, ...). The `nesting-size` family (benchmarks/fuzz_limits.py, issue 37) gives each input path a
+API call; names into emitted scripts and special output paths (benchmarks/fuzz_outputs.py, issue 37). Files are
+read by the command that takes them (evaluate, plan --costs, explain, emit, evaluate --plan, trial, calibrate)
+through typer's CliRunner, or by the API function (load_model, load_hardware, read_costs, read_chain, load_plan,
+...). The `nesting-size` family (benchmarks/fuzz_limits.py, issue 37) gives each input path a
 deeply nested value, expanding aliases, a file over its size limit, a device, a folder, a FIFO or an over-long name,
 and counts an answer slower than a few seconds as a raw exception. Cluster and models are tiny, so a search takes
 milliseconds: 10,000 cases take about a minute with 2 workers. The generator marks an input `bad` when it is clearly
