@@ -32,15 +32,24 @@ SAFE_PIECES = ("llama", "Qwen/Qwen3-8B", "H100 SXM", "gb200 (nvl72)", "a.b-c_d+e
 
 
 def hostile_name(rng: random.Random, marker: Path) -> tuple[str, bool]:
-    """(name, whether it is outside the safe set): safe pieces with, most of the time, a payload that would touch
-    `marker` if it ever reached a shell as code."""
+    """(name, whether the loaders must refuse it): safe pieces with, most of the time, a payload that would touch
+    `marker` if it ever reached a shell as code; bad is what planner.core.checks.identifier refuses (some pieces,
+    a lone `)` say, are allowed characters)."""
+    from planner.core.checks import identifier
+    from planner.core.errors import InputError
+
     name = rng.choice(SAFE_PIECES)
     if rng.random() < 0.15:
-        return (name if rng.random() < 0.5 else "x" * rng.choice([200, 201, 5000])), len(name) > 200
-    piece = rng.choice(SHELL_PIECES)
-    payload = rng.choice([f"{piece}touch {marker}", f"{piece}touch {marker}{piece}", f"$(touch {marker})",
-                          f"`touch {marker}`", f"'; touch {marker}; '", f"{piece}"])
-    return name + payload, True
+        name = name if rng.random() < 0.5 else "x" * rng.choice([200, 201, 5000])
+    else:
+        piece = rng.choice(SHELL_PIECES)
+        name += rng.choice([f"{piece}touch {marker}", f"{piece}touch {marker}{piece}", f"$(touch {marker})",
+                            f"`touch {marker}`", f"'; touch {marker}; '", f"{piece}"])
+    try:
+        identifier(name, "name")
+    except InputError:
+        return name, True
+    return name, False
 
 
 def _stub_env(folder: Path) -> dict[str, str]:
