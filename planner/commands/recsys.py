@@ -15,7 +15,7 @@ recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models 
 app.add_typer(recsys_app, name="recsys")
 
 
-def _kinds(text: str) -> frozenset:  # type: ignore[type-arg]
+def _kinds(text: str) -> frozenset:
     from planner.core.errors import InputError
     from planner.core.recsys import ShardingKind
 

@@ -151,9 +151,9 @@ def choice(kind: type[E], value: object, name: str, error: type[MeshplanError] =
     if isinstance(value, kind):
         return value
     try:
-        return kind(value)  # type: ignore[call-arg]
+        return kind(value)
     except (ValueError, TypeError):
-        allowed = ", ".join(str(v.value) for v in kind)  # type: ignore[attr-defined]
+        allowed = ", ".join(str(v.value) for v in kind)
         raise error(f"{name} must be one of {allowed}, got {value!r}") from None
 
 
