@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron-LM launch for deepseek-v3 on 2048 x h800: tp 1, pp 16, dp 128, cp 1, ep 64, etp 1, vpp 1, mbs 1, ZeRO-1, recompute selective (moe_act layernorm mla_up_proj); predicted 41.875 s/step, MFU 20.9 %
+# Megatron-LM launch for deepseek-v3 on 2048 x h800: tp 1, pp 16, dp 128, cp 1, ep 64, etp 1, vpp 1, mbs 1, ZeRO-1, recompute selective (moe_act layernorm mla_up_proj); predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
 # World size 2048 = 256 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron-LM launch for llama3-405b on 16384 x h100-sxm: tp 4, pp 32, dp 32, cp 4, vpp 3, mbs 1, ZeRO-1, recompute none; predicted 5.681 s/step, MFU 47.9 %
+# Megatron-LM launch for llama3-405b on 16384 x h100-sxm: tp 4, pp 32, dp 32, cp 4, vpp 3, mbs 1, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
 # World size 16384 = 2048 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron-LM launch for llama3-70b on 256 x h100-sxm: tp 8, pp 4, dp 4, cp 2, vpp 5, mbs 1, ZeRO-1, recompute none; predicted 10.815 s/step, MFU 51.7 %
+# Megatron-LM launch for llama3-70b on 256 x h100-sxm: tp 8, pp 4, dp 4, cp 2, vpp 5, mbs 1, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
 # World size 256 = 32 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(

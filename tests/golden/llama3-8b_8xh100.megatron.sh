@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron-LM launch for llama3-8b on 8 x h100-sxm: tp 1, pp 1, dp 8, cp 1, vpp 1, mbs 1, ZeRO-2, recompute none; predicted 6.370 s/step, MFU 60.2 %
+# Megatron-LM launch for llama3-8b on 8 x h100-sxm: tp 1, pp 1, dp 8, cp 1, vpp 1, mbs 1, ZeRO-2, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
 # World size 8 = 1 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(

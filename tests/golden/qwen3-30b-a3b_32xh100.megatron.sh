@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron-LM launch for qwen3-30b-a3b on 32 x h100-sxm: tp 2, pp 2, dp 8, cp 1, ep 4, etp 2, vpp 1, mbs 4, ZeRO-1, recompute none; predicted 5.231 s/step, MFU 17.7 %
+# Megatron-LM launch for qwen3-30b-a3b on 32 x h100-sxm: tp 2, pp 2, dp 8, cp 1, ep 4, etp 2, vpp 1, mbs 4, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
 # World size 32 = 4 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(
