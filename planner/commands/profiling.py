@@ -24,7 +24,8 @@ def profile_layers(
     mbs: Annotated[str, typer.Option(help="Micro-batch sizes to measure, comma-separated.")] = "1",
     seq_len: Annotated[int, typer.Option(min=1, help="Sequence length in tokens.")] = 2048,
     scale: Annotated[float, typer.Option(help="Scale heads, FFN and vocabulary down (a CPU cannot hold 8B).")] = 1.0,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats (after two warm-ups); the median is kept.")] = 5,
+    repeats: Annotated[int, typer.Option(min=1, max=1000, help="Timed repeats (after two warm-ups), 1 to 1000; the "
+                                                                "median is kept.")] = 5,
 ) -> None:
     """Time real decoder, embedding and LM-head layers with PyTorch and write a cost table."""
     from planner.core.fileio import write_text_atomic
@@ -56,7 +57,8 @@ def profile_network(
                                       help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
     backend: Annotated[str, typer.Option(help="torch.distributed backend: nccl (GPUs) or gloo (CPU).")] = "gloo",
     procs: Annotated[int, typer.Option(min=2, help="Processes to spawn (one per GPU with nccl).")] = 2,
-    repeats: Annotated[int, typer.Option(min=1, help="Timed repeats per size (after three warm-ups).")] = 5,
+    repeats: Annotated[int, typer.Option(min=1, max=1000, help="Timed repeats per size (after three warm-ups), 1 to "
+                                                                "1000.")] = 5,
 ) -> None:
     """Time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; fit alpha-beta."""
     from planner.core.fileio import write_text_atomic
