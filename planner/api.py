@@ -46,7 +46,7 @@ from planner.core.checks import (
     real,
 )
 from planner.core.cluster import HeteroCluster
-from planner.core.errors import InputError, LayoutError
+from planner.core.errors import InputError, LayoutError, UnsupportedModelError
 from planner.core.framework import Framework
 from planner.core.job import MAX_LORA_RANK
 from planner.inputs.loaders import load_model
@@ -194,6 +194,7 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
                     dp_replicate=dp_replicate)
     layout.validate(problem.model, problem.job, gpus)
     check_layout(layout, problem.model, load_runtime(problem.job.runtime.framework))
+    check_model_definition(problem.model, problem.job.runtime.framework, problem.job.seq_len)
     return layout
 
 
@@ -233,7 +234,7 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
     integer(workers, "workers", 1, MAX_WORKERS)
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides, lora_rank=lora_rank)
-    check_model_definition(problem.model, problem.job.runtime.framework)
+    check_model_definition(problem.model, problem.job.runtime.framework, problem.job.seq_len)
     if workers > 1:
         from planner.search.parallel import search_parallel
 
@@ -245,9 +246,17 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)
 
 
-def check_model_definition(model: ModelSpec, framework: Framework) -> None:
-    """UnsupportedModelError when `framework` has no definition of `model`: torchtitan builds only the flavors in
-    its own code (planner/outputs/emitters/titan_flavors.py); the others build any decoder from its dimensions."""
+def check_model_definition(model: ModelSpec, framework: Framework, seq_len: int) -> None:
+    """UnsupportedModelError when `framework` has no definition of `model` at this sequence length: a learned
+    position table shorter than the sequence (Megatron-LM asserts max_position_embeddings >= seq_length, and a
+    larger table is another model than the one priced); torchtitan builds only the flavors in its own code
+    (planner/outputs/emitters/titan_flavors.py); the others build any decoder from its dimensions."""
+    if framework is not Framework.ANY and 0 < model.learned_positions < seq_len:
+        raise UnsupportedModelError(
+            f"{model.name} has a learned position table of {model.learned_positions} positions, shorter than the "
+            f"sequence of {seq_len}: runtimes build the table for the sequence (Megatron-LM needs "
+            "--max-position-embeddings >= --seq-length), a larger model than this one; use a sequence of at most "
+            f"{model.learned_positions}, or a model YAML with learned_positions >= {seq_len}")
     if framework is Framework.TORCHTITAN:
         from planner.outputs.emitters.titan_flavors import flavor_of
 

@@ -233,6 +233,7 @@ def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
                 "--multi-latent-attention": "multi_latent_attention"}
     cfg.update({field: True for flag, field in switches.items() if flag in args})
     cfg["add_bias_linear"] = "--disable-bias-linear" not in args
+    cfg["add_qkv_bias"] = "--add-qkv-bias" in args
     if "--moe-layer-freq" in args:  # the list expression Megatron evaluates
         cfg["moe_layer_freq"] = eval(args["--moe-layer-freq"], {"__builtins__": {}})  # noqa: S307
         assert cfg["moe_layer_freq"] == [int(k) for k in m.moe_layers()]

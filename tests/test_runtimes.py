@@ -121,7 +121,7 @@ def _accepted_by_the_launcher(plan: planner.Plan, framework: Framework, text: st
 def test_every_preset_plans_as_its_runtime_launches(preset: str, framework: Framework, tmp_path: Path) -> None:
     gpus = _gpus(preset)
     try:
-        plan = planner.plan(preset, "h100-sxm", gpus=gpus, seq_len=4096, global_batch=gpus,
+        plan = planner.plan(preset, "h100-sxm", gpus=gpus, seq_len=2048, global_batch=gpus,
                             runtime=Runtime(framework=framework), spec=SearchSpec(top_k=1))
     except UnsupportedModelError as exc:
         assert framework is Framework.TORCHTITAN and "torchtitan has no model definition" in str(exc)
