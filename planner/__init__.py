@@ -3,14 +3,15 @@
 planner.plan(...) searches for the fastest layout that fits and returns a Plan (planner.save_plan /
 planner.load_plan write and read plan files); planner.evaluate(...) predicts one given layout.
 Names are imported on first use, so that `cost_models` (which reads `planner.core`) can be
-imported on its own without a circular import.
+imported on its own without a circular import, and a command imports only what it uses; type checkers see the
+real names through the TYPE_CHECKING imports below (tests/test_public_api.py holds the two lists equal).
 """
 
 from __future__ import annotations
 
 import importlib
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 _EXPORTS = MappingProxyType({
     "cost_models.prediction": ("Breakdown", "Prediction", "StageCost"),
@@ -25,9 +26,40 @@ _EXPORTS = MappingProxyType({
     "planner.inputs.loaders": ("load_model", "model_preset_names"),
     "planner.core": ("AttentionKernel", "ClusterSpec", "Dtype", "JobSpec", "Layout", "ModelSpec",
                       "Recompute", "Runtime", "Schedule", "ZeroStage"),
+    "planner.core.framework": ("Framework",),
 })
 _WHERE = MappingProxyType({name: module for module, names in _EXPORTS.items() for name in names})
-__all__ = sorted(_WHERE)
+__all__ = [  # the lazy exports above, in one list (tests/test_public_api.py)
+    "AttentionKernel", "Breakdown", "ClusterSpec", "Dtype", "Framework", "HardwareOverrides", "InfeasibleError",
+    "InputError", "JobSpec", "Layout", "LayoutError", "MeshplanError", "ModelSpec", "Plan", "Prediction", "Problem",
+    "Recompute", "Runtime", "Schedule", "SearchSpec", "Solver", "SpecError", "StageCost", "ZeroStage", "evaluate",
+    "load_hardware", "load_model", "load_plan", "make_layout", "model_preset_names", "plan", "resolve", "save_plan",
+]
+
+if TYPE_CHECKING:  # what `planner.X` is, for mypy and editors; at run time __getattr__ imports it on first use
+    from cost_models.prediction import Breakdown, Prediction, StageCost
+    from hardware_profiles import HardwareOverrides, load_hardware
+    from planner.api import Problem, evaluate, make_layout, plan, resolve
+    from planner.core import (
+        AttentionKernel,
+        ClusterSpec,
+        Dtype,
+        JobSpec,
+        Layout,
+        ModelSpec,
+        Recompute,
+        Runtime,
+        Schedule,
+        ZeroStage,
+    )
+    from planner.core.errors import InfeasibleError, InputError, LayoutError, MeshplanError, SpecError
+    from planner.core.framework import Framework
+    from planner.inputs.loaders import load_model, model_preset_names
+    from planner.outputs.plan import Plan
+    from planner.outputs.planfile import save_plan
+    from planner.outputs.planread import load_plan
+    from planner.search.ilp import Solver
+    from planner.search.space import SearchSpec
 
 
 def __getattr__(name: str) -> Any:
