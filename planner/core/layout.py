@@ -289,6 +289,9 @@ class Layout:
         self.memory.validate(model)
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
+        if self.sp and job.seq_len % sp_multiple(self.tp, self.cp):
+            raise LayoutError(f"sequence parallelism splits each rank's sequence over tp: seq_len {job.seq_len} not "
+                              f"divisible by tp {self.tp}" + (f" * 2 * cp {self.cp}" if self.cp > 1 else ""))
         if job.global_batch % (self.mbs * self.dp):
             raise LayoutError(
                 f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
@@ -342,6 +345,13 @@ class Layout:
         if self.recompute is Recompute.FULL:
             return self.rank_layers(num_layers)[rank]
         return self.recompute_layers[rank] if self.recompute_layers is not None else 0
+
+
+def sp_multiple(tp: int, cp: int) -> int:
+    """What the sequence must divide by under sequence parallelism: tp, times the 2·cp load-balanced chunks of
+    context parallelism (Megatron-LM splits each CP rank's s/cp tokens over tp; torchtitan asserts seq_len %
+    (tp · 2 · cp) == 0 when it shards the sequence for both)."""
+    return tp * (2 * cp if cp > 1 else 1)
 
 
 def non_default_modules(layout: Layout) -> bool:

@@ -47,6 +47,7 @@ from planner.core import (
     ZeroStage,
 )
 from planner.core.errors import LayoutError
+from planner.core.layout import sp_multiple
 from planner.search.searchspec import MAX_TOP_K as MAX_TOP_K  # re-exported: SearchSpec's home was this module
 from planner.search.searchspec import MAX_VPP, MIN_TOKENS_PER_CP_RANK
 from planner.search.searchspec import SearchSpec as SearchSpec
@@ -282,7 +283,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
         offloads = {z: offload_options(z, spec)[:None if offload_variants else 1] for z in zeros}
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
-            if sp and tp == 1:
+            if sp and (tp == 1 or job.seq_len % sp_multiple(tp, cp)):
                 continue
             for vpp in _vpps(model, pp, per_replica // mbs, spec):
                 for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
