@@ -20,7 +20,7 @@ from cost_models.sync import grad_sync_times
 from hardware_profiles import load_hardware
 from planner import load_plan, save_plan
 from planner.api import evaluate, make_layout, resolve
-from planner.core import DEFAULT_RECOMPUTE_MODULES, Layout, Offload, Recompute, Schedule, ZeroStage
+from planner.core import DEFAULT_RECOMPUTE_MODULES, Layout, Offload, Recompute, Runtime, Schedule, ZeroStage
 from planner.core.errors import LayoutError
 from planner.core.layout import MemoryPolicy, Pipeline
 from planner.core.mesh import DENSE_ORDER, EXPERT_ORDER, Dim, Group, Mesh, Tier
@@ -71,8 +71,11 @@ def test_a_group_spans_one_rank_order() -> None:
         Mesh(tp=2, dp_shard=2, ep=2).group(Dim.TP, Dim.EP)
 
 
+ANY = Runtime(framework="any")  # HSDP at every ZeRO stage: the research space (tests/test_runtimes.py: per runtime)
+
+
 def _llama(gpus: int = 64):  # type: ignore[no-untyped-def]
-    return resolve("llama3-8b", "h100-sxm", gpus=gpus, seq_len=4096, global_batch=256)
+    return resolve("llama3-8b", "h100-sxm", gpus=gpus, seq_len=4096, global_batch=256, runtime=ANY)
 
 
 def test_layout_validates_hsdp() -> None:
@@ -333,9 +336,9 @@ def test_hsdp_zero3_step_and_memory() -> None:
     """Llama-3-8B on 128 H100s, ZeRO-3: gathering each module over one node instead of 128 ranks makes the step
     faster; weights, gradients and optimizer state divide by dp_shard 8 instead of 128, so memory grows."""
     problem = _llama(128)
-    flat = evaluate(problem.model, problem.cluster, gpus=128, seq_len=4096, global_batch=256, zero=3)
+    flat = evaluate(problem.model, problem.cluster, gpus=128, seq_len=4096, global_batch=256, zero=3, runtime=ANY)
     hsdp = evaluate(problem.model, problem.cluster, gpus=128, seq_len=4096, global_batch=256, zero=3,
-                    dp_replicate=16)
+                    dp_replicate=16, runtime=ANY)
     assert hsdp.step_time_s < flat.step_time_s
     assert hsdp.breakdown.sharded_dp_comm_s < flat.breakdown.sharded_dp_comm_s
     assert hsdp.peak_memory_gib > flat.peak_memory_gib
@@ -371,7 +374,7 @@ def test_replication_only_prices_as_flat_ddp() -> None:
 
 def test_evaluate_dp_replicate_option() -> None:
     args = ["evaluate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-            "--global-batch", "256", "--zero", "3", "--json"]
+            "--global-batch", "256", "--zero", "3", "--runtime", "torchtitan", "--json"]
     flat = json.loads(runner.invoke(app, args).output)
     res = runner.invoke(app, [*args, "--dp-replicate", "8"])
     assert res.exit_code == 0, res.output

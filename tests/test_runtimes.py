@@ -5,6 +5,7 @@ torchtitan's ConfigManager, DeepSpeed's DeepSpeedConfig) and `emit` never substi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -165,3 +166,32 @@ def test_trial_that_writes_nothing_exits_non_zero(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     trial = runner.invoke(app, ["trial", str(out), "--to", "megatron", "--out", str(tmp_path / "t"), "--top-k", "1"])
     assert trial.exit_code == 3 and "runs none of the plan's 1 layouts" in trial.output
+
+
+@pytest.mark.parametrize(("framework", "zero", "runs"), [
+    (Framework.MEGATRON, 1, True), (Framework.MEGATRON, 3, False), (Framework.NEMO, 1, False),
+    (Framework.TORCHTITAN, 3, True), (Framework.DEEPSPEED, 3, False), (Framework.ANY, 2, True)])
+def test_hsdp_where_the_runtime_runs_it(framework: Framework, zero: int, runs: bool) -> None:
+    """HSDP (dp_replicate > 1) is evaluated only where the runtime shards over part of the data-parallel ranks:
+    Megatron-LM's partial distributed optimizer (ZeRO-1, --num-distributed-optimizer-instances), torchtitan's FSDP2
+    on a [replicate, shard] mesh (ZeRO-2/3)."""
+    job = dict(gpus=64, seq_len=4096, global_batch=128, zero=zero, dp_replicate=4,
+               runtime=Runtime(framework=framework))
+    if not runs:
+        with pytest.raises(LayoutError, match="dp_replicate 4"):
+            planner.evaluate("llama3-8b", "h100-sxm", **job)
+        return
+    assert planner.evaluate("llama3-8b", "h100-sxm", **job).step_time_s > 0
+
+
+def test_megatron_writes_the_partial_distributed_optimizer() -> None:
+    from planner.api import make_layout, resolve
+    from planner.outputs.emitters.megatron import arguments
+    from planner.outputs.plan import Plan
+
+    problem = resolve("llama3-8b", "h100-sxm", gpus=64, seq_len=4096, global_batch=128)
+    layout = make_layout(problem, zero=1, dp_replicate=8)
+    base = planner.plan("llama3-8b", "h100-sxm", gpus=64, seq_len=4096, global_batch=128, spec=SearchSpec(top_k=1))
+    ranked = dataclasses.replace(base.best, layout=layout)
+    args = dict(arguments(Plan(problem.model, problem.cluster, problem.job, ranked, (), None)))
+    assert args["--num-distributed-optimizer-instances"] == 8 and "--use-distributed-optimizer" in args

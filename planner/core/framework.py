@@ -42,7 +42,9 @@ class Capabilities:
     kv_heads_replicated: TP larger than the KV heads by replicating them (no runtime here does: each divides the
     KV heads by TP, megatron-core asserting num_query_groups % tp == 0);
     ddp_beside_others: plain data parallelism beside tp, pp or cp (torchtitan 0.2.2's DDP is one-dimensional);
-    sp_with_tp: sequence parallelism whenever TP > 1 (torchtitan's TP plan always shards the norms' sequence).
+    sp_with_tp: sequence parallelism whenever TP > 1 (torchtitan's TP plan always shards the norms' sequence);
+    hsdp_zero_stages: the ZeRO stages under which it shards over part of the data-parallel ranks and replicates
+    across the rest (Layout.dp_replicate > 1; empty: it shards over all of them or none).
     """
 
     schedules: tuple[Schedule, ...]
@@ -60,6 +62,7 @@ class Capabilities:
     kv_heads_replicated: bool
     ddp_beside_others: bool
     sp_with_tp: bool
+    hsdp_zero_stages: tuple[int, ...]
 
     def offload_stages(self, what: Offload) -> tuple[int, ...]:
         """The ZeRO stages under which `what` may be offloaded (empty: never)."""

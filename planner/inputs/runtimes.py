@@ -18,7 +18,8 @@ from planner.core.framework import Capabilities, Framework, RuntimeProfile
 _ABOUT = ("name", "label", "package", "version", "emit", "source")
 _FLAGS = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "virtual_stages", "uneven_split",
           "per_stage_recompute", "recompute_modules", "kv_heads_replicated", "ddp_beside_others", "sp_with_tp")
-_KEYS = (*_ABOUT, "schedules", "zero_stages", "pipeline_zero_stages", "max_waves", "offload", *_FLAGS)
+_KEYS = (*_ABOUT, "schedules", "zero_stages", "pipeline_zero_stages", "hsdp_zero_stages", "max_waves", "offload",
+         *_FLAGS)
 
 
 def _stages(value: Any, where: str) -> tuple[int, ...]:
@@ -36,6 +37,7 @@ def profile_from_mapping(data: Any, origin: str) -> RuntimeProfile:
         schedules=tuple(choice(Schedule, s, f"{origin}: schedules entry") for s in data["schedules"]),
         zero_stages=_stages(data["zero_stages"], f"{origin}: zero_stages"),
         pipeline_zero_stages=_stages(data["pipeline_zero_stages"], f"{origin}: pipeline_zero_stages"),
+        hsdp_zero_stages=_stages(data["hsdp_zero_stages"], f"{origin}: hsdp_zero_stages"),
         max_waves=integer(data["max_waves"], f"{origin}: max_waves", 1, 8),
         offload=tuple((choice(Offload, k, f"{origin}: offload key"), _stages(v, f"{origin}: offload {k}"))
                       for k, v in data["offload"].items()),

@@ -99,6 +99,9 @@ def check_layout(layout: Layout, model: ModelSpec, profile: RuntimeProfile) -> N
     elif (not caps.ddp_beside_others and int(layout.zero) == 0 and layout.dp > 1
           and layout.tp * layout.pp * layout.cp > 1):
         problem = "plain data parallelism (ZeRO-0) beside tp, pp or cp"
+    elif layout.dp_replicate > 1 and int(layout.zero) and int(layout.zero) not in caps.hsdp_zero_stages:
+        problem = (f"ZeRO-{int(layout.zero)} sharded over part of the data-parallel ranks (dp_replicate "
+                   f"{layout.dp_replicate}; it does with ZeRO {_names(caps.hsdp_zero_stages) or 'none'})")
     if problem is not None:
         raise LayoutError(f"{profile.label} {profile.version} cannot run {problem}; plan for another --runtime "
                           "(any: every layout meshplan prices)")

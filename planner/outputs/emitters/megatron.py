@@ -225,6 +225,12 @@ def arguments(plan: Plan) -> list[tuple[str, object]]:
     args += _recompute_args(plan)
     if lay.zero is ZeroStage.OPTIMIZER:
         args.append(("--use-distributed-optimizer", None))
+        if lay.dp_replicate > 1:  # HSDP: the optimizer sharded over dp / N ranks, N instances
+            args.append(("--num-distributed-optimizer-instances", lay.dp_replicate))
+    elif lay.zero in FSDP_STRATEGY and lay.dp_replicate > 1:
+        raise UnsupportedPlanError(f"meshplan does not write Megatron-FSDP's hybrid sharding (ZeRO-{int(lay.zero)} "
+                                   f"with dp_replicate {lay.dp_replicate}); the nearest plan shards over every "
+                                   "data-parallel rank (--dp-replicate 1) or uses ZeRO-1")
     elif lay.zero in FSDP_STRATEGY:
         args += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero])]
     args += _offload_args(plan)

@@ -68,6 +68,10 @@ def emit(plan: Plan) -> str:
     if lay.offload:
         raise UnsupportedPlanError("the NeMo target keeps every state on the GPU (its optimizer offload is not written "
                                    "by meshplan yet); the nearest plan offloads nothing")
+    if lay.dp_replicate > 1:
+        raise UnsupportedPlanError(f"the NeMo target shards the optimizer over every data-parallel rank; this plan "
+                                   f"replicates it {lay.dp_replicate} times (HSDP): the nearest plan uses "
+                                   "--dp-replicate 1")
     if lay.zero >= ZeroStage.GRADIENTS:
         raise UnsupportedPlanError(f"the NeMo target writes DDP and the distributed optimizer only, not "
                                    f"ZeRO-{int(lay.zero)} (Megatron-FSDP); the nearest plan uses --zero 1")
