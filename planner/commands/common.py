@@ -91,13 +91,14 @@ def degrees(**pins: int | None) -> None:
 def echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout, pred: Prediction,
                      as_json: bool) -> None:
     from planner.outputs.bands import band_for, load_bands, step_band
+    from planner.outputs.planfile import runtime_dict
     from planner.outputs.report import layout_dict, prediction_dict, prediction_table
 
     band = step_band(pred.step_time_s, band_for(load_bands(), model, cluster, job))
     if as_json:
         out: dict[str, Any] = {**prediction_dict(pred, band), "layout": layout_dict(layout), "model": model.name,
                                "hardware": cluster.name, "gpus": cluster.num_gpus, "seq_len": job.seq_len,
-                               "global_batch": job.global_batch}
+                               "global_batch": job.global_batch, "runtime": runtime_dict(job.runtime.framework)}
         typer.echo(json.dumps(out, indent=2))
     else:
         typer.echo(prediction_table(model, cluster, job, layout, pred, band))

@@ -36,7 +36,7 @@ from planner.core.text import comment
 from planner.outputs.emitters import Target, emit
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan
-from planner.outputs.planfile import dumps
+from planner.outputs.planfile import dumps, runtime_dict
 
 MANIFEST = "trials.yaml"
 PLAN_COPY = "plan.yaml"
@@ -148,7 +148,8 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",
                             f"{name}/{LOG}"))
     write_text_atomic(out / PLAN_COPY, dumps(plan, PLAN_COPY))
-    manifest = {"plan": PLAN_COPY, "launcher": launcher.value, "steps": steps, "collect": COLLECT[launcher.value],
+    manifest = {"plan": PLAN_COPY, "runtime": runtime_dict(plan.job.runtime.framework), "launcher": launcher.value,
+                "steps": steps, "collect": COLLECT[launcher.value],
                 "trials": [{k: v for k, v in vars(t).items() if v is not None} for t in trials]}
     header = "\n".join([
         comment(f"meshplan trial: {top_k} layouts of {plan.model.name} on {plan.cluster.num_gpus} x "
