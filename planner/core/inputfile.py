@@ -13,10 +13,12 @@ presets are read without them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -169,31 +171,36 @@ def parse_yaml(text: str, origin: str, problem: str = "not valid YAML") -> Any:
     """`text` parsed as YAML with the safe loader (no tag constructs an object); a syntax error, nesting past what
     the parser allows, a number too long to convert, or a shape `check_shape` refuses is an InputError starting
     with `origin` and `problem`."""
-    try:
-        data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader (CSafeLoader or SafeLoader)
-    except yaml.YAMLError as exc:  # a marked error's `problem` says what (its first line may be only the context)
-        reason = getattr(exc, "problem", None) or _first_line(exc)
-        raise InputError(f"{origin}: {problem} ({_first_line(reason)})") from None
-    except RecursionError:
-        raise InputError(f"{origin}: {problem} (values nested too deep; meshplan's inputs nest a few levels)") \
-            from None
-    except ValueError as exc:  # a date such as 2001-13-01, an integer of more than 4300 digits
-        raise InputError(f"{origin}: {problem} ({_value_error(exc)})") from None
+    with _parse_errors(origin, problem):
+        try:
+            data = yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader (CSafeLoader or SafeLoader)
+        except yaml.YAMLError as exc:  # a marked error's `problem` says what (its first line may be the context)
+            reason = getattr(exc, "problem", None) or _first_line(exc)
+            raise InputError(f"{origin}: {problem} ({_first_line(reason)})") from None
     return check_shape(data, origin, len(text))
 
 
 def parse_json(text: str, origin: str, problem: str = "not valid JSON") -> Any:
     """`text` parsed as JSON; the errors of `parse_yaml`, for JSON."""
+    with _parse_errors(origin, problem):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{origin}: {problem} ({exc.msg} at line {exc.lineno})") from None
+    return check_shape(data, origin, len(text))
+
+
+@contextlib.contextmanager
+def _parse_errors(origin: str, problem: str) -> Iterator[None]:
+    """What both parsers raise beyond their own errors, as one-line InputErrors: nesting past the interpreter's
+    recursion limit, and a ValueError (a date such as 2001-13-01, an integer of more than 4300 digits)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{origin}: {problem} ({exc.msg} at line {exc.lineno})") from None
+        yield
     except RecursionError:
         raise InputError(f"{origin}: {problem} (values nested too deep; meshplan's inputs nest a few levels)") \
             from None
-    except ValueError as exc:  # a date such as 2001-13-01, an integer of more than 4300 digits
+    except ValueError as exc:
         raise InputError(f"{origin}: {problem} ({_value_error(exc)})") from None
-    return check_shape(data, origin, len(text))
 
 
 def _value_error(exc: ValueError) -> str:
