@@ -25,6 +25,7 @@ from planner.outputs.emitters import FRAMEWORK, emit
 from planner.outputs.emitters.common import UnsupportedPlanError
 from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec
+from planner.studies.trial import TrialLauncher, write_trials
 
 REAL = (Framework.MEGATRON, Framework.NEMO, Framework.TORCHTITAN, Framework.DEEPSPEED)
 
@@ -140,6 +141,9 @@ def test_every_preset_plans_as_its_runtime_launches(preset: str, framework: Fram
     emitted = emit(plan, profile.target)
     assert emitted.note is None
     _accepted_by_the_launcher(plan, framework, emitted.text, tmp_path)
+    if framework.value in {t.value for t in TrialLauncher}:  # NeMo has no trial launcher
+        [trial] = write_trials(plan, TrialLauncher(framework.value), 1, 2, tmp_path / "trial")
+        assert trial.skipped is None and (tmp_path / "trial" / trial.script).is_file()
 
 
 def test_plan_emit_and_trial_carry_the_runtime(tmp_path: Path) -> None:
