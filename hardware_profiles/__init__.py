@@ -26,6 +26,7 @@ from planner.core.checks import (
     finite,
     identifier,
     integer,
+    not_found,
     optional_integer,
     physical,
     real,
@@ -84,7 +85,7 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
         origin = str(path)
         data = parse_yaml(read_text(path, "hardware profile", MAX_SPEC_BYTES), shown(path))
     else:
-        raise InputError(f"unknown hardware {name_or_path!r}: give {allowed}")
+        raise InputError(not_found("hardware", name_or_path, preset_names(), allowed, (".yaml", ".yml")))
     if not isinstance(data, dict):
         raise InputError(f"{origin}: expected a mapping at the top level")
     return data, origin

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,20 @@ def test_activation_from_yaml_and_hf_config(tmp_path: Path) -> None:
     path.write_text(json.dumps({**cfg, "model_type": "llama", "hidden_act": "relu2"}))
     with pytest.raises(InputError, match="hidden_act 'relu2' is not supported for a gated MLP; supported: silu"):
         load_model(str(path))
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ("llama-3-70b", "did you mean 'llama3-70b'?"), ("Llama3-70B", "did you mean 'llama3-70b'?"),
+    ("llama3", "did you mean one of llama3-8b, llama3-70b, llama3-405b?"),
+    ("qwen/confg.json", "model 'qwen/confg.json': no such file")])
+def test_a_near_miss_names_the_preset_or_the_missing_file(given: str, said: str) -> None:
+    """Issue 31 item 3: a typo gets "did you mean", a missing file is named as missing (was "unknown model")."""
+    with pytest.raises(InputError, match=re.escape(said)):
+        load_model(given)
+
+
+def test_a_near_miss_of_a_hardware_preset() -> None:
+    from hardware_profiles import load_hardware
+
+    with pytest.raises(InputError, match=re.escape("did you mean one of h100-pcie, h100-sxm")):
+        load_hardware("h100", 8)

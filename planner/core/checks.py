@@ -8,10 +8,12 @@ refused before any work instead of hanging the search or overflowing a float or 
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 import os
 import re
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -155,6 +157,26 @@ def choice(kind: type[E], value: object, name: str, error: type[MeshplanError] =
     except (ValueError, TypeError):
         allowed = ", ".join(str(v.value) for v in kind)
         raise error(f"{name} must be one of {allowed}, got {value!r}") from None
+
+
+def _folded(name: str) -> str:
+    """A name compared loosely: lower case, without separators (Llama3-70B, llama-3-70b and llama3_70b agree)."""
+    return "".join(c for c in name.lower() if c.isalnum())
+
+
+def not_found(what: str, given: str, names: Sequence[str], allowed: str, suffixes: tuple[str, ...]) -> str:
+    """The message for a `what` ("model") that is neither one of `names` nor a readable file: a path that does not
+    exist is named as missing; a near miss of a name gets "did you mean"; `allowed` says what may be given."""
+    key = _folded(given)
+    same = [n for n in names if _folded(n) == key]
+    longer = [n for n in names if key and _folded(n).startswith(key)]
+    close = same or longer[:3] or difflib.get_close_matches(given, names, n=1, cutoff=0.75)
+    hint = (f"; did you mean {close[0]!r}?" if len(close) == 1 else
+            f"; did you mean one of {', '.join(close)}?" if close else "")
+    if given.endswith(suffixes) or os.sep in given:
+        where = "no such file" if not os.path.exists(given) else "not a file meshplan reads as one"
+        return f"{what} {given!r}: {where}; give {allowed}{hint}"
+    return f"unknown {what} {given!r}: give {allowed}{hint}"
 
 
 def mapping_keys(data: object, required: tuple[str, ...], optional: tuple[str, ...], where: str) -> dict[str, Any]:

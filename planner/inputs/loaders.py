@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
-from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, identifier, integer, is_integer
+from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, identifier, integer, is_integer, not_found
 from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
 from planner.core.inputfile import MAX_SPEC_BYTES, parse_json, parse_yaml, read_text, shown
@@ -389,7 +389,7 @@ def load_model(name_or_path: str) -> ModelSpec:
                                if os.path.isfile(Path(name_or_path) / "config.json") else ""))
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
-        raise InputError(f"unknown model {name_or_path!r}: give {allowed}")
+        raise InputError(not_found("model", name_or_path, list(presets), allowed, (".yaml", ".yml", ".json")))
     text = read_text(path, "model file", MAX_SPEC_BYTES)
     if path.suffix == ".json":
         return model_from_hf_config(parse_json(text, shown(path)), str(path))

@@ -3,7 +3,9 @@
 
 For each of the plan's best K layouts (the best, then its alternatives in rank order) the trial folder gets
 the launcher's configuration exactly as `meshplan emit --strict` writes it, and a `launch.sh` that runs it
-for N steps with per-step timing and memory logged to `train.log` beside it:
+for N steps with per-step timing and memory logged to `train.log` beside it. launch.sh finds its files beside
+itself and runs from the folder it is started in (Megatron-LM's pretrain_gpt.py from $MEGATRON_LM, default that
+folder; the user's TRAIN_SCRIPT for DeepSpeed):
 - Megatron-LM: `--train-iters N --log-interval 1 --log-throughput` and mock data (`--mock-data`,
   `--tokenizer-type NullTokenizer`, `--lr`, `--eval-iters 0`), so the trial needs no dataset; Megatron prints
   each iteration's elapsed time and, after the first logged iteration, the memory report;
@@ -90,15 +92,15 @@ def _launch(launcher: TrialLauncher, plan: Plan, steps: int, config: str) -> str
     if launcher is TrialLauncher.MEGATRON:
         extra = ["--train-iters", str(steps), "--log-interval", "1", "--log-throughput", "--eval-iters", "0",
                  "--mock-data", "--tokenizer-type", "NullTokenizer", "--lr", "1.0e-4"]
-        return f'bash {config} {" ".join(extra)} "$@"'
+        return f'bash "$here/{config}" {" ".join(extra)} "$@"'
     if launcher is TrialLauncher.TORCHTITAN:
-        entry = (f"-m torchtitan.train --job.config_file {config} --training.steps {steps} "
+        entry = (f'-m torchtitan.train --job.config_file "$here/{config}" --training.steps {steps} '
                  f'--metrics.log_freq 1 "$@"')
         return _torchrun(plan, entry)
     gpus, per_node = plan.cluster.num_gpus, plan.cluster.gpus_per_node
     return (f'deepspeed --num_nodes {max(1, gpus // per_node)} --num_gpus {min(gpus, per_node)} '
             f'"${{TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}}" '
-            f'--deepspeed_config {config} "$@"')
+            f'--deepspeed_config "$here/{config}" "$@"')
 
 
 def _config_text(launcher: TrialLauncher, text: str, steps: int) -> str:
@@ -142,8 +144,8 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
             comment(f"meshplan trial {rank + 1} of {top_k}: {label}; predicted {ranked.step_time_s:.3f} s/step"),
             comment(f"Runs {steps} steps and logs each one to {LOG}; then: meshplan calibrate {MANIFEST} --hardware "
                     "HARDWARE"),
-            "set -euo pipefail", 'cd "$(dirname "$0")"',
-            f"{_launch(launcher, plan, steps, config)} 2>&1 | tee {shlex.quote(LOG)}", ""])
+            "set -euo pipefail", 'here="$(cd "$(dirname "$0")" && pwd)"  # run from anywhere; files beside this one',
+            f'{_launch(launcher, plan, steps, config)} 2>&1 | tee "$here/{LOG}"', ""])
         write_text_atomic(folder / "launch.sh", script, executable=True)
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",
                             f"{name}/{LOG}"))

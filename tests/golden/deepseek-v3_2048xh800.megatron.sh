@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Megatron-LM launch for deepseek-v3 on 2048 x h800: tp 1, pp 16, dp 128, cp 1, ep 64, etp 1, vpp 1, mbs 1, ZeRO-1, recompute selective (moe_act layernorm mla_up_proj); predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
+# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).
 # World size 2048 = 256 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(
   --num-layers 61
@@ -55,4 +56,4 @@ MEGATRON_ARGS=(
 
 torchrun --nnodes 256 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
   --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
-  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"
+  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"

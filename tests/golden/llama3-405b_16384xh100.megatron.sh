@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Megatron-LM launch for llama3-405b on 16384 x h100-sxm: tp 4, pp 32, dp 32, cp 4, vpp 3, mbs 1, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
+# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).
 # World size 16384 = 2048 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(
   --num-layers 126
@@ -36,4 +37,4 @@ MEGATRON_ARGS=(
 
 torchrun --nnodes 2048 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
   --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
-  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"
+  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Megatron-LM launch for qwen3-30b-a3b on 32 x h100-sxm: tp 2, pp 2, dp 8, cp 1, ep 4, etp 2, vpp 1, mbs 4, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
+# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).
 # World size 32 = 4 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(
   --num-layers 48
@@ -45,4 +46,4 @@ MEGATRON_ARGS=(
 
 torchrun --nnodes 4 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
   --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
-  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"
+  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"

@@ -250,6 +250,7 @@ def emit(plan: Plan) -> str:
     f = facts(plan)
     lines = ["#!/usr/bin/env bash", comment(f"Megatron-LM launch for {describe(plan)}"),
              "# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.",
+             "# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).",
              f"# World size {f.gpus} = {f.nodes} node(s) x {f.gpus_per_node} GPUs; DP is derived by Megatron-LM.",
              "MEGATRON_ARGS=("]
     for flag, value in arguments(plan):
@@ -258,5 +259,5 @@ def emit(plan: Plan) -> str:
     lines += [")", "",
               f'torchrun --nnodes {f.nodes} --nproc-per-node {f.gpus_per_node} --node-rank "${{NODE_RANK:-0}}" \\',
               '  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\',
-              '  pretrain_gpt.py "${MEGATRON_ARGS[@]}" "$@"', ""]
+              '  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"', ""]
     return "\n".join(lines)
