@@ -242,13 +242,15 @@ def plan_check(result: JobResult) -> str:
 # ---- report -------------------------------------------------------------------------------------------------
 
 def header() -> str:
-    """Date, checkout, machine and load: the figures depend on the cost model of the checkout they ran on."""
-    git = ["git", "-C", str(ROOT)]
+    """Date, checkout, machine and load: the figures depend on the cost model of the checkout they ran on, the one
+    `planner` was imported from (an editable install elsewhere than this script's clone is named)."""
+    code = Path(planner.__file__).resolve().parents[1]
+    git = ["git", "-C", str(code)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run([*git, "status", "--porcelain", "--", "cost_models", "hardware_profiles", "planner"],
                            capture_output=True, text=True).stdout.strip()
     checkout = (f"{head}{' + uncommitted changes in cost_models/hardware_profiles/planner' if dirty else ''}"
-                if head else "not a git checkout")
+                if head else "not a git checkout") + ("" if code == ROOT else f" (meshplan imported from {code})")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"pick_best {time.strftime('%Y-%m-%d %H:%M')}  checkout {checkout}\n"
             f"machine {platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python "
@@ -278,7 +280,7 @@ def details(r: JobResult, layouts: bool) -> list[str]:
     if r.oom:
         agree = sum(not fits for _, fits in r.oom)
         out.append(f"    measured out of memory: {len(r.oom)}; meshplan predicts {agree} of them not to fit")
-    out += [f"    skipped {m.label if m else ''}: {why}" for m, why in r.skipped]
+    out += [f"    skipped {m.label if m else 'the job'}: {why}" for m, why in r.skipped]
     out += [f"    note: {n}" for n in r.notes]
     if r.plan:
         out.append(f"    {r.plan}")
