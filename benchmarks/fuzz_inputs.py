@@ -206,7 +206,7 @@ class Inputs:
             del body[key]
             wrong, note = False, f"{kind}: no {key}"
         else:
-            body[_pick(rng, ["rope_theta", "torch_dtype", "extra"])] = _pick(rng, [1e6, "bfloat16", None])
+            body[_pick(rng, ["rope_scaling", "torch_dtype", "extra"])] = _pick(rng, [1e6, "bfloat16", None])
             wrong, note = False, f"{kind}: an unread key"
         return self._model_case(rng, "hf-config", self._write("config.json", json.dumps(data)), note, wrong)
 
@@ -436,7 +436,7 @@ def _change_model(rng: random.Random, data: dict[str, Any]) -> tuple[str, str, b
         del data[key]
         return key, f"no {key}", key in MODEL_REQUIRED
     if op == "unknown":
-        key = _pick(rng, ["hiden_size", "layers", "moe_experts", "rope_theta"])
+        key = _pick(rng, ["hiden_size", "layers", "moe_experts", "rope_scale"])
         data[key] = 1
         return key, f"an unknown key {key}", True
     data["name"] = value = _pick(rng, [3, None, "", "x" * 300, ["a"], "naïve/../name"])

@@ -195,13 +195,31 @@ def decoder_matmul_flops(model: ModelSpec, seq_len: int) -> float:
     return 2.0 * seq_len * weights + attention_core_flops(model, seq_len)
 
 
+def attended_fraction(model: ModelSpec, seq_len: int, causal: bool) -> float:
+    """Mean over the decoder layers of the (query, key) pairs a layer computes, over s²:
+        full layer      1/2 with a causal mask (`causal`), else 1;
+        windowed layer  (s·w − w²/2) / s² with the mask (query i sees keys max(0, i − w + 1) .. i), else w/s,
+    for a sliding window w < s on `ModelSpec.windowed_layers` of the layers (Beltagy et al. 2020, Longformer's
+    band; Mistral 7B's and Gemma 2's sliding-window layers). `causal` False is the MFU convention of counting
+    a full layer's s² pairs, which counts a windowed layer's band s·w."""
+    s, n = float(seq_len), model.num_layers
+    windowed = model.windowed_layers(seq_len)
+    full = 0.5 if causal and model.causal else 1.0
+    if not windowed:
+        return full
+    w = float(model.sliding_window)
+    band = (s * w - w * w / 2) / (s * s) if causal and model.causal else w / s
+    return (windowed * band + (n - windowed) * full) / n
+
+
 def attention_core_flops(model: ModelSpec, seq_len: int) -> float:
     """QKᵀ and softmax·V over all s keys, as dense matmuls count them: 2·s²·a·d_qk + 2·s²·a·d_v
     (= 4·s²·a·d without MLA, whose query/key heads are d_nope + d_rope wide and value heads d_v)."""
     if model.mla is None:
-        return 4.0 * seq_len**2 * model.q_dim
+        return 4.0 * seq_len**2 * model.q_dim * attended_fraction(model, seq_len, causal=False)
     mla, a = model.mla, model.num_attention_heads
-    return 2.0 * seq_len**2 * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
+    return (2.0 * seq_len**2 * a * (mla.qk_nope_head_dim + mla.qk_rope_head_dim + mla.v_head_dim)
+            * attended_fraction(model, seq_len, causal=False))
 
 
 def moe_decoder_matmul_flops(model: ModelSpec, seq_len: int) -> float:

@@ -42,6 +42,7 @@ from cost_models.compute import (
     gemm_fwd_bwd_time,
     memory_time,
 )
+from cost_models.flops import attended_fraction
 from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms
 from cost_models.host import layer_host_wait
 from cost_models.knobs import LayerKnobs, LayerTime
@@ -103,7 +104,7 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     heads = model.num_attention_heads / knobs.tp
     q_len = s / knobs.cp
     if job.runtime.attention is AttentionKernel.FLASH:
-        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * (0.5 if model.causal else 1.0)
+        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * attended_fraction(model, s, causal=True)
         if knobs.cp == 1 or not model.causal:
             # ring attention without a causal mask runs one kernel per block of s/cp keys
             return flash_attention_time(flops, s / knobs.cp, d_qk, gpu)

@@ -234,6 +234,11 @@ def _megatron_kwargs(p: Plan) -> tuple[dict, dict]:
     cfg.update({field: True for flag, field in switches.items() if flag in args})
     cfg["add_bias_linear"] = "--disable-bias-linear" not in args
     cfg["add_qkv_bias"] = "--add-qkv-bias" in args
+    if "--window-size" in args:
+        cfg["window_size"] = tuple(int(x) for x in args["--window-size"].split(","))
+        cfg["window_attn_skip_freq"] = args.get("--window-attn-skip-freq")
+    if "--norm-epsilon" in args:
+        cfg["layernorm_epsilon"] = args["--norm-epsilon"]
     if "--moe-layer-freq" in args:  # the list expression Megatron evaluates
         cfg["moe_layer_freq"] = eval(args["--moe-layer-freq"], {"__builtins__": {}})  # noqa: S307
         assert cfg["moe_layer_freq"] == [int(k) for k in m.moe_layers()]

@@ -276,3 +276,35 @@ def test_a_near_miss_of_a_hardware_preset() -> None:
 
     with pytest.raises(InputError, match=re.escape("did you mean one of h100-pcie, h100-sxm")):
         load_hardware("h100", 8)
+
+
+def test_hf_sliding_window_rope_theta_and_norm_eps_reach_the_cost_and_megatron(tmp_path: Path) -> None:
+    """Issue 31 item 4: Mistral's 4,096-key window at 8k halves the windowed layers' attention pairs (s·w − w²/2
+    of s²/2: 0.75 of causal), Gemma 2 keeps every second layer global, and the Megatron arguments state the window,
+    the rotary base and the norm epsilon (they were ignored without a word)."""
+    import planner
+    from cost_models.flops import attended_fraction
+    from planner.outputs.emitters.megatron import arguments
+
+    base = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "intermediate_size": 14336, "vocab_size": 32000, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
+    path = tmp_path / "mistral" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"model_type": "mistral", "sliding_window": 4096, **base}))
+    model = load_model(str(path))
+    assert (model.sliding_window, model.global_attention_every, model.rope_theta, model.norm_eps) == \
+        (4096, 0, 1e6, 1e-6)
+    assert attended_fraction(model, 8192, causal=True) == pytest.approx(0.375)  # (8192*4096 - 4096²/2) / 8192²
+    assert attended_fraction(model, 4096, causal=True) == 0.5  # the window covers the sequence
+    gemma = tmp_path / "gemma2" / "config.json"
+    gemma.parent.mkdir()
+    gemma.write_text(json.dumps({"model_type": "gemma2", "sliding_window": 4096, "head_dim": 128, **base}))
+    g = load_model(str(gemma))
+    assert g.global_attention_every == 2 and g.windowed_layers(8192) == 16
+    windowed = planner.evaluate(str(path), "h100-sxm", gpus=8, seq_len=8192, global_batch=8)
+    full = planner.evaluate("mistral-7b", "h100-sxm", gpus=8, seq_len=8192, global_batch=8)
+    assert windowed.breakdown.compute_s < full.breakdown.compute_s
+    plan = planner.plan(str(path), "h100-sxm", gpus=8, seq_len=8192, global_batch=8, spec=planner.SearchSpec(top_k=1))
+    args = dict(arguments(plan))
+    assert (args["--rotary-base"], args["--norm-epsilon"], args["--window-size"]) == (1000000, 1e-6, "4096,0")
+    assert "window-attn-skip-freq" not in str(args)

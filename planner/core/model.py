@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, identifier, integer
+from planner.core.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, identifier, integer, real
 from planner.core.enums import Activation, LayerKind, Norm
 from planner.core.errors import LayoutError, SpecError
 
@@ -144,6 +144,13 @@ class ModelSpec:
     vision: VisionSpec | None = None  # a vision encoder and projector on the first pipeline stage (VLMs)
     causal: bool = True  # causal self-attention (False for encoders: every query sees every key)
     activation: Activation | None = None  # None: Activation.default(gated_mlp), filled in on construction
+    # sliding-window attention (Mistral, Gemma 2/3): each query sees the last `sliding_window` keys (0: all), on
+    # every layer, or with `global_attention_every` k > 0 on all but every k-th layer (layers k, 2k, ... see all;
+    # Megatron-LM's --window-attn-skip-freq, Gemma 2's 2, Gemma 3's 6)
+    sliding_window: int = 0
+    global_attention_every: int = 0
+    rope_theta: float | None = None  # rotary base where the source states it (None: the runtime's default)
+    norm_eps: float | None = None  # the norms' epsilon where the source states it (None: the runtime's default)
 
     def __post_init__(self) -> None:
         identifier(self.name, "model name", SpecError)
@@ -160,6 +167,12 @@ class ModelSpec:
                     MAX_LAYERS if name == "num_layers" else MAX_WIDTH, SpecError)
         integer(self.learned_positions, f"model {self.name!r}: learned_positions", 0, MAX_SEQ_LEN, SpecError)
         integer(self.mtp_layers, f"model {self.name!r}: mtp_layers", 0, MAX_LAYERS, SpecError)
+        integer(self.sliding_window, f"model {self.name!r}: sliding_window", 0, MAX_SEQ_LEN, SpecError)
+        integer(self.global_attention_every, f"model {self.name!r}: global_attention_every", 0, self.num_layers,
+                SpecError)
+        for name, high in (("rope_theta", 1e12), ("norm_eps", 1.0)):
+            if getattr(self, name) is not None:
+                real(getattr(self, name), f"model {self.name!r}: {name}", 0.0, high, error=SpecError)
         if self.moe is not None and self.moe.count_moe_layers(self.num_layers) < 1:
             raise SpecError(f"model {self.name!r}: moe_first_dense_layers {self.moe.first_dense_layers} and moe_every "
                             f"{self.moe.every} leave no MoE layer among num_layers {self.num_layers} (need "
@@ -169,6 +182,14 @@ class ModelSpec:
                 f"model {self.name!r}: num_attention_heads {self.num_attention_heads} is not a multiple "
                 f"of num_kv_heads {self.num_kv_heads}"
             )
+
+    def windowed_layers(self, seq_len: int) -> int:
+        """Decoder layers whose queries see fewer keys than the sequence holds (0 without a window or when the
+        window covers the sequence)."""
+        if not self.sliding_window or self.sliding_window >= seq_len:
+            return 0
+        every = self.global_attention_every
+        return self.num_layers - (self.num_layers // every if every else 0)
 
     @property
     def mlp_activation(self) -> Activation:

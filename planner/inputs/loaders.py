@@ -19,6 +19,7 @@ from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, identifier, integ
 from planner.core.enums import Activation
 from planner.core.errors import InputError, SpecError
 from planner.core.inputfile import MAX_SPEC_BYTES, parse_json, parse_yaml, read_text, shown
+from planner.inputs.attention_keys import ATTENTION_KEYS, attention_fields, attention_mapping, hf_attention_keys
 from planner.inputs.yamlfile import packaged_presets, refuse_non_file
 
 REQUIRED_MODEL_KEYS = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
@@ -31,7 +32,7 @@ OPTIONAL_MODEL_KEYS = ("num_kv_heads", "head_dim", "norm", "activation", "qkv_bi
                        "mla_qk_rope_head_dim",
                        "mla_v_head_dim", "vision_num_layers", "vision_hidden_size", "vision_ffn_hidden_size",
                        "vision_num_attention_heads", "vision_image_size", "vision_patch_size",
-                       "vision_projector_hidden", "vision_class_token", "vision_images")
+                       "vision_projector_hidden", "vision_class_token", "vision_images", *ATTENTION_KEYS)
 _INT_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size",
              "num_kv_heads", "head_dim", "learned_positions", "mtp_layers", "moe_num_experts", "moe_top_k",
              "moe_ffn_hidden_size", "moe_shared_ffn_hidden_size", "moe_first_dense_layers", "moe_every",
@@ -151,8 +152,7 @@ def model_from_mapping(data: Any, origin: str) -> ModelSpec:
             moe=moe,
             mla=mla,
             mtp_layers=data.get("mtp_layers", 0),
-            vision=_vision(data, origin),
-        )
+            vision=_vision(data, origin), **attention_fields(data, origin))
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
 
@@ -254,6 +254,7 @@ def model_from_hf_config(config: Any, origin: str) -> ModelSpec:
         mapping["head_dim"] = config["head_dim"]
     mapping["qk_norm"] = kind in _HF_QK_NORM
     mapping["activation"] = _hf_activation(config, gated, origin)
+    mapping.update(hf_attention_keys(config, kind))
     mapping.update(_hf_moe_keys(config, kind, origin))
     return model_from_mapping(mapping, origin)
 
@@ -406,7 +407,7 @@ def model_mapping(model: ModelSpec) -> dict[str, Any]:
                if model.mlp_activation is not Activation.default(model.gated_mlp) else {}),
             "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias,
             "learned_positions": model.learned_positions, "dropout": model.dropout,
-            **({"qk_norm": True} if model.qk_norm else {}), **_moe_mla_mapping(model)}
+            **({"qk_norm": True} if model.qk_norm else {}), **_moe_mla_mapping(model), **attention_mapping(model)}
 
 
 def _moe_mla_mapping(model: ModelSpec) -> dict[str, Any]:

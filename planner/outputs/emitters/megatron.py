@@ -66,7 +66,24 @@ def _model_args(plan: Plan) -> list[tuple[str, object]]:
         args += [("--attention-dropout", 0.0), ("--hidden-dropout", 0.0)]
     if m.qk_norm:
         args.append(("--qk-layernorm", None))
-    return args + _mla_args(plan) + _moe_args(plan)
+    return args + _attention_args(plan) + _mla_args(plan) + _moe_args(plan)
+
+
+def _attention_args(plan: Plan) -> list[tuple[str, object]]:
+    """What the model states of its rotary base, norm epsilon and sliding window (Megatron's defaults otherwise):
+    --window-size w,0 (w keys to the left, none to the right) and --window-attn-skip-freq k (every k-th layer full)."""
+    m = plan.model
+    args: list[tuple[str, object]] = []
+    if m.rope_theta is not None and not m.learned_positions:
+        theta = m.rope_theta
+        args.append(("--rotary-base", int(theta) if float(theta).is_integer() else theta))
+    if m.norm_eps is not None:
+        args.append(("--norm-epsilon", m.norm_eps))
+    if m.sliding_window:
+        args.append(("--window-size", f"{m.sliding_window},0"))
+        if m.global_attention_every:
+            args.append(("--window-attn-skip-freq", m.global_attention_every))
+    return args
 
 
 def _mla_args(plan: Plan) -> list[tuple[str, object]]:

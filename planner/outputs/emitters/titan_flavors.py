@@ -34,7 +34,7 @@ def architecture(model: ModelSpec) -> dict[str, Any]:
         "tied_embeddings": model.tied_embeddings, "norm": model.norm.value,
         "qkv_bias": model.qkv_bias, "linear_bias": model.linear_bias, "learned_positions": model.learned_positions,
         "dropout": model.dropout, "qk_norm": model.qk_norm, "causal": model.causal,
-        "vision encoder": model.vision is not None}
+        "vision encoder": model.vision is not None, "sliding_window": model.sliding_window}
     if model.mla is None:  # with MLA, meshplan derives KV heads and head size from the MLA ranks
         out.update(num_kv_heads=model.num_kv_heads, head_dim=model.head_dim, mla=None)
     else:
