@@ -256,3 +256,20 @@ def test_plans_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         files.append(out.read_bytes())
     assert files[0] == files[1]
+
+
+def test_long_stage_tables_say_what_they_leave_out() -> None:
+    """Issue 31 item 6: past six stages the table shows the first, the heaviest and the last with '...' rows where
+    stages are left out, and says so (it dropped the middle stages without a word)."""
+    res = runner.invoke(app, ["evaluate", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "128",
+                                   "--seq-len", "4096", "--global-batch", "128", "--tp", "8", "--pp", "8",
+                                   "--zero", "1"])
+    assert res.exit_code == 0, res.output
+    assert "    ..." in res.output and "(3 of 8 stages shown" in res.output
+
+
+def test_hardware_columns_stay_aligned_with_long_names() -> None:
+    """Issue 31 item 6: the memory column ends at one place in every row, whatever the preset's name length."""
+    rows = [line for line in runner.invoke(app, ["hardware"]).output.splitlines()[1:] if line.strip()]
+    assert any(len(row.split()[0]) > 12 for row in rows)  # a name longer than the old fixed column
+    assert len({row.index("G ") for row in rows}) == 1

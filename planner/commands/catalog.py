@@ -34,10 +34,12 @@ def hardware() -> None:
     """List the built-in hardware presets."""
     from hardware_profiles import load_hardware, preset_names
 
-    typer.echo(f"{'preset':12} {'memory':>7} {'bf16 TF':>7} {'HBM GB/s':>8} {'GPUs/node':>9} {'scale-up':>8} "
+    names = preset_names()
+    width = max(12, *(len(n) for n in names))  # the longest name sets the column, so the columns stay aligned
+    typer.echo(f"{'preset':{width}} {'memory':>7} {'bf16 TF':>7} {'HBM GB/s':>8} {'GPUs/node':>9} {'scale-up':>8} "
                f"{'GB/s':>5} {'NIC Gb/s':>8}")
-    for name in preset_names():
+    for name in names:
         c = load_hardware(name, 1)
-        typer.echo(f"{name:12} {c.gpu.memory_gib:6.0f}G {c.gpu.peak_bf16_tflops:7.0f} {c.gpu.hbm_gbs:8.0f} "
+        typer.echo(f"{name:{width}} {c.gpu.memory_gib:6.0f}G {c.gpu.peak_bf16_tflops:7.0f} {c.gpu.hbm_gbs:8.0f} "
                    f"{c.gpus_per_node:9} {c.scale_up_size:8} {c.scale_up.bandwidth_gbs:5.0f} "
                    f"{c.scale_out.bandwidth_gbs * 8:8.0f}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_models.prediction import Prediction
+from cost_models.prediction import Prediction, StageCost
 from cost_models.schedules import LAUNCHERS
 from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
 from planner.inputs.runtimes import load_runtime
@@ -58,16 +58,27 @@ def prediction_dict(pred: Prediction, band: StepBand | None = None) -> dict[str,
 
 
 def _stage_rows(pred: Prediction) -> list[str]:
-    stages = list(pred.stages)
-    if len(stages) > 6:  # the ends and the heaviest middle stage tell the story
-        heavy = max(stages[1:-1], key=lambda s: s.peak_memory_gib)
-        stages = [stages[0], heavy, stages[-1]]
+    """The per-stage table; past six stages the ends and the heaviest middle stage tell the story, with a "..."
+    row where stages are left out and a line saying how many are shown."""
+    stages: list[StageCost | None] = list(pred.stages)
+    if len(stages) > 6:
+        middle = list(pred.stages[1:-1])
+        heavy = max(middle, key=lambda s: s.peak_memory_gib)
+        at = middle.index(heavy) + 1
+        stages = [pred.stages[0], *([None] if at > 1 else []), heavy,
+                  *([None] if at < len(pred.stages) - 2 else []), pred.stages[-1]]
     rows = [f"  {'stage':>5} {'layers':>6} {'s/micro-batch':>13} {'weights+grads+optim':>19} "
             f"{'activations':>11} {'other':>6} {'peak GiB':>9}"]
     for s in stages:
+        if s is None:
+            rows.append(f"  {'...':>5}")
+            continue
         states = s.weights_gib + s.gradients_gib + s.optimizer_state_gib
         rows.append(f"  {s.pp_rank:>5} {s.num_layers:>6} {s.compute_s:>13.4f} {states:>19.2f} "
                     f"{s.activations_gib:>11.2f} {s.other_gib + s.buffers_gib:>6.2f} {s.peak_memory_gib:>9.2f}")
+    if len(pred.stages) > 6:
+        rows.append(f"  (3 of {len(pred.stages)} stages shown: the first, the heaviest in memory, the last; a plan "
+                    "file lists them all)")
     return rows
 
 
