@@ -229,3 +229,16 @@ def test_second_axis_is_never_a_rescaling(varied: Varied, values: list[str]) -> 
         assert all(rescales(c) for c in candidates)
     else:
         assert not rescales(second[0])
+
+
+def test_the_printed_sweep_reads_as_plan_prints() -> None:
+    """Issue 31 item 6: tokens/s with thousands separators and MFU in %, as `plan` prints them (it printed
+    7.236e+04 and 0.5503); the CSV keeps the raw numbers."""
+    from planner.studies.sweep import sweep_table
+
+    frame = pd.DataFrame([{"value": 8, "fits": True, "step_time_s": 2.91791, "tokens_per_s": 89840.4,
+                           "tokens_per_s_per_gpu": 11230.05, "mfu": 0.58412, "peak_memory_gib": 71.83, "layout": "x",
+                           "note": ""}, {"value": 4, "fits": False, "note": "does not fit"}])
+    text = sweep_table(frame)
+    assert "89,840" in text and "58.4" in text and "2.9179" in text and "e+" not in text and "0.584" not in text
+    assert "MFU %" in text

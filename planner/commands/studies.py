@@ -72,7 +72,7 @@ def sweep(
     needed to train --tokens in --days."""
     from planner.core.fileio import write_bytes_atomic, write_text_atomic
     from planner.outputs.report import plan_table
-    from planner.studies.sweep import Job, capacity, sweep_plot
+    from planner.studies.sweep import Job, capacity, sweep_plot, sweep_table
     from planner.studies.sweep import sweep as run_sweep
 
     def action() -> None:
@@ -107,7 +107,7 @@ def sweep(
         from planner.inputs.runtimes import load_runtime
 
         typer.echo(f"runtime: {load_runtime(runtime_name).title}", err=report_to_stderr(csv, png))
-        typer.echo(frame.to_string(index=False, float_format=lambda x: f"{x:.4g}"), err=report_to_stderr(csv, png))
+        typer.echo(sweep_table(frame), err=report_to_stderr(csv, png))
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))
         if png is not None:

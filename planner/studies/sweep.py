@@ -71,6 +71,21 @@ def _row(value: Any, result: Plan | None, problem: str = "") -> dict[str, Any]:
             "layout": layout_line(lay, with_split_recompute=False), "note": ""}
 
 
+# how `sweep_table` prints each column (the CSV keeps the raw values): as `plan` prints the same figures
+_SHOWN: dict[str, tuple[str, Any]] = {
+    "step_time_s": ("step s", lambda x: f"{x:.4f}"), "tokens_per_s": ("tokens/s", lambda x: f"{x:,.0f}"),
+    "tokens_per_s_per_gpu": ("tokens/s/GPU", lambda x: f"{x:,.0f}"), "mfu": ("MFU %", lambda x: f"{100 * x:.1f}"),
+    "peak_memory_gib": ("peak GiB", lambda x: f"{x:.1f}")}
+
+
+def sweep_table(frame: pd.DataFrame) -> str:
+    """The sweep as text: step seconds, tokens/s with thousands separators, MFU in %, memory in GiB (it printed
+    7.236e+04 and 0.5503 where `plan` prints 72,360 and 55.0 %); a point that does not fit shows '-'."""
+    shown = frame.rename(columns={k: v[0] for k, v in _SHOWN.items()})
+    formatters = {v[0]: (lambda f: lambda x: "-" if x != x else f(x))(v[1]) for v in _SHOWN.values()}
+    return str(shown.to_string(index=False, formatters=formatters, na_rep="-"))
+
+
 def _change(varied: Varied, raw: str) -> tuple[Any, dict[str, Any]]:
     try:
         if varied is Varied.HARDWARE:
