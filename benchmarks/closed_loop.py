@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SEQ, MBS, GBS = 128, 2, 8
 THREADS = max(1, (os.cpu_count() or 2) // 2)  # each of the 2 processes gets its share of the cores
@@ -148,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         cluster = dataclasses.replace(cluster, gpus_per_node=2, scale_up_size=2,
                                       gpu=dataclasses.replace(cluster.gpu, memory_gib=64.0, hbm_gbs=CPU_MEMORY_GBS))
     runtime = Runtime(measured=measured, overlap_grad_reduce=False, overlap_param_gather=False)
+    from machine import machine_line
+
+    print(machine_line())
     print(f"{'layout':10} {'predicted s':>11} {'measured s':>10} {'error':>7} {'predicted GiB':>13} "
           f"{'RSS growth GiB':>14}")
     for mode, knobs in (("dp", {"tp": 1, "pp": 1, "mbs": MBS}), ("pp", {"tp": 1, "pp": 2, "mbs": MBS})):

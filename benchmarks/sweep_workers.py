@@ -10,12 +10,13 @@ times, the speed-up and whether the rows agree.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machine import machine_line  # noqa: E402
 
 from planner.studies.sweep import Job, Varied, sweep  # noqa: E402
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         frames[workers] = sweep(job, Varied.GPUS, values, workers=workers)
         times[workers] = time.perf_counter() - start
     same = frames[1].equals(frames[args.workers])
-    print(f"{args.points}-point sweep of {job.model} (gpus 8..{8 * args.points}) on {os.cpu_count()} cores")
+    print(f"{args.points}-point sweep of {job.model} (gpus 8..{8 * args.points}); {machine_line()}")
     print(f"  1 worker        {times[1]:8.2f} s")
     print(f"  {args.workers} workers       {times[args.workers]:8.2f} s")
     print(f"  speed-up        {times[1] / times[args.workers]:8.2f}x (target >= 1.8x with 2 workers); "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from machine import machine_line  # noqa: E402
 from ortools.sat.python import cp_model  # noqa: E402
 
 from cost_models.schedules import in_flight, program  # noqa: E402
@@ -67,7 +68,13 @@ def best_order(pp: int, m: int, vpp: int, cap: int | None, seconds: float) -> tu
     solver.parameters.max_time_in_seconds = seconds
     solver.parameters.num_workers = 2
     status = solver.solve(model)
-    return solver.status_name(status), solver.objective_value, solver.best_objective_bound
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)  # else there is no order to report, not a 0
+    return solver.status_name(status), solver.objective_value if found else None, solver.best_objective_bound
+
+
+def _shown(makespan: float | None) -> str:
+    """A makespan, or '-' where the solver found no order in its time."""
+    return "-" if makespan is None else f"{makespan:.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="CP-SAT time limit per solve")
     args = parser.parse_args(argv)
     vpp = 2
+    print(machine_line())
     print(f"{'pp':>3} {'m':>3} {'ours':>6} {'best, same memory':>22} {'best, any memory':>22} {'bound':>6}")
     for pp, m in CASES:
         chunks = pp * vpp
@@ -85,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         same = best_order(pp, m, vpp, cap, args.seconds)
         free = best_order(pp, m, vpp, None, args.seconds)
         bound = m * vpp * (F_CHUNK + B_CHUNK) + (pp - 1) * (F_CHUNK + B_CHUNK)
-        print(f"{pp:>3} {m:>3} {ours:>6.0f} {same[1]:>6.0f} {same[0]:>9} ({cap:>2}) {free[1]:>6.0f} {free[0]:>15}"
-              f" {bound:>6}")
+        print(f"{pp:>3} {m:>3} {ours:>6.0f} {_shown(same[1]):>6} {same[0]:>9} ({cap:>2}) {_shown(free[1]):>6} "
+              f"{free[0]:>15} {bound:>6}")
     return 0
 
 
