@@ -124,7 +124,7 @@ def test_impossible_pins_name_the_rule() -> None:
     }
     for pins, message in cases.items():
         res = runner.invoke(app, [*PLAN, *pins])
-        assert res.exit_code == 3 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+        assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
 
 
 BAD_INTS = ["0", "-1", "-8", str(HUGE), str(2**63)]

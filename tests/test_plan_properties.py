@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cost_models.step import evaluate_layout
-from planner import InfeasibleError, plan
+from planner import InfeasibleError, LayoutError, plan
 from planner.inputs.loaders import model_from_mapping
 from planner.search.space import SearchSpec
 
@@ -34,8 +34,11 @@ def problems(draw: st.DrawFn) -> dict:
 def test_plans_are_valid_and_consistent(problem: dict) -> None:
     try:
         result = plan(spec=SearchSpec(top_k=3), **problem)
-    except InfeasibleError as exc:
-        assert "no layout fits" in str(exc) or "no valid layout" in str(exc)
+    except InfeasibleError as exc:  # nothing fits in memory (exit 3)
+        assert "no layout fits" in str(exc)
+        return
+    except LayoutError as exc:  # no layout of the job passes the rules and limits (exit 2)
+        assert "no valid layout" in str(exc)
         return
     model, gpus = problem["model"], problem["gpus"]
     for ranked in (result.best, *result.alternatives):

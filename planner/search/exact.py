@@ -52,7 +52,7 @@ from planner.core import (
     ZeroStage,
     check_expert_degrees,
 )
-from planner.core.errors import InfeasibleError
+from planner.core.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.ilp import SolveOptions, Solver
@@ -148,7 +148,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     capacity, host_capacity = cluster.gpu.memory_gib * GIB, layer_times.host_capacity()
     pool = list(candidates(model, cluster, job, spec, offload_variants=False))
     if not pool:
-        raise InfeasibleError(no_layout_reason(model, cluster, job, spec))
+        raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
     offloads = {z: tuple(offload_options(z, spec)) for z in ZeroStage}
     variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
 
