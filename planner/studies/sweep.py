@@ -25,7 +25,7 @@ from hardware_profiles import HardwareOverrides
 from planner.api import plan
 from planner.core import Dtype, Runtime
 from planner.core.checks import MAX_GPUS, MAX_WORKERS, integer, real
-from planner.core.errors import InfeasibleError, InputError
+from planner.core.errors import InfeasibleError, InputError, LayoutError
 from planner.outputs.plan import Plan
 from planner.outputs.report import layout_line
 from planner.search.space import SearchSpec
@@ -104,7 +104,7 @@ def _point(job: Job, varied: Varied, raw: str) -> dict[str, Any]:
     value, changes = _change(varied, raw)
     try:
         return _row(value, _plan(job, **changes))
-    except InfeasibleError as exc:
+    except (InfeasibleError, LayoutError) as exc:  # nothing fits there, or no layout of that point passes the rules
         return _row(value, None, str(exc))
 
 
@@ -185,7 +185,7 @@ def capacity(job: Job, tokens: float, days: float, max_gpus: int,
     for gpus in counts:
         try:
             result = _plan(job, gpus=gpus)
-        except InfeasibleError:
+        except (InfeasibleError, LayoutError):
             tried.append((gpus, None))
             if progress is not None:
                 progress(len(tried), len(counts))
