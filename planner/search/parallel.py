@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 
 from planner.core import ClusterSpec, JobSpec, ModelSpec
-from planner.core.errors import InfeasibleError
+from planner.core.errors import InfeasibleError, LayoutError
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.ranked import Certificate, Ranked, SearchResult
@@ -35,10 +35,12 @@ def tp_groups(degrees: list[int], parts: int) -> list[tuple[int, ...]]:
 
 
 def _part(args: tuple[ModelSpec, ClusterSpec, JobSpec, SearchSpec, Solver, SolveOptions]
-          ) -> SearchResult | InfeasibleError:
+          ) -> SearchResult | InfeasibleError | LayoutError:
+    """One part's search; a part where nothing fits, or no layout passes the rules (its TP degrees may be ones the
+    runtime does not run), returns its error for the merge to skip."""
     try:
         return search(*args)
-    except InfeasibleError as exc:
+    except (InfeasibleError, LayoutError) as exc:
         return exc
 
 
