@@ -19,9 +19,11 @@ from dataclasses import replace
 
 from planner.core import ClusterSpec, JobSpec, ModelSpec
 from planner.core.errors import InfeasibleError, LayoutError
+from planner.inputs.runtimes import load_runtime
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.ranked import Certificate, Ranked, SearchResult
+from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, tp_options
 
 
@@ -72,8 +74,8 @@ def search_parallel(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: 
                     workers: int = 1) -> SearchResult:
     """`exact.search` over up to `workers` processes, one part of the TP degrees each; one process (the plain
     search) when there is one worker or one TP degree."""
-    spec, options = spec or SearchSpec(), options or SolveOptions()
-    degrees = tp_options(model, cluster, spec)
+    spec, options = for_runtime(spec or SearchSpec(), load_runtime(job.runtime.framework)), options or SolveOptions()
+    degrees = tp_options(model, cluster, spec)  # the runtime's TP degrees only: no part searches an empty space
     if workers <= 1 or len(degrees) < 2:
         return search(model, cluster, job, spec, solver, options)
     from concurrent.futures import ProcessPoolExecutor  # here: one process imports none of it
