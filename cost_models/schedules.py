@@ -34,6 +34,8 @@ B > F; it makes fewer sends than interleaving and every rank holds about W·p + 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from cost_models.simulator import Op, OpKind, Program
 from planner.core import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
@@ -171,8 +173,9 @@ def _zbv_order(device: int, pp: int, m: int) -> tuple[Op, ...]:
     return tuple(op for op in ops if op.microbatch < m)
 
 
+@lru_cache(maxsize=32)
 def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
-    """The per-device op orders of `schedule`."""
+    """The per-device op orders of `schedule` (cached: a search simulates many layouts of a few shapes)."""
     if schedule is Schedule.ZB_V:
         return Program(pp, placement(pp, 2, schedule), tuple(_zbv_order(d, pp, m) for d in range(pp)),
                        split_backward=True, explicit_w=True)

@@ -10,6 +10,9 @@ W ops that a schedule marks deferrable run when their device would otherwise wai
 `max_pending_w` are pending (zero-bubble schedules, Qi et al. 2023); a program with `explicit_w` places every
 W in its orders instead (ZB-V). Memory: F allocates the chunk's
 activations, B frees all of them, or (1 − w_share) when a W follows, and W the rest.
+Where the orders fix every op (all schedules but ZB-H1's deferred W) each op's start is determined by its device's
+previous op and its inputs alone, so the devices are advanced one at a time (`_sweep`, linear in the ops); deferred
+W needs the event loop (`_simulate_deferred`). Both give the same times; a search asks `makespan` only.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 
 class OpKind(str, Enum):
@@ -42,6 +46,12 @@ class Program:
     split_backward: bool  # B is input-gradient only; a W per (mb, chunk) follows
     max_pending_w: tuple[int, ...] = ()  # per device, deferrable W's allowed to wait (split_backward only)
     explicit_w: bool = False  # the orders place every W themselves (none is deferred)
+
+    @cached_property
+    def encoded(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+        """Each device's order as (kind: 0 F, 1 B, 2 W; micro-batch; chunk), what the simulator reads."""
+        kinds = {OpKind.F: 0, OpKind.B: 1, OpKind.W: 2}
+        return tuple(tuple((kinds[op.kind], op.microbatch, op.chunk) for op in order) for order in self.orders)
 
 
 @dataclass(frozen=True)
@@ -76,98 +86,189 @@ class SimResult:
         return (self.makespan - busiest) / busiest
 
 
-def _duration(d: Durations, op: Op) -> float:
-    return {OpKind.F: d.forward, OpKind.B: d.backward, OpKind.W: d.weight}[op.kind][op.chunk]
-
-
 def simulate(program: Program, durations: Durations) -> SimResult:
     """Run the program; raise ValueError if it deadlocks (an order that waits on itself)."""
-    chunks = len(program.placement)
-    place = program.placement
-    done: dict[tuple[str, int, int], float] = {}  # (kind "F" / "B" / "W", micro-batch, chunk) -> end
-    clock = [0.0] * program.num_devices
-    queues = [deque(order) for order in program.orders]
-    pending_w: list[deque[Op]] = [deque() for _ in range(program.num_devices)]
-    memory = [0.0] * program.num_devices
-    peak = [0.0] * program.num_devices
-    busy = [0.0] * program.num_devices
-    events: list[Event] = []
-    hop = durations.p2p_s
+    if program.split_backward and not program.explicit_w:
+        return _simulate_deferred(program, durations)
+    return _sweep(program, durations, record=True)
 
-    def ready_at(op: Op, device: int) -> float | None:
-        """When `op` could start on `device`: its device free and its inputs there; None while one is missing."""
-        mb, c, start = op.microbatch, op.chunk, clock[device]
-        if op.kind is OpKind.F:
-            if c > 0:
-                end = done.get(("F", mb, c - 1))
-                if end is None:
-                    return None
-                start = max(start, end + (hop if place[c - 1] != device else 0.0))
-            return start
-        if op.kind is OpKind.B:
-            end = done.get(("F", mb, c))
-            if end is None:
-                return None
-            start = max(start, end)
-            if c < chunks - 1:
-                end = done.get(("B", mb, c + 1))
-                if end is None:
-                    return None
-                start = max(start, end + (hop if place[c + 1] != device else 0.0))
-            return start
-        end = done.get(("B", mb, c))
-        return None if end is None else max(start, end)
 
-    def run(device: int, op: Op, start: float) -> None:
-        end = start + _duration(durations, op)
-        act = durations.activation[op.chunk]
-        if op.kind is OpKind.F:
-            memory[device] += act
-        elif op.kind is OpKind.B:
-            memory[device] -= act * ((1 - durations.w_share) if program.split_backward else 1.0)
-        else:
-            memory[device] -= act * durations.w_share
-        peak[device] = max(peak[device], memory[device])
-        busy[device] += end - start
-        clock[device] = end
-        done[(op.kind.value, op.microbatch, op.chunk)] = end
-        events.append(Event(device, op, start, end))
-        if op.kind is OpKind.B and program.split_backward and not program.explicit_w:
-            pending_w[device].append(Op(OpKind.W, op.microbatch, op.chunk))
+def makespan(program: Program, durations: Durations) -> float:
+    """`simulate(program, durations).makespan` without recording the events (what a search needs)."""
+    if program.split_backward and not program.explicit_w:
+        return _simulate_deferred(program, durations, record=False).makespan
+    return _sweep(program, durations, record=False).makespan
 
-    def device_key(device: int) -> tuple[float, int, int] | None:
-        """The device's earliest possible event, keyed (start, device, rank): its next scheduled op (rank 1) when its
-        inputs are there, or a pending weight-gradient op when it would otherwise wait (rank 2) or holds more of
-        them than its limit (rank 0, first); None when it can do nothing yet."""
-        queue, pending = queues[device], pending_w[device]
-        head = ready_at(queue[0], device) if queue else None
-        best = None if head is None else (head, device, 1)
-        if pending:
-            forced = len(pending) > (program.max_pending_w[device] if program.max_pending_w else 0)
-            if forced or head is None or head > clock[device]:
-                key = (clock[device], device, 0 if forced else 2)
-                if best is None or key < best:
-                    best = key
-        return best
 
-    # The next event is the least key over the devices. A device's key changes only when an op it may wait on has
-    # run: its own (its clock, queue and pending W) or a neighbouring chunk's (F(mb, c + 1) waits on F(mb, c) and
-    # B(mb, c − 1) on B(mb, c)), so only those devices' keys are looked at again after each event.
-    keys = [device_key(d) for d in range(program.num_devices)]
-    remaining = sum(len(q) for q in queues)
-    while remaining or any(pending_w):
+def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
+    """A program whose orders fix every op, W included: each op starts when its device has run the op before it and
+    its inputs are there, whatever the other devices do meanwhile, so the devices are advanced one at a time, each
+    as far as its inputs allow, and a device is looked at again when an op it may wait on has run (F(mb, c + 1)
+    waits on F(mb, c), B(mb, c − 1) on B(mb, c)). The times are those of the event loop (`_simulate_deferred`), the
+    same maxima and sums; the events are returned in its order (start, device)."""
+    place, hop, orders = program.placement, durations.p2p_s, program.encoded
+    chunks, devices = len(place), program.num_devices
+    last = chunks - 1
+    steps = (durations.forward, durations.backward, durations.weight)
+    width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
+    end_f, end_b = [-1.0] * width, [-1.0] * width
+    clock, at = [0.0] * devices, [0] * devices
+    memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
+    act, w_share, split = durations.activation, durations.w_share, program.split_backward
+    frees = ((1 - w_share) if split else 1.0, w_share)
+    timeline: list[tuple[float, int, int, float, tuple[int, int, int]]] = []
+    todo = list(range(devices - 1, -1, -1))
+    while todo:
+        device = todo.pop()
+        order, i, t = orders[device], at[device], clock[device]
+        while i < len(order):
+            kind, mb, c = op = order[i]
+            k = mb * chunks + c
+            if kind == 0:
+                start = t
+                if c:
+                    ready = end_f[k - 1]
+                    if ready < 0.0:
+                        break
+                    ready += hop if place[c - 1] != device else 0.0
+                    start = ready if ready > start else start
+                end = end_f[k] = start + steps[0][c]
+                if c < last and place[c + 1] != device:
+                    todo.append(place[c + 1])
+            elif kind == 1:
+                ready = end_f[k]
+                if ready < 0.0:
+                    break
+                start = ready if ready > t else t
+                if c < last:
+                    ready = end_b[k + 1]
+                    if ready < 0.0:
+                        break
+                    ready += hop if place[c + 1] != device else 0.0
+                    start = ready if ready > start else start
+                end = end_b[k] = start + steps[1][c]
+                if c and place[c - 1] != device:
+                    todo.append(place[c - 1])
+            else:
+                ready = end_b[k]
+                if ready < 0.0:
+                    break
+                start = ready if ready > t else t
+                end = start + steps[2][c]
+            if record:
+                memory[device] += act[c] if kind == 0 else -act[c] * frees[kind - 1]
+                peak[device] = max(peak[device], memory[device])
+                busy[device] += end - start
+                timeline.append((start, device, i, end, op))
+            t = end
+            i += 1
+        at[device], clock[device] = i, t
+    if any(at[d] < len(orders[d]) for d in range(devices)):
+        raise ValueError("the schedule deadlocks: some device waits for work that can never be ready")
+    if not record:  # the makespan alone
+        return SimResult(max(clock, default=0.0), (), (), ())
+    timeline.sort(key=lambda e: e[:3])
+    kinds = (OpKind.F, OpKind.B, OpKind.W)
+    events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
+    return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))
+
+
+def _simulate_deferred(program: Program, durations: Durations, record: bool = True) -> SimResult:
+    """The event loop, for programs whose weight-gradient ops wait on their device until it would otherwise idle
+    (zero-bubble schedules without explicit W): what a device runs next depends on when its inputs arrive.
+
+    The next event is the least key over the devices, (start, device, rank): a device's next scheduled op (rank 1)
+    when its inputs are there, or a pending weight-gradient op when it would otherwise wait (rank 2) or holds more
+    of them than its limit (rank 0, first). A device's key changes only when an op it may wait on has run: its own
+    (its clock, queue and pending W) or a neighbouring chunk's (F(mb, c + 1) waits on F(mb, c) and B(mb, c − 1) on
+    B(mb, c)), so only those devices' keys are looked at again after each event."""
+    place, hop, orders = program.placement, durations.p2p_s, program.encoded
+    chunks, devices = len(place), program.num_devices
+    last = chunks - 1
+    steps = (durations.forward, durations.backward, durations.weight)
+    width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
+    end_f, end_b = [-1.0] * width, [-1.0] * width
+    clock, at = [0.0] * devices, [0] * devices
+    pending: list[deque[tuple[int, int, int]]] = [deque() for _ in range(devices)]
+    limits = program.max_pending_w or (0,) * devices
+    memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
+    act, w_share = durations.activation, durations.w_share
+    defer = program.split_backward and not program.explicit_w
+    frees = ((1 - w_share) if program.split_backward else 1.0, w_share)
+    timeline: list[tuple[float, int, int, float, tuple[int, int, int]]] = []
+
+    def key(device: int) -> tuple[float, int, int] | None:
+        t, order, i = clock[device], orders[device], at[device]
+        head: float | None = None
+        if i < len(order):
+            kind, mb, c = order[i]
+            k = mb * chunks + c
+            if kind == 0:
+                head = t
+                if c:
+                    ready = end_f[k - 1]
+                    if ready < 0.0:
+                        head = None
+                    else:
+                        ready += hop if place[c - 1] != device else 0.0
+                        head = ready if ready > t else t
+            elif kind == 2:  # a weight-gradient op the order places itself
+                ready = end_b[k]
+                head = None if ready < 0.0 else (ready if ready > t else t)
+            else:
+                ready = end_f[k]
+                if ready >= 0.0:
+                    head = ready if ready > t else t
+                    if c < last:
+                        ready = end_b[k + 1]
+                        if ready < 0.0:
+                            head = None
+                        else:
+                            ready += hop if place[c + 1] != device else 0.0
+                            head = ready if ready > head else head
+        waiting = pending[device]
+        if waiting:
+            forced = len(waiting) > limits[device]
+            if forced or head is None or head > t:
+                own = (t, device, 0 if forced else 2)
+                if head is None or own < (head, device, 1):
+                    return own
+        return None if head is None else (head, device, 1)
+
+    keys = [key(d) for d in range(devices)]
+    remaining = sum(len(order) for order in orders)
+    while remaining or any(pending):
         best = min((k for k in keys if k is not None), default=None)
         if best is None:
             raise ValueError("the schedule deadlocks: some device waits for work that can never be ready")
         start, device, rank = best
         if rank != 1:
-            op = pending_w[device].popleft()
+            op = pending[device].popleft()
         else:
-            op = queues[device].popleft()
+            op = orders[device][at[device]]
+            at[device] += 1
             remaining -= 1
-        run(device, op, start)
-        keys[device] = device_key(device)
-        for c in (op.chunk - 1, op.chunk + 1):
-            if 0 <= c < chunks and place[c] != device:
-                keys[place[c]] = device_key(place[c])
-    return SimResult(max(clock), tuple(events), tuple(peak), tuple(busy))
+        kind, mb, c = op
+        end = start + steps[kind][c]
+        if kind == 0:
+            end_f[mb * chunks + c] = end
+        elif kind == 1:
+            end_b[mb * chunks + c] = end
+            if defer:
+                pending[device].append((2, mb, c))
+        if record:
+            memory[device] += act[c] if kind == 0 else -act[c] * frees[kind - 1]
+            peak[device] = max(peak[device], memory[device])
+            busy[device] += end - start
+            timeline.append((start, device, 0, end, op))
+        clock[device] = end
+        keys[device] = key(device)
+        if c and place[c - 1] != device:
+            keys[place[c - 1]] = key(place[c - 1])
+        if c < last and place[c + 1] != device:
+            keys[place[c + 1]] = key(place[c + 1])
+    if not record:  # the makespan alone
+        return SimResult(max(clock, default=0.0), (), (), ())
+    kinds = (OpKind.F, OpKind.B, OpKind.W)
+    events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
+    return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from cost_models.prediction import Prediction
 from cost_models.schedules import SPLIT_BACKWARD, W_SHARE, program
-from cost_models.simulator import Durations, SimResult, simulate
+from cost_models.simulator import Durations, SimResult, makespan, simulate
 from cost_models.step import pipeline_hop_time
 from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec
 
@@ -57,6 +57,7 @@ def simulated_step_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, la
     """Step time with the simulated pipeline, or None when the layout is too large to simulate."""
     if layout.pp == 1 or pipeline_events(layout, prediction.num_microbatches) > MAX_EVENTS:
         return None
-    makespan = simulate_layout(model, cluster, job, layout, prediction).makespan
+    prog = program(layout.schedule, layout.pp, prediction.num_microbatches, layout.vpp)
     b = prediction.breakdown
-    return makespan + b.dp_comm_s + b.optimizer_s + b.embedding_sync_s
+    return (makespan(prog, durations(model, cluster, job, layout, prediction)) + b.dp_comm_s + b.optimizer_s
+            + b.embedding_sync_s)
