@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from planner.core import Dtype, GpuSpec
 from planner.core.enums import Activation
+from planner.core.execution import TE_DELAYED, Fp8Casts
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def memory_time(num_bytes: float, gpu: GpuSpec) -> float:
 
 # Bytes per element to quantise a bf16 tensor for an fp8 GEMM: read 2, write the fp8 copy 1 and its transpose 1
 # (Transformer Engine's fused cast-transpose: the transposed copy feeds the weight-gradient GEMM).
-FP8_CAST_BYTES = 4.0
+FP8_CAST_BYTES = TE_DELAYED.input_bytes
 
 
 def gemm_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> float:
@@ -70,7 +71,8 @@ def gemm_efficiency(flops: float, gpu: GpuSpec, dtype: Dtype) -> float:
     return gpu.matmul_efficiency.at(flops)
 
 
-def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype, trained: float = 1.0) -> tuple[float, float]:
+def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype, trained: float = 1.0,
+                      casts: Fp8Casts = TE_DELAYED) -> tuple[float, float]:
     """Forward is the GEMM itself; backward is two GEMMs of the same FLOPs (dX = dY·Wᵀ, dW = Xᵀ·dY).
 
     With `trained` < 1 the weight is frozen and LoRA adapters of that relative size train beside it (Hu et al.
@@ -78,17 +80,22 @@ def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype, trained: float = 1
     computed; the adapters add `trained` of the GEMM's work to the forward and twice that to the backward (their
     dX and dW). `trained` 0: a frozen weight without adapters (dX only).
 
-    In fp8 (Transformer Engine) each GEMM's activation operand is quantised first: the input X [m, k] before
-    the forward, the output gradient dY [m, n] before the backward, FP8_CAST_BYTES per element each, at HBM
-    speed. Weights are cast once per step and cached across micro-batches (negligible per micro-batch). This
-    is why fp8 gains less on narrow layers: the cast costs O(m·k) against the GEMM's O(m·k·n)."""
+    In fp8 each GEMM's operands are quantised by the runtime's recipe (`casts`, planner.core.execution), at HBM
+    speed: the input X [m, k] before the forward (input_bytes per element), the output gradient dY [m, n] before
+    the backward (grad_bytes), X again for the weight gradient where the recipe re-casts it (wgrad_bytes), and the
+    weight [k, n] per micro-batch where the recipe does not cache its cast (weight_bytes, in the backward).
+    Transformer Engine (the default, delayed scaling) writes the FP8 copy and its transpose in one fused pass, 4
+    bytes per element, and casts weights once per step. This is why fp8 gains less on narrow layers: the casts
+    cost O(m·k) against the GEMM's O(m·k·n)."""
     t = gemm_time(gemm, gpu, dtype)
     fwd, bwd = (t, 2.0 * t) if trained >= 1.0 else (t * (1.0 + trained), t * (1.0 + 2.0 * trained))
     if not gpu.has_fp8(dtype):
         return fwd, bwd
-    cast_in = memory_time(FP8_CAST_BYTES * gemm.batch * gemm.m * gemm.k, gpu)
-    cast_grad = memory_time(FP8_CAST_BYTES * gemm.batch * gemm.m * gemm.n, gpu)
-    return fwd + cast_in, bwd + cast_grad
+    b = gemm.batch
+    cast_in = memory_time(casts.input_bytes * b * gemm.m * gemm.k, gpu)
+    cast_back = memory_time(casts.grad_bytes * b * gemm.m * gemm.n + casts.wgrad_bytes * b * gemm.m * gemm.k
+                            + casts.weight_bytes * b * gemm.k * gemm.n, gpu)
+    return fwd + cast_in, bwd + cast_back
 
 
 def attention_efficiency(gpu: GpuSpec, key_len: float, head_dim: float) -> float:
@@ -106,14 +113,16 @@ def attention_efficiency(gpu: GpuSpec, key_len: float, head_dim: float) -> float
     return min(1.0, gpu.attention_efficiency * saturation * width)
 
 
-def flash_attention_time(flops_fwd: float, key_len: float, head_dim: float, gpu: GpuSpec) -> tuple[float, float]:
+def flash_attention_time(flops_fwd: float, key_len: float, head_dim: float, gpu: GpuSpec,
+                         rate: float = 1.0) -> tuple[float, float]:
     """Fused attention (FlashAttention-2/3, cuDNN), bf16 even in fp8 training: forward runs `flops_fwd`
-    (causal blocks already skipped by the caller) at `attention_efficiency(...)` of the bf16 peak; backward
-    recomputes the scores, 2.5 x the forward FLOPs (Dao 2023, section 3.1), at `attention_backward_ratio` x the
-    forward rate (its extra reductions and atomics for dQ)."""
+    (causal blocks already skipped by the caller) at `attention_efficiency(...)` of the bf16 peak, times `rate`,
+    the runtime's kernel over the one the GPU profile's figures describe (Execution.attention_share: FlashAttention-2
+    runs at 0.62 of cuDNN's rate on H100); backward recomputes the scores, 2.5 x the forward FLOPs (Dao 2023,
+    section 3.1), at `attention_backward_ratio` x the forward rate (its extra reductions and atomics for dQ)."""
     if flops_fwd == 0:
         return 0.0, 0.0
-    eff = attention_efficiency(gpu, key_len, head_dim)
+    eff = attention_efficiency(gpu, key_len, head_dim) * rate
     t = flops_fwd / (gpu.peak(Dtype.BF16) * eff)
     return t, 2.5 * t / gpu.attention_backward_ratio
 

@@ -44,10 +44,11 @@ def mlp_gemms(model: ModelSpec, tokens: float, width: float) -> tuple[Gemm, Gemm
 def counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec, job: JobSpec,
                         dtype: Dtype | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of GEMMs each run `count` times as separate kernels, in `dtype` (default:
-    the job's)."""
+    the job's), with the FP8 casts of the job's recipe as its runtime runs it."""
+    casts = job.runtime.priced_execution.casts(job.runtime.fp8_recipe)
     fwd = bwd = 0.0
     for g, count in gemms:
-        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype, job.trainable_fraction)
+        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype, job.trainable_fraction, casts)
         fwd, bwd = fwd + count * gf, bwd + count * gb
     return fwd, bwd
 

@@ -63,6 +63,9 @@ class LayerActivations:
     moe: float
     full: float
     vision: float = 0.0  # the vision encoder and projector (first stage), per micro-batch
+    # what a layer holds while its backward recomputes it (full recomputation, torchtitan's per-op policy): its
+    # activations without recomputation, the larger of a dense and an MoE layer's
+    working: float = 0.0
 
 
 @dataclass(frozen=True)

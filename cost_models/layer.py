@@ -35,19 +35,20 @@ from cost_models.comm import (
     send_recv,
 )
 from cost_models.compute import (
-    ELEMENTWISE_BACKWARD,
     Gemm,
     activation_bytes,
     flash_attention_time,
     gemm_fwd_bwd_time,
     memory_time,
 )
+from cost_models.elementwise import elementwise_time
 from cost_models.flops import attended_fraction
 from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms
 from cost_models.host import layer_host_wait
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
 from cost_models.moe import moe_mlp_time, routed_rows
+from cost_models.sac import op_sac, sac_recompute_time
 from planner.core import (
     AttentionKernel,
     ClusterSpec,
@@ -59,6 +60,7 @@ from planner.core import (
     RecomputeModule,
 )
 from planner.core.errors import LayoutError
+from planner.core.execution import Elementwise
 from planner.core.mesh import Dim
 
 
@@ -98,8 +100,9 @@ def sequence_parallel_tp_time(cluster: ClusterSpec, job: JobSpec, knobs: LayerKn
 
 def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
                     ) -> tuple[float, float]:
-    """(forward, backward) seconds of QKᵀ → softmax → ·V for the local heads."""
+    """(forward, backward) seconds of QKᵀ → softmax → ·V for the local heads (fused: the runtime's kernel)."""
     gpu, s = cluster.gpu, job.seq_len
+    rate = job.runtime.priced_execution.attention_share(gpu.architecture)
     d_qk, d_v = head_dims(model)
     heads = model.num_attention_heads / knobs.tp
     q_len = s / knobs.cp
@@ -107,12 +110,12 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
         flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * attended_fraction(model, s, causal=True)
         if knobs.cp == 1 or not model.causal:
             # ring attention without a causal mask runs one kernel per block of s/cp keys
-            return flash_attention_time(flops, s / knobs.cp, d_qk, gpu)
+            return flash_attention_time(flops, s / knobs.cp, d_qk, gpu, rate)
         # causal ring attention, load-balanced (TE's AttnFuncWithCPAndKVP2P: each rank holds chunks i and 2cp-1-i
         # of 2cp): the diagonal step, 1/cp of the work, attends to the rank's own s/cp keys; every later step
         # attends to half a block (s/2cp keys, or half the queries against s/cp keys): shorter kernels
-        f1, b1 = flash_attention_time(flops / knobs.cp, s / knobs.cp, d_qk, gpu)
-        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), s / (2 * knobs.cp), d_qk, gpu)
+        f1, b1 = flash_attention_time(flops / knobs.cp, s / knobs.cp, d_qk, gpu, rate)
+        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), s / (2 * knobs.cp), d_qk, gpu, rate)
         return f1 + f2, b1 + b2
     batch = knobs.mbs * heads
     scores = Gemm(q_len, s, d_qk, batch)
@@ -141,7 +144,8 @@ def _measured_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: 
     return LayerTime(row.forward_s, row.backward_s, tp_comm=(2 * tp if kind == "decoder" else tp))
 
 
-def ring_attention_merge_time(model: ModelSpec, knobs: LayerKnobs, tokens: float, gpu: GpuSpec) -> tuple[float, float]:
+def ring_attention_merge_time(model: ModelSpec, knobs: LayerKnobs, tokens: float, gpu: GpuSpec,
+                              merge: Elementwise | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of the element-wise work ring attention adds per ring step beside its kernels
     (Transformer Engine's AttnFuncWithCPAndKVP2P, transformer_engine/pytorch/attention.py), per local token, each of
     the cp steps, at HBM speed (bf16, widths per TP rank: q = a·d_qk/t, o = a·d_v/t, kv of the step's K and V):
@@ -150,13 +154,18 @@ def ring_attention_merge_time(model: ModelSpec, knobs: LayerKnobs, tokens: float
                 step's output, read and write the running one: 6·o);
       backward  the step's dQ added into dQ (6·q), its dK,dV added into the buffer that travels the ring
                 (6·kv) and the half-block copy again (2·kv).
-    Softmax-statistics corrections (one value per head and token) are left out."""
+    Softmax-statistics corrections (one value per head and token) are left out. A runtime whose ring attention merges
+    otherwise gives its bytes per step as `merge` (Execution.ring_merge: coefficients of the q and kv widths above;
+    torch's context parallelism merges each step's output in fp32 in eager kernels)."""
     if knobs.cp == 1:
         return 0.0, 0.0
     d_qk, d_v = head_dims(model)
     heads = model.num_attention_heads / knobs.tp
     kv = (heads * (d_qk + d_v) if model.mla is not None
           else 2 * kv_heads_per_rank(model, knobs.tp) * model.head_dim)
+    if merge is not None:
+        return (knobs.cp * memory_time(tokens * merge.forward.per_token(0.0, heads * d_v, kv, 0.0), gpu),
+                knobs.cp * memory_time(tokens * merge.backward.per_token(0.0, heads * d_qk, kv, 0.0), gpu))
     forward = knobs.cp * memory_time(tokens * (6 * heads * d_v + 2 * kv), gpu)
     backward = knobs.cp * memory_time(tokens * (6 * heads * d_qk + 8 * kv), gpu)
     return forward, backward
@@ -239,29 +248,22 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     gpu, t = cluster.gpu, knobs.tp
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
-    q_local = model.q_dim / t
     kv_local = kv_heads_per_rank(model, t) * model.head_dim
     fwd, bwd = gemms_time(attention_gemms(model, tokens, t), cluster, job)
-    r = 1.0 / t if knobs.sp else 1.0
-    hidden_bytes = (8 + 12 + (2 if model.dropout else 0)) * h * r
-    rope_bytes = 0.0 if model.learned_positions else 4 * (q_local + kv_local)
     ep_fwd, mlp_collectives = 0.0, 1
     if moe and model.moe is not None:
         part = moe_mlp_time(model, job, cluster, knobs, tokens)
         fwd, bwd, ep_fwd = fwd + part.forward, bwd + part.backward, part.comm_forward
         mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
-        act_f = act_b = 0.0
     else:
         mf, mb = gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
         fwd, bwd = fwd + mf, bwd + mb
-        act_f, act_b = (x * f / t for x in activation_bytes(model.mlp_activation))
     gemm_f, gemm_b = fwd, bwd
     core_f, core_b = _attention_core(model, job, cluster, knobs)
-    merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, gpu)
+    merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, gpu, job.runtime.priced_execution.ring_merge)
     core_f, core_b = core_f + merge_f, core_b + merge_b
-    elementwise = memory_time(tokens * (hidden_bytes + rope_bytes), gpu)
-    fwd += core_f + elementwise + memory_time(tokens * act_f, gpu)
-    bwd += core_b + ELEMENTWISE_BACKWARD * elementwise + memory_time(tokens * act_b, gpu)
+    ew_f, ew_b = elementwise_time(model, job, knobs, tokens, gpu, moe)
+    fwd, bwd = fwd + core_f + ew_f, bwd + core_b + ew_b
     act_bytes_tp = tokens * h * 2
     if knobs.sp and knobs.tp > 1:
         tp_fwd, tp_bwd = sequence_parallel_tp_time(cluster, job, knobs, tokens, h, 1 + mlp_collectives, gemm_f, gemm_b)
@@ -279,6 +281,8 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
         cp_f, cp_b = gpu.exposed(ring, core_f), gpu.exposed(2 * ring, core_b)
     if knobs.recompute is Recompute.FULL:
         recompute, tp_re, ep_re = fwd, tp_fwd, ep_fwd
+    elif op_sac(job, knobs, moe):
+        recompute, tp_re, ep_re = sac_recompute_time(model, job, cluster, knobs, ew_f, tp_fwd)
     else:
         redo = RecomputeTime(core_f=core_f, tp_collective=_tp_comm(cluster, knobs, act_bytes_tp, 1,
                                                                    job.runtime.multi_rail),
@@ -291,6 +295,7 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     passes = (fwd + tp_fwd + cp_f + ep_pass, bwd + tp_bwd + cp_b + ep_pass,
               recompute + tp_re + (ep_pass if ep_re > 0 else 0.0))
     host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0)
+    host += job.runtime.priced_execution.host_layer_s * (2 + (recompute > 0))  # the runtime's fixed cost per pass
     return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep, host)
 
 

@@ -134,12 +134,15 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes(params: float, zero: ZeroStage, shard: int, grad_bytes: float, trainable: float = 1.0) -> StateBytes:
+def state_bytes(params: float, zero: ZeroStage, shard: int, grad_bytes: float, trainable: float = 1.0,
+                weight_bytes: float = WEIGHT_BYTES, optimizer_bytes: float = ADAM_STATE_BYTES) -> StateBytes:
     """Bytes of weights, gradients and Adam state for `params` parameters sharded `shard` ways, of which the
-    `trainable` share has gradients and optimizer state (the rest is frozen: its 16-bit weights only)."""
-    w = params * WEIGHT_BYTES / (shard if zero >= ZeroStage.WEIGHTS else 1)
+    `trainable` share has gradients and optimizer state (the rest is frozen: its 16-bit weights only). The runtime
+    sets the bytes per parameter (Execution.sharded_weight_bytes, optimizer_bytes): Megatron keeps bf16 weights
+    and an fp32 master copy in the optimizer (2 + 12), FSDP2 fp32 weights that are the master copy (4 + 8)."""
+    w = params * weight_bytes / (shard if zero >= ZeroStage.WEIGHTS else 1)
     g = params * trainable * grad_bytes / (shard if zero >= ZeroStage.GRADIENTS else 1)
-    o = params * trainable * ADAM_STATE_BYTES / (shard if zero >= ZeroStage.OPTIMIZER else 1)
+    o = params * trainable * optimizer_bytes / (shard if zero >= ZeroStage.OPTIMIZER else 1)
     return StateBytes(w, g, o)
 
 
@@ -154,9 +157,12 @@ def largest_module_params(model: ModelSpec, tp: int, ep: int = 1, etp: int = 1) 
     return max(qkv, fc1, h * f / tp, model.q_dim * h / tp, attention_params_per_rank(model, tp) / 3, experts)
 
 
-def zero3_working_bytes(model: ModelSpec, tp: int, grad_bytes: float, ep: int = 1, etp: int = 1) -> float:
-    """Gathered weights of the current and the prefetched module, plus one module's full gradient."""
-    unit = largest_module_params(model, tp, ep, etp)
+def zero3_working_bytes(model: ModelSpec, tp: int, grad_bytes: float, ep: int = 1, etp: int = 1,
+                        unit: float | None = None) -> float:
+    """Gathered weights of the current and the prefetched module, plus one module's full gradient; `unit`: the
+    gathered module's parameters (default the largest weight matrix, `largest_module_params`; FSDP2 gathers a
+    whole transformer block)."""
+    unit = largest_module_params(model, tp, ep, etp) if unit is None else unit
     return 2 * unit * WEIGHT_BYTES + unit * grad_bytes
 
 
@@ -289,9 +295,11 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp
     return tokens * (terms.total - terms.freed(selective_modules(recompute, modules)))
 
 
-def logits_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: int) -> float:
-    """Last stage: bf16 logits and the fp32 softmax the vocabulary-parallel cross-entropy keeps."""
-    return mbs * seq_len / cp * model.vocab_size / tp * (2 + 4)
+def logits_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: int, per_logit: float = 6.0) -> float:
+    """Last stage: what the loss holds per logit at its peak (Execution.logit_bytes): Megatron's vocabulary-parallel
+    cross-entropy the bf16 logits and its fp32 softmax (2 + 4); torchtitan's F.cross_entropy(pred.float()) the bf16
+    logits, their fp32 copy and the fp32 log-softmax it saves (2 + 4 + 4)."""
+    return mbs * seq_len / cp * model.vocab_size / tp * per_logit
 
 
 def embedding_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: int, sp: bool) -> float:

@@ -25,11 +25,15 @@ from cost_models.offload import host_capacity_bytes, node_host_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
+from cost_models.sac import sac_activation_bytes
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
+    gather_bytes,
     host_state_bytes,
+    kept_gathered,
     optimizer_time,
+    per_block,
     sharded_dp_exposed,
     stage_offload_exposed,
     stage_states,
@@ -47,6 +51,7 @@ from planner.core import (
     RecomputeModule,
     ZeroStage,
 )
+from planner.core.execution import FsdpForm, SelectiveForm
 
 
 def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: Layout) -> float:
@@ -76,13 +81,36 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
         other += costs.activations.vision * in_flight_mb
     if last:
-        other += M.logits_bytes(model, s, b, layout.tp, layout.cp) * (1 + model.mtp_layers)
+        other += M.logits_bytes(model, s, b, layout.tp, layout.cp, rt.priced_execution.logit_bytes) * (
+            1 + model.mtp_layers)
         other += model.mtp_layers * (acts.moe if costs.mtp_moe else acts.dense) * in_flight_mb
-    if layers.full:  # the layer being recomputed holds all its activations until its backward is done
-        other += acts.moe if layers.moe_full else acts.dense
-    if layout.zero is ZeroStage.WEIGHTS and layers.total:
-        other += M.zero3_working_bytes(model, layout.tp, rt.grad_reduce_bytes, layout.ep, layout.etp)
+    if layers.full or (layout.recompute is Recompute.SELECTIVE and rt.priced_execution.selective
+                       is SelectiveForm.OP_SAC):
+        # the layer being recomputed holds all its activations until its backward is done
+        other += acts.working
+    if layers.total and (layout.zero is ZeroStage.WEIGHTS or (layout.zero is ZeroStage.GRADIENTS and per_block(job))):
+        other += gathered_weight_bytes(costs, costs.body(first, last, layers).params)
     return activations, other, on_host
+
+
+def gathered_weight_bytes(costs: LayoutCosts, params: StageParams) -> float:
+    """Bytes sharded data parallelism holds gathered on a rank whose stage has `params` parameters, as the runtime's
+    FSDP runs it (Execution.fsdp, reshard_under_pp):
+      ZeRO-3            the current and the prefetched module with one module's full gradient (`M.zero3_working_bytes`;
+                        a module is one weight matrix per-module, a whole layer per-block);
+      FSDP2 ZeRO-2      (reshard_after_forward "never") every weight gathered from its forward to its backward (fp8
+                        with FP8 all-gathers, else bf16) and one block's full gradient;
+      kept under PP     (`sync.kept_gathered`) every weight gathered and the gradients accumulated unsharded in the
+                        reduce dtype across micro-batches."""
+    model, job, layout = costs.model, costs.job, costs.layout
+    ex, grad = job.runtime.priced_execution, job.runtime.grad_reduce_bytes
+    gathered = params.total * gather_bytes(job, costs.cluster)
+    if kept_gathered(layout, job):
+        return gathered + params.total * grad * job.trainable_fraction
+    unit = (costs.moe_params.total or costs.dense_params.total) if ex.fsdp is FsdpForm.PER_BLOCK else None
+    if layout.zero is ZeroStage.GRADIENTS:
+        return gathered + (unit or 0.0) * grad * job.trainable_fraction
+    return M.zero3_working_bytes(model, layout.tp, grad, layout.ep, layout.etp, unit)
 
 
 def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
@@ -136,6 +164,8 @@ def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: boo
     measured = job.runtime.measured
     if measured and recompute is not Recompute.FULL:
         return measured.get("decoder", tp, mbs).activation_bytes
+    if recompute is Recompute.SELECTIVE and not moe and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC:
+        return sac_activation_bytes(model, job.seq_len, mbs, tp, cp, sp)
     return M.layer_activation_bytes(model, job.seq_len, mbs, tp, cp, sp, recompute, job.runtime.attention, moe, etp,
                                     job.runtime.moe_load_factor, modules, fp8)
 
@@ -199,7 +229,8 @@ def layer_activations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knob
     return LayerActivations(act(knobs.recompute, False), act(knobs.recompute, True) if has_moe else 0.0,
                             act(Recompute.FULL, False),
                             M.vision_activation_bytes(model, knobs.mbs, knobs.tp, knobs.sp, knobs.recompute,
-                                                      job.runtime.attention))
+                                                      job.runtime.attention),
+                            max(act(Recompute.NONE, False), act(Recompute.NONE, True) if has_moe else 0.0))
 
 
 def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
@@ -251,10 +282,12 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
     if last:
         time = time + costs.times.head
         params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
+    ex = job.runtime.priced_execution
+    time = time + LayerTime(host=ex.host_microbatch_s)  # the runtime's fixed host cost per micro-batch and stage
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
-        optimizer_s=optimizer_time(params, layout, job, cluster),
+        optimizer_s=optimizer_time(params, layout, job, cluster) + ex.host_step_s,
         states=stage_states(params, layout, job),
         offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
                                         layers, layout, cluster),

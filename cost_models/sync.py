@@ -38,6 +38,7 @@ from planner.core import (
     Offload,
     ZeroStage,
 )
+from planner.core.execution import FsdpForm
 from planner.core.mesh import DataGroups
 
 OPTIMIZER_BYTES_PER_PARAM = 38.0
@@ -86,9 +87,12 @@ def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, DataGroup
 def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBytes:
     """Weights, gradients and Adam state a stage keeps on its GPUs, each group sharded over its own data-parallel
     ranks (gradients and state for the job's trainable share); offloaded state lives on the host instead
-    (`host_state_bytes`)."""
-    grad, share = job.runtime.grad_reduce_bytes, job.trainable_fraction
-    parts = [M.state_bytes(p, layout.zero, g.shard.size, grad, share) for p, g in _groups(params, layout)]
+    (`host_state_bytes`). FSDP2 shards the weights at rest under ZeRO-2 too (torchtitan's reshard_after_forward
+    "never" keeps them gathered only between a forward and its backward: cost_models.step.gathered_weight_bytes)."""
+    grad, share, ex = job.runtime.grad_reduce_bytes, job.trainable_fraction, job.runtime.priced_execution
+    zero = ZeroStage.WEIGHTS if per_block(job) and layout.zero is ZeroStage.GRADIENTS else layout.zero
+    parts = [M.state_bytes(p, zero, g.shard.size, grad, share, ex.sharded_weight_bytes, ex.optimizer_bytes)
+             for p, g in _groups(params, layout)]
     weights = 0.0 if Offload.PARAMS in layout.offload else sum(x.weights for x in parts)
     optimizer = 0.0 if Offload.OPTIMIZER in layout.offload else sum(x.optimizer for x in parts)
     return M.StateBytes(weights, sum(x.gradients for x in parts), optimizer)
@@ -109,6 +113,8 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     """Exposed seconds of the per-step gradient reduction of one stage, both groups: ZeRO 0-2's collectives and,
     with HSDP, every stage's all-reduce of the gradient shard over the replicas (`grad_sync_times`)."""
     rt = job.runtime
+    if kept_gathered(layout, job):
+        return kept_gathered_sync(params, layout, job, cluster, fwd_first)
     reduce = gather = 0.0
     for p, groups in _groups(params, layout):  # only the trained weights change: gather what was updated
         r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
@@ -125,6 +131,39 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
         to_host = exposed_copy(local_params(params, layout) * job.trainable_fraction * rt.grad_reduce_bytes,
                                bwd_last, cluster)
     return exposed_reduce + exposed_gather + to_host
+
+
+def per_block(job: JobSpec) -> bool:
+    """The runtime shards with FSDP2, one transformer block at a time (Execution.fsdp)."""
+    return job.runtime.priced_execution.fsdp is FsdpForm.PER_BLOCK
+
+
+def kept_gathered(layout: Layout, job: JobSpec) -> bool:
+    """ZeRO-2 or -3 under a pipeline in a runtime that keeps weights gathered across micro-batches (Execution
+    .reshard_under_pp false: torchtitan's apply_fsdp sets reshard_after_forward False with PP, as its "never" does
+    anyway, and torch's pipelining skips gradient sync on every micro-batch but the last)."""
+    return (layout.zero >= ZeroStage.GRADIENTS and layout.pp > 1
+            and not job.runtime.priced_execution.reshard_under_pp)
+
+
+def kept_gathered_sync(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+                       fwd_first: float) -> float:
+    """Exposed seconds per step of ZeRO-3 when a stage keeps its weights gathered (`kept_gathered`): one all-gather
+    of its weights (fp8 with FP8 all-gathers), block by block ahead of the first micro-batch's forward, which hides
+    it as far as it is long, and one reduce-scatter of its gradients in the reduce dtype after the last micro-batch's
+    backward, when torch's pipelining runs every block's post-backward at once: nothing of the stage is left to hide
+    it. With HSDP the shard's all-reduce over the replicas follows."""
+    rt, gpu = job.runtime, cluster.gpu
+    gather = reduce = 0.0
+    for p, groups in _groups(params, layout):
+        trained = p * job.trainable_fraction
+        gather += collective(Collective.ALL_GATHER, trained * gather_bytes(job, cluster), groups.shard, cluster,
+                             rt.multi_rail)
+        reduce += collective(Collective.REDUCE_SCATTER, trained * rt.grad_reduce_bytes, groups.shard, cluster,
+                             rt.multi_rail)
+        reduce += grad_sync_times(trained, ZeroStage.WEIGHTS, groups, cluster, rt.grad_reduce_bytes,
+                                  rt.multi_rail)[0]
+    return gpu.exposed(gather, fwd_first) + reduce
 
 
 def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
@@ -147,13 +186,16 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
 
     ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (a sharded gradient
     buffer cannot accumulate unreduced gradients). ZeRO-3 also all-gathers the weights before each
-    forward and backward (the recomputed forward reuses the backward's gather), module by module
-    (four weight matrices per decoder layer). Expert weights do the same over their own group."""
-    if layout.zero < ZeroStage.GRADIENTS:
+    forward and backward (the recomputed forward reuses the backward's gather), module by module: four weight
+    matrices per decoder layer (Megatron-FSDP), or one block per layer (FSDP2, Execution.fsdp per-block). Expert
+    weights do the same over their own group. A runtime that keeps weights gathered under a pipeline gathers and
+    reduce-scatters once per step instead (`kept_gathered_sync`)."""
+    if layout.zero < ZeroStage.GRADIENTS or kept_gathered(layout, job):
         return 0.0
     gpu, rails = cluster.gpu, job.runtime.multi_rail
     backward = time.backward + time.recompute
-    units = max(1, ZERO3_UNITS_PER_LAYER * n_layers)
+    per_layer = ZERO3_UNITS_PER_LAYER if job.runtime.priced_execution.fsdp is FsdpForm.PER_MODULE else 1
+    units = max(1, per_layer * n_layers)
     scatter = gather = 0.0
     for p, groups in _groups(params, layout):  # within the shard group (HSDP's replicas all-reduce once per step)
         grad_bytes = p * job.trainable_fraction * job.runtime.grad_reduce_bytes  # frozen weights have none

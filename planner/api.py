@@ -50,7 +50,7 @@ from planner.core.errors import InputError, LayoutError, UnsupportedModelError
 from planner.core.framework import Framework
 from planner.core.job import MAX_LORA_RANK
 from planner.inputs.loaders import load_model
-from planner.inputs.runtimes import load_runtime
+from planner.inputs.runtimes import load_runtime, with_execution
 from planner.outputs.plan import Plan
 from planner.search.exact import ProgressFn, search
 from planner.search.ilp import SolveOptions, Solver
@@ -116,6 +116,7 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     integer(lora_rank, "lora_rank", 0, MAX_LORA_RANK)
     dtype = _enum(Dtype, dtype, "dtype")
     _check_runtime(runtime)
+    runtime = with_execution(runtime)
     _instance(overrides, HardwareOverrides, "overrides", "a HardwareOverrides")
     model_spec = model if isinstance(model, ModelSpec) else load_model(model)
     cluster = hardware if isinstance(hardware, ClusterSpec) else load_hardware(hardware, gpus, overrides)

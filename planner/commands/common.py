@@ -32,7 +32,8 @@ from planner.core.checks import (
     physical,
     real,
 )
-from planner.core.errors import InputError, MeshplanError
+from planner.core.errors import InputError, MeshplanError, SpecError
+from planner.core.execution import Fp8Recipe
 from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -171,15 +172,32 @@ DedupDispatch = Annotated[bool, typer.Option(
                                  "over NVLink (DeepEP; Megatron-LM's flex dispatcher).")]
 
 
+CompileOpt = Annotated[bool | None, typer.Option(
+    "--compile/--no-compile", help="torch.compile each transformer block (torchtitan training.compile / [compile]); "
+                                   "default: the runtime's (off in torchtitan; Megatron-LM runs fused kernels).")]
+
+
+Fp8RecipeOpt = Annotated[Fp8Recipe | None, typer.Option(
+    help="FP8 recipe of an fp8 job: delayed or current (Transformer Engine), tensorwise or rowwise (torchao); "
+         "default: the runtime's first (hardware_profiles/runtimes/).")]
+
+
 def runtime_of(attention: AttentionKernel, capacity: float | None, imbalance: float, overlap: bool,
-             dedup: bool, framework: Framework = DEFAULT_FRAMEWORK) -> Runtime:
-    """The runtime of `--runtime` and the MoE options, each checked under its flag's name (the option's range check
-    lets NaN by)."""
+             dedup: bool, framework: Framework = DEFAULT_FRAMEWORK, compile_blocks: bool | None = None,
+             fp8_recipe: Fp8Recipe | None = None) -> Runtime:
+    """The runtime of `--runtime`, the MoE options, --compile and --fp8-recipe, each checked under its flag's name
+    (the option's range check lets NaN by; a recipe the runtime does not run is refused naming its recipes)."""
     physical(imbalance, "--moe-load-imbalance", MOE_LOAD_FACTOR)
     if capacity is not None:
         physical(capacity, "--moe-capacity-factor", MOE_LOAD_FACTOR)
-    return Runtime(framework=framework, attention=attention, moe_capacity_factor=capacity,
-                   moe_load_imbalance=imbalance, moe_comm_overlap=overlap, moe_dedup_dispatch=dedup)
+    from planner.inputs.runtimes import with_execution
+
+    try:
+        return with_execution(Runtime(framework=framework, attention=attention, moe_capacity_factor=capacity,
+                                      moe_load_imbalance=imbalance, moe_comm_overlap=overlap,
+                                      moe_dedup_dispatch=dedup, compile=compile_blocks, fp8_recipe=fp8_recipe))
+    except SpecError as exc:
+        raise InputError(f"--fp8-recipe: {exc}") from None
 
 
 class Progress:

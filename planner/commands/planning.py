@@ -12,8 +12,10 @@ from planner.commands.common import (
     Attention,
     CapacityFactor,
     CommOverlap,
+    CompileOpt,
     DedupDispatch,
     DtypeOpt,
+    Fp8RecipeOpt,
     GlobalBatch,
     GlobalBatchTokens,
     GpusPerNode,
@@ -90,6 +92,8 @@ def evaluate(
     moe_load_imbalance: LoadImbalance = 1.0,
     moe_comm_overlap: CommOverlap = False,
     moe_dedup_dispatch: DedupDispatch = False,
+    compile_blocks: CompileOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -115,7 +119,7 @@ def evaluate(
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                           runtime=runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
-                                             moe_dedup_dispatch, runtime_name),
+                                             moe_dedup_dispatch, runtime_name, compile_blocks, fp8_recipe),
                           overrides=overrides, lora_rank=lora_rank)
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp,
@@ -184,6 +188,8 @@ def plan(
     moe_load_imbalance: LoadImbalance = 1.0,
     moe_comm_overlap: CommOverlap = False,
     moe_dedup_dispatch: DedupDispatch = False,
+    compile_blocks: CompileOpt = None,
+    fp8_recipe: Fp8RecipeOpt = None,
     gpus_per_node: GpusPerNode = None,
     inter_node_gbps: InterNode = None,
     memory_gib: MemoryGib = None,
@@ -235,7 +241,7 @@ def plan(
             raise InputError("--per-layer plans chain tables (--costs with kinds other than embedding, decoder, "
                              "lm_head); transformer plans take one TP degree and recompute setting for every layer")
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
-                             moe_dedup_dispatch, launcher_framework(launcher, runtime_name))
+                             moe_dedup_dispatch, launcher_framework(launcher, runtime_name), compile_blocks, fp8_recipe)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
         rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
                        else (recompute, None))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from planner.core.enums import Offload, Schedule, Target
+from planner.core.execution import Execution
 
 
 class Framework(str, Enum):
@@ -80,6 +81,7 @@ class RuntimeProfile:
     target: Target | None  # the configuration `emit` writes for it; None for `any`
     capabilities: Capabilities
     source: str  # where the capabilities were read
+    execution: Execution = Execution()  # how it runs a layout: what the cost model prices (planner.core.execution)
 
     @property
     def title(self) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MOE_LOAD_FACTOR, integer, physical, real
 from planner.core.enums import AttentionKernel, Dtype
 from planner.core.errors import SpecError
+from planner.core.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe
 from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 from planner.core.measured import MeasuredCosts
 
@@ -49,6 +50,14 @@ class Runtime:
     # them only when the data is needed (Megatron-LM's default with interleaving, --no-overlap-p2p-communication
     # turns it off; torch.distributed.pipelining's runtime always); 1F1B without chunks waits on each
     overlap_p2p_comm: bool = True
+    # how the runtime executes a layout (its profile's `execution` section, planner.core.execution): filled from
+    # hardware_profiles/runtimes/<framework>.yaml by planner.api.resolve; None prices as Megatron-core runs it
+    execution: Execution | None = None
+    # torch.compile of each transformer block (torchtitan training.compile); None: the runtime's default
+    compile: bool | None = None
+    # the FP8 recipe of an fp8 job (torchao tensorwise/rowwise, Transformer Engine delayed/current); None: the
+    # runtime's default, the first its profile lists
+    fp8_recipe: Fp8Recipe | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.framework, Framework):
@@ -64,6 +73,26 @@ class Runtime:
         physical(self.moe_load_imbalance, "moe_load_imbalance (busiest rank over the mean)", MOE_LOAD_FACTOR, SpecError)
         if self.moe_dedup_dispatch and self.moe_capacity_factor is not None:
             raise SpecError("deduplicated (DeepEP) dispatch routes dropless: it cannot pad to a capacity factor")
+        if self.fp8_recipe is not None and not isinstance(self.fp8_recipe, Fp8Recipe):
+            try:
+                object.__setattr__(self, "fp8_recipe", Fp8Recipe(self.fp8_recipe))
+            except ValueError:
+                raise SpecError(f"fp8_recipe must be one of {', '.join(r.value for r in Fp8Recipe)}, got "
+                                f"{self.fp8_recipe!r}") from None
+        if self.fp8_recipe is not None and self.execution is not None and self.fp8_recipe not in {
+                c.recipe for c in self.execution.fp8}:
+            raise SpecError(f"runtime {self.framework.value} runs fp8 recipe(s) "
+                            f"{', '.join(c.recipe.value for c in self.execution.fp8)}, not {self.fp8_recipe.value}")
+
+    @property
+    def priced_execution(self) -> Execution:
+        """What the cost model prices: the runtime's execution profile, or Megatron-core's when none was resolved."""
+        return self.execution if self.execution is not None else MEGATRON_EXECUTION
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the layer code runs under torch.compile (the job's choice, else the runtime's default)."""
+        return self.priced_execution.compile_default if self.compile is None else self.compile
 
     @property
     def moe_load_factor(self) -> float:

@@ -5,6 +5,7 @@ unknown or missing key is an error naming the allowed ones."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -14,6 +15,8 @@ from planner.core.checks import choice, flag, integer, mapping_keys
 from planner.core.enums import Offload, Schedule, Target
 from planner.core.errors import InputError
 from planner.core.framework import Capabilities, Framework, RuntimeProfile
+from planner.core.job import Runtime
+from planner.inputs.execution import execution_from_mapping
 
 _ABOUT = ("name", "label", "package", "version", "emit", "source")
 _FLAGS = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "virtual_stages", "uneven_split",
@@ -30,7 +33,7 @@ def _stages(value: Any, where: str) -> tuple[int, ...]:
 
 def profile_from_mapping(data: Any, origin: str) -> RuntimeProfile:
     """One runtime profile document -> RuntimeProfile."""
-    data = mapping_keys(data, _KEYS, (), origin)
+    data = mapping_keys(data, _KEYS, ("execution",), origin)
     if not isinstance(data["schedules"], list) or not isinstance(data["offload"], dict):
         raise InputError(f"{origin}: schedules must be a list and offload a mapping of what -> ZeRO stages")
     caps = Capabilities(
@@ -45,7 +48,8 @@ def profile_from_mapping(data: Any, origin: str) -> RuntimeProfile:
     target = None if data["emit"] is None else choice(Target, data["emit"], f"{origin}: emit")
     return RuntimeProfile(framework=choice(Framework, data["name"], f"{origin}: name"), label=str(data["label"]),
                           package=str(data["package"]), version=str(data["version"]), target=target,
-                          capabilities=caps, source=" ".join(str(data["source"]).split()))
+                          capabilities=caps, source=" ".join(str(data["source"]).split()),
+                          execution=execution_from_mapping(data.get("execution"), origin))
 
 
 @functools.cache
@@ -59,4 +63,12 @@ def load_runtime(framework: Framework | str) -> RuntimeProfile:
     return profile
 
 
-__all__ = ["load_runtime", "profile_from_mapping"]
+def with_execution(runtime: Runtime) -> Runtime:
+    """`runtime` with its profile's execution (how that runtime runs a layout, what the cost model prices) unless it
+    carries one already."""
+    if runtime.execution is not None:
+        return runtime
+    return replace(runtime, execution=load_runtime(runtime.framework).execution)
+
+
+__all__ = ["load_runtime", "profile_from_mapping", "with_execution"]

@@ -94,6 +94,7 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                 "attention": job.runtime.attention.value, "overlap_grad_reduce": job.runtime.overlap_grad_reduce,
                 "overlap_param_gather": job.runtime.overlap_param_gather,
                 "grad_reduce_bytes": job.runtime.grad_reduce_bytes, **_moe_job(plan.model, job),
+                **_execution_job(job),
                 **({"lora_rank": job.lora_rank, "trainable_fraction": job.trainable_fraction} if job.lora_rank
                    else {})},
         "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, **_replicate(layout), "cp": layout.cp,
@@ -134,6 +135,17 @@ def runtime_dict(framework: Framework) -> dict[str, str]:
     profile = load_runtime(framework)
     return {"name": profile.framework.value, "label": profile.label, "package": profile.package,
             "version": profile.version}
+
+
+def _execution_job(job: JobSpec) -> dict[str, Any]:
+    """The job's torch.compile and FP8 recipe where it chose them (absent: the runtime's defaults; files without them
+    stay as they were)."""
+    out: dict[str, Any] = {}
+    if job.runtime.compile is not None:
+        out["compile"] = job.runtime.compile
+    if job.runtime.fp8_recipe is not None:
+        out["fp8_recipe"] = job.runtime.fp8_recipe.value
+    return out
 
 
 def _moe_job(model: ModelSpec, job: JobSpec) -> dict[str, Any]:

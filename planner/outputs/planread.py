@@ -45,6 +45,7 @@ from planner.core.errors import InputError, MeshplanError
 from planner.core.inputfile import MAX_PLAN_BYTES, parse_json, parse_yaml, read_text, shown
 from planner.core.text import one_line
 from planner.inputs.loaders import model_from_mapping
+from planner.inputs.runtimes import with_execution
 from planner.outputs.plan import Plan
 from planner.search.ilp import Solver
 from planner.search.ranked import Certificate, Ranked
@@ -263,17 +264,19 @@ def _job(data: dict[str, Any], model: ModelSpec, origin: str) -> JobSpec:
     j = data["job"]
     measured = _costs_from(data.get("costs"), j["seq_len"], model.hidden_size, origin)
     try:
+        runtime = Runtime(framework=data.get("runtime", {}).get("name", "any"),
+                          attention=AttentionKernel(j["attention"]),
+                          overlap_grad_reduce=j["overlap_grad_reduce"],
+                          overlap_param_gather=j["overlap_param_gather"],
+                          grad_reduce_bytes=j["grad_reduce_bytes"],
+                          measured=measured,
+                          moe_capacity_factor=j.get("moe_capacity_factor"),
+                          moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
+                          moe_comm_overlap=j.get("moe_comm_overlap", False),
+                          moe_dedup_dispatch=j.get("moe_dedup_dispatch", False), compile=j.get("compile"),
+                          fp8_recipe=j.get("fp8_recipe"))
         return JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
-                       runtime=Runtime(framework=data.get("runtime", {}).get("name", "any"),
-                                       attention=AttentionKernel(j["attention"]),
-                                       overlap_grad_reduce=j["overlap_grad_reduce"],
-                                       overlap_param_gather=j["overlap_param_gather"],
-                                       grad_reduce_bytes=j["grad_reduce_bytes"],
-                                       measured=measured,
-                                       moe_capacity_factor=j.get("moe_capacity_factor"),
-                                       moe_load_imbalance=j.get("moe_load_imbalance", 1.0),
-                                       moe_comm_overlap=j.get("moe_comm_overlap", False),
-                                       moe_dedup_dispatch=j.get("moe_dedup_dispatch", False)),
+                       runtime=with_execution(runtime),
                        lora_rank=j.get("lora_rank", 0),
                        trainable_fraction=lora_fraction(model, j["lora_rank"]) if "lora_rank" in j else 1.0)
     except MeshplanError as exc:

@@ -104,7 +104,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if model.moe is not None:
         parallelism.update(expert_parallel_degree=lay.ep, expert_tensor_parallel_degree=lay.etp)
     if sharded:
-        parallelism["fsdp_reshard_after_forward"] = "always" if lay.zero is ZeroStage.WEIGHTS else "never"
+        # ZeRO-3: torchtitan's default, which reshards after forward without a pipeline and keeps a stage's weights
+        # gathered under one (what cost_models prices, Execution.reshard_under_pp); ZeRO-2 never reshards
+        parallelism["fsdp_reshard_after_forward"] = "default" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
         wave = lay.schedule is Schedule.WAVE  # a V of stages (ZBVZeroBubble's placement) running the action list
         parallelism.update(pipeline_parallel_schedule=SCHEDULES[Schedule.ZB_V if wave else lay.schedule],
@@ -116,8 +118,12 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if mode == "selective":
         checkpoint["selective_ac_option"] = "op"
     model_section: dict[str, Any] = {"name": flavor.module, "flavor": flavor.flavor}
+    extra: dict[str, dict[str, Any]] = {}
     if job.dtype is Dtype.FP8:
         model_section["converters"] = ["quantize.linear.float8"]
+        extra["quantize.linear.float8"] = float8_section(plan)
+    if job.runtime.compiled:  # the blocks only: the loss runs eager as priced (Execution.logit_bytes)
+        extra["compile"] = {"enable": True, "components": ["model"]}
     return {
         "job": {"description": describe(plan)},
         "model": model_section,
@@ -125,7 +131,20 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
                      "seq_len": job.seq_len, "mixed_precision_param": "bfloat16"},
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
+        **extra,
     }
+
+
+def float8_section(plan: Plan) -> dict[str, Any]:
+    """torchao's float8 recipe as the plan's runtime prices it (Runtime.fp8_recipe, default tensorwise), with FSDP's
+    float8 all-gather and its precomputed scales when the plan gathers fp8 weights (Runtime.fp8_param_gather, which
+    torchtitan runs only with tensorwise scaling and sharded data parallelism)."""
+    runtime = plan.job.runtime
+    recipe = runtime.priced_execution.casts(runtime.fp8_recipe).recipe.value
+    gather = (runtime.fp8_param_gather and recipe == "tensorwise"
+              and plan.best.layout.zero >= ZeroStage.GRADIENTS)
+    return {"recipe_name": recipe, "enable_fsdp_float8_all_gather": gather,
+            "precompute_float8_dynamic_scale_for_fsdp": gather}
 
 
 def grad_scale(plan: Plan) -> float:

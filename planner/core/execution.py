@@ -1,0 +1,155 @@
+"""How a training runtime executes a layout (the `execution` section of hardware_profiles/runtimes/NAME.yaml, read by
+planner.inputs.runtimes): its FSDP form, the attention kernel it calls, element-wise fusion with and without
+torch.compile, its FP8 recipes, what its selective activation checkpointing keeps, and its fixed host costs.
+
+`Capabilities` (planner.core.framework) says WHAT a runtime runs; `Execution` says HOW FAST and in how much memory:
+the cost model (cost_models/) reads it from `JobSpec.runtime.execution`, which planner.api.resolve fills from the
+runtime's profile. The defaults describe Megatron-core with Transformer Engine, the stack the cost model was first
+calibrated on (an `Execution()` prices a layout exactly as before runtimes had execution profiles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class FsdpForm(str, Enum):
+    """How weights are sharded and gathered under ZeRO-3."""
+
+    PER_MODULE = "per-module"  # Megatron-FSDP / DeepSpeed ZeRO-3 as priced: each of a layer's 4 weight matrices
+    PER_BLOCK = "per-block"  # PyTorch FSDP2 fully_shard on each transformer block: one gather per block
+
+
+class AttentionImpl(str, Enum):
+    """The fused attention kernel a runtime calls."""
+
+    CUDNN = "cudnn"  # Transformer Engine's fused attention (cuDNN; FlashAttention-3 class on Hopper)
+    FLASH2 = "flash2"  # FlashAttention-2 (PyTorch SDPA's flash backend)
+
+
+class Fp8Recipe(str, Enum):
+    """FP8 training recipes (who scales what, and how)."""
+
+    DELAYED = "delayed"  # Transformer Engine delayed scaling (amax history)
+    CURRENT = "current"  # Transformer Engine current (per-tensor, just-in-time) scaling, "FP8-CS"
+    TENSORWISE = "tensorwise"  # torchao Float8Linear, dynamic per-tensor scaling
+    ROWWISE = "rowwise"  # torchao Float8Linear, dynamic per-row scaling
+
+
+class SelectiveForm(str, Enum):
+    """What `--recompute selective` means in a runtime."""
+
+    MODULES = "modules"  # Megatron-core --recompute-modules (core_attn by default): cost_models.memory
+    OP_SAC = "op-sac"  # torchtitan's per-op selective checkpointing: cost_models.sac
+
+
+@dataclass(frozen=True)
+class ElementwiseBytes:
+    """HBM bytes of a decoder layer's memory-bound kernels (norms, residual adds, rotary embedding, KV-head
+    repetition, MLP activation) per token, as coefficients of the widths they run on: h (hidden, divided by tp under
+    sequence parallelism), q and kv (query and key/value widths per TP rank), f (MLP width per TP rank)."""
+
+    h: float
+    q: float
+    kv: float
+    f: float
+
+    def per_token(self, h: float, q: float, kv: float, f: float) -> float:
+        return self.h * h + self.q * q + self.kv * kv + self.f * f
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """Forward and backward element-wise bytes of one way of running a layer (eager or compiled)."""
+
+    forward: ElementwiseBytes
+    backward: ElementwiseBytes
+
+
+@dataclass(frozen=True)
+class Fp8Casts:
+    """What an FP8 recipe quantises, in HBM bytes per element, around each FP8 GEMM (cost_models.compute):
+    input_bytes     the forward's input X [m, k] (amax, scale, cast; with a transposed copy where the recipe keeps
+                    one for the weight gradient);
+    grad_bytes      the backward's output gradient dY [m, n];
+    wgrad_bytes     the input re-cast in the backward for the weight gradient (recipes that keep only the
+                    high-precision input);
+    weight_bytes    per weight element and micro-batch (recipes that cast the weight in every pass; 0 where the
+                    cast copy is cached for the step)."""
+
+    recipe: Fp8Recipe
+    input_bytes: float
+    grad_bytes: float
+    wgrad_bytes: float = 0.0
+    weight_bytes: float = 0.0
+
+
+TE_DELAYED = Fp8Casts(Fp8Recipe.DELAYED, 4.0, 4.0)  # TE's fused cast-transpose: read 2, write the copy and transpose
+TE_CURRENT = Fp8Casts(Fp8Recipe.CURRENT, 6.0, 6.0)  # the same after an amax pass over the tensor (read 2)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a runtime executes a layout (module docstring); every field says where the cost model reads it.
+
+    fsdp: ZeRO-3's gather unit (cost_models.sync: gathers per layer; cost_models.memory: gathered working set);
+    reshard_under_pp: FSDP frees gathered weights after the forward also under a pipeline (False: torchtitan keeps a
+      stage's weights gathered across its micro-batches: one gather per step, the unsharded weights in memory);
+    sharded_weight_bytes, optimizer_bytes: bytes per sharded parameter of the weights and the optimizer state
+      (Megatron: bf16 weights 2, fp32 master + Adam 12; FSDP2: fp32 weights that are the master copy 4, Adam 8);
+    attention, attention_rate: the kernel and its rate against the GPU profile's fused-attention figures, per GPU
+      architecture (cost_models.compute.flash_attention_time; missing architecture: 1);
+    compile_default: torch.compile when the job does not say (Runtime.compile);
+    eager, compiled: element-wise bytes per token without and with torch.compile (None: Transformer Engine's and
+      Megatron-core's fused kernels as cost_models.layer prices them);
+    fp8: the FP8 recipes it runs with their casts, the first its default (Runtime.fp8_recipe);
+    selective: what `--recompute selective` recomputes and keeps;
+    ring_merge: ring attention's element-wise bytes per step and token (coefficients of q and kv), None: Transformer
+      Engine's (cost_models.layer.ring_attention_merge_time);
+    logit_bytes: bytes per logit the loss holds at its peak on the last stage (cost_models.memory.logits_bytes);
+    host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
+      recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides.
+    """
+
+    fsdp: FsdpForm = FsdpForm.PER_MODULE
+    reshard_under_pp: bool = True
+    sharded_weight_bytes: float = 2.0
+    optimizer_bytes: float = 12.0
+    attention: AttentionImpl = AttentionImpl.CUDNN
+    attention_rate: tuple[tuple[str, float], ...] = ()
+    compile_default: bool = False
+    eager: Elementwise | None = None
+    compiled: Elementwise | None = None
+    fp8: tuple[Fp8Casts, ...] = (TE_DELAYED, TE_CURRENT)
+    selective: SelectiveForm = SelectiveForm.MODULES
+    ring_merge: Elementwise | None = None
+    logit_bytes: float = 6.0
+    host_layer_s: float = 0.0
+    host_microbatch_s: float = 0.0
+    host_step_s: float = 0.0
+
+    def attention_share(self, architecture: str) -> float:
+        """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""
+        return next((rate for arch, rate in self.attention_rate if arch == architecture), 1.0)
+
+    def elementwise(self, compiled: bool | None) -> Elementwise | None:
+        """The element-wise bytes with torch.compile on or off (None: the runtime's default); None: fused kernels."""
+        on = self.compile_default if compiled is None else compiled
+        return self.compiled if on else self.eager
+
+    def casts(self, recipe: Fp8Recipe | None) -> Fp8Casts:
+        """The casts of `recipe` (None: the runtime's default, its first); a recipe it does not run is a ValueError
+        (planner.api refuses it first, naming the runtime)."""
+        if recipe is None:
+            return self.fp8[0]
+        for casts in self.fp8:
+            if casts.recipe is recipe:
+                return casts
+        raise ValueError(f"fp8 recipe {recipe.value} is not one of {', '.join(c.recipe.value for c in self.fp8)}")
+
+
+MEGATRON_EXECUTION = Execution()  # Megatron-core with Transformer Engine: how every layout was priced before
+
+__all__ = ["MEGATRON_EXECUTION", "TE_CURRENT", "TE_DELAYED", "AttentionImpl", "Elementwise", "ElementwiseBytes",
+           "Execution", "Fp8Casts", "Fp8Recipe", "FsdpForm", "SelectiveForm"]

@@ -1,0 +1,94 @@
+"""The `execution` section of a runtime profile (hardware_profiles/runtimes/NAME.yaml) ->
+planner.core.execution.Execution. Every key is optional (a missing one keeps Megatron-core's value, `Execution()`);
+an unknown key is an error naming the allowed ones. Schema: hardware_profiles/SCHEMA.md, "Runtime profiles"."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from planner.core.checks import choice, flag, mapping_keys, real
+from planner.core.errors import InputError
+from planner.core.execution import (
+    AttentionImpl,
+    Elementwise,
+    ElementwiseBytes,
+    Execution,
+    Fp8Casts,
+    Fp8Recipe,
+    FsdpForm,
+    SelectiveForm,
+)
+
+_BYTES = ("h", "q", "kv", "f")
+_CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
+_KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
+         "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes", "host_layer_us",
+         "host_microbatch_ms", "host_step_ms")
+MAX_BYTES = 1000.0  # bytes per element of one kernel family: far above any real count
+
+
+def _bytes(data: Any, where: str) -> ElementwiseBytes:
+    data = mapping_keys(data, _BYTES, (), where)
+    return ElementwiseBytes(**{k: real(data[k], f"{where}: {k}", 0.0, MAX_BYTES, low_open=False) for k in _BYTES})
+
+
+def _elementwise(data: Any, where: str) -> Elementwise | None:
+    if data is None:
+        return None
+    data = mapping_keys(data, ("forward", "backward"), (), where)
+    return Elementwise(_bytes(data["forward"], f"{where}: forward"), _bytes(data["backward"], f"{where}: backward"))
+
+
+def _casts(data: Any, where: str) -> tuple[Fp8Casts, ...]:
+    if not isinstance(data, list) or not data:
+        raise InputError(f"{where}: a list of FP8 recipes with their casts (the first is the default)")
+    out = []
+    for i, item in enumerate(data):
+        item = mapping_keys(item, ("recipe", "input_bytes", "grad_bytes"), _CASTS[3:], f"{where}[{i}]")
+        numbers = {k: real(item.get(k, 0.0), f"{where}[{i}]: {k}", 0.0, MAX_BYTES, low_open=False) for k in _CASTS[1:]}
+        out.append(Fp8Casts(choice(Fp8Recipe, item["recipe"], f"{where}[{i}]: recipe"), **numbers))
+    return tuple(out)
+
+
+def _rates(data: Any, where: str) -> tuple[tuple[str, float], ...]:
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: a mapping of GPU architecture -> rate over the profile's fused attention")
+    return tuple((str(arch), real(rate, f"{where}: {arch}", 0.0, 2.0)) for arch, rate in data.items())
+
+
+def execution_from_mapping(data: Any, origin: str) -> Execution:
+    """One `execution` section -> Execution (absent keys keep Megatron-core's values)."""
+    if data is None:
+        return Execution()
+    where = f"{origin}: execution"
+    data = mapping_keys(data, (), _KEYS, where)
+    base = Execution()
+    fields: dict[str, Any] = {}
+    if "fsdp" in data:
+        fields["fsdp"] = choice(FsdpForm, data["fsdp"], f"{where}: fsdp")
+    if "attention" in data:
+        fields["attention"] = choice(AttentionImpl, data["attention"], f"{where}: attention")
+    if "selective" in data:
+        fields["selective"] = choice(SelectiveForm, data["selective"], f"{where}: selective")
+    for key in ("reshard_under_pp", "compile_default"):
+        if key in data:
+            fields[key] = flag(data[key], f"{where}: {key}")
+    for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes"):
+        if key in data:
+            fields[key] = real(data[key], f"{where}: {key}", 0.0, 64.0, low_open=False)
+    if "attention_rate" in data:
+        fields["attention_rate"] = _rates(data["attention_rate"], f"{where}: attention_rate")
+    for key in ("eager", "compiled", "ring_merge"):
+        if key in data:
+            fields[key] = _elementwise(data[key], f"{where}: {key}")
+    if "fp8" in data:
+        fields["fp8"] = _casts(data["fp8"], f"{where}: fp8")
+    for key, field, unit in (("host_layer_us", "host_layer_s", 1e-6), ("host_microbatch_ms", "host_microbatch_s", 1e-3),
+                             ("host_step_ms", "host_step_s", 1e-3)):
+        if key in data:
+            fields[field] = real(data[key], f"{where}: {key}", 0.0, 1e6, low_open=False) * unit
+    return replace(base, **fields)
+
+
+__all__ = ["execution_from_mapping"]
