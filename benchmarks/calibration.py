@@ -3,16 +3,21 @@
     python benchmarks/calibration.py [--check] [--write] [--write-bands]
 
 Observations (benchmarks/published.py): 32 Megatron-LM runs on DGX A100 (Narayanan et al. 2021 Tables 1-2,
-Korthikanti et al. 2022) and the DGX H100 runs of NVIDIA's NeMo 24.07 and Megatron-Bridge 25.09/25.11/26.04
-performance tables, every one as seconds per step. Per GPU generation (ampere: a100-80gb, hopper: h100-sxm)
-the physical parameters of planner/studies/fit.py are fitted by bounded least squares, starting from and regularised
-towards the prior values in benchmarks/data/calibration/prior_<generation>.yaml (published figures).
+Korthikanti et al. 2022), the DGX H100 runs of NVIDIA's NeMo 24.07 and Megatron-Bridge 25.09/25.11/26.04
+performance tables and torchtitan's December 2024 Llama 3.1 tables (Grand Teton H100s at 500 W), every one as
+seconds per step, each belonging to the runtime that ran it. Per GPU generation (ampere: a100-80gb, hopper:
+h100-sxm) the physical parameters of planner/studies/fit.py are fitted by bounded least squares on the runs of
+NVIDIA's stack, starting from and regularised towards the prior values in
+benchmarks/data/calibration/prior_<generation>.yaml (published figures); a runtime with runs of its own then fits
+the parameters only they see from prior_<runtime>.yaml (calibration_runtimes.py: torchtitan's attention kernel
+rate and the clock of its 500 W part), a parameter that ends on its bound is named as missing physics.
 
 Printed:
 1. every run: measured and predicted step time with the committed hardware profiles (in-sample);
 2. per source: mean |error| in-sample and leave-one-source-out (fit without the source, predict it);
-3. per generation and dense/MoE: the same means, and the ranking of pairs: of the pairs of runs whose measured
-   model FLOP rates per GPU differ by at least 5 %, the share the model orders the same way;
+3. per generation and dense/MoE (NVIDIA's stack), and per runtime: the same means, and the ranking of pairs: of
+   the pairs of runs whose measured model FLOP rates per GPU differ by at least 5 %, the share the model orders
+   the same way (torchtitan is held out table by table);
 4. the parameters a fit on all runs gives, against the prior and the committed profile.
 MoE runs are predicted but not fitted (their rows differ by up to 2x between releases of the same layout:
 software, not physics); their error is reported separately.
@@ -42,6 +47,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from calibration_runtimes import (  # noqa: E402
+    GENERATION_RUNTIMES,
+    RUNTIME_PARAMS,
+    RUNTIMES,
+    TARGET_RUNTIME_LOSO,
+    TARGET_RUNTIME_PAIRS,
+    RuntimeFit,
+    fit_runtime,
+    on_bound,
+    runtime_priors,
+    underived,
+    with_values,
+    write_runtime,
+)
 from published import DATA, Observation, all_observations, contradicted, rate_pairs  # noqa: E402
 
 from hardware_profiles import load_hardware  # noqa: E402
@@ -51,7 +70,7 @@ from planner.studies.fit import Param, apply, current_value, fit  # noqa: E402
 
 PROFILES = {"ampere": "a100-80gb", "hopper": "h100-sxm"}
 # profiles that share a generation's fitted GPU and network shares (--write updates them all)
-SIBLINGS = {"ampere": ("a100-80gb", "a100-40gb"), "hopper": ("h100-sxm", "h200", "h800")}
+SIBLINGS = {"ampere": ("a100-80gb", "a100-40gb"), "hopper": ("h100-sxm", "h200", "h800", "h100-sxm-96gb-500w")}
 PARAMS = {
     "ampere": (Param.GEMM_SCALE, Param.GEMM_SHIFT, Param.OVERLAP_EFFICIENCY, Param.MEMORY_EFFICIENCY,
                Param.SCALE_UP_EFFICIENCY, Param.SCALE_OUT_EFFICIENCY),
@@ -67,14 +86,16 @@ def generation(obs: Observation) -> str:
 
 
 @cache
-def _prior_profile(arch: str, gpus: int) -> ClusterSpec:
-    """The generation's profile with its prior parameter values, for `gpus` GPUs (read once per size)."""
-    return load_hardware(f"{PROFILES[arch]},{DATA / f'prior_{arch}.yaml'}", gpus)
+def _prior_profile(arch: str, gpus: int, name: str = "") -> ClusterSpec:
+    """Hardware profile `name` (default the generation's) with its generation's prior parameter values, for `gpus`
+    GPUs (read once per size)."""
+    return load_hardware(f"{name or PROFILES[arch]},{DATA / f'prior_{arch}.yaml'}", gpus)
 
 
 def prior_cluster(obs: Observation) -> ClusterSpec:
-    """The observation's cluster with its generation's prior parameter values."""
-    return _prior_profile(generation(obs), obs.cluster.num_gpus)
+    """The observation's cluster with its generation's prior parameter values (and the peaks its profile derived,
+    where calibration scales them: calibration_runtimes.underived)."""
+    return underived(_prior_profile(generation(obs), obs.cluster.num_gpus, obs.hardware), obs.hardware)
 
 
 def prior_values(arch: str) -> dict[Param, float]:
@@ -89,10 +110,12 @@ class Fitted:
 
 
 def fit_runs(observations: Sequence[Observation], arch: str) -> list[Observation]:
-    """The runs `arch`'s parameters are fitted on: its dense and MoE runs, less those the data contradicts (a
-    run measured 1.5x slower than the same model, job and layout elsewhere)."""
+    """The runs `arch`'s parameters are fitted on: its dense and MoE runs of NVIDIA's stack (GENERATION_RUNTIMES;
+    another runtime's runs fit that runtime's own parameters), less those the data contradicts (a run measured 1.5x
+    slower than the same model, job and layout elsewhere)."""
     bad = contradicted(list(observations))
-    return [o for o in observations if generation(o) == arch and o.run_id not in bad]
+    return [o for o in observations if generation(o) == arch and o.run_id not in bad
+            and o.runtime in GENERATION_RUNTIMES]
 
 
 def fit_generation(observations: Sequence[Observation], arch: str) -> Fitted:
@@ -107,8 +130,18 @@ def fit_generation(observations: Sequence[Observation], arch: str) -> Fitted:
     return Fitted(result.values, result.converged)
 
 
-def predict_with(obs: Observation, fitted: Fitted) -> float:
-    return obs.predict(apply(prior_cluster(obs), fitted.values)).step_time_s
+def predict_with(obs: Observation, fitted: Fitted, runtime: RuntimeFit | None = None) -> float:
+    """`obs` predicted with its generation's `fitted` values (and its runtime's own, where it has any)."""
+    if runtime is None or not runtime.values:
+        return obs.predict(apply(prior_cluster(obs), fitted.values)).step_time_s
+    return with_values(obs, prior_cluster(obs), {**fitted.values, **runtime.values})
+
+
+def fit_runtime_on(observations: Sequence[Observation], runtime: str, arch: str) -> tuple[Fitted, RuntimeFit]:
+    """The generation's fit on `observations` and `runtime`'s own on its runs among them."""
+    gpu = fit_generation(observations, arch)
+    bases = {o.run_id: prior_cluster(o) for o in observations if o.runtime == runtime}
+    return gpu, fit_runtime(observations, runtime, bases, gpu.values)
 
 
 def error_pct(predicted: float, measured: float) -> float:
@@ -178,16 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     predictions = {o.run_id: o.predict() for o in observations}
     insample = {rid: p.step_time_s for rid, p in predictions.items()}
 
-    # leave one source out: fit the generation without the source, predict the source's runs
-    held_out: dict[str, float] = {}
-    for arch in archs:
-        sources = sorted({o.source for o in observations if generation(o) == arch})
-        for source in sources:
-            rest = [o for o in observations if o.source != source]
-            fitted = fit_generation(rest, arch)
-            for o in observations:
-                if o.source == source and generation(o) == arch:
-                    held_out[o.run_id] = predict_with(o, fitted)
+    held_out = leave_one_source_out(observations)
 
     print(f"{'run':46} {'source':26} {'layout':48} {'meas s':>8} {'pred s':>8} {'error':>7} {'LOSO':>7} "
           f"{'GiB':>5} fits")
@@ -211,10 +235,11 @@ def main(argv: list[str] | None = None) -> int:
 
     figures: dict[str, dict[str, float]] = {}
     print(f"\n{'generation':14} {'kind':6} {'runs':>4} {'in-sample':>10} {'held out':>9} {'pairs in-sample':>16} "
-          f"{'pairs held out':>15}")
+          f"{'pairs held out':>15}   (NVIDIA's stack: {', '.join(GENERATION_RUNTIMES)})")
     for arch in archs:
         for moe in (False, True):
-            runs = [o for o in observations if generation(o) == arch and o.moe == moe]
+            runs = [o for o in observations if generation(o) == arch and o.moe == moe
+                    and o.runtime in GENERATION_RUNTIMES]
             if not runs:
                 continue
             ins, loso = mean_abs(errs(runs, insample)), mean_abs(errs(runs, held_out))
@@ -230,14 +255,24 @@ def main(argv: list[str] | None = None) -> int:
     for rid, (other, ratio) in sorted(contradicted(observations).items()):
         run = next(o for o in observations if o.run_id == rid)
         kind = f"{generation(run)}/{'moe' if run.moe else 'dense'}"
-        rest = [o for o in observations if generation(o) == generation(run) and o.moe == run.moe and o.run_id != rid]
+        rest = [o for o in observations if generation(o) == generation(run) and o.moe == run.moe and o.run_id != rid
+                and o.runtime in GENERATION_RUNTIMES]
         print(f"{rid}: {ratio:.2f}x the measured step of {other}, same model, job and layout (the data contradicts "
               f"itself); {kind} without it: in-sample {mean_abs(errs(rest, insample)):.2f} %, "
               f"held out {mean_abs(errs(rest, held_out)):.2f} %")
+    runtime_figures = report_runtimes(observations, insample, held_out, errs)
+    figures.update({f"runtime/{k}": v for k, v in runtime_figures.items()})
+    for rid in sorted(contradicted(observations)):
+        run = next(o for o in observations if o.run_id == rid)
+        rest = [o for o in observations if o.runtime == run.runtime and o.run_id != rid]
+        print(f"{run.runtime} without {rid}: in-sample {mean_abs(errs(rest, insample)):.2f} %, held out "
+              f"{mean_abs(errs(rest, held_out)):.2f} %")
     unfit = [rid for rid, p in predictions.items() if not p.fits]
     print(f"predicted not to fit: {len(unfit)} {unfit if unfit else ''}")
     print("\nissue targets:")
     for key, fig in figures.items():
+        if key.startswith("runtime/"):  # the runtimes' targets follow
+            continue
         moe = key.endswith("/moe")
         target = TARGET_MOE if moe else TARGET_DENSE
         met = fig["in_sample_pct"] <= target and (moe or fig["held_out_pct"] <= TARGET_LOSO)
@@ -247,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     every = mean_abs(errs(observations, held_out))
     print(f"  {'all runs':14} held out {every:6.2f} % (target {TARGET_LOSO:g}, over all {len(observations)} runs): "
           f"{'met' if every <= TARGET_LOSO else 'NOT met'}")
+    for rt, fig in runtime_figures.items():
+        met = fig["held_out_pct"] <= TARGET_RUNTIME_LOSO and fig["pairs_held_out_pct"] >= TARGET_RUNTIME_PAIRS
+        print(f"  {rt:14} held out {fig['held_out_pct']:6.2f} % (target {TARGET_RUNTIME_LOSO:g}), pairs held out "
+              f"{fig['pairs_held_out_pct']:5.1f} % (target {TARGET_RUNTIME_PAIRS:g}): {'met' if met else 'NOT met'}")
     ok = not unfit and _no_regression(figures)
 
     print("\nparameters (prior -> fitted on every run -> committed profile)")
@@ -262,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {arch:8} {p.value:22} {priors[p]:8.3f} -> {fitted.values[p]:8.3f}   (profile {now:.3f})")
         if args.write:
             write_profiles(arch, fitted)
+        report_runtime_parameters(observations, arch, args.write)
 
     if args.write_bands:
         residuals = [Residual(regime_of(o.model, o.cluster, o.job), o.measured_step_s / held_out[o.run_id] - 1,
@@ -280,6 +320,59 @@ def main(argv: list[str] | None = None) -> int:
     if not all(math.isfinite(v) for v in insample.values()):
         ok = False
     return 0 if ok or not args.check else 1
+
+
+def leave_one_source_out(observations: Sequence[Observation]) -> dict[str, float]:
+    """Each run predicted by parameters fitted without its source: its generation's on the other sources of NVIDIA's
+    stack, and its runtime's own (where it has any) on that runtime's other sources."""
+    held_out: dict[str, float] = {}
+    for source in sorted({o.source for o in observations}):
+        runs = [o for o in observations if o.source == source]
+        rest = [o for o in observations if o.source != source]
+        for arch, runtime in sorted({(generation(o), o.runtime) for o in runs}):
+            gpu, own = fit_runtime_on(rest, runtime, arch)
+            for o in runs:
+                if generation(o) == arch and o.runtime == runtime:
+                    held_out[o.run_id] = predict_with(o, gpu, own)
+    return held_out
+
+
+def report_runtimes(observations: Sequence[Observation], insample: dict[str, float], held_out: dict[str, float],
+                    errs: Callable[[Sequence[Observation], dict[str, float]], list[float]],
+                    ) -> dict[str, dict[str, float]]:
+    """Print and return, per runtime, the mean |error| in-sample and held out and the pairs ordered as measured."""
+    out: dict[str, dict[str, float]] = {}
+    print(f"\n{'runtime':14} {'runs':>4} {'in-sample':>10} {'held out':>9} {'pairs in-sample':>16} "
+          f"{'pairs held out':>15}")
+    for rt in RUNTIMES:
+        runs = [o for o in observations if o.runtime == rt]
+        if not runs:
+            continue
+        ins, loso = mean_abs(errs(runs, insample)), mean_abs(errs(runs, held_out))
+        r1, n1 = pair_ranking(runs, insample)
+        r2, n2 = pair_ranking(runs, held_out)
+        print(f"{rt:14} {len(runs):4d} {ins:9.2f}% {loso:8.2f}% {r1:6d}/{n1:<4d} {100 * r1 / max(n1, 1):3.0f}% "
+              f"{r2:5d}/{n2:<4d} {100 * r2 / max(n2, 1):3.0f}%")
+        out[rt] = {"in_sample_pct": round(ins, 2), "held_out_pct": round(loso, 2),
+                   "pairs_in_sample_pct": round(100 * r1 / max(n1, 1), 1),
+                   "pairs_held_out_pct": round(100 * r2 / max(n2, 1), 1)}
+    return out
+
+
+def report_runtime_parameters(observations: Sequence[Observation], arch: str, write: bool) -> None:
+    """Print (and with --write, store) the parameters each runtime's own runs on `arch` fit, naming any on a bound."""
+    for runtime, params in RUNTIME_PARAMS.items():
+        runs = [o for o in observations if o.runtime == runtime and generation(o) == arch]
+        if not runs:
+            continue
+        _, own = fit_runtime_on(observations, runtime, arch)
+        priors = runtime_priors(runtime)
+        print(f"  {runtime}: {len(params)} parameters fitted on its {len(runs)} runs, the {arch} values above held")
+        for p in params:
+            bound = "  ON ITS BOUND: missing physics" if on_bound(p, own.values[p]) else ""
+            print(f"  {runtime:10} {p.value:22} {priors[p]:8.3f} -> {own.values[p]:8.3f}{bound}")
+        if write:
+            write_runtime(runtime, own, runs[0].hardware)
 
 
 def _no_regression(figures: dict[str, dict[str, float]]) -> bool:

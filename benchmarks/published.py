@@ -1,16 +1,20 @@
 """Published measured training runs as observations: (model, cluster, job, layout, measured step time).
 
-Two data files in benchmarks/data/calibration (copied from the project's calibration folder, sources named in
+Three data files in benchmarks/data/calibration (copied from the project's calibration folder, sources named in
 each record):
 - published_runs.yaml: 32 Megatron-LM runs on DGX A100 (Narayanan et al. 2021, Korthikanti et al. 2022);
 - published_runs_h100.yaml: 30 runs on DGX H100 from NVIDIA's NeMo 24.07 and Megatron-Bridge performance
-  tables, with the architectures and recipe settings the tables leave out in h100_models.yaml.
+  tables, with the architectures and recipe settings the tables leave out in h100_models.yaml;
+- torchtitan_h100_2412.yaml: 18 torchtitan runs (Llama 3.1 8B/70B/405B, December 2024) on Meta's Grand Teton
+  H100s (96 GB HBM2e at 500 W: the h100-sxm-96gb-500w profile), with the memory they printed.
+Every run belongs to the runtime that ran it (`Observation.runtime`: megatron, nemo, deepspeed, torchtitan), which
+the calibration reports separately.
 
 Every measurement is turned into seconds per optimizer step in the source's own convention, so that runs of
 different sources compare on one scale:
 - Narayanan TFLOP/s per GPU counts recomputation: step = 96·B·s·l·h²·(1 + s/6h + V/16lh) / (TFLOP/s · GPUs);
 - Korthikanti prints seconds per iteration, or MFU with F = 72·B·s·l·h²·(1 + s/6h + V/12lh);
-- NVIDIA's tables print tokens/s per GPU: step = B·s / (tokens/s/GPU · GPUs).
+- NVIDIA's and torchtitan's tables print tokens/s per GPU: step = B·s / (tokens/s/GPU · GPUs).
 Knobs a source did not print (Table 1's micro-batch, Table 2's TP/PP split, NVIDIA's recomputation) are
 chosen as a planner would: the fastest setting that fits, evaluated once with the committed profile.
 """
@@ -31,19 +35,24 @@ from hardware_profiles import load_hardware
 from planner.api import Problem, make_layout
 from planner.core import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Runtime
 from planner.core.errors import LayoutError
+from planner.core.execution import Fp8Recipe
+from planner.core.framework import Framework
 from planner.inputs.loaders import load_model, model_from_mapping
+from planner.inputs.runtimes import with_execution
 
 DATA = Path(__file__).resolve().parent / "data" / "calibration"
 A100_RUNS = DATA / "published_runs.yaml"
 H100_RUNS = DATA / "published_runs_h100.yaml"
 H100_MODELS = DATA / "h100_models.yaml"
+TITAN_RUNS = DATA / "torchtitan_h100_2412.yaml"
 
 # Megatron-LM 2021-22 ran unfused attention, did not overlap the gradient all-reduce and used one NIC per
 # rank for its rings; DeepSpeed ZeRO-3 (Narayanan Table 2) reduced fp16 gradients and overlapped both ways.
 MEGATRON_2021 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False,
                         overlap_param_gather=False, grad_reduce_bytes=4, multi_rail=False, overlap_p2p_comm=False)
-DEEPSPEED_ZERO3_2021 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=True,
-                               overlap_param_gather=True, grad_reduce_bytes=2, multi_rail=False)
+DEEPSPEED_ZERO3_2021 = Runtime(framework=Framework.DEEPSPEED, attention=AttentionKernel.UNFUSED,
+                               overlap_grad_reduce=True, overlap_param_gather=True, grad_reduce_bytes=2,
+                               multi_rail=False)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,9 @@ class Observation:
     layout: Layout
     measured_step_s: float
     measured_flops_per_gpu: float  # model FLOP/s per GPU implied by the measurement (pairs are ranked on it)
+    runtime: str = "megatron"  # the runtime that ran it: megatron, nemo, deepspeed, torchtitan
+    measured_memory_gib: float | None = None  # peak memory the source printed (torchtitan's tables)
+    hardware: str = "h100-sxm"  # the hardware profile of its GPUs
 
     @property
     def moe(self) -> bool:
@@ -70,8 +82,8 @@ class Observation:
         return (f"tp{lay.tp} pp{lay.pp} dp{lay.dp}{extra} v{lay.vpp} mbs{lay.mbs} z{int(lay.zero)} "
                 f"{lay.recompute.value}{' sp' if lay.sp else ''} {self.job.dtype.value}")
 
-    def predict(self, cluster: ClusterSpec | None = None) -> Prediction:
-        return evaluate_layout(self.model, cluster or self.cluster, self.job, self.layout)
+    def predict(self, cluster: ClusterSpec | None = None, job: JobSpec | None = None) -> Prediction:
+        return evaluate_layout(self.model, cluster or self.cluster, job or self.job, self.layout)
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,8 @@ def a100_observations(path: Path = A100_RUNS, hardware: str = "a100-80gb") -> li
         layout, _ = _fastest_fitting(problem, _a100_options(rec, gpus))
         step = _a100_measured_step(rec)
         out.append(Observation(rec["id"], _a100_source(rec), model, problem.cluster, job, layout, step,
-                               _model_flops(model, job) / step / gpus))
+                               _model_flops(model, job) / step / gpus, runtime=runtime.framework.value,
+                               hardware=hardware))
     return out
 
 
@@ -240,13 +253,48 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
         tokens = float(rec["result"]["tokens_per_sec_per_gpu"])
         step = job.tokens_per_step / (tokens * gpus)
         out.append(Observation(rec["id"], source, model, problem.cluster, job, layout, step,
-                               _model_flops(model, job) / step / gpus))
+                               _model_flops(model, job) / step / gpus, runtime="nemo", hardware=hardware))
     return out, skipped
+
+
+# ---- H100 (Grand Teton, 500 W): torchtitan's December 2024 tables ----------------------------------------
+
+def titan_runtime(rec: dict[str, Any]) -> Runtime:
+    """How torchtitan ran a record (torchtitan 9dec370, the tables' build): FSDP2 reducing in fp32
+    (training.mixed_precision_reduce float32), async TP where the table says so, the record's torch.compile, and
+    with Float8 (torchao tensorwise dynamic scaling) its FSDP float8 all-gather, as docs/float8.md of that commit
+    launches it (--float8.enable_fsdp_float8_all_gather) and train_configs/llama3_405b.toml sets it."""
+    fp8 = rec["float8"] is not None
+    return with_execution(Runtime(framework=Framework.TORCHTITAN, grad_reduce_bytes=4,
+                                  tp_comm_overlap=bool(rec["async_tp"]), fp8_param_gather=fp8,
+                                  compile=bool(rec["torch_compile"]),
+                                  fp8_recipe=Fp8Recipe(rec["float8"]) if fp8 else None))
+
+
+def titan_observations(path: Path = TITAN_RUNS, hardware: str = "h100-sxm-96gb-500w") -> list[Observation]:
+    """torchtitan's runs as printed: FSDP over the fsdp·cp ranks (ZeRO-3; torchtitan shards over dp_shard x cp),
+    TP with sequence-parallel norms, the printed schedule, micro-batch and activation checkpointing ('selective'
+    is torchtitan's per-op policy). Grouped by table for leave-one-source-out: each table is its own experiment."""
+    out = []
+    for rec in yaml.safe_load(path.read_text()):
+        gpus = rec["gpus"]
+        model = load_model(rec["model"])
+        job = JobSpec(seq_len=rec["seq_len"], global_batch=rec["global_batch"],
+                      dtype=Dtype.FP8 if rec["float8"] else Dtype.BF16, runtime=titan_runtime(rec))
+        problem = Problem(model, load_hardware(hardware, gpus), job)
+        layout = make_layout(problem, tp=rec["tp"], pp=rec["pp"], cp=rec["cp"], vpp=rec["vpp"], mbs=rec["mbs"],
+                             zero=3, recompute=rec["ac"], schedule=rec["schedule"])
+        step = float(rec["measured_step_s"])
+        table = str(rec["source"]["table"]).lower().replace(" ", "")
+        out.append(Observation(rec["id"], f"torchtitan-2412-{table}", model, problem.cluster, job, layout, step,
+                               _model_flops(model, job) / step / gpus, runtime="torchtitan",
+                               measured_memory_gib=float(rec["measured"]["memory_gib"]), hardware=hardware))
+    return out
 
 
 def all_observations() -> tuple[list[Observation], list[Skipped]]:
     h100, skipped = h100_observations()
-    return a100_observations() + h100, skipped
+    return a100_observations() + h100 + titan_observations(), skipped
 
 
 def rate_pairs(observations: list[Observation], min_gap: float = 0.05) -> Iterator[tuple[Observation, Observation]]:

@@ -112,7 +112,8 @@ def test_regime_derivation() -> None:
     assert [SeqBand.of(s) for s in (4096, 4097, 16384, 16385)] == [SeqBand.SHORT, SeqBand.MEDIUM, SeqBand.MEDIUM,
                                                                     SeqBand.LONG]
     r = regime_of(model, cluster, JobSpec(seq_len=32768, global_batch=8, dtype=Dtype.FP8))
-    assert r == Regime("hopper", Dtype.FP8, False, SeqBand.LONG) and r.label == "hopper/fp8/dense/long"
+    assert r == Regime("hopper", Dtype.FP8, False, SeqBand.LONG, "megatron") and r.label == "hopper/fp8/dense/long"
+    assert r.lookup_keys()[0] == (BandLevel.RUNTIME, "megatron/hopper/dense")
     assert regime_of(load_model("qwen3-30b-a3b"), cluster, JobSpec(seq_len=4096, global_batch=8)).moe
 
 
@@ -177,7 +178,7 @@ def test_evaluate_json_carries_the_band() -> None:
     low, high = out["step_time_band_s"]
     assert low < out["step_time_s"] < high
     info = out["step_time_band"]
-    assert info["regime"] == "ampere/bf16/dense/short" and info["residuals"] >= 4
+    assert info["regime"] == "megatron/ampere/dense" and info["residuals"] >= 4  # the runtime's own band
     assert low == pytest.approx(out["step_time_s"] * (1 + info["low_pct"] / 100))
     assert high == pytest.approx(out["step_time_s"] * (1 + info["high_pct"] / 100))
 
@@ -186,7 +187,7 @@ def test_evaluate_table_says_the_band() -> None:
     res = runner.invoke(app, EVAL)
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if "step time" in x)
-    assert "model error band" in line and "regime ampere/bf16/dense/short" in line and "n=" in line
+    assert "model error band" in line and "regime megatron/ampere/dense" in line and "n=" in line
 
 
 def test_unknown_architecture_in_evaluate_json() -> None:

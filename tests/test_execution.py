@@ -4,7 +4,9 @@ tables, the FlashAttention-3 paper's kernel figures)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,8 @@ from planner.core.framework import Framework
 from planner.inputs.execution import execution_from_mapping
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime, with_execution
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 def test_megatron_and_nemo_execute_as_the_cost_model_always_priced() -> None:
@@ -129,3 +133,13 @@ def test_torchtitan_keeps_a_stages_weights_gathered_under_pp() -> None:
     held = max(s.other_gib for s in titan.stages) - max(s.other_gib for s in mega.stages)
     assert held == pytest.approx(stage_params * (2 + 4) / 2**30, rel=0.15)
     assert titan.breakdown.sharded_dp_comm_s == 0.0 < mega.breakdown.sharded_dp_comm_s
+
+
+def test_torchtitans_published_runs_are_within_the_issue_target() -> None:
+    """benchmarks/calibration.py: torchtitan's 18 December 2024 runs within 7 % mean (in-sample, committed
+    profiles); the issue's figure before runtimes were priced was 35 %."""
+    from published import titan_observations
+
+    runs = titan_observations()
+    errors = [abs(o.predict().step_time_s / o.measured_step_s - 1) for o in runs]
+    assert len(runs) == 18 and sum(errors) / len(errors) < 0.07

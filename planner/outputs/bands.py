@@ -1,12 +1,14 @@
 """Error bands of the step-time prediction, from the calibration residuals of the prediction's regime.
 
-A regime is (GPU architecture, dtype, dense or MoE, sequence-length band). Calibration compares
+A regime is (runtime, GPU architecture, dtype, dense or MoE, sequence-length band). Calibration compares
 published measured runs with the model's prediction of their layouts; each run leaves a relative
 residual r = t_measured / t_predicted − 1. For a coverage c (0.9 by default) the band of a regime is
 the empirical (1 − c)/2 and (1 + c)/2 quantiles of its residuals, widened to contain 0 and at least
 ±2 %, so that a prediction t reads "the measured step time lies in [t·(1 + low), t·(1 + high)] for a
-fraction c of the runs in this regime". A regime with fewer than MIN_RESIDUALS residuals falls back
-to coarser keys: without the sequence band, then without dtype, then without dense/MoE, then "any"
+fraction c of the runs in this regime". The most specific key is the runtime's own (runtime, architecture,
+dense/MoE: torchtitan's runs err otherwise than Megatron-LM's); a regime with fewer than MIN_RESIDUALS residuals
+there falls back to the keys every runtime shares: architecture, dtype, dense/MoE and sequence band, without the
+sequence band, then without dtype, then without dense/MoE, then "any"
 (every residual); an architecture that reaches "any" (none, or too few, of its runs were calibrated)
 gets that band widened by UNCALIBRATED_WIDENING and says so.
 
@@ -55,6 +57,7 @@ class SeqBand(str, Enum):
 class BandLevel(str, Enum):
     """How specific the key a band was fitted on is, most specific first (the fallback order)."""
 
+    RUNTIME = "runtime"  # the runtime's own runs: runtime, architecture, dense/MoE
     REGIME = "regime"  # architecture, dtype, dense/MoE, sequence band
     NO_SEQ_BAND = "no-seq-band"  # architecture, dtype, dense/MoE
     NO_DTYPE = "no-dtype"  # architecture, dense/MoE
@@ -70,6 +73,7 @@ class Regime:
     dtype: Dtype
     moe: bool
     seq_band: SeqBand
+    runtime: str = ""  # the framework that runs it (Runtime.framework); "" looks up the shared keys only
 
     def lookup_keys(self) -> tuple[tuple[BandLevel, str], ...]:
         """The band-table keys of this regime in fallback order, e.g. hopper/fp8/dense/short,
@@ -80,16 +84,18 @@ class Regime:
                   (self.architecture, WILDCARD, kind, WILDCARD),
                   (self.architecture, WILDCARD, WILDCARD, WILDCARD))
         levels = (BandLevel.REGIME, BandLevel.NO_SEQ_BAND, BandLevel.NO_DTYPE, BandLevel.ARCHITECTURE)
-        return (*((lv, "/".join(f)) for lv, f in zip(levels, fields, strict=True)), (BandLevel.ANY, ANY))
+        own = ((BandLevel.RUNTIME, f"{self.runtime}/{self.architecture}/{kind}"),) if self.runtime else ()
+        return (*own, *((lv, "/".join(f)) for lv, f in zip(levels, fields, strict=True)), (BandLevel.ANY, ANY))
 
     @property
     def label(self) -> str:
-        return self.lookup_keys()[0][1]
+        return self.lookup_keys()[1 if self.runtime else 0][1]
 
 
 def regime_of(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Regime:
     """The regime of one prediction; fitting and lookup both derive it here, so they cannot disagree."""
-    return Regime(cluster.gpu.architecture, job.dtype, model.moe is not None, SeqBand.of(job.seq_len))
+    return Regime(cluster.gpu.architecture, job.dtype, model.moe is not None, SeqBand.of(job.seq_len),
+                  job.runtime.framework.value)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ The parameters are physical shares and rates of one GPU generation, never per-ru
   large GEMMs come to peak, and how large a GEMM must be to get there;
 - `fp8_matmul_ratio`, `attention_efficiency`, `overlap_efficiency`, `memory_efficiency` of the GPU;
 - `scale_up_efficiency`, `scale_out_efficiency`: achieved bus bandwidth over line rate of NVLink and the NICs;
-- `host_op_us`: the host's time to issue one operator of the framework's layer code (cost_models/host.py).
+- `host_op_us`: the host's time to issue one operator of the framework's layer code (cost_models/host.py);
+- `peak_scale`: the sustained tensor clock of a power-limited part over its profile's derived one (its peaks scale);
+- `attention_rate`: a runtime's attention kernel over the GPU profile's fused-attention figures
+  (Execution.attention_rate on the GPU's architecture), fitted per runtime.
 Each run contributes the residual log(predicted / measured step time); each parameter a prior residual
 (value − preset) / σ that keeps a few runs from moving parameters they barely see (a Gaussian prior at the
 preset's value, as in a maximum a posteriori fit). Solved with scipy.optimize.least_squares (trust region
@@ -20,6 +23,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from planner.core import ClusterSpec, EfficiencyCurve
+from planner.core.execution import Execution
 
 
 class Param(str, Enum):
@@ -32,6 +36,8 @@ class Param(str, Enum):
     SCALE_UP_EFFICIENCY = "scale_up_efficiency"
     SCALE_OUT_EFFICIENCY = "scale_out_efficiency"
     HOST_OP_US = "host_op_us"
+    PEAK_SCALE = "peak_scale"
+    ATTENTION_RATE = "attention_rate"
 
 
 # (lower bound, upper bound, prior σ). gemm_shift is fitted in log10.
@@ -45,7 +51,12 @@ BOUNDS: dict[Param, tuple[float, float, float]] = {
     Param.SCALE_UP_EFFICIENCY: (0.3, 0.95, 0.15),
     Param.SCALE_OUT_EFFICIENCY: (0.3, 0.95, 0.15),
     Param.HOST_OP_US: (2.0, 60.0, 10.0),
+    # the 500 W Grand Teton H100 against its (500/700)^(1/3) derivation (884 TFLOP/s bf16): between H100 NVL's 835
+    # and SXM's 989, where torchtitan's own note puts it (835/884 = 0.944, 989/884 = 1.12)
+    Param.PEAK_SCALE: (0.944, 1.12, 0.05),
+    Param.ATTENTION_RATE: (0.3, 1.0, 0.1),
 }
+RUNTIME_PARAMS = frozenset({Param.ATTENTION_RATE})  # parameters of a runtime's Execution, not of the cluster
 
 
 def current_value(cluster: ClusterSpec, param: Param) -> float:
@@ -57,7 +68,24 @@ def current_value(cluster: ClusterSpec, param: Param) -> float:
         Param.OVERLAP_EFFICIENCY: gpu.overlap_efficiency, Param.MEMORY_EFFICIENCY: gpu.memory_efficiency,
         Param.SCALE_UP_EFFICIENCY: cluster.scale_up.efficiency,
         Param.SCALE_OUT_EFFICIENCY: cluster.scale_out.efficiency, Param.HOST_OP_US: cluster.host_op_us,
+        Param.PEAK_SCALE: 1.0,
     }[param]
+
+
+def execution_value(execution: Execution, param: Param, architecture: str) -> float:
+    """The value a runtime parameter has in `execution` on GPUs of `architecture`."""
+    if param is Param.ATTENTION_RATE:
+        return execution.attention_share(architecture)
+    raise ValueError(f"{param.value} is not a runtime parameter")
+
+
+def apply_execution(execution: Execution, values: dict[Param, float], architecture: str) -> Execution:
+    """`execution` with the given runtime parameter values on `architecture`."""
+    if Param.ATTENTION_RATE not in values:
+        return execution
+    rates = dict(execution.attention_rate)
+    rates[architecture] = values[Param.ATTENTION_RATE]
+    return replace(execution, attention_rate=tuple(sorted(rates.items())))
 
 
 def scaled_curve(curve: EfficiencyCurve, scale: float, log10_shift: float) -> EfficiencyCurve:
@@ -77,6 +105,10 @@ def apply(cluster: ClusterSpec, values: dict[Param, float]) -> ClusterSpec:
         (Param.OVERLAP_EFFICIENCY, "overlap_efficiency"), (Param.MEMORY_EFFICIENCY, "memory_efficiency"))
         if param in values}
     gpu = replace(gpu, **shares)  # type: ignore[arg-type]  # every key names a float field of GpuSpec
+    if Param.PEAK_SCALE in values:
+        scale = values[Param.PEAK_SCALE]
+        gpu = replace(gpu, peak_bf16_tflops=gpu.peak_bf16_tflops * scale,
+                      peak_fp8_tflops=gpu.peak_fp8_tflops * scale if gpu.peak_fp8_tflops else gpu.peak_fp8_tflops)
     up, out = cluster.scale_up, cluster.scale_out
     if Param.SCALE_UP_EFFICIENCY in values:
         up = replace(up, efficiency=values[Param.SCALE_UP_EFFICIENCY])
