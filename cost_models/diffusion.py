@@ -1,12 +1,15 @@
-"""Diffusion transformers under xDiT's parallel methods: time per denoising step and per image, and memory per GPU.
+"""Diffusion transformers under xDiT's parallel methods: time per image (text encoders, denoising steps, VAE decode)
+and memory per GPU.
 
 Per layer and pass over a sequence of S = image + text tokens (DiT, Peebles & Xie 2023; MMDiT, Esser et al. 2024;
 Flux): GEMMs 2·S·(4·h² + 2·h·f) FLOPs, full (non-causal) attention 4·S²·h FLOPs. Parallel methods (Fang et al.
-2024, xDiT; Fang & Zhao 2024, USP; Wang et al. 2024, PipeFusion):
-- Ulysses (degree u, Jacobs et al. 2023): four all-to-alls per layer (Q, K, V in, O out) of the rank's S/sp tokens;
-  every rank then holds h/u of the heads over its ring block of keys.
-- Ring (degree r, Liu et al. 2023): r − 1 sends of the rank's K, V block, 2·(S/sp)·h·2 bytes, overlapped with the
-  r blocks of attention (exposed as GpuSpec.exposed says). sp = u·r ranks share the sequence.
+2024, xDiT; Fang & Zhao 2024, USP; Wang et al. 2024, PipeFusion), priced as xDiT runs them
+(cost_models/diffusion_comm.py):
+- Ulysses (degree u, Jacobs et al. 2023): four all-to-alls per layer (Q, K, V in, O out) of the rank's S/sp tokens,
+  each between two layout copies; every rank then holds h/u of the heads over its ring block of keys.
+- Ring (degree r, Liu et al. 2023): r attention kernels over key blocks of S/r (each at that key length's
+  efficiency), fp32 merges of their outputs, K/V concatenations, a kernel floor per step and the K/V all-gather's
+  excess over the first block. sp = u·r ranks share the sequence.
 - PipeFusion (p stages, M patches): layers cut into p stages; after `warmup_steps` synchronous steps a stage
   runs one patch of S/M queries against the full, one-step-stale keys and values, and patches flow on across
   steps (a patch's next step needs only its own output), so the bubble is paid once:
@@ -14,19 +17,23 @@ Flux): GEMMs 2·S·(4·h² + 2·h·f) FLOPs, full (non-causal) attention 4·S²�
   with the patch sends (S/(M·sp))·h·2 bytes overlapped.
 - CFG parallel (2 groups): the conditional and unconditional passes run apart and the noise predictions are
   all-gathered once per step; without it a CFG model runs both passes (a batch of 2).
-Text encoders and the VAE are held in memory but not timed (one pass per image, small beside the steps).
+Once per image, on every rank (cost_models/diffusion_parts.py): the text encoders over the prompt (and the negative
+prompt with CFG) and the VAE decoder at the image resolution, on one GPU or patch-parallel over the replica.
+Collectives cross PCIe and, on PCIe-only machines, the CPU sockets (diffusion_comm).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
+from cost_models.comm import Collective, collective_time
 from cost_models.compute import flash_attention_time, memory_time
+from cost_models.diffusion_comm import ring_overhead, sdpa_flash_rate, send_recv, ulysses_time
+from cost_models.diffusion_parts import TEXT_ENCODERS, encoder_time, vae_decode_time
 from cost_models.memory import BUFFER_ALLOWANCE_GIB
 from cost_models.serving import stage_layers
 from planner.core import GIB, ClusterSpec, Dtype
-from planner.core.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens
+from planner.core.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens, t5_tokens, text_tokens
 
 BYTES = 2.0  # bf16 weights and activations
 
@@ -50,8 +57,9 @@ def transformer_params(model: DiffusionModel) -> float:
     return model.double_layers * block_params(model, True) + model.single_layers * block_params(model, False)
 
 
-def sequence_len(model: DiffusionModel, resolution: int) -> int:
-    return image_tokens(model, resolution) + model.text_tokens
+def sequence_len(model: DiffusionModel, job: DiffusionJob) -> int:
+    """Image tokens + the text tokens the job's prompt length gives."""
+    return image_tokens(model, job.resolution) + text_tokens(model, job)
 
 
 def _passes(model: DiffusionModel, layout: DiffusionLayout, batch: int) -> int:
@@ -63,19 +71,21 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
                rows: int, double: bool) -> float:
     """One block on one rank for `rows` sequences, each `queries` of its `seq` tokens as queries (all of them,
     or one PipeFusion patch) spread over the sp ranks: GEMMs at the curve's efficiency (roofline with the
-    block's weights), element-wise traffic, fused attention over the ring block's keys, Ulysses all-to-alls
-    and the exposed part of the ring's sends."""
+    block's weights), element-wise traffic, one fused-attention kernel per ring block of seq/ring keys, the Ulysses
+    all-to-alls and what the ring adds (diffusion_comm)."""
     gpu, h = cluster.gpu, model.hidden_size
     tokens = rows * queries / layout.sp
     flops = 2.0 * tokens * stream_params(model)
     eff = gpu.matmul_efficiency.at(flops / 6)
     gemm = max(flops / (gpu.peak(Dtype.BF16) * eff), memory_time(block_params(model, double) * BYTES, gpu))
     elementwise = memory_time(2.0 * tokens * (8.0 * h + 2.0 * model.ffn_hidden_size) * BYTES, gpu)
-    attn_flops = 4.0 * rows * queries * seq * h / layout.sp
-    attn = flash_attention_time(attn_flops, seq / layout.ring, model.head_dim, gpu)[0]
-    a2a = 4.0 * all_to_all_time(tokens * h * BYTES, layout.ulysses, 1, cluster)
-    ring = (layout.ring - 1) * p2p_time(2.0 * tokens * h * BYTES, layout.ulysses, cluster)
-    return gemm + elementwise + attn + gpu.exposed(ring, attn) + a2a
+    block_keys = seq / layout.ring  # PyTorch SDPA's FlashAttention-2 (diffusion_comm.sdpa_flash_rate)
+    block = flash_attention_time(4.0 * rows * queries * block_keys * h / layout.sp, block_keys, model.head_dim,
+                                 gpu)[0] / sdpa_flash_rate(gpu)
+    attn = layout.ring * block
+    a2a = ulysses_time(tokens, h, layout.ulysses, cluster)
+    ring = ring_overhead(tokens, h, layout.ulysses, layout.ring, block, block, layout.pipefusion > 1, cluster)
+    return gemm + elementwise + attn + a2a + ring
 
 
 def stage_times(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLayout, seq: int, queries: float,
@@ -93,8 +103,9 @@ def stage_times(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLa
 
 @dataclass(frozen=True)
 class DiffusionPrediction:
-    """Per image: `latency_s` through all steps of the transformer; `images_per_s` of all dp replicas;
-    `memory_gib` per GPU (weights of the stage, encoders and VAE, stale K/V buffers, activations, allowance)."""
+    """Per image: `latency_s` = `encode_s` (text encoders) + `denoise_s` (all steps of the transformer) + `decode_s`
+    (VAE); `step_s` = denoise_s / steps; `images_per_s` of all dp replicas; `memory_gib` per GPU (weights of the
+    stage, encoders and VAE, stale K/V buffers, activations, allowance)."""
 
     latency_s: float
     step_s: float
@@ -102,6 +113,9 @@ class DiffusionPrediction:
     memory_gib: float
     capacity_gib: float
     compute_s: float  # latency at perfect scaling of the one-GPU compute: how much the parallel methods lose
+    encode_s: float = 0.0
+    denoise_s: float = 0.0
+    decode_s: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -112,7 +126,7 @@ def memory_gib(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, l
     """Per GPU: the stage's block weights + encoders + (PipeFusion) the stale K, V of the stage's layers for the
     rank's share of the full sequence, 2·S·h·2/sp bytes per layer and pass, + activations of a pass, ~(6·h + f)
     per token, + the fixed allowance."""
-    seq = sequence_len(model, job.resolution)
+    seq = sequence_len(model, job)
     layers = max(stage_layers(model.num_layers, layout.pipefusion))
     rows = _passes(model, layout, job.batch)
     weights = transformer_params(model) * layers / model.num_layers + model.encoder_params
@@ -121,10 +135,23 @@ def memory_gib(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, l
     return (weights + stale + act) * BYTES / GIB + BUFFER_ALLOWANCE_GIB
 
 
-def evaluate_diffusion(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob,
-                       layout: DiffusionLayout) -> DiffusionPrediction:
-    """Latency per image and images per second of one layout (module docstring for the formulas)."""
-    seq = sequence_len(model, job.resolution)
+def encode_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob) -> float:
+    """The text encoders once per request, over the prompts (and the negative prompts of a CFG model), on every
+    rank (xDiT does not split them)."""
+    prompts = job.batch * (2 if model.cfg else 1)
+    return sum(encoder_time(TEXT_ENCODERS[e], t5_tokens(model, job), prompts, cluster) for e in model.text_encoders)
+
+
+def decode_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, layout: DiffusionLayout) -> float:
+    """The VAE decoder over the request's images: on one GPU of the replica, or patch-parallel over all of it."""
+    side = job.resolution // model.vae_downsample
+    ranks = layout.replica_gpus if job.parallel_vae else 1
+    return vae_decode_time(side, model.latent_channels, job.batch, cluster, ranks)
+
+
+def denoise_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, layout: DiffusionLayout) -> float:
+    """All denoising steps of the transformer for one request (module docstring)."""
+    seq = sequence_len(model, job)
     rows = _passes(model, layout, job.batch)
     full = stage_times(model, cluster, layout, seq, seq, rows)
     gather = 0.0
@@ -134,20 +161,27 @@ def evaluate_diffusion(model: DiffusionModel, cluster: ClusterSpec, job: Diffusi
                                  cluster)
     p = layout.pipefusion
     if p == 1:
-        step = full[0] + gather
-        latency = job.steps * step
-    else:
-        hop_full = p2p_time(seq / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
-        warm = min(job.warmup_steps, job.steps)
-        queries = seq / layout.patches
-        patch = max(stage_times(model, cluster, layout, seq, queries, rows))
-        hop = p2p_time(queries / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
-        turn = patch + cluster.gpu.exposed(hop, patch)
-        steady = ((job.steps - warm) * layout.patches + p - 1) * turn if job.steps > warm else 0.0
-        latency = warm * (sum(full) + (p - 1) * hop_full + gather) + steady + (job.steps - warm) * gather
-        step = latency / job.steps
+        return job.steps * (full[0] + gather)
+    hop_full = send_recv(seq / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
+    warm = min(job.warmup_steps, job.steps)
+    queries = seq / layout.patches
+    patch = max(stage_times(model, cluster, layout, seq, queries, rows))
+    hop = send_recv(queries / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
+    turn = patch + cluster.gpu.exposed(hop, patch)
+    steady = ((job.steps - warm) * layout.patches + p - 1) * turn if job.steps > warm else 0.0
+    return warm * (sum(full) + (p - 1) * hop_full + gather) + steady + (job.steps - warm) * gather
+
+
+def evaluate_diffusion(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob,
+                       layout: DiffusionLayout) -> DiffusionPrediction:
+    """Latency per image and images per second of one layout (module docstring for the formulas)."""
+    encode = encode_time(model, cluster, job)
+    denoise = denoise_time(model, cluster, job, layout)
+    decode = decode_time(model, cluster, job, layout)
+    latency = encode + denoise + decode
     one_gpu = DiffusionLayout()
-    ideal = job.steps * sum(stage_times(model, cluster, one_gpu, seq, seq, _passes(model, one_gpu, job.batch)))
-    return DiffusionPrediction(latency, step, layout.dp * job.batch / latency,
-                               memory_gib(model, cluster, job, layout), cluster.gpu.memory_gib,
-                               ideal / layout.replica_gpus)
+    ideal = denoise_time(model, cluster, job, one_gpu) / layout.replica_gpus + encode + decode_time(
+        model, cluster, job, one_gpu) / (layout.replica_gpus if job.parallel_vae else 1)
+    return DiffusionPrediction(latency, denoise / job.steps, layout.dp * job.batch / latency,
+                               memory_gib(model, cluster, job, layout), cluster.gpu.memory_gib, ideal,
+                               encode, denoise, decode)

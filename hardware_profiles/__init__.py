@@ -46,7 +46,8 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
              "scale_up_latency_us": True, "scale_up_efficiency": True, "host_op_us": False},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
-    "host": {"memory_gib": False, "memory_gbs": False, "cores": False, "pcie_gbs": False, "gpus_per_pcie_link": False},
+    "host": {"memory_gib": False, "memory_gbs": False, "cores": False, "pcie_gbs": False, "gpus_per_pcie_link": False,
+             "gpus_per_socket": False, "cross_socket_gbs": False},
 })
 
 
@@ -160,8 +161,10 @@ def _host(data: dict[str, Any], origin: str) -> HostSpec:
         return HostSpec()
     body = _section(data, "host", origin)
     where = f"{origin}: host"
-    values: dict[str, Any] = {k: _number(body, k, where) for k in ("memory_gib", "memory_gbs", "pcie_gbs") if k in body}
-    values.update({k: _integer(body, k, where) for k in ("cores", "gpus_per_pcie_link") if k in body})
+    values: dict[str, Any] = {k: _number(body, k, where) for k in ("memory_gib", "memory_gbs", "pcie_gbs",
+                                                                   "cross_socket_gbs") if k in body}
+    values.update({k: _integer(body, k, where) for k in ("cores", "gpus_per_pcie_link", "gpus_per_socket")
+                   if k in body})
     return HostSpec(**values)
 
 
@@ -314,5 +317,7 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
                     "latency_us": cluster.scale_out.latency_us, "efficiency": cluster.scale_out.efficiency},
         "host": {"memory_gib": cluster.host.memory_gib, "memory_gbs": cluster.host.memory_gbs,
                  "cores": cluster.host.cores, "pcie_gbs": cluster.host.pcie_gbs,
-                 "gpus_per_pcie_link": cluster.host.gpus_per_pcie_link},
+                 "gpus_per_pcie_link": cluster.host.gpus_per_pcie_link,
+                 **({"gpus_per_socket": cluster.host.gpus_per_socket, "cross_socket_gbs": cluster.host.cross_socket_gbs}
+                    if cluster.host.gpus_per_socket else {})},
     }

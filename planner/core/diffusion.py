@@ -11,6 +11,7 @@ from planner.core.errors import LayoutError, SpecError
 from planner.core.inference import Objective
 
 MAX_PARAMS = 1e13  # text encoders + VAE, or a whole model: 10 trillion parameters (the largest have ~1e12)
+TEXT_ENCODER_NAMES = ("t5-xxl", "clip-l", "clip-g")  # architectures in cost_models/diffusion_parts.py
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,9 @@ class DiffusionModel:
     3 in Flux's single-stream blocks). The latent is `latent_channels` deep, `vae_downsample` times smaller
     than the image per side, cut into `patch_size`² patches; `text_tokens` join the sequence (0: class-
     conditioned). `cfg`: sampled with classifier-free guidance (two passes per step; Flux-dev is guidance-
-    distilled: one). `encoder_params`: text encoders and VAE, held on every GPU, not timed."""
+    distilled: one). `encoder_params`: text encoders and VAE, held on every GPU. `text_encoders` run once per
+    prompt (cost_models/diffusion_parts.py); `clip_tokens` of the `text_tokens` come from CLIP (SD3: 77), the rest
+    from T5 (xfuser's --max_sequence_length)."""
 
     name: str
     hidden_size: int
@@ -40,13 +43,23 @@ class DiffusionModel:
     single_modulation: int = 6
     encoder_params: float = 0.0
     published_params: float | None = None
+    text_encoders: tuple[str, ...] = ()
+    clip_tokens: int = 0
 
     def __post_init__(self) -> None:
         identifier(self.name, "diffusion model name", SpecError)
+        for enc in self.text_encoders:
+            if enc not in TEXT_ENCODER_NAMES:
+                raise SpecError(f"diffusion model {self.name!r}: unknown text encoder {enc!r}; known: "
+                                f"{', '.join(TEXT_ENCODER_NAMES)}")
+        if self.clip_tokens > self.text_tokens:
+            raise SpecError(f"diffusion model {self.name!r}: clip_tokens {self.clip_tokens} exceed text_tokens "
+                            f"{self.text_tokens}")
         for key in ("hidden_size", "num_heads", "ffn_hidden_size", "patch_size", "latent_channels",
                     "vae_downsample", "default_steps"):
             integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 1, MAX_WIDTH, SpecError)
-        for key in ("double_layers", "single_layers", "text_tokens", "double_modulation", "single_modulation"):
+        for key in ("double_layers", "single_layers", "text_tokens", "double_modulation", "single_modulation",
+                    "clip_tokens"):
             integer(getattr(self, key), f"diffusion model {self.name!r}: {key}", 0, MAX_LAYERS * 100, SpecError)
         real(self.encoder_params, f"diffusion model {self.name!r}: encoder_params", 0.0, MAX_PARAMS, low_open=False,
              error=SpecError)
@@ -77,12 +90,16 @@ class DiffusionJob:
     batch: int = 1
     objective: Objective = Objective.LATENCY
     warmup_steps: int = 1  # PipeFusion's synchronous first steps (fill the stale-activation buffers)
+    t5_tokens: int | None = None  # the prompt's T5 length (xfuser --max_sequence_length); None: the model's
+    parallel_vae: bool = False  # decode patch-parallel over the replica (xfuser --use_parallel_vae)
 
     def __post_init__(self) -> None:
         integer(self.resolution, "--resolution", 8, 65536, SpecError)
         integer(self.steps, "--steps", 1, 10000, SpecError)
         integer(self.batch, "--batch", 1, 4096, SpecError)
         integer(self.warmup_steps, "warmup steps", 0, 10000, SpecError)
+        if self.t5_tokens is not None:
+            integer(self.t5_tokens, "--max-sequence-length", 1, 65536, SpecError)
 
 
 @dataclass(frozen=True)
@@ -132,3 +149,15 @@ def image_tokens(model: DiffusionModel, resolution: int) -> int:
         raise SpecError(f"--resolution {resolution} must be a multiple of vae_downsample x patch_size = "
                         f"{model.vae_downsample * model.patch_size} for {model.name!r}")
     return side * side
+
+
+def t5_tokens(model: DiffusionModel, job: DiffusionJob) -> int:
+    """The prompt's T5 tokens: the job's, else the model's text tokens less its CLIP tokens."""
+    return model.text_tokens - model.clip_tokens if job.t5_tokens is None else job.t5_tokens
+
+
+def text_tokens(model: DiffusionModel, job: DiffusionJob) -> int:
+    """Text tokens in the joint sequence: CLIP's and T5's (0 for a class-conditioned model)."""
+    if model.text_tokens == 0:
+        return 0
+    return model.clip_tokens + t5_tokens(model, job)

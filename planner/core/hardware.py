@@ -111,12 +111,21 @@ class HostSpec:
     cores: int = 64  # CPU cores of the node
     pcie_gbs: float = 32.0  # one GPU's host link, GB/s per direction (PCIe Gen4 x16: 32, Gen5: 64)
     gpus_per_pcie_link: int = 1  # GPUs behind one PCIe switch that share one host uplink of pcie_gbs
+    # PCIe-only nodes (no NVLink): GPUs under one CPU socket's root complex, and the GB/s per direction that GPU-to-GPU
+    # traffic between two sockets gets (NCCL does not use P2P across the CPU interconnect and copies through host
+    # memory); 0: the GPUs' traffic never crosses sockets (NVLink/NVSwitch nodes)
+    gpus_per_socket: int = 0
+    cross_socket_gbs: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("memory_gib", "memory_gbs", "pcie_gbs"):
             real(getattr(self, name), f"host {name}", 0.0, 1e7, error=SpecError)
         for name in ("cores", "gpus_per_pcie_link"):
             integer(getattr(self, name), f"host {name}", 1, MAX_GPUS, SpecError)
+        integer(self.gpus_per_socket, "host gpus_per_socket", 0, MAX_GPUS, SpecError)
+        real(self.cross_socket_gbs, "host cross_socket_gbs", 0.0, 1e7, low_open=False, error=SpecError)
+        if self.gpus_per_socket and not self.cross_socket_gbs:
+            raise SpecError("host gpus_per_socket needs cross_socket_gbs (GB/s between the sockets' GPUs)")
 
 
 DEFAULT_HOST_OP_US = 20.0  # µs per operator where a profile does not say (the calibration prior)

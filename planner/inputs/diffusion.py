@@ -15,7 +15,7 @@ from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
 REQUIRED_KEYS = ("hidden_size", "num_heads", "ffn_hidden_size", "double_layers", "single_layers", "patch_size",
                  "latent_channels")
 OPTIONAL_KEYS = ("name", "vae_downsample", "text_tokens", "cfg", "default_steps", "double_modulation",
-                 "single_modulation", "encoder_params", "published_params")
+                 "single_modulation", "encoder_params", "published_params", "text_encoders", "clip_tokens")
 _FLOATS = ("encoder_params", "published_params")
 
 
@@ -43,7 +43,11 @@ def diffusion_from_mapping(data: Any, origin: str) -> DiffusionModel:
             raise InputError(f"{origin}: {key} must be a finite number, got {data[key]!r}")
     if "cfg" in data and not isinstance(data["cfg"], bool):
         raise InputError(f"{origin}: cfg must be true or false, got {data['cfg']!r}")
+    encoders = data.get("text_encoders", [])
+    if not isinstance(encoders, list | tuple) or not all(isinstance(e, str) for e in encoders):
+        raise InputError(f"{origin}: text_encoders must be a list of names, got {encoders!r}")
     values: dict[str, Any] = {k: (float(v) if k in _FLOATS and v is not None else v) for k, v in data.items()}
+    values["text_encoders"] = tuple(encoders)
     values.setdefault("name", Path(origin).stem)
     try:
         return DiffusionModel(**values)
@@ -61,4 +65,4 @@ def load_diffusion_model(name_or_path: str) -> DiffusionModel:
 
 def diffusion_mapping(model: DiffusionModel) -> dict[str, Any]:
     """The inverse of `diffusion_from_mapping` (for self-contained plan files)."""
-    return {f.name: getattr(model, f.name) for f in fields(model)}
+    return {f.name: (list(v) if isinstance(v := getattr(model, f.name), tuple) else v) for f in fields(model)}

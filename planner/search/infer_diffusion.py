@@ -2,7 +2,8 @@
 replicas, PipeFusion patch counts) for the lowest latency per image or the most images per second.
 
 Branch and bound: candidates are priced in increasing order of a lower bound on their latency (the one-GPU
-compute spread perfectly over the replica, which no parallel method beats: communication and bubbles only add),
+denoising spread perfectly over the replica, which no parallel method beats: communication and bubbles only add,
+plus the text encoders and the VAE decode, which every replica runs),
 and the scan stops once the bound cannot beat the k-th best. `exhaustive=True` prices every candidate (the
 brute force the tests compare with).
 """
@@ -63,9 +64,11 @@ def _score(job: DiffusionJob, pred: DiffusionPrediction) -> tuple[float, float]:
     return (pred.latency_s, -pred.images_per_s)
 
 
-def _bound(job: DiffusionJob, layout: DiffusionLayout, ideal_per_gpu: float) -> tuple[float, float]:
-    """Best score a layout could reach: its replica's share of the one-GPU compute, no communication."""
-    latency = ideal_per_gpu / layout.replica_gpus
+def _bound(job: DiffusionJob, layout: DiffusionLayout, one_gpu: DiffusionPrediction) -> tuple[float, float]:
+    """Best score a layout could reach: its replica's share of the one-GPU denoising (and of the VAE decode when it is
+    patch-parallel), no communication, plus the text encoders every rank runs."""
+    n = layout.replica_gpus
+    latency = one_gpu.denoise_s / n + one_gpu.encode_s + one_gpu.decode_s / (n if job.parallel_vae else 1)
     if job.objective is Objective.THROUGHPUT:
         return (-layout.dp * job.batch / latency, latency)
     return (latency, -layout.dp * job.batch / latency)
@@ -78,7 +81,7 @@ def search_diffusion(model: DiffusionModel, cluster: ClusterSpec, job: Diffusion
     if not layouts:
         raise InfeasibleError(f"no xDiT layout of {gpus} GPUs suits {model.name} at {job.resolution} px (heads "
                               f"{model.num_heads}, {image_tokens(model, job.resolution)} image tokens)")
-    ideal = evaluate_diffusion(model, cluster, job, DiffusionLayout()).compute_s
+    ideal = evaluate_diffusion(model, cluster, job, DiffusionLayout())
     ordered = sorted(layouts, key=lambda lay: _bound(job, lay, ideal))
     found: list[DiffusionCandidate] = []
     priced = pruned_memory = pruned_bound = 0
