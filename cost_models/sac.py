@@ -59,6 +59,12 @@ def recomputed_gemm_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, t
     return counted_gemms_time(((g, 1.0) for g in again), cluster, job)[0]
 
 
+def recomputed_flops_per_token(model: ModelSpec) -> float:
+    """Matmul FLOPs per token of the linears the policy recomputes in a dense layer (hardware FLOPs, for HFU):
+    2·n·k of every second one in call order."""
+    return sum(2.0 * g.n * g.k for i, g in enumerate(linears(model, 1.0, 1)) if i % 2 == 1)
+
+
 def sac_recompute_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, elementwise_f: float,
                        tp_forward: float) -> tuple[float, float, float]:
     """(compute, TP, EP) seconds the policy adds to a layer's backward: the recomputed linears' forward GEMMs,
@@ -90,5 +96,5 @@ def sac_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: 
     return mbs * seq_len / cp * kept_token_bytes(model, tp, sp)
 
 
-__all__ = ["kept_token_bytes", "linears", "op_sac", "recomputed_gemm_time", "sac_activation_bytes",
-           "sac_recompute_time"]
+__all__ = ["kept_token_bytes", "linears", "op_sac", "recomputed_flops_per_token", "recomputed_gemm_time",
+           "sac_activation_bytes", "sac_recompute_time"]

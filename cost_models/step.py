@@ -25,7 +25,7 @@ from cost_models.offload import host_capacity_bytes, node_host_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
-from cost_models.sac import sac_activation_bytes
+from cost_models.sac import recomputed_flops_per_token, sac_activation_bytes
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
@@ -388,6 +388,9 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         recompute_per_seq += sum(s.layers.moe_full for s in stages) * F.moe_decoder_matmul_flops(model, job.seq_len)
     if RecomputeModule.CORE_ATTN in layout.recompute_modules and job.runtime.attention is AttentionKernel.UNFUSED:
         recompute_per_seq += (model.num_layers - n_full) * F.attention_core_flops(model, job.seq_len)
+    if layout.recompute is Recompute.SELECTIVE and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC:
+        dense = sum(s.layers.dense - s.layers.dense_full for s in stages)  # per-op SAC prices dense layers only
+        recompute_per_seq += dense * job.seq_len * recomputed_flops_per_token(model)
     hw_flops = model_flops + recompute_per_seq * job.global_batch
     peak = cluster.gpu.peak(job.dtype)
     peak_mem = max(s.peak_memory_gib for s in stages)

@@ -143,3 +143,15 @@ def test_torchtitans_published_runs_are_within_the_issue_target() -> None:
     runs = titan_observations()
     errors = [abs(o.predict().step_time_s / o.measured_step_s - 1) for o in runs]
     assert len(runs) == 18 and sum(errors) / len(errors) < 0.07
+
+
+def test_op_sac_counts_its_recomputed_matmuls_in_hardware_flops() -> None:
+    """HFU counts what the per-op policy runs again: wk, wo and w3 (2·n·k each per token) on every dense layer."""
+    from cost_models.sac import recomputed_flops_per_token
+
+    model = load_model("llama3-8b")
+    assert recomputed_flops_per_token(model) == 2 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336)
+    pred = evaluate("llama3-8b", "h100-sxm-96gb-500w", gpus=8, seq_len=8192, global_batch=16, mbs=2, zero=3,
+                    recompute="selective", runtime=Runtime(framework=Framework.TORCHTITAN))
+    extra = 32 * 8192 * 16 * recomputed_flops_per_token(model) / pred.step_time_s / 8 / 1e12
+    assert pred.hardware_tflops_per_gpu - pred.model_tflops_per_gpu == pytest.approx(extra)
