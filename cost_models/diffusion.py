@@ -36,6 +36,10 @@ from planner.core import GIB, ClusterSpec, Dtype
 from planner.core.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens, t5_tokens, text_tokens
 
 BYTES = 2.0  # bf16 weights and activations
+# Kernels the host issues for one stream of one block under torch.compile (diffusers' Flux/SD3 blocks as inductor
+# fuses them): norm + modulation, Q, K, V and output projections, Q/K norm + rotary, attention, gate + residual,
+# norm + modulation, two MLP GEMMs, activation, gate + residual
+COMPILED_STREAM_OPS = 14.0
 
 
 def stream_params(model: DiffusionModel) -> float:
@@ -72,7 +76,9 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
     """One block on one rank for `rows` sequences, each `queries` of its `seq` tokens as queries (all of them,
     or one PipeFusion patch) spread over the sp ranks: GEMMs at the curve's efficiency (roofline with the
     block's weights), element-wise traffic, one fused-attention kernel per ring block of seq/ring keys, the Ulysses
-    all-to-alls and what the ring adds (diffusion_comm)."""
+    all-to-alls and what the ring adds (diffusion_comm); at least the host's time to issue the block's operators
+    (COMPILED_STREAM_OPS per stream at the profile's host_op_us, as cost_models/host.py prices a layer), which binds
+    when a rank's share (a PipeFusion patch, a short sequence over many ranks) is small."""
     gpu, h = cluster.gpu, model.hidden_size
     tokens = rows * queries / layout.sp
     flops = 2.0 * tokens * stream_params(model)
@@ -85,7 +91,8 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
     attn = layout.ring * block
     a2a = ulysses_time(tokens, h, layout.ulysses, cluster)
     ring = ring_overhead(tokens, h, layout.ulysses, layout.ring, block, block, layout.pipefusion > 1, cluster)
-    return gemm + elementwise + attn + a2a + ring
+    ops = (2.0 if double else 1.0) * COMPILED_STREAM_OPS
+    return max(gemm + elementwise + attn + a2a + ring, ops * cluster.host_op_us * 1e-6)
 
 
 def stage_times(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLayout, seq: int, queries: float,

@@ -139,12 +139,18 @@ def diffusion(
     batch: Annotated[int, typer.Option(help="Images per request.")] = 1,
     objective: Annotated[Objective, typer.Option(help="Minimise latency per image or maximise images/s.")]
     = Objective.LATENCY,
+    max_sequence_length: Annotated[int | None, typer.Option(help="Prompt tokens of the T5 encoder (xfuser "
+                                                                 "--max_sequence_length; default: the model's).")]
+    = None,
+    parallel_vae: Annotated[bool, typer.Option("--parallel-vae", help="Decode with xDiT's patch-parallel VAE.")]
+    = False,
     top_k: TopK = 5,
     memory_gib: MemoryGib = None,
     out: Out = None,
     as_json: AsJson = False,
 ) -> None:
-    """Diffusion transformers: Ulysses/ring sequence parallelism, PipeFusion, CFG parallelism (xDiT)."""
+    """Diffusion transformers: Ulysses/ring sequence parallelism, PipeFusion, CFG parallelism (xDiT); prints the
+    xfuser launch line."""
 
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
@@ -157,7 +163,8 @@ def diffusion(
         check({"--gpus": (gpus, 1, MAX_GPUS)})
         spec = load_diffusion_model(model)
         try:
-            job = DiffusionJob(resolution, spec.default_steps if steps is None else steps, batch, objective)
+            job = DiffusionJob(resolution, spec.default_steps if steps is None else steps, batch, objective,
+                               t5_tokens=max_sequence_length, parallel_vae=parallel_vae)
             image_tokens(spec, resolution)
         except SpecError as exc:
             raise InputError(str(exc)) from None

@@ -24,6 +24,7 @@ from planner.inputs.diffusion import diffusion_mapping
 from planner.inputs.loaders import model_mapping
 from planner.outputs.launch_args import sglang_commands, vllm_commands
 from planner.outputs.planfile import MESHPLAN_VERSION
+from planner.outputs.xfuser_args import xfuser_command
 from planner.search.infer_diffusion import DiffusionSearch
 from planner.search.infer_edge import EdgePlan
 from planner.search.infer_serving import ServingSearch
@@ -104,7 +105,8 @@ def diffusion_document(model: DiffusionModel, cluster: ClusterSpec, job: Diffusi
                             "pruned_memory": result.pruned_memory, "pruned_bound": result.pruned_bound,
                             "optimal": True},
                  "alternatives": [{"layout": _plain(c.layout), "prediction": _diffusion_prediction(c.prediction)}
-                                  for c in result.ranked[1:]]}
+                                  for c in result.ranked[1:]],
+                 "launch": {"xfuser": xfuser_command(model, job, best.layout, cluster.gpus_per_node)}}
     return _document(_plain(diffusion_mapping(model)), cluster, gpus, inference)
 
 
@@ -149,11 +151,16 @@ def summary(data: dict[str, Any]) -> str:
         lines.append(f"  {_diffusion_layout(lay)}: {pred['latency_s']:.3f} s per image ({pred['step_s'] * 1e3:.1f} ms "
                      f"per step), {pred['images_per_s']:.3f} images/s, {pred['memory_gib']:.1f} / "
                      f"{pred['capacity_gib']:.0f} GiB per GPU; perfect scaling would give {pred['compute_s']:.3f} s")
+        if "denoise_s" in pred:
+            lines.append(f"  text encoders {pred['encode_s'] * 1e3:.1f} ms, denoising {pred['denoise_s']:.3f} s, "
+                         f"VAE decode {pred['decode_s'] * 1e3:.1f} ms")
         for i, alt in enumerate(inf.get("alternatives", []), 2):
             lines.append(f"  {i}. {_diffusion_layout(alt['layout'])}: {alt['prediction']['latency_s']:.3f} s, "
                          f"{alt['prediction']['images_per_s']:.3f} images/s")
     search = inf["search"]
     lines.append(f"  search: {search['method']}" + (", optimal in the modelled space" if search.get("optimal") else ""))
+    if family == Family.DIFFUSION.value and "xfuser" in inf.get("launch", {}):
+        lines.append(f"  launch (xDiT): {inf['launch']['xfuser']}")
     return "\n".join(lines)
 
 

@@ -1,0 +1,175 @@
+"""Diffusion against xDiT: each new cost term against the published figure it reproduces, the pick against xDiT's
+fastest measured layout, and the xfuser launch line against xfuser's own parser."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import shlex
+import sys
+import types
+from importlib.metadata import PackageNotFoundError, files
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cost_models.diffusion_comm import sdpa_flash_rate, sockets_spanned
+from cost_models.diffusion_parts import vae_decoder_work
+from hardware_profiles import load_hardware
+from planner.core.diffusion import DiffusionJob, DiffusionLayout
+from planner.inputs.diffusion import load_diffusion_model
+from planner.outputs.xfuser_args import xfuser_arguments, xfuser_command
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import diffusion_accuracy  # noqa: E402
+
+CASES = yaml.safe_load((ROOT / "benchmarks" / "data" / "inference" / "xdit.yaml").read_text())
+FLAGS = [line for line in (ROOT / "planner" / "outputs" / "emitters" / "xfuser_flags.txt").read_text().splitlines()
+         if line.startswith("--")]
+
+
+def test_vae_decoder_flops_match_the_architecture() -> None:
+    # AutoencoderKL's decoder at 1024 px (128² latent), counted by hand from diffusers' Decoder (conv_in 16->512 at
+    # 128², 5 ResNet convs + 2 upsample convs at 512 channels ... 6 convs 128->128 at 1024²): 9.9 TFLOPs of 3x3 and
+    # 1x1 convs and attention projections; 512 px (SD 1.5's 64² latent) is a quarter (within 5 %)
+    work = vae_decoder_work(128, 16)
+    assert sum(work.convs) == pytest.approx(9.92e12, rel=0.01)
+    assert sum(vae_decoder_work(64, 4).convs) == pytest.approx(2.48e12, rel=0.05)
+
+
+def test_flash_attention_2_on_hopper_runs_at_the_measured_rate() -> None:
+    # tritonbench, pytorch/pytorch#142132: SDPA flash at (1, 24, 4608, 128) 329 TFLOP/s on H100 (cuDNN 631)
+    from cost_models.compute import attention_efficiency
+
+    h100 = load_hardware("h100-sxm", 1).gpu
+    rate = h100.peak_bf16_tflops * attention_efficiency(h100, 4608, 128) * sdpa_flash_rate(h100)
+    assert rate == pytest.approx(329.0, rel=0.01)
+    assert sdpa_flash_rate(load_hardware("a100-80gb", 1).gpu) == 1.0
+
+
+def test_pcie_groups_cross_sockets_only_past_four_gpus() -> None:
+    l40 = load_hardware("l40", 8)
+    assert sockets_spanned(l40, 4, 1) == 1 and sockets_spanned(l40, 4, 2) == 2 and sockets_spanned(l40, 8, 1) == 2
+    assert sockets_spanned(load_hardware("h100-sxm", 8), 8, 1) == 1
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["label"] for c in CASES])
+def test_pick_equals_xdits_fastest_measured_layout(case: dict[str, Any]) -> None:
+    # xDiT's tables and charts (benchmarks/data/inference/xdit.yaml): among the layouts measured on one machine,
+    # meshplan's lowest predicted latency is the one xDiT measured fastest
+    result = diffusion_accuracy.evaluate_case(case)
+    for pick in result["picks"]:
+        assert pick["pick"] is pick["fastest"], (case["label"], pick["group"], pick["pick"], pick["fastest"])
+
+
+def test_warm_h100_figures_within_20_percent() -> None:
+    # xDiT's Flux.1-dev table on H100 (flux.md, torch.compile column, whole pipeline warmed up): every layout within
+    # 20 % (today 0.8-12.3 %); the 2024 figures include the VAE's first call and are not held to this
+    warm = [c for c in CASES if not c["cold_vae"]]
+    assert warm
+    for case in warm:
+        for run, predicted in diffusion_accuracy.evaluate_case(case)["rows"]:
+            assert predicted == pytest.approx(run["compile_s"], rel=0.20), (case["label"], run)
+
+
+def test_latency_holds_encoders_and_vae() -> None:
+    from cost_models.diffusion import evaluate_diffusion
+
+    model, job = load_diffusion_model("flux1-dev"), DiffusionJob(1024, 28)
+    p = evaluate_diffusion(model, load_hardware("h100-sxm", 4), job, DiffusionLayout(ulysses=4))
+    assert p.encode_s > 0 and p.decode_s > 0
+    assert p.latency_s == pytest.approx(p.encode_s + p.denoise_s + p.decode_s)
+    par = evaluate_diffusion(model, load_hardware("h100-sxm", 4), DiffusionJob(1024, 28, parallel_vae=True),
+                             DiffusionLayout(ulysses=4))
+    assert par.decode_s < p.decode_s
+
+
+def _layouts() -> list[DiffusionLayout]:
+    return [DiffusionLayout(ulysses=4), DiffusionLayout(ulysses=2, ring=2, dp=2),
+            DiffusionLayout(pipefusion=4, patches=8, cfg=2), DiffusionLayout(ring=2, pipefusion=2, patches=2)]
+
+
+def test_emitted_flags_are_xfusers() -> None:
+    for model_name in ("flux1-dev", "sd3-medium", "dit-xl-2"):
+        model = load_diffusion_model(model_name)
+        for layout in _layouts():
+            if layout.cfg > 1 and not model.cfg:
+                continue
+            args = xfuser_arguments(model, DiffusionJob(1024, 20, parallel_vae=True), layout)
+            assert {a for a in args if a.startswith("--")} <= set(FLAGS)
+            words = shlex.split(xfuser_command(model, DiffusionJob(1024, 20), layout, 8))
+            assert words[0] == "torchrun" and f"--nproc_per_node={min(layout.gpus, 8)}" in words
+
+
+class _Stub(types.ModuleType):
+    __path__: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return logging.getLogger if name == "init_logger" else type(name, (), {})
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Every `xfuser.*` import but the parser's own file: xfuser's package imports need an accelerator (its envs
+    module raises without one), its argument parser does not."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name == "xfuser" or name.startswith("xfuser."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return _Stub(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def _xfuser_parser() -> Any:
+    try:
+        path = next(f for f in files("xfuser") or [] if str(f).endswith("xfuser/config/args.py")).locate()
+    except (PackageNotFoundError, StopIteration):
+        pytest.skip("xfuser is not installed (pip install -e '.[validate]')")
+    saved = {k: v for k, v in sys.modules.items() if k == "xfuser" or k.startswith("xfuser.")}
+    for key in saved:
+        del sys.modules[key]
+    finder = _StubFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        spec = importlib.util.spec_from_file_location("_xfuser_args", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.meta_path.remove(finder)
+        for key in [k for k in sys.modules if k == "xfuser" or k.startswith("xfuser.")]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+    parser = module.FlexibleArgumentParser()
+    module.xFuserArgs.add_cli_args(parser)
+    return parser
+
+
+def test_xfusers_own_parser_accepts_the_launch_line() -> None:
+    parser = _xfuser_parser()
+    known = {o for a in parser._actions for o in a.option_strings}
+    assert set(FLAGS) <= known  # the checked-in list is still xfuser's
+    model = load_diffusion_model("sd3-medium")
+    for layout in _layouts():
+        job = DiffusionJob(1024, 20, parallel_vae=True)
+        args = parser.parse_args(xfuser_arguments(model, job, layout))
+        assert (args.ulysses_degree, args.ring_degree, args.pipefusion_parallel_degree) == (
+            layout.ulysses, layout.ring, layout.pipefusion)
+        assert args.use_cfg_parallel == (layout.cfg > 1) and args.data_parallel_degree == layout.dp
+        assert args.num_inference_steps == 20 and args.max_sequence_length == 256 and args.use_torch_compile
+        assert args.use_parallel_vae and args.height == args.width == 1024
+        if layout.pipefusion > 1:
+            assert args.num_pipeline_patch == layout.patches
+        assert (2 if args.use_cfg_parallel else 1) * args.pipefusion_parallel_degree * args.ulysses_degree * \
+            args.ring_degree * args.data_parallel_degree == layout.gpus
