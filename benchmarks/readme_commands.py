@@ -36,7 +36,8 @@ def run(command: str, where: Path) -> tuple[float, int, str]:
     start = time.perf_counter()
     done = subprocess.run(["bash", "-c", command], cwd=where, capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
-    tail = "\n".join((done.stdout if done.returncode == 0 else done.stderr).strip().splitlines()[-3:])
+    tail = "\n".join(done.stdout.strip().splitlines()[-3:] + ([] if done.returncode == 0 else
+                                                               done.stderr.strip().splitlines()[-2:]))
     return time.perf_counter() - start, done.returncode, tail
 
 
