@@ -28,7 +28,7 @@ import launcher_support as support
 import pytest
 
 from planner import plan
-from planner.core import ModelSpec, Recompute, Schedule
+from planner.core import ModelSpec, Recompute, Runtime, Schedule
 from planner.outputs.emitters import Target, emit
 from planner.outputs.plan import Plan
 from planner.search.space import SearchSpec
@@ -87,7 +87,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 
 
 def plan_for(model: ModelSpec, gpus: int, spec: SearchSpec) -> Plan:
-    p = plan(model, HARDWARE, gpus=gpus, seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH, spec=spec)
+    """The pinned layout as a plan of the research space (runtime any): each test is about one layout, which it
+    emits strictly for its launcher (tests/test_runtimes.py plans in each runtime's own space)."""
+    p = plan(model, HARDWARE, gpus=gpus, seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH, spec=spec,
+             runtime=Runtime(framework="any"))
     lay = p.best.layout
     pinned = {k: getattr(spec, k) for k in ("tp", "pp", "vpp", "zero", "schedule") if getattr(spec, k) is not None}
     assert {k: getattr(lay, k) for k in pinned} == pinned, "the plan is not the layout this test is about"
@@ -200,14 +203,15 @@ def test_torchtitan_stops_ddp_next_to_pipelining(titan: tuple[Titan, list[dict[s
     off), which is why the emitter refuses that layout and planning for torchtitan leaves it out."""
     from torch.multiprocessing import ProcessRaisedException
 
-    from planner.outputs.emitters import CAPABILITIES, UnsupportedPlanError
+    from planner.inputs.runtimes import load_runtime
+    from planner.outputs.emitters import UnsupportedPlanError
     from planner.outputs.emitters import torchtitan as titan_emitter
 
     runner, _ = titan
     gpus, spec = (4, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ONE_F_ONE_B))
     with pytest.raises(UnsupportedPlanError, match="DDP .* only as the sole parallelism"):
         emit(plan_for(runner.model, gpus, spec), Target.TORCHTITAN, strict=True)
-    assert CAPABILITIES[Target.TORCHTITAN].replicate_alone
+    assert not load_runtime("torchtitan").capabilities.ddp_beside_others
     monkeypatch.setattr(titan_emitter, "_refuse_ddp_beside_others", lambda plan: None)
     runner.job("PP2+DDP", gpus, spec)
     with pytest.raises(ProcessRaisedException, match="DDP has not supported > 1D parallelism"):
