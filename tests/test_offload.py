@@ -22,7 +22,7 @@ from planner.api import evaluate, make_layout, resolve
 from planner.core import HostSpec, Offload, Runtime, ZeroStage
 from planner.core.errors import InfeasibleError, InputError, LayoutError, SpecError
 from planner.search.bounds import SearchBounds
-from planner.search.exact import _price, search
+from planner.search.exact import _price, reported, search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
@@ -121,7 +121,8 @@ def _exhaustive_best(model: str, hw: str, gpus: int, seq: int, batch: int, spec:
             c = next_module_set(c, family, pr.job)
     bounds = SearchBounds(pr.model, pr.cluster, pr.job)
     priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c)) for c in pool]
-    best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
+    reports = [reported(pr.model, pr.cluster, pr.job, p) for p in priced]  # as a plan reports each
+    best = min(r.step_time_s for r in reports if r is not None)
     return best, sum(1 for c in pool if c.offload)
 
 
@@ -134,7 +135,7 @@ def test_offload_search_equals_exhaustive_pricing(case: tuple[str, str, int, int
     model, hw, gpus, seq, batch = case
     result = search(*_problem(model, hw, gpus, seq, batch), spec)
     assert offloaded > 0
-    assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
+    assert result.best.step_time_s == pytest.approx(best, rel=1e-12)
     assert result.best.layout.offload
     with pytest.raises(InfeasibleError):
         search(*_problem(model, hw, gpus, seq, batch), SearchSpec(top_k=1))

@@ -12,7 +12,7 @@ from planner.api import Problem
 from planner.core import JobSpec
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
-from planner.search.exact import _price, search
+from planner.search.exact import _price, reported, search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
@@ -39,15 +39,16 @@ def _every_candidate(pr: Problem, spec: SearchSpec) -> list:
 
 
 def _check_against_exhaustive(pr: Problem, spec: SearchSpec) -> list:
-    """Price every candidate of the job's runtime; the pruned search must find the same best. Returns the priced
-    candidates."""
+    """Price every candidate of the job's runtime as a plan reports it (the simulated step where the pipeline is
+    simulated, else the closed form); the pruned search must find the same best. Returns the priced candidates."""
     spec = for_runtime(spec, load_runtime(pr.job.runtime.framework))  # what search() narrows to, too
     times = SearchBounds(pr.model, pr.cluster, pr.job)
     priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
               for c in _every_candidate(pr, spec)]
-    best = min(p.ranked.prediction.step_time_s for p in priced if p.ranked is not None)
+    reports = [reported(pr.model, pr.cluster, pr.job, p) for p in priced]
+    best = min(r.step_time_s for r in reports if r is not None)
     result = search(pr.model, pr.cluster, pr.job, spec)
-    assert result.best.prediction.step_time_s == pytest.approx(best, rel=1e-12)
+    assert result.best.step_time_s == pytest.approx(best, rel=1e-12)
     assert result.certificate.optimal and result.certificate.pruned_time > 0
     return priced
 

@@ -82,19 +82,23 @@ def _stage_rows(pred: Prediction) -> list[str]:
     return rows
 
 
-def _band_note(pred: Prediction, band: StepBand | None) -> str:
+def _band_note(step_s: float, band: StepBand | None) -> str:
     if band is None:
         return ""
-    around = "" if band.step_s == pred.step_time_s else f" around the simulated {band.step_s:.4g} s"
+    around = "" if band.step_s == step_s else f" around the simulated {band.step_s:.4g} s"
     return f"   ({describe(band)}{around})"
 
 
 def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
-                     pred: Prediction, band: StepBand | None = None) -> str:
-    """The prediction as text; with a band, the step-time line says its model error band."""
+                     pred: Prediction, band: StepBand | None = None, simulated_s: float | None = None) -> str:
+    """The prediction as text; with a band, the step-time line says its model error band. With `simulated_s` (a plan's
+    layout whose pipeline is simulated) the step, throughput and TFLOP/s are the simulated step's, the step a plan
+    ranks by, and the closed form is named beside it."""
     lay = layout_dict(layout)
     head = " ".join(f"{k}={v}" for k, v in lay.items())
     fit = "fits" if pred.fits else "DOES NOT FIT"
+    step = pred.step_time_s if simulated_s is None else simulated_s
+    rate = pred.step_time_s / step  # the per-second figures at the step shown
     lines = [
         f"{model.name} on {cluster.num_gpus} x {cluster.name}, seq {job.seq_len}, global batch "
         f"{job.global_batch}, {job.dtype.value}"
@@ -104,10 +108,12 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
         f"runtime: {load_runtime(job.runtime.framework).title}",
         f"layout: {head}, micro-batches {pred.num_microbatches}",
         "",
-        f"  step time            {pred.step_time_s:12.4f} s{_band_note(pred, band)}",
-        f"  throughput           {pred.tokens_per_s:12.1f} tokens/s",
-        f"  model TFLOP/s/GPU    {pred.model_tflops_per_gpu:12.1f}   (MFU {100 * pred.mfu:.1f} %)",
-        f"  hardware TFLOP/s/GPU {pred.hardware_tflops_per_gpu:12.1f}   (HFU {100 * pred.hfu:.1f} %)",
+        f"  step time            {step:12.4f} s{_band_note(step, band)}",
+        *([f"                       (the simulated pipeline; the closed form says {pred.step_time_s:.4f} s)"]
+          if simulated_s is not None else []),
+        f"  throughput           {pred.tokens_per_s * rate:12.1f} tokens/s",
+        f"  model TFLOP/s/GPU    {pred.model_tflops_per_gpu * rate:12.1f}   (MFU {100 * pred.mfu * rate:.1f} %)",
+        f"  hardware TFLOP/s/GPU {pred.hardware_tflops_per_gpu * rate:12.1f}   (HFU {100 * pred.hfu * rate:.1f} %)",
         f"  pipeline bubble      {100 * pred.bubble_fraction:12.1f} %",
         f"  peak memory          {pred.peak_memory_gib:12.2f} GiB of {pred.memory_capacity_gib:g} ({fit})",
         *([f"  host memory per node {pred.host_memory_gib:12.2f} GiB of {pred.host_capacity_gib:.0f} usable "
@@ -157,20 +163,24 @@ def plan_table(plan: Plan) -> str:
     then the certificate."""
     best, bands = plan.best, plan.bands
     marks = ("", *("≈" if same else "" for same in plan.indistinguishable))
-    lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction, bands[0])]
+    lines = [prediction_table(plan.model, plan.cluster, plan.job, best.layout, best.prediction, bands[0],
+                              best.simulated_step_time_s)]
     if best.layout.stage_layers is not None and best.layout.vpp == 1:
         lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
     if best.layout.pp > 1:
         lines.append(f"  schedule {best.layout.schedule.value} runs on: {', '.join(LAUNCHERS[best.layout.schedule])}")
     if best.layout.offload:
         lines.append(offload_reason(plan))
-    lines += ["", f"  {'#':>2}   {'step s':>9} {'simulated':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "
+    lines += ["", f"  {'#':>2}   {'step s':>9} {'closed s':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "
                   f"{'peak GiB':>9}  layout"]
     for i, (r, b, mark) in enumerate(zip((best, *plan.alternatives), bands, marks, strict=True)):
-        p = r.prediction
-        sim = f"{r.simulated_step_time_s:9.3f}" if r.simulated_step_time_s is not None else f"{'-':>9}"
-        lines.append(f"  {i + 1:>2} {mark:1} {p.step_time_s:9.3f} {sim} {f'{b.low_s:.3f}-{b.high_s:.3f}':>13} "
-                     f"{p.tokens_per_s:11.0f} {100 * p.mfu:6.1f} {p.peak_memory_gib:9.1f}  {layout_line(r.layout)}")
+        p, rate = r.prediction, r.prediction.step_time_s / r.step_time_s
+        closed = f"{p.step_time_s:9.3f}" if r.simulated_step_time_s is not None else f"{'-':>9}"
+        lines.append(f"  {i + 1:>2} {mark:1} {r.step_time_s:9.3f} {closed} {f'{b.low_s:.3f}-{b.high_s:.3f}':>13} "
+                     f"{p.tokens_per_s * rate:11.0f} {100 * p.mfu * rate:6.1f} {p.peak_memory_gib:9.1f}  "
+                     f"{layout_line(r.layout)}")
+    if any(r.simulated_step_time_s is not None for r in (best, *plan.alternatives)):
+        lines.append("  step s: the simulated pipeline's where there is a closed s beside it; the ranking's step")
     if plan.alternatives:
         lines.append(f"  ≈ within model error: the alternative's band overlaps the best's, so the model cannot say "
                      f"which is faster (bands cover {100 * bands[0].band.coverage:g} % of "
@@ -180,7 +190,8 @@ def plan_table(plan: Plan) -> str:
     cert = plan.certificate
     if cert is not None:
         verdict = "optimal within the modelled space" if cert.optimal else f"gap {100 * cert.gap:.2f} % left"
-        lines += ["", f"  search: {cert.candidates} candidates, {cert.evaluated} priced, {cert.pruned_memory} "
+        lines += ["", f"  search: {cert.candidates} candidates, {cert.evaluated} priced ({cert.simulated} simulated), "
+                      f"{cert.pruned_memory} "
                       f"pruned by memory, {cert.pruned_time} by the time bound, {cert.infeasible} did not fit; "
                       f"{cert.solve_time_s:.2f} s, {verdict} ({cert.solver.value})"]
     return "\n".join(lines)

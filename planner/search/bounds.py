@@ -28,8 +28,8 @@ from planner.search.space import Candidate
 class SearchBounds(RankMemory):
     """Per-layer times, step-time bounds and memory floors of one search, cached by what they depend on."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
-        super().__init__(model, cluster, job)
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, partial_recompute: bool = True) -> None:
+        super().__init__(model, cluster, job, partial_recompute)
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._bounds: dict[Candidate, float] = {}
         self._families: dict[tuple[object, ...], tuple[float, float, float, float, float]] = {}
@@ -76,24 +76,32 @@ class SearchBounds(RankMemory):
         bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved), p·A − W_SHARE·p·b̄
         (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's
         schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
+        m, a, f, b, tail, shapes = self.group_parts(group, offloads)
+        p = group[0].pp
+        return ((m - 1) * a + min(self.fill(s, v, p, a, f, b) for s, v in shapes) + tail) * (1 - 1e-9)
+
+    def group_parts(self, group: list[Candidate], offloads: Sequence[frozenset[Offload]]
+                    ) -> tuple[int, float, float, float, float, tuple[tuple[Schedule, int], ...]]:
+        """(micro-batches, A with the least exposed ZeRO traffic, f̄, b̄, the least tail, the group's (schedule, vpp)
+        shapes) of `group_floor`."""
         first = group[0]
-        m, p = self.job.global_batch // (first.dp * first.mbs), first.pp
+        m = self.job.global_batch // (first.dp * first.mbs)
         a, f, b = self._average_parts(first)
         shapes = {(c.schedule, c.vpp): c for c in group}
         placements = {self.beside(c): c for c in shapes.values()}  # the traffic depends on the shape through it
         floors = [self._least_traffic(c, offloads) for c in placements.values()]
-        a += min(t for t, _ in floors)
-        tail = min(t for _, t in floors)
+        return m, a + min(t for t, _ in floors), f, b, min(t for _, t in floors), tuple(shapes)
 
-        def fill(schedule: Schedule, v: int) -> float:
-            if schedule is Schedule.ZB_H1:
-                return p * a - W_SHARE * p * b
-            if schedule is Schedule.ZB_V:
-                return a + (p - 1) * f / 2
-            if schedule is Schedule.WAVE:
-                return a + 2 * (p - 1) * max(f, a - f) / v
-            return a * (1 + (p - 1) / v)
-        return ((m - 1) * a + min(fill(s, v) for s, v in shapes) + tail) * (1 - 1e-9)
+    @staticmethod
+    def fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
+        """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
+        if schedule is Schedule.ZB_H1:
+            return p * a - W_SHARE * p * b
+        if schedule is Schedule.ZB_V:
+            return a + (p - 1) * f / 2
+        if schedule is Schedule.WAVE:
+            return a + 2 * (p - 1) * max(f, a - f) / v
+        return a * (1 + (p - 1) / v)
 
     @staticmethod
     def group_key(c: Candidate) -> tuple[object, ...]:
@@ -313,14 +321,16 @@ class SearchBounds(RankMemory):
         ends = [(times.embedding.total if r == emb else 0.0) + (times.head.total if r == head else 0.0)
                 for r in range(c.pp)]
         cap = self.cluster.gpu.memory_gib * GIB
-        kinds = [(n, min(base.total, full.total), max((full.total - base.total) / (act - acts.full), 0.0)
-                  if act > acts.full else 0.0, act, states)
+        part = self.partial_recompute  # else no layer of a solved split is recomputed: each keeps what it stores
+        kinds = [(n, min(base.total, full.total) if part else base.total,
+                  max((full.total - base.total) / (act - acts.full), 0.0) if part and act > acts.full else 0.0, act,
+                  states)
                  for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),
                                                     (n_moe, times.moe, times.moe_full, acts.moe, s_moe))
                  if n and base is not None and full is not None]
 
         def costs(group: list[tuple[int, float, float, float, float]]) -> Callable[[int, int], float]:
-            return rank_time_costs(ends, fixed, alive, cap, acts.full, [k[1:] for k in group])
+            return rank_time_costs(ends, fixed, alive, cap, acts.full if part else math.inf, [k[1:] for k in group])
 
         slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1)
         if len(kinds) > 1:
@@ -339,7 +349,7 @@ class SearchBounds(RankMemory):
         over every assignment as in `packing_floor` (λ all 1, or λ_r = max_k q_{r*k}/q_rk with q_rk = c_rk/alive_r
         and r* the rank with the most in flight). 0 where full recomputation would change forward or backward
         times (the bound's other terms price those at the candidate's own recomputation)."""
-        if Offload.ACTIVATIONS in c.offload:  # recomputation frees no GPU memory when activations are on the host
+        if Offload.ACTIVATIONS in c.offload or not self.partial_recompute:  # none recomputed, or it frees nothing
             return 0.0
         times, acts = self.get(c), self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c)

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from cost_models import memory as M
+from cost_models.schedules import program
+from cost_models.simulator import Durations
 from cost_models.step import (
     LayerActivations,
     LayerTimes,
@@ -56,9 +58,11 @@ from planner.core.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.memory_floors import ROUNDING
 from planner.search.ranked import Certificate, Ranked, SearchResult
 from planner.search.runtime_space import for_runtime
-from planner.search.simulate import simulated_step_time
+from planner.search.sim_bounds import ReportedBounds, durations_floor
+from planner.search.simulate import durations, simulated_step_time, step_tail
 from planner.search.space import (
     Candidate,
     SearchSpec,
@@ -77,10 +81,23 @@ ProgressFn = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class _Priced:
-    ranked: Ranked | None
+    ranked: Ranked | None  # the least closed-form step of `layouts`
     infeasible: bool
     gap: float
     optimal: bool
+    layouts: tuple[Ranked, ...] = ()  # every layout of the candidate that fits: the solved split, then the balanced
+
+
+def reported(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, priced: _Priced) -> Ranked | None:
+    """The candidate as a plan reports it: of its layouts that fit, the one with the least reported step time
+    (`Ranked.step_time_s`: simulated where the pipeline is simulated, else the closed form), the first on a tie."""
+    found = [_simulated(model, cluster, job, r) for r in priced.layouts]
+    return min(found, key=lambda r: r.step_time_s, default=None)
+
+
+def _simulated(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked,
+               d: Durations | None = None) -> Ranked:
+    return replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction, d))
 
 
 def balanced_only(c: Candidate, spec: SearchSpec) -> bool:
@@ -116,12 +133,10 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
         solved = replace(balanced, stage_layers=chunks,
                          recompute_layers=split.recompute if any(split.recompute) else None)
         layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
-    best: Ranked | None = None
-    for layout in layouts:
-        prediction = evaluate_costs(replace(costs, layout=layout))
-        if prediction.fits and (best is None or prediction.step_time_s < best.prediction.step_time_s):
-            best = Ranked(layout, prediction)
-    return _Priced(best, best is None, gap, optimal)
+    fitting = [Ranked(layout, prediction) for layout in layouts
+               for prediction in (evaluate_costs(replace(costs, layout=layout)),) if prediction.fits]
+    best = min(fitting, key=lambda r: r.prediction.step_time_s, default=None)
+    return _Priced(best, best is None, gap, optimal, tuple(fitting))
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None = None,
@@ -144,7 +159,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     start = time.perf_counter()
     spec, options = for_runtime(spec or SearchSpec(), load_runtime(job.runtime.framework)), options or SolveOptions()
     check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
-    layer_times = SearchBounds(model, cluster, job)
+    layer_times = ReportedBounds(model, cluster, job, spec.partial_recompute)
     capacity, host_capacity = cluster.gpu.memory_gib * GIB, layer_times.host_capacity()
     pool = list(candidates(model, cluster, job, spec, offload_variants=False))
     if not pool:
@@ -188,23 +203,38 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     heap: list[tuple[float, tuple[int, ...], int, int, Candidate | list[Candidate]]] = [
         (layer_times.group_floor(g, offloads[g[0].zero]), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
-    top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by step time (negated)
-    steps: dict[Candidate, float | None] = {}  # settled: the step time, None where nothing fits or it is dominated
+    top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by reported step time (negated)
+    steps: dict[Candidate, float | None] = {}  # settled: the reported step, None where nothing fits or it is dominated
     sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
     dominated: set[Candidate] = set()
-    tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0}
+    waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # priced, to simulate: by floor
+    tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0}
     worst_gap, all_optimal = 0.0, True
 
+    def kth() -> float:
+        """The k-th best reported step so far: nothing whose bound reaches it can enter the top-k."""
+        return -top[0][0] if len(top) >= spec.top_k else math.inf
+
+    def keep(c: Candidate, ranked: Ranked) -> None:
+        steps[c] = ranked.step_time_s
+        entry = (-ranked.step_time_s, tuple(-x for x in c.sort_key()), ranked)
+        if len(top) < spec.top_k:
+            heapq.heappush(top, entry)
+        elif entry[:2] > top[0][:2]:
+            heapq.heapreplace(top, entry)
+
     def settle(c: Candidate) -> None:
-        """Price `c` (its cheaper sibling first) unless settled or dominated."""
+        """Price `c` (its cheaper sibling first) unless priced or dominated; a simulated one waits at its floor."""
         nonlocal worst_gap, all_optimal
-        if c in steps:
+        if c in steps or c in waiting:
             return
         before = sibling.get(c)
         if before is not None:
             settle(before)
+            if before in waiting:
+                simulate(before, math.inf)  # its reported step decides
             step = steps[before]
-            if before in dominated or (step is not None and layer_times.bound(c) >= step):
+            if before in dominated or (step is not None and layer_times.key(c) >= step):
                 steps[c] = None
                 dominated.add(c)
                 return
@@ -213,29 +243,50 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
         if progress is not None:
             progress(tally["evaluated"] + tally["floored"], fitting + tally["expanded"])
-        steps[c] = None if priced.ranked is None else priced.ranked.prediction.step_time_s
         if priced.ranked is None:
+            steps[c] = None
             tally["infeasible"] += 1
-            return
-        entry = (-priced.ranked.prediction.step_time_s, tuple(-x for x in c.sort_key()), priced.ranked)
-        if len(top) < spec.top_k:
-            heapq.heappush(top, entry)
-        elif entry[:2] > top[0][:2]:
-            heapq.heapreplace(top, entry)
+        elif not layer_times.simulated(c):
+            keep(c, priced.ranked)
+        else:  # each layout at the least the simulator can return for it (sim_bounds.durations_floor)
+            waiting[c] = sorted(_floored(model, cluster, job, r, i) for i, r in enumerate(priced.layouts))
+            heapq.heappush(heap, (waiting[c][0][0], c.sort_key(), 3, 0, c))
+
+    def simulate(c: Candidate, below: float) -> None:
+        """Simulate the layouts of `c` whose floor is below `below` and below the best of them simulated so far;
+        keep the least (the first on a tie). None is kept when none is below `below`: it cannot enter the top-k."""
+        best: tuple[float, int, Ranked] | None = None
+        for floor, i, ranked, d in waiting.pop(c):
+            if floor >= below or (best is not None and floor > best[0]):
+                break
+            found = _simulated(model, cluster, job, ranked, d)
+            tally["simulated"] += 1
+            if best is None or (found.step_time_s, i) < best[:2]:
+                best = (found.step_time_s, i, found)
+        steps[c] = None
+        if best is not None:
+            keep(c, best[2])
 
     while heap:
-        bound, key, level, _, item = heapq.heappop(heap)
-        if len(top) >= spec.top_k and bound >= -top[0][0]:
+        bound, key, level, tie, item = heapq.heappop(heap)
+        if bound >= kth():
             break
         if isinstance(item, list):  # a group at its floor: each offload choice of each queued at its bound
             for base in item:
                 for o in within_state_bound(base):
                     c = base if o == base.offload else replace(base, offload=o)
-                    heapq.heappush(heap, (layer_times.bound(c), c.sort_key(), 1, 0, c))
+                    heapq.heappush(heap, (layer_times.key(c), c.sort_key(), 1, 0, c))
             continue
         cand = item
+        if level == 3:
+            if cand in waiting:  # (not simulated already for a variant's dominance)
+                simulate(cand, kth())
+            continue
         if level == 2:
-            settle(cand)
+            if tie or cand in steps or not layer_times.simulated(cand) or balanced_only(cand, spec):
+                settle(cand)
+            elif not (kth() < math.inf and layer_times.split_refuses(cand, kth())):  # else no split can beat the top-k
+                heapq.heappush(heap, (layer_times.split_bound(cand, bound), key, 2, 1, cand))  # (its paths)
             continue
         balanced = balanced_only(cand, spec)
         if (layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits on the GPU
@@ -243,31 +294,38 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
             steps[cand] = None
             tally["floored"] += 1
         else:  # re-queued at the bound with the recomputation it needs
-            heapq.heappush(heap, (layer_times.tight_bound(cand, balanced), key, 2, 0, cand))
+            heapq.heappush(heap, (layer_times.tight_key(cand, balanced), key, 2, 0, cand))
         nxt = next_module_set(cand, family, job)
         if nxt is not None:
             sibling[nxt] = cand
-            heapq.heappush(heap, (layer_times.bound(nxt), nxt.sort_key(), 1, 0, nxt))
+            heapq.heappush(heap, (layer_times.key(nxt), nxt.sort_key(), 1, 0, nxt))
             tally["expanded"] += 1
     evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
     if not top:
         raise InfeasibleError(_no_fit_message(layer_times, _with_choices([c for g in groups.values() for c in g],
                                                                         within_state_bound)))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
-    # on uneven stages the simulator is the reference: it re-ranks the finalists (ties keep the order)
-    ranked = [replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction))
-              for r in ranked]
-    ranked = [r for _, r in sorted(enumerate(ranked), key=lambda ir: (ir[1].step_time_s, ir[0]))]
     cert = Certificate(
-        method="enumerate + memory/time bounds (best-first) + exact stage split; top-k re-ranked by the "
-               "discrete-event pipeline simulator", solver=solver,
+        method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the reported "
+               "step (the discrete-event pipeline simulator's where it runs)", solver=solver,
         candidates=total + expanded, evaluated=evaluated, pruned_memory=pruned_memory + floored,
         pruned_time=fitting + expanded - evaluated - floored, infeasible=infeasible,
         solve_time_s=time.perf_counter() - start,
-        optimal=all_optimal, gap=worst_gap)
-    log.info("searched %d candidates: %d priced, %d pruned by memory, %d by the time bound, %d did not fit",
-             cert.candidates, cert.evaluated, cert.pruned_memory, cert.pruned_time, cert.infeasible)
+        optimal=all_optimal, gap=worst_gap, simulated=tally["simulated"])
+    log.info("searched %d candidates: %d priced (%d simulated), %d pruned by memory, %d by the time bound, %d did not "
+             "fit", cert.candidates, cert.evaluated, cert.simulated, cert.pruned_memory, cert.pruned_time,
+             cert.infeasible)
     return SearchResult(ranked[0], tuple(ranked[1:]), cert)
+
+
+def _floored(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked, index: int
+             ) -> tuple[float, int, Ranked, Durations]:
+    """(the least simulated step `r` can have, its index, r, its simulator durations): the work and path bounds on
+    its chunks' durations (`durations_floor`) plus the step's tail."""
+    d, lay = durations(model, cluster, job, r.layout, r.prediction), r.layout
+    floor = durations_floor(program(lay.schedule, lay.pp, r.prediction.num_microbatches, lay.vpp), d,
+                            r.prediction.num_microbatches)
+    return (floor + step_tail(r.prediction)) * (1 - ROUNDING), index, r, d
 
 
 def _with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[frozenset[Offload], ...]]

@@ -49,8 +49,11 @@ def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams)
 class RankMemory:
     """Per-rank memory of a search's candidates (module docstring), cached by what each part depends on."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, partial_recompute: bool = True) -> None:
         self.model, self.cluster, self.job = model, cluster, job
+        # whether a solved split may recompute some layers of a stage fully (SearchSpec.partial_recompute: the runtime
+        # runs per-stage counts); without, a solved split keeps every layer's activations as the candidate stores them
+        self.partial_recompute = partial_recompute
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
         self._states: dict[tuple[object, ...], float] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
@@ -154,7 +157,7 @@ class RankMemory:
         fixed, alive, s_dense, s_moe = self.rank_bytes(c)
         acts = self.activations(c)
         a_dense, a_moe = acts.dense, acts.moe
-        if not balanced:  # the split may recompute any layer fully: it then stores its input only
+        if not balanced and self.partial_recompute:  # the split may recompute any layer fully: it stores its input
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two are in fixed)
             a_dense = a_moe = 0.0
@@ -172,7 +175,7 @@ class RankMemory:
         a_dense = a_moe = 0.0
         if Offload.ACTIVATIONS in c.offload:
             a_dense, a_moe = acts.dense, acts.moe
-            if not balanced:
+            if not balanced and self.partial_recompute:
                 a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         fixed = [(h_emb if r == emb else 0.0) + (h_head if r == head else 0.0) for r in range(c.pp)]
         rank = self._largest_rank(c, balanced, fixed, [h_dense + a_dense * a for a in alive],

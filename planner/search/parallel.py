@@ -1,11 +1,10 @@
 """The exact search over several processes: the layout space split by tensor-parallel degree, each part searched
 exactly in its own process, the parts' answers merged into the answer of the whole.
 
-Why the merge is exact: each part returns its own top-k by (closed-form step time, candidate sort key), the order
-`exact.search` keeps before the simulator re-ranks its finalists. The whole space's top-k are among the parts'
-top-k, and two candidates of different parts differ in TP, the first element of the sort key, so ordering the union
-by (step time, TP, rank within its part) is the single search's order. The finalists are then re-ranked by their
-simulated step (ties keep that order), as `exact.search` does. Each part prunes with its own incumbent, so the
+Why the merge is exact: each part returns its own top-k by (reported step time, candidate sort key), the order
+`exact.search` keeps. The whole space's top-k are among the parts' top-k, and two candidates of different parts differ
+in TP, the first element of the sort key, so ordering the union by (step time, TP, rank within its part) is the single
+search's order. Each part prunes with its own incumbent, so the
 parts together price more candidates than one search would: measured on the 2-core machine (medians of 3), two
 processes took 0.44 s against one's 0.29 s for Llama-3-70B on 1,024 H100, 0.86 against 0.46 s for Llama-3-405B on
 16,384, 3.36 against 2.74 s for Llama 4 Maverick and 3.97 against 2.79 s for DeepSeek-V3. So `plan` runs one
@@ -22,7 +21,7 @@ from planner.core.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.ranked import Certificate, Ranked, SearchResult
+from planner.search.ranked import Certificate, SearchResult
 from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, tp_options
 
@@ -46,26 +45,19 @@ def _part(args: tuple[ModelSpec, ClusterSpec, JobSpec, SearchSpec, Solver, Solve
         return exc
 
 
-def _closed_form_order(result: SearchResult) -> list[Ranked]:
-    """A part's answers in the order its search kept them before the simulator re-ranked them: by closed-form
-    step time, ties in the order the part returned them (its re-ranking is stable)."""
-    ranked = [result.best, *result.alternatives]
-    return [r for _, r in sorted(enumerate(ranked), key=lambda ir: (ir[1].prediction.step_time_s, ir[0]))]
-
-
 def merge(results: list[SearchResult], top_k: int, solve_time_s: float) -> SearchResult:
     """The whole space's answer from its parts' (module docstring)."""
-    entries = [(r.prediction.step_time_s, r.layout.tp, i, r)
-               for res in results for i, r in enumerate(_closed_form_order(res))]
-    finalists = [e[3] for e in sorted(entries, key=lambda e: e[:3])[:top_k]]
-    ranked = [r for _, r in sorted(enumerate(finalists), key=lambda ir: (ir[1].step_time_s, ir[0]))]
+    entries = [(r.step_time_s, r.layout.tp, i, r) for res in results
+               for i, r in enumerate((res.best, *res.alternatives))]
+    ranked = [e[3] for e in sorted(entries, key=lambda e: e[:3])[:top_k]]
     certs = [r.certificate for r in results]
     cert = Certificate(
         method=certs[0].method + f"; the space split by TP over {len(results)} processes", solver=certs[0].solver,
         candidates=sum(c.candidates for c in certs), evaluated=sum(c.evaluated for c in certs),
         pruned_memory=sum(c.pruned_memory for c in certs), pruned_time=sum(c.pruned_time for c in certs),
         infeasible=sum(c.infeasible for c in certs), solve_time_s=solve_time_s,
-        optimal=all(c.optimal for c in certs), gap=max(c.gap for c in certs))
+        optimal=all(c.optimal for c in certs), gap=max(c.gap for c in certs),
+        simulated=sum(c.simulated for c in certs))
     return SearchResult(ranked[0], tuple(ranked[1:]), cert)
 
 

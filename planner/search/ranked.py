@@ -36,6 +36,7 @@ class Certificate:
     solve_time_s: float
     optimal: bool
     gap: float
+    simulated: int = 0  # layouts whose pipeline the simulator ran (the others it could not improve on)
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,13 @@ from cost_models.simulator import Durations, SimResult, makespan, simulate
 from cost_models.step import pipeline_hop_time
 from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec
 
-MAX_EVENTS = 200_000  # simulated ops x devices scanned per op
+MAX_EVENTS = 200_000  # simulated ops x devices (the event loop scans the devices per op)
 
 
-def pipeline_events(layout: Layout, num_microbatches: int) -> int:
-    ops = 3 * num_microbatches * layout.pp * layout.vpp
-    return ops * layout.pp
+def simulable(pp: int, vpp: int, num_microbatches: int) -> bool:
+    """Whether a layout of these degrees has its pipeline simulated (a plan then reports the simulated step): a
+    pipeline of at most `MAX_EVENTS`."""
+    return pp > 1 and 3 * num_microbatches * pp * vpp * pp <= MAX_EVENTS
 
 
 def durations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
@@ -52,12 +53,18 @@ def simulate_layout(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
     return simulate(prog, durations(model, cluster, job, layout, prediction))
 
 
+def step_tail(prediction: Prediction) -> float:
+    """What the step adds to the pipeline: gradient reduction, optimizer and embedding sync (the closed form's)."""
+    b = prediction.breakdown
+    return b.dp_comm_s + b.optimizer_s + b.embedding_sync_s
+
+
 def simulated_step_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
-                        prediction: Prediction) -> float | None:
-    """Step time with the simulated pipeline, or None when the layout is too large to simulate."""
-    if layout.pp == 1 or pipeline_events(layout, prediction.num_microbatches) > MAX_EVENTS:
+                        prediction: Prediction, durations_: Durations | None = None) -> float | None:
+    """Step time with the simulated pipeline, or None when the layout is too large to simulate (`durations_`: the
+    layout's, when the caller has them)."""
+    if not simulable(layout.pp, layout.vpp, prediction.num_microbatches):
         return None
     prog = program(layout.schedule, layout.pp, prediction.num_microbatches, layout.vpp)
-    b = prediction.breakdown
-    return (makespan(prog, durations(model, cluster, job, layout, prediction)) + b.dp_comm_s + b.optimizer_s
-            + b.embedding_sync_s)
+    d = durations_ if durations_ is not None else durations(model, cluster, job, layout, prediction)
+    return makespan(prog, d) + step_tail(prediction)

@@ -1,0 +1,417 @@
+"""Lower bounds on the simulated step time, so that the search prunes on the objective the plan reports.
+
+A plan reports, and the search ranks by, `Ranked.step_time_s`: the discrete-event simulator's step where the
+pipeline is simulated (`planner.search.simulate.simulable`), else the closed form. The closed-form bounds of
+`planner.search.bounds` are below the closed form, not the simulator (on uneven stages, or with the zero-bubble
+schedules, the simulator is often the faster of the two): these are below the simulator, from its rules
+(cost_models.simulator) alone. With per-chunk forward f_c, backward b_c (the input gradient when the backward is
+split) and weight gradient w_c, T_d the work of device d per micro-batch (the sum over its chunks; the simulator's
+durations share a rank's stage time, sends excluded, over its chunks) and m micro-batches:
+  (work)  the device does m·T_d of work and runs one op at a time: makespan >= m·T_d;
+  (path)  its first op is a forward of a chunk c >= c_min(d) (its first chunk), which waits for the forwards of
+          chunks 0 .. c − 1 and a send at each change of device, so it starts no earlier than
+          head_d = Σ_{c < c_min(d)} f_c + x_d·hop (x_d: changes of device between chunks 0 .. c_min(d)); without
+          a split backward its last op is a backward of a chunk c >= c_min(d), after which the backwards of the
+          chunks below still run: tail_d = Σ_{c < c_min(d)} b_c + x_d·hop. makespan >= head_d + m·T_d + tail_d
+          (the tail counted only where the backward is not split: a weight-gradient op may end a device's work).
+Before a candidate is priced its split is unknown unless it takes balanced chunks; then the path bound holds on the
+chunks as they fall, with every time replaced by a lower bound from the layer times. For a solved 1F1B (or GPipe)
+split, one chunk per rank: path_d = S_d + m·T_d + 2d·hop with S_d = Σ_{j<d} T_j, and over every split whose T_d
+sum to P, max_d path_d >= X with X the value at which all paths are equal (`minimax_fill`); that is about half the
+1F1B bubble, (m + (p − 1)/2)·P/p, while the simulator on an even split shows all of it: a split whose first stages
+are the slower ones is simulated faster than the closed form says. Zero-bubble and wave splits get the work bound.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from cost_models.knobs import LayerTime
+from cost_models.schedules import SPLIT_BACKWARD, W_SHARE
+from cost_models.simulator import Durations, Program
+from cost_models.step import pipeline_hop_time
+from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
+from planner.search.bounds import SearchBounds
+from planner.search.memory_floors import ROUNDING as _ROUNDING
+from planner.search.simulate import simulable
+from planner.search.space import Candidate
+
+
+def minimax_fill(total: float, pp: int, m: int, hop: float) -> float:
+    """The least of max_d (S_d + m·T_d + 2d·hop) over T_0 .. T_{p−1} summing to `total`, S_d = Σ_{j<d} T_j: a lower
+    bound on the simulated 1F1B (or GPipe) pipeline of any split with that total work per micro-batch.
+
+    If every path were below X, T_d < (X − 2d·hop − S_d)/m, so S_{d+1} < S_d·(1 − 1/m) + (X − 2d·hop)/m and by
+    induction total = S_p < X·(1 − q^p) − Σ_d (2d·hop/m)·q^(p−1−d), q = 1 − 1/m: X is at least the value below."""
+    q = 1.0 - 1.0 / m
+    sends = sum(2 * d * hop / m * q ** (pp - 1 - d) for d in range(pp))
+    return (total + sends) / (1.0 - q**pp)
+
+
+def changes_of_device(place: Sequence[int]) -> list[int]:
+    """x[c]: how many of the hand-offs between chunks 0 .. c cross to another device."""
+    out, count = [0], 0
+    for c in range(1, len(place)):
+        count += place[c] != place[c - 1]
+        out.append(count)
+    return out
+
+
+def path_floor(place: Sequence[int], before: Sequence[float], work: Sequence[float], m: int, hop: float,
+               both_ends: bool) -> float:
+    """max over devices d of Σ_{c < c_min(d)} before[c] + m·work[d] + x·hop, x the device changes up to c_min(d),
+    counted twice when `both_ends` (forward fill and backward drain; `before` then holds f_c + b_c, else f_c)."""
+    first = [len(place)] * len(work)
+    for c in range(len(place) - 1, -1, -1):
+        first[place[c]] = c
+    prefix, sent = [0.0], changes_of_device(place)
+    for value in before:
+        prefix.append(prefix[-1] + value)
+    ends = 2 if both_ends else 1
+    return max(prefix[first[d]] + m * work[d] + ends * sent[first[d]] * hop for d in range(len(work)))
+
+
+def trailing_weight(program: Program, d: Durations) -> list[float]:
+    """Per device, the most weight-gradient work that can follow its last backward op: the W ops after it in the order
+    where the order places them, else the most a device may hold pending (`max_pending_w` + 1) of its largest."""
+    out = []
+    for device, order in enumerate(program.encoded):
+        if not program.split_backward:
+            out.append(0.0)
+        elif program.explicit_w:
+            last = max((i for i, op in enumerate(order) if op[0] == 1), default=-1)
+            out.append(sum(d.weight[c] for kind, _, c in order[last + 1:] if kind == 2))
+        else:
+            own = [d.weight[c] for c, rank in enumerate(program.placement) if rank == device]
+            held = (program.max_pending_w[device] if program.max_pending_w else 0) + 1
+            out.append(held * max(own, default=0.0))
+    return out
+
+
+def durations_floor(program: Program, d: Durations, m: int) -> float:
+    """The work and path bounds on the simulated pipeline of `program` with these per-chunk durations (after pricing:
+    what decides whether the layout is worth simulating). With a split backward, also the path through each device's
+    last backward op: its work but the weight gradients that may follow it, and the input gradients below it."""
+    place = program.placement
+    work = [0.0] * program.num_devices
+    for c, device in enumerate(place):
+        work[device] += d.forward[c] + d.backward[c] + d.weight[c]
+    both = [f + b for f, b in zip(d.forward, d.backward, strict=True)]
+    if not program.split_backward:
+        return path_floor(place, both, work, m, d.p2p_s, True)
+    head = path_floor(place, d.forward, work, m, d.p2p_s, False)
+    trailing = trailing_weight(program, d)
+    early = [m * w - t for w, t in zip(work, trailing, strict=True)]
+    return max(head, path_floor(place, both, [e / m for e in early], m, d.p2p_s, True))
+
+
+Row = tuple[float, float, float, float]  # (c, s, s2, u): path_d >= c + s·P(l_d) + s2·l_d + u·(P(l_d + n_d) − P(l_d))
+
+
+@dataclass(frozen=True)
+class SplitMemory:
+    """What a rank's memory adds to its time in `split_feasible` (`SearchBounds.fitting_slowest`'s f_r): rank d holding
+    layers [l, j) keeps fixed[d] + state(j) − state(l) + alive[d]·(act(j) − act(l)) bytes, the excess over `capacity`
+    saved by full recomputation at no less than rho/alive[d] seconds a byte, and cannot hold them if even fully
+    recomputed (`least_act`) they exceed it. state, act and least_act are prefix sums over the layers."""
+
+    fixed: tuple[float, ...]
+    alive: tuple[float, ...]
+    state: tuple[float, ...]
+    act: tuple[float, ...]
+    least_act: tuple[float, ...]
+    capacity: float
+    rho: float
+
+    def time(self, d: int, start: int, end: int) -> float | None:
+        """The least recomputation seconds of rank d holding layers [start, end), None if they cannot fit."""
+        base = self.fixed[d] + self.state[end] - self.state[start]
+        if base + self.alive[d] * (self.least_act[end] - self.least_act[start]) > self.capacity:
+            return None
+        over = base + self.alive[d] * (self.act[end] - self.act[start]) - self.capacity
+        return self.rho / self.alive[d] * over if over > 0 else 0.0
+
+
+class SplitPaths:
+    """The path bounds of a candidate whose split is solved, over every split (`split_feasible`, `floor`)."""
+
+    def __init__(self, rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: SplitMemory | None = None
+                 ) -> None:
+        self.rows, self.prefix, self.memory = rows, list(prefix), memory
+        if memory is not None:  # per rank: bytes kept and bytes at the least for the first j layers, and the time
+            alive = np.asarray(memory.alive)[:, None]  # with the recomputation per byte kept
+            kept = np.asarray(memory.state)[None, :] + alive * np.asarray(memory.act)[None, :]
+            self.kept = kept.tolist()
+            self.least = (np.asarray(memory.state)[None, :] + alive * np.asarray(memory.least_act)[None, :]).tolist()
+            self.rho = [memory.rho / a for a in memory.alive]
+            self.mixed = (np.asarray(self.prefix)[None, :] + np.asarray(self.rho)[:, None] * kept).tolist()
+
+    def feasible(self, x: float) -> bool:
+        """Whether some split keeps every row of every stage at or below `x` (False: every split that pricing can
+        return has a path above x). P = `prefix`, P(l) the least time of the first l layers; l_d the layers before
+        stage d, n_d its own (relaxed to zero or more), stage d's own time at least P(l + n) − P(l) plus what `memory`
+        adds (the stages before it at least P(l_d)); each row has u > 0, s <= u and s2 <= u·(least layer time).
+
+        A stage may start at l only if its rows hold with no layer of its own, c + s·P(l) + s2·l + u·(its memory's
+        time) <= x, which holds on a prefix of l; it may end at any j up to the largest for which its rows hold, which
+        does not fall with l (a later start leaves it fewer layers to hold, which costs more than the layers before
+        it add). So the layers reachable after each stage are 0 .. the greedy most: feasible iff that reaches every
+        layer. Each limit is a bisection of a prefix sum; comparisons lean towards feasible (a bound stays below)."""
+        prefix, memory, layers = self.prefix, self.memory, len(self.prefix) - 1
+        slack = 1 + 1e-12
+        hi = 0
+        for d, row in enumerate(self.rows):
+            pen0 = 0.0
+            if memory is not None:
+                if memory.fixed[d] > memory.capacity * slack:
+                    return False
+                pen0 = self.rho[d] * max(memory.fixed[d] - memory.capacity, 0.0)
+            start = hi  # the largest start in 0 .. hi that holds with no layer
+            for c, s, s2, u in row:
+                room = x - c - u * pen0
+                if room < -1e-12 * abs(x):
+                    return False
+                if math.isinf(room):
+                    continue
+                if s > 0:
+                    start = min(start, bisect_right(prefix, room / s * slack + 1e-300) - 1)
+                elif s2 > 0:
+                    start = min(start, math.floor(room / s2 * slack + 1e-12))
+            start = max(start, 0)
+            budget = min((x - c - s * prefix[start] - s2 * start) / u for c, s, s2, u in row)
+            reach = prefix[start] + budget
+            end = bisect_right(prefix, reach * slack + 1e-300) - 1  # the layers' times alone
+            if memory is not None:
+                free = memory.capacity - memory.fixed[d] + self.kept[d][start]  # bytes before recomputation
+                plain = bisect_right(self.kept[d], free * slack) - 1
+                if end > plain:  # past it each byte kept costs rho[d] seconds
+                    end = max(plain, bisect_right(self.mixed[d], (reach + self.rho[d] * free) * slack + 1e-300) - 1)
+                room = memory.capacity - memory.fixed[d] + self.least[d][start]
+                end = min(end, bisect_right(self.least[d], room * slack) - 1)
+            hi = max(start, min(end, layers))
+        return hi >= layers
+
+    def floor(self, above: float = 0.0) -> float:
+        """The least x `feasible` accepts, from below to a relative 1e-3 (bisection keeps an x it refuses: a true
+        lower bound); `above` where it accepts that (a bound the caller has already), ∞ where no split fits."""
+        if not self.feasible(math.inf):
+            return math.inf
+        if self.feasible(above):
+            return above
+        low, high = above, 1.25 * above + 1e-12
+        while not self.feasible(high):
+            low, high = high, high + 2 * (high - low)
+        while high - low > 1e-3 * high:  # an order to price candidates in needs no more
+            mid = (low + high) / 2
+            low, high = (low, mid) if self.feasible(mid) else (mid, high)
+        return low
+
+
+def split_feasible(rows: Sequence[Sequence[Row]], prefix: Sequence[float], x: float,
+                   memory: SplitMemory | None = None) -> bool:
+    """`SplitPaths.feasible`."""
+    return SplitPaths(rows, prefix, memory).feasible(x)
+
+
+def split_floor(rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: SplitMemory | None = None,
+                above: float = 0.0) -> float:
+    """`SplitPaths.floor`."""
+    return SplitPaths(rows, prefix, memory).floor(above)
+
+
+def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[float], hop: float, tau: float,
+               forward_share: float, weight_share: float) -> list[list[Row]]:
+    """`split_feasible`'s rows of a solved split's path bounds: stage d's time at least ends[d] + the least time of its
+    layers, the stages before it Σ their ends + P(l_d); its forward at least `forward_share` of a stage's time and its
+    weight gradient at most `weight_share`. 1F1B and GPipe: S_d + m·T_d + 2d·hop. ZB-H1: the forwards before it,
+    φ·S_d, + m·T_d + d·hop; and through its last input gradient, (1 − ω)·S_d + (m − (p − d)·ω)·T_d + 2d·hop (at most
+    p − d weight gradients pending then). ZB-V and the wave (v chunks): stage d waits for the first chunk of each
+    stage before it, at least (n_j − v)/v of its layers, each at least τ, the least layer time (ZB-V's down chunk takes
+    half a rank's layers rounded down, the wave's first chunk a v-th, balanced chunks as many as they fall): their
+    forwards (ZB-V) or forward and backward (the wave)."""
+    rows = []
+    before = 0.0
+    for d in range(pp):
+        e = ends[d]
+        if schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+            row = [(before + m * e + 2 * d * hop, 1.0, 0.0, float(m))]
+        elif schedule is Schedule.ZB_H1:
+            row = [(forward_share * before + m * e + d * hop, forward_share, 0.0, float(m))]
+            late = m - (pp - d) * weight_share
+            if late >= 1.0:
+                row.append(((1 - weight_share) * before + late * e + 2 * d * hop, 1 - weight_share, 0.0, late))
+        else:
+            share = forward_share if schedule is Schedule.ZB_V else 1.0
+            sends = d * hop if schedule is Schedule.ZB_V else 2 * d * hop
+            row = [(m * e + sends - share * tau * d, 0.0, share * tau / vpp, float(m))]
+        rows.append(row)
+        before += e
+    return rows
+
+
+class ReportedBounds(SearchBounds):
+    """The search's bounds on the step time it reports: `SearchBounds`'s closed-form bounds where the pipeline is not
+    simulated, the simulator's (module docstring) where it is. `key` orders and prunes the best-first scan, `tight_key`
+    re-queues a candidate with the recomputation and slowest rank a fitting split needs, `group_floor` is below
+    both for every member of a group (of every offload choice)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, partial_recompute: bool = True) -> None:
+        super().__init__(model, cluster, job, partial_recompute)
+        self._paths: dict[tuple[object, ...], float] = {}
+        self._splits: dict[tuple[object, ...], tuple[list[list[Row]], list[float]]] = {}
+        self._split_paths: dict[Candidate, SplitPaths] = {}
+        self._hops: dict[tuple[int, ...], float] = {}
+
+    def simulated(self, c: Candidate) -> bool:
+        return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
+
+    def key(self, c: Candidate) -> float:
+        return self.sim_bound(c) if self.simulated(c) else self.bound(c)
+
+    def tight_key(self, c: Candidate, balanced: bool) -> float:
+        return self.sim_tight_bound(c, balanced) if self.simulated(c) else self.tight_bound(c, balanced)
+
+    def sim_bound(self, c: Candidate, recomputed: float = 0.0, slowest: float = 0.0) -> float:
+        """Lower bound on the simulated step of any split of `c` whose average rank recomputes at least `recomputed`
+        seconds per micro-batch more than the candidate's own recomputation and whose slowest rank takes at least
+        `slowest`: the work bound on the average and the slowest rank (`SearchBounds._bound`'s terms without the
+        sends, which the simulator charges as hop latency) and, for 1F1B and GPipe, `minimax_fill`; plus the tail."""
+        stage, hop, _, _, tail = self._family(c, self.beside(c))
+        stage += recomputed
+        m = self.job.global_batch // (c.dp * c.mbs)
+        work = m * max(stage, self.slowest(c), slowest)
+        if c.vpp == 1 and c.schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+            work = max(work, minimax_fill(c.pp * stage, c.pp, m, hop))
+        return (work + tail) * (1 - _ROUNDING)
+
+    def sim_tight_bound(self, c: Candidate, balanced: bool) -> float:
+        """`sim_bound` with the recomputation and slowest rank any fitting split needs (`tight_bound`'s); for balanced
+        chunks the path bound on the chunks as they fall (`balanced_path`)."""
+        if balanced:
+            tail = self._family(c, self.beside(c))[4]
+            return max(self.sim_bound(c), (self.balanced_path(c) + tail) * (1 - _ROUNDING))
+        extra, slowest = self.recompute_floor(c), self.fitting_slowest(c)
+        if math.isinf(slowest):
+            return math.inf
+        return self.sim_bound(c, extra, slowest)
+
+    def split_rows(self, c: Candidate) -> tuple[list[list[Row]], list[float]]:
+        """`split_feasible`'s rows and layer-time prefix of a candidate whose split is solved (one chunk per rank, ZB-V
+        or the wave): every rank at least its ends and its layers at their cheapest (own or fully recomputed)."""
+        key = (self.floor_key(c), c.vpp, c.schedule)
+        if key not in self._splits:
+            times = self.get(c)
+            kinds = [(t, full) for t, full in ((times.decoder, times.decoder_full), (times.moe, times.moe_full))
+                     if t is not None and full is not None]
+            pieces = [t for pair in kinds for t in pair] + [times.embedding, times.head]
+            computes = [(t.forward, t.backward, t.forward + t.backward + t.recompute) for t in pieces]
+            phi = min((f / total for f, _, total in computes if total > 0), default=0.0)
+            omega = W_SHARE * max((b / total for _, b, total in computes if total > 0), default=1.0)
+            part = self.partial_recompute  # else a solved split recomputes no layer of its own choosing
+            least = {False: min(times.decoder.total, times.decoder_full.total) if part else times.decoder.total}
+            if times.moe is not None and times.moe_full is not None:
+                least[True] = min(times.moe.total, times.moe_full.total) if part else times.moe.total
+            prefix = [0.0]
+            for moe in self.model.moe_layers():
+                prefix.append(prefix[-1] + least[bool(moe)])
+            layout = c.layout()
+            ends = [(times.embedding.total if r == layout.embedding_rank else 0.0)
+                    + (times.head.total if r == layout.head_rank else 0.0) for r in range(c.pp)]
+            hop = self._family(c, self.beside(c))[1]
+            m = self.job.global_batch // (c.dp * c.mbs)
+            self._splits[key] = (split_rows(c.schedule, c.pp, m, c.vpp, ends, hop, min(least.values()), phi, omega),
+                                 prefix)
+        return self._splits[key]
+
+    def split_memory(self, c: Candidate) -> SplitMemory | None:
+        """`SplitMemory` of `c` (`fitting_slowest`'s terms); None where activations go to the host."""
+        if Offload.ACTIVATIONS in c.offload:
+            return None
+        times, acts = self.get(c), self.activations(c)
+        fixed, alive, s_dense, s_moe = self.rank_bytes(c)
+        per_kind = {False: (times.decoder, times.decoder_full, acts.dense, s_dense),
+                    True: (times.moe, times.moe_full, acts.moe, s_moe)}
+        rho = min((max((full.total - base.total) / (act - acts.full), 0.0) if act > acts.full else 0.0)
+                  for base, full, act, _ in per_kind.values() if base is not None and full is not None)
+        stored = acts.full if self.partial_recompute else math.inf  # what a layer stores at the least
+        state, act, least = [0.0], [0.0], [0.0]
+        for moe in self.model.moe_layers():
+            _, _, a, st = per_kind[bool(moe)]
+            state.append(state[-1] + st)
+            act.append(act[-1] + a)
+            least.append(least[-1] + min(a, stored))
+        return SplitMemory(tuple(fixed), tuple(alive), tuple(state), tuple(act), tuple(least),
+                           self.cluster.gpu.memory_gib * GIB, rho)
+
+    def split_paths(self, c: Candidate) -> SplitPaths:
+        """`SplitPaths` of `c` (solved: `split_rows`, `split_memory`), once per candidate."""
+        if c not in self._split_paths:
+            self._split_paths[c] = SplitPaths(*self.split_rows(c), self.split_memory(c))
+        return self._split_paths[c]
+
+    def split_bound(self, c: Candidate, known: float) -> float:
+        """A lower bound on the simulated step of `c` (solved) at least `known` (one already): `SplitPaths.floor` plus
+        the least tail."""
+        tail = self._family(c, self.beside(c))[4]
+        found = self.split_paths(c).floor(max(known - tail, 0.0))
+        return max(known, (found + tail) * (1 - _ROUNDING))
+
+    def split_refuses(self, c: Candidate, step: float) -> bool:
+        """Whether no split of `c` (solved) that fits can be simulated to a step below `step` (with the least tail)."""
+        tail = self._family(c, self.beside(c))[4]
+        return not self.split_paths(c).feasible(step * (1 + 1e-9) - tail)
+
+    def balanced_path(self, c: Candidate) -> float:
+        """The path bound on the balanced chunks of `c`, each device's work and each chunk's forward (and backward)
+        at least its layers' times: the simulator shares a rank's stage time over its chunks by their layers."""
+        key = (self.floor_key(c), c.vpp, c.schedule)
+        if key not in self._paths:
+            layout, times = c.layout(), self.get(c)
+            emb, head, counts = self.ranks(c)
+            moe = times.moe if times.moe is not None else times.decoder
+            split = c.schedule in SPLIT_BACKWARD
+
+            def rank_time(r: int, part: Callable[[LayerTime], float]) -> float:
+                n_dense, n_moe = counts[r]
+                return (n_dense * part(times.decoder) + n_moe * part(moe) + (part(times.embedding) if r == emb else 0.0)
+                        + (part(times.head) if r == head else 0.0))
+
+            work = [rank_time(r, lambda t: t.total) for r in range(c.pp)]
+            early = [rank_time(r, lambda t: t.forward) for r in range(c.pp)] if split else work
+            place = [layout.chunk_rank(k) for k in range(c.pp * c.vpp)]
+            sizes = layout.chunk_layers(self.model.num_layers)
+            before = [early[r] * (n / sum(counts[r]) if sum(counts[r]) else 1 / c.vpp) for r, n in zip(place, sizes,
+                                                                                                       strict=True)]
+            hop = self._family(c, self.beside(c))[1]
+            m = self.job.global_batch // (c.dp * c.mbs)
+            self._paths[key] = path_floor(place, before, work, m, hop, not split)
+        return self._paths[key]
+
+    def hop(self, c: Candidate) -> float:
+        """One pipeline send of `c` (`pipeline_hop_time`), once per degrees and micro-batch size."""
+        key = (c.tp, c.cp, c.pp, c.dp, c.mbs, c.ep, c.etp)
+        if key not in self._hops:
+            self._hops[key] = pipeline_hop_time(self.model, self.job, self.cluster, replace(
+                c, vpp=1, schedule=Schedule.ONE_F_ONE_B).layout())
+        return self._hops[key]
+
+    def group_floor(self, group: list[Candidate], offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
+        """Below `key` of every member with every offload choice: the closed-form floor's fill for the shapes that are
+        not simulated, the work bound (with `minimax_fill` for 1F1B and GPipe) for those that are."""
+        m, a, f, b, tail, shapes = self.group_parts(group, offloads)
+        first = group[0]
+        p, least = first.pp, math.inf
+        for schedule, v in shapes:
+            if simulable(p, v, m):
+                pipe = m * a
+                if v == 1 and schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+                    pipe = max(pipe, minimax_fill(p * a, p, m, self.hop(first)))
+            else:
+                pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)
+            least = min(least, pipe)
+        return (least + tail) * (1 - 1e-9)

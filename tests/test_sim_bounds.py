@@ -1,0 +1,264 @@
+"""One objective end to end (issue 30 item 5): what a plan reports as optimal is optimal under the step time it
+prints, the simulated one wherever the pipeline is simulated. The bounds the search prunes with are below the
+simulator (planner.search.sim_bounds): on random programs and durations, on every split of small stacks, on random
+candidates and splits of small jobs priced by the cost model; and on random small jobs no candidate of the space,
+priced as a plan reports it, beats the plan's best or is missing from its top-k (exhaustive pricing the oracle)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tiny_models import TINY_DEEPSEEK
+
+from cost_models.schedules import SPLIT_BACKWARD, W_SHARE, program
+from cost_models.simulator import Durations, makespan
+from cost_models.step import evaluate_layout
+from planner.api import resolve
+from planner.core import Runtime, Schedule
+from planner.inputs.loaders import model_from_mapping
+from planner.inputs.runtimes import load_runtime
+from planner.search.exact import _price, balanced_only, reported, search
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.runtime_space import for_runtime
+from planner.search.sim_bounds import ReportedBounds, SplitMemory, SplitPaths, durations_floor, split_rows
+from planner.search.simulate import simulated_step_time
+from planner.search.space import SearchSpec, candidates, module_family, next_module_set, offload_options
+from planner.search.splits import v_chunks
+
+SCHEDULES = [Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_H1, Schedule.ZB_V,
+             Schedule.WAVE]
+
+
+def _shape(schedule: Schedule, pp: int, m: int, rng: random.Random) -> tuple[int, int]:
+    """(vpp, micro-batches) a schedule runs with."""
+    if schedule is Schedule.INTERLEAVED_1F1B:
+        return rng.randint(2, 4), pp * rng.randint(1, 4)
+    if schedule is Schedule.ZB_V:
+        return 2, max(m, 2 * pp - 1)
+    if schedule is Schedule.WAVE:
+        return rng.choice([2, 4]), max(m, 2 * pp)
+    return 1, m
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_durations_floor_is_below_the_simulator(seed: int) -> None:
+    """The work and path bounds on a priced layout's durations (what decides whether to simulate it) are below its
+    simulated pipeline, for every schedule, random per-chunk durations and hops."""
+    rng = random.Random(seed)
+    schedule, pp = rng.choice(SCHEDULES), rng.randint(2, 6)
+    vpp, m = _shape(schedule, pp, rng.randint(1, 14), rng)
+    prog = program(schedule, pp, m, vpp)
+    chunks = len(prog.placement)
+
+    def draw(low: float, high: float) -> tuple[float, ...]:
+        return tuple(rng.uniform(low, high) for _ in range(chunks))
+
+    d = Durations(draw(0.1, 2.0), draw(0.1, 3.0), draw(0.0, 1.0) if prog.split_backward else (0.0,) * chunks,
+                  (1.0,) * chunks, p2p_s=rng.choice([0.0, 0.05, 0.5]))
+    assert durations_floor(prog, d, m) <= makespan(prog, d) * (1 + 1e-12)
+
+
+def _brute_feasible(paths: SplitPaths, x: float) -> bool:
+    """`SplitPaths.feasible` by its definition: stage by stage, every (start, end) whose rows hold, from every start
+    reached so far."""
+    prefix, memory, layers = paths.prefix, paths.memory, len(paths.prefix) - 1
+    reached = {0}
+    for d, row in enumerate(paths.rows):
+        nxt = set()
+        for start in reached:
+            for end in range(start, layers + 1):
+                extra = 0.0
+                if memory is not None:
+                    found = memory.time(d, start, end)
+                    if found is None:
+                        continue
+                    extra = found
+                own = prefix[end] - prefix[start] + extra
+                if all(c + s * prefix[start] + s2 * start + u * own <= x for c, s, s2, u in row):
+                    nxt.add(end)
+        reached = nxt
+    return layers in reached
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_split_paths_feasible_is_its_definition(data: st.DataObject) -> None:
+    """The greedy of `SplitPaths.feasible` (a bisection per limit) accepts exactly what trying every stage boundary
+    accepts, with and without a memory that forces recomputation, on random rows of each schedule."""
+    rng = random.Random(data.draw(st.integers(0, 10**9)))
+    schedule = rng.choice([s for s in SCHEDULES if s is not Schedule.INTERLEAVED_1F1B])
+    pp, layers = rng.randint(1, 4), rng.randint(1, 9)
+    layers = max(layers, pp)
+    times = [rng.choice([1.0, 2.5]) * rng.uniform(0.8, 1.2) for _ in range(layers)]
+    prefix = list(itertools.accumulate(times, initial=0.0))
+    vpp = {Schedule.ZB_V: 2, Schedule.WAVE: 2}.get(schedule, 1)
+    rows = split_rows(schedule, pp, rng.randint(1, 8), vpp, [rng.uniform(0, 1) for _ in range(pp)],
+                      rng.choice([0.0, 0.1]), min(times), rng.uniform(0.2, 0.4), rng.uniform(0.2, 0.4))
+    memory = None
+    if rng.random() < 0.7:
+        act = list(itertools.accumulate([rng.uniform(1, 3) for _ in range(layers)], initial=0.0))
+        least = list(itertools.accumulate([(b - a) * rng.uniform(0.2, 1.0) for a, b in itertools.pairwise(act)],
+                                          initial=0.0))
+        state = list(itertools.accumulate([rng.uniform(0, 1) for _ in range(layers)], initial=0.0))
+        memory = SplitMemory(tuple(rng.uniform(0, 3) for _ in range(pp)), tuple(rng.uniform(1, 4) for _ in range(pp)),
+                             tuple(state), tuple(act), tuple(least), rng.uniform(4, 20), rng.uniform(0, 0.5))
+    paths = SplitPaths(rows, prefix, memory)
+    for x in [rng.uniform(0, 60) for _ in range(8)]:
+        assert paths.feasible(x) == _brute_feasible(paths, x), x
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_floor_is_below_every_split_simulated(seed: int) -> None:
+    """Over every split of a small stack (each rank one or more layers, shared over its chunks as the search shares
+    them), the simulator's pipeline with durations built as planner.search.simulate builds them is at least the
+    solved-split bound, for 1F1B, GPipe, ZB-H1, ZB-V and the wave."""
+    rng = random.Random(seed)
+    schedule = rng.choice([Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.ZB_H1, Schedule.ZB_V, Schedule.WAVE])
+    pp, layers = rng.randint(2, 4), rng.randint(4, 9)
+    vpp, m = _shape(schedule, pp, rng.randint(1, 10), rng)
+    split, hop = schedule in SPLIT_BACKWARD, rng.choice([0.0, 0.05, 0.3])
+    layer = [(rng.uniform(0.3, 1), rng.uniform(0.5, 2), rng.choice([0.0, rng.uniform(0, 1)])) for _ in range(layers)]
+    beside = schedule in (Schedule.ZB_V, Schedule.WAVE)
+    emb, head = (rng.uniform(0, .5), rng.uniform(0, .5), 0.0), (rng.uniform(0, .8), rng.uniform(0, 1.5), 0.0)
+    ends = [0.0] * pp
+    ends[0] += sum(emb)
+    ends[0 if beside else pp - 1] += sum(head)
+    pieces = [*layer, emb, head]
+    phi = min(f / (f + b + r) for f, b, r in pieces)
+    omega = W_SHARE * max(b / (f + b + r) for f, b, r in pieces)
+    tau = min(sum(t) for t in layer)
+    rows = split_rows(schedule, pp, m, vpp, ends, hop, tau, phi, omega)
+    bound = SplitPaths(rows, [i * tau for i in range(layers + 1)]).floor()
+    prog = program(schedule, pp, m, vpp)
+    for cuts in itertools.combinations(range(1, layers), pp - 1):
+        bounds = [0, *cuts, layers]
+        per_rank = [b - a for a, b in itertools.pairwise(bounds)]
+        fwd, bwd, rec = [0.0] * pp, [0.0] * pp, [0.0] * pp
+        for r, (a, b) in enumerate(itertools.pairwise(bounds)):
+            for f, bb, rc in layer[a:b]:
+                fwd[r], bwd[r], rec[r] = fwd[r] + f, bwd[r] + bb, rec[r] + rc
+        for r, piece in ((0, emb), (0 if beside else pp - 1, head)):
+            fwd[r], bwd[r] = fwd[r] + piece[0], bwd[r] + piece[1]
+        comm = [rng.uniform(0, 0.3) for _ in range(pp)]
+        sizes = v_chunks(tuple(per_rank), vpp) if vpp > 1 else tuple(per_rank)
+        f_c, b_c, w_c = [], [], []
+        for c, n in enumerate(sizes):  # as planner.search.simulate.durations shares a rank's stage over its chunks
+            r = prog.placement[c]
+            share, compute = n / per_rank[r], fwd[r] + bwd[r] + rec[r]
+            w = W_SHARE * bwd[r] * share if split else 0.0
+            f_c.append((fwd[r] + comm[r] * fwd[r] / compute) * share)
+            b_c.append((bwd[r] + rec[r] + comm[r] * (1 - fwd[r] / compute)) * share - w)
+            w_c.append(w)
+        d = Durations(tuple(f_c), tuple(b_c), tuple(w_c), (1.0,) * len(sizes), p2p_s=hop)
+        assert bound <= makespan(prog, d) * (1 + 1e-9), (schedule, per_rank)
+
+
+CASES = [("tiny-deepseek", "rtx4090", 8, 8192, 32, "any"), ("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32, "any"),
+         ("llama3-8b", "l40s", 8, 8192, 16, "megatron"), ("mixtral-8x7b", "a100-40gb", 32, 4096, 64, "any"),
+         ("llama2-13b", "a100-40gb", 16, 4096, 64, "any"), ("llama3-8b", "h100-sxm", 16, 4096, 64, "megatron")]
+
+
+def _resolve(index: int):  # type: ignore[no-untyped-def]
+    name, hw, gpus, seq, batch, runtime = CASES[index]
+    model = model_from_mapping(TINY_DEEPSEEK, "test") if name == "tiny-deepseek" else name
+    return resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))
+
+
+def _random_split(layout, num_layers: int, rng: random.Random, partial: bool):  # type: ignore[no-untyped-def]
+    """The layout with a random split (every rank one or more layers, shared over its chunks as the search shares
+    them) and, where the runtime runs it, a random count of fully recomputed layers per rank."""
+    cuts = sorted(rng.sample(range(1, num_layers), layout.pp - 1))
+    per_rank = tuple(b - a for a, b in itertools.pairwise([0, *cuts, num_layers]))
+    chunks = v_chunks(per_rank, layout.vpp) if layout.vpp > 1 else per_rank
+    recompute = tuple(rng.randint(0, n) for n in per_rank) if partial and layout.recompute.value != "full" else None
+    return replace(layout, stage_layers=chunks, recompute_layers=recompute)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.integers(0, len(CASES) - 1), pick=st.integers(0, 10**9), seed=st.integers(0, 10**9))
+def test_reported_bounds_are_below_every_layout_that_fits(case: int, pick: int, seed: int) -> None:
+    """A candidate's key, its tight key and its solved-split bound are below the step a plan would report (simulated
+    where it is simulated) of its balanced layout and of random splits, wherever they fit; the key of its group below
+    its own key."""
+    pr = _resolve(case)
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    bounds = ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute)
+    pool = [c for c in candidates(pr.model, pr.cluster, pr.job, spec) if c.pp > 1]
+    c = pool[pick % len(pool)]
+    balanced = balanced_only(c, spec)
+    key, tight = bounds.key(c), bounds.tight_key(c, balanced)
+    group = [g for g in pool if bounds.group_key(g) == bounds.group_key(c)]
+    assert bounds.group_floor(group, offload_options(c.zero, spec)) <= key * (1 + 1e-12)
+    rng = random.Random(seed)
+    layouts = [c.layout()]
+    if not balanced and pr.model.num_layers > c.pp:
+        layouts += [_random_split(c.layout(), pr.model.num_layers, rng, spec.partial_recompute) for _ in range(4)]
+    for layout in layouts:
+        prediction = evaluate_layout(pr.model, pr.cluster, pr.job, layout)
+        if not prediction.fits:
+            continue
+        sim = simulated_step_time(pr.model, pr.cluster, pr.job, layout, prediction)
+        step = sim if sim is not None else prediction.step_time_s
+        assert key <= step * (1 + 1e-9), layout
+        assert tight <= step * (1 + 1e-9), layout
+        if sim is not None and not balanced:
+            assert bounds.split_bound(c, 0.0) <= step * (1 + 1e-9), layout
+            assert not bounds.split_refuses(c, step), layout
+
+
+@st.composite
+def small_jobs(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
+    heads = draw(st.sampled_from([8, 16]))
+    moe = draw(st.booleans())
+    mapping = {"name": "random", "num_layers": draw(st.integers(4, 12)), "hidden_size": heads * 64,
+               "ffn_hidden_size": draw(st.sampled_from([2, 4])) * heads * 64, "num_attention_heads": heads,
+               "num_kv_heads": draw(st.sampled_from([h for h in (2, 4, 8) if heads % h == 0])),
+               "vocab_size": draw(st.sampled_from([32000, 128000])), "gated_mlp": True,
+               "tied_embeddings": draw(st.booleans())}
+    if moe:
+        mapping.update(moe_num_experts=8, moe_top_k=2, moe_ffn_hidden_size=heads * 64,
+                       moe_first_dense_layers=draw(st.integers(0, 2)))
+    return (model_from_mapping(mapping, "random"), draw(st.sampled_from(["a100-40gb", "rtx4090", "l40s"])),
+            draw(st.sampled_from([4, 8])), draw(st.sampled_from([1024, 4096])), draw(st.sampled_from([16, 32, 64])),
+            draw(st.sampled_from(["megatron", "any", "torchtitan"])))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=small_jobs())
+def test_no_candidate_beats_the_plan_as_reported(job: tuple) -> None:  # type: ignore[type-arg]
+    """On random small jobs, every candidate of the space (each recompute-module variant too) priced as a plan reports
+    it: none has a lower step than the plan's best, and the top-k hold every candidate below their last but a
+    module-set variant no faster than the cheaper set it follows (dominated: the search does not price it)."""
+    from planner.core.errors import InfeasibleError, LayoutError
+
+    model, hw, gpus, seq, batch, runtime = job
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))
+    spec = for_runtime(SearchSpec(top_k=3), load_runtime(pr.job.runtime.framework))
+    try:
+        result = search(pr.model, pr.cluster, pr.job, spec)
+    except (InfeasibleError, LayoutError):
+        return
+    bounds, family = ReportedBounds(pr.model, pr.cluster, pr.job), module_family(pr.model, pr.job, spec)
+    reports, owed = [], []  # every candidate's reported step; those the top-k must hold if low enough
+    for c in candidates(pr.model, pr.cluster, pr.job, spec):
+        before: float | None = None
+        while c is not None:
+            priced = _price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c))
+            found = reported(pr.model, pr.cluster, pr.job, priced)
+            step = None if found is None else found.step_time_s
+            if step is not None:
+                reports.append(step)
+                if before is None or step < before:  # a module-set variant no faster than the set before it may be
+                    owed.append(step)  # left out (the search never prices it: it cannot be the best)
+            before = step if before is None or (step is not None and step < before) else before
+            c = next_module_set(c, family, pr.job)
+    chosen = [r.step_time_s for r in (result.best, *result.alternatives)]
+    assert result.best.step_time_s == pytest.approx(min(reports), rel=1e-12)
+    assert chosen == sorted(chosen)
+    for step in [s for s in owed if s < chosen[-1] * (1 - 1e-12)]:
+        assert any(abs(step - x) <= 1e-12 * step for x in chosen), (step, chosen)
