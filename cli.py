@@ -4,7 +4,11 @@ stderr and an exit code (2: bad input or a layout that breaks a rule; 3: nothing
 
 from __future__ import annotations
 
+import os
 import sys
+
+if sys.argv[1:2] != ["profile"]:  # the planner does no linear algebra: one BLAS thread saves numpy's start-up of a
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # pool per core (60 ms of CPU on 2 cores); profile keeps them
 
 
 def _interrupted(exc: BaseException | None) -> bool:
@@ -16,7 +20,7 @@ def _interrupted(exc: BaseException | None) -> bool:
     return False
 
 
-try:  # Ctrl-C while the modules load (half a second: typer, numpy, the cost model) exits 130 like one during the work
+try:  # Ctrl-C while the modules load (typer; a command's modules load when it runs) exits 130 like one during the work
     from planner.commands import app
 except (KeyboardInterrupt, ImportError) as exc:
     if not _interrupted(exc):

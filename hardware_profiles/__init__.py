@@ -33,7 +33,7 @@ from planner.core.checks import (
 )
 from planner.core.errors import InputError, SpecError
 from planner.core.hardware import DEFAULT_HOST_OP_US
-from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, shown
+from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, safe_load, shown
 from planner.core.text import one_line
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
@@ -77,7 +77,7 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
     if name_or_path in preset_names():
         origin = f"hardware preset {name_or_path!r}"
         try:
-            data = yaml.safe_load((resources.files(__package__) / f"{name_or_path}.yaml").read_text())
+            data = safe_load((resources.files(__package__) / f"{name_or_path}.yaml").read_text())
         except yaml.YAMLError as exc:
             raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
     elif (problem := not_a_file(name_or_path, "hardware")) is not None:

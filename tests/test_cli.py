@@ -273,3 +273,43 @@ def test_hardware_columns_stay_aligned_with_long_names() -> None:
     rows = [line for line in runner.invoke(app, ["hardware"]).output.splitlines()[1:] if line.strip()]
     assert any(len(row.split()[0]) > 12 for row in rows)  # a name longer than the old fixed column
     assert len({row.index("G ") for row in rows}) == 1
+
+
+def test_every_command_is_listed_with_its_own_help() -> None:
+    """The lazy root group (planner.commands.lazy) lists each command from a table without importing its module: the
+    table names every command the modules register, each with the first paragraph of that command's own help."""
+    import importlib
+    import inspect
+
+    from planner.commands.common import app as registered
+    from planner.commands.lazy import COMMANDS, build
+
+    for module in {m for m, _ in COMMANDS.values()}:
+        importlib.import_module(f"planner.commands.{module}")
+    names = [c.name or c.callback.__name__ for c in registered.registered_commands if c.callback is not None]
+    assert set(names) | {g.name for g in registered.registered_groups} == set(COMMANDS)
+    for name, (_, text) in COMMANDS.items():
+        command = build(name, "rich")
+        assert command is not None and command.name == name
+        assert inspect.cleandoc(command.help or "").split("\n\n")[0] == text, name
+
+
+def test_each_command_loads_only_its_own_module() -> None:
+    """Start-up (issue 36): `meshplan --help` imports no command module (nor numpy), `models` only the catalog, and
+    `plan` none of the study, inference, profiling, recommendation or MLIP commands."""
+    modules = ("catalog", "planning", "studies", "profiling", "inference", "mlip", "recsys")
+    code = ("import sys, cli\n"
+            "sys.argv = ['meshplan'] + sys.argv[1:]\n"
+            "try:\n    cli.main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            f"print('LOADED', sorted(m for m in {modules!r} if 'planner.commands.' + m in sys.modules),"
+            " 'numpy' in sys.modules)\n")
+
+    def loaded(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1], timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    assert loaded("--help") == "LOADED [] False"
+    assert loaded("models") == "LOADED ['catalog'] False"
+    assert loaded(*PLAN_ARGS).startswith("LOADED ['planning']")

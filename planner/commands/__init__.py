@@ -1,7 +1,7 @@
 """The `meshplan` commands (cli.py is the entry point): each module parses one group's flags, calls planner.api or
-planner.studies, and prints. Importing the package registers every command on `app`."""
+planner.studies, and prints. The app lists every command and imports a command's module only when it runs it
+(planner.commands.lazy): `meshplan plan` loads what planning needs, `meshplan --help` none of the modules."""
 
-from planner.commands import catalog, inference, mlip, planning, profiling, recsys, studies
 from planner.commands.common import app
 
-__all__ = ["app", "catalog", "inference", "mlip", "planning", "profiling", "recsys", "studies"]
+__all__ = ["app"]

@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cost_models.prediction import Prediction
+from planner.commands.lazy import LazyGroup
 from planner.core import (
     AttentionKernel,
     ClusterSpec,
@@ -36,7 +37,7 @@ from planner.core.errors import InputError, MeshplanError, SpecError
 from planner.core.execution import Fp8Recipe
 from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=LazyGroup,
                   help="meshplan: plan and predict parallel layouts for large-model training.")
 
 

@@ -9,12 +9,11 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from planner.core.checks import choice, flag, integer, mapping_keys
 from planner.core.enums import Offload, Schedule, Target
 from planner.core.errors import InputError
 from planner.core.framework import Capabilities, Framework, RuntimeProfile
+from planner.core.inputfile import safe_load
 from planner.core.job import Runtime
 from planner.inputs.execution import execution_from_mapping
 
@@ -57,7 +56,7 @@ def load_runtime(framework: Framework | str) -> RuntimeProfile:
     """The packaged profile of `framework` (a Framework or its name: megatron, nemo, torchtitan, deepspeed, any)."""
     framework = choice(Framework, framework, "runtime")
     text = (resources.files("hardware_profiles") / "runtimes" / f"{framework.value}.yaml").read_text()
-    profile = profile_from_mapping(yaml.safe_load(text), f"runtime profile {framework.value}")
+    profile = profile_from_mapping(safe_load(text), f"runtime profile {framework.value}")
     if profile.framework is not framework:
         raise InputError(f"runtime profile {framework.value}: its name is {profile.framework.value}")
     return profile

@@ -10,17 +10,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from planner.core.errors import InputError
-from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, shown
+from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, safe_load, shown
 
 T = TypeVar("T")
 
 
 def packaged_presets(filename: str) -> dict[str, dict[str, Any]]:
     """The mapping of preset name -> keys in planner/inputs/presets/`filename`."""
-    data: dict[str, dict[str, Any]] = yaml.safe_load(
+    data: dict[str, dict[str, Any]] = safe_load(
         (resources.files("planner.inputs") / "presets" / filename).read_text())
     return data
 

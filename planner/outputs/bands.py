@@ -30,7 +30,7 @@ import yaml
 
 from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
 from planner.core.errors import InputError
-from planner.core.inputfile import MAX_SPEC_BYTES, parse_yaml, read_text, shown
+from planner.core.inputfile import MAX_SPEC_BYTES, parse_yaml, read_text, safe_load, shown
 
 MIN_RESIDUALS = 4  # fewer residuals than this do not make a quantile band: fall back to a coarser key
 MIN_HALF_WIDTH = 0.02  # no band is narrower than ±2 %: published step times themselves vary that much
@@ -322,7 +322,7 @@ def read_bands(path: str | Path) -> BandTable:
 
 def _parse_text(text: str, origin: str) -> BandTable:
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return parse_bands(data, origin)
