@@ -76,21 +76,25 @@ class SearchBounds(RankMemory):
         bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved), p·A − W_SHARE·p·b̄
         (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's
         schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
-        m, a, f, b, tail, shapes = self.group_parts(group, offloads)
-        p = group[0].pp
+        return self.shape_floor(group[0], [(c.schedule, c.vpp) for c in group], offloads)
+
+    def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
+                    offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
+        """`group_floor` of the group of `first` with these (schedule, vpp) shapes (the search's groups hold their
+        shapes, not a candidate each)."""
+        m, a, f, b, tail = self.group_parts(first, shapes, offloads)
+        p = first.pp
         return ((m - 1) * a + min(self.fill(s, v, p, a, f, b) for s, v in shapes) + tail) * (1 - 1e-9)
 
-    def group_parts(self, group: list[Candidate], offloads: Sequence[frozenset[Offload]]
-                    ) -> tuple[int, float, float, float, float, tuple[tuple[Schedule, int], ...]]:
-        """(micro-batches, A with the least exposed ZeRO traffic, f̄, b̄, the least tail, the group's (schedule, vpp)
-        shapes) of `group_floor`."""
-        first = group[0]
+    def group_parts(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
+                    offloads: Sequence[frozenset[Offload]]) -> tuple[int, float, float, float, float]:
+        """(micro-batches, A with the least exposed ZeRO traffic, f̄, b̄, the least tail) of `group_floor`; the traffic
+        depends on a shape through where it puts the head (`shape_beside`)."""
         m = self.job.global_batch // (first.dp * first.mbs)
         a, f, b = self._average_parts(first)
-        shapes = {(c.schedule, c.vpp): c for c in group}
-        placements = {self.beside(c): c for c in shapes.values()}  # the traffic depends on the shape through it
-        floors = [self._least_traffic(c, offloads) for c in placements.values()]
-        return m, a + min(t for t, _ in floors), f, b, min(t for _, t in floors), tuple(shapes)
+        floors = [self._least_traffic(first, offloads, beside)
+                  for beside in {self.shape_beside(first, v, s) for s, v in shapes}]
+        return m, a + min(t for t, _ in floors), f, b, min(t for _, t in floors)
 
     @staticmethod
     def fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
@@ -108,22 +112,25 @@ class SearchBounds(RankMemory):
         """What `group_floor` groups by: `floor_key` and the ZeRO stage."""
         return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.zero)
 
-    def _least_traffic(self, c: Candidate, offloads: Sequence[frozenset[Offload]]) -> tuple[float, float]:
+    def _least_traffic(self, c: Candidate, offloads: Sequence[frozenset[Offload]], beside: bool | None = None
+                       ) -> tuple[float, float]:
         """The least of each of `_traffic_floor`'s terms over the offload choices `offloads`, once per (degrees, ZeRO
-        stage, head placement, choices)."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), tuple(offloads))
+        stage, head placement (c's unless given), choices)."""
+        beside = self.beside(c) if beside is None else beside
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, tuple(offloads))
         if key not in self._least:
-            floors = [self._traffic_floor(c, o) for o in offloads]
+            floors = [self._traffic_floor(c, o, beside) for o in offloads]
             self._least[key] = (min(t for t, _ in floors), min(t for _, t in floors))
         return self._least[key]
 
-    def _traffic_floor(self, c: Candidate, offload: frozenset[Offload] | None = None) -> tuple[float, float]:
+    def _traffic_floor(self, c: Candidate, offload: frozenset[Offload] | None = None, beside: bool | None = None
+                       ) -> tuple[float, float]:
         """(exposed ZeRO-2/3 traffic of the average stage per micro-batch, step tail) at the least: `_family`'s terms
         with windows long enough to hide all they can (exposed = κ·traffic, `GpuSpec.exposed`), which only shorter
         windows exceed; once per (degrees, ZeRO stage, head placement, offload choice: c's unless given). With such
         windows the communication does not depend on the offload choice (the gradient shard's copy to the host hides
         behind them too): it is priced once for all of them, the optimizer step for each."""
-        beside = self.beside(c)
+        beside = self.beside(c) if beside is None else beside
         offload = c.offload if offload is None else offload
         key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, offload)
         if key not in self._traffic:

@@ -51,6 +51,7 @@ from planner.core import (
     JobSpec,
     ModelSpec,
     Offload,
+    Schedule,
     ZeroStage,
     check_expert_degrees,
 )
@@ -67,6 +68,7 @@ from planner.search.space import (
     Candidate,
     SearchSpec,
     candidates,
+    families,
     module_family,
     next_module_set,
     no_layout_reason,
@@ -161,16 +163,16 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
     layer_times = ReportedBounds(model, cluster, job, spec.partial_recompute)
     capacity, host_capacity = cluster.gpu.memory_gib * GIB, layer_times.host_capacity()
-    pool = list(candidates(model, cluster, job, spec, offload_variants=False))
-    if not pool:
+    built = list(families(model, cluster, job, spec))
+    if not built:
         raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
     offloads = {z: tuple(offload_options(z, spec)) for z in ZeroStage}
     variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
 
-    def within_state_bound(c: Candidate) -> tuple[frozenset[Offload], ...]:
+    def within_state_bound(c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
         """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
         floor, which is their group's. Offloading only takes states off the GPU: when c fits without, all do."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, layer_times.beside(c))
+        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, layer_times.beside(c) if beside is None else beside)
         if key not in variants:
             if not c.offload and layer_times.state_bound(c) <= capacity:
                 variants[key] = offloads[c.zero]
@@ -179,16 +181,28 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
                                       if layer_times.state_bound(replace(c, offload=o)) <= capacity)
         return variants[key]
 
-    groups: dict[tuple[object, ...], list[Candidate]] = {}  # candidates within the state bound, by `group_key`
+    # candidates within the state bound by `group_key`, each group its first candidate and its (schedule, vpp) shapes
+    groups: dict[tuple[object, ...], tuple[Candidate, list[tuple[Schedule, int]]]] = {}
     fitting = total = 0
-    for c in pool:
-        total += len(offloads[c.zero])
-        fit = len(within_state_bound(c))
-        if fit:
-            fitting += fit
-            groups.setdefault(layer_times.group_key(c), []).append(c)
+    for first, shapes, experts, _ in built:
+        total += len(offloads[first.zero]) * len(shapes) * len(experts)
+        sides = [layer_times.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
+        found: list[tuple[int, int, tuple[int, int], list[tuple[Schedule, int]]]] = []
+        for e, (ep, etp) in enumerate(experts):
+            base = first if (ep, etp) == (first.ep, first.etp) else replace(first, ep=ep, etp=etp)
+            fits = {side: len(within_state_bound(base, side)) for side in set(sides)}
+            held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
+            if held:
+                fitting += sum(fits[side] for side in sides)
+                at = next(i for i, side in enumerate(sides) if fits[side])
+                found.append((at, e, (ep, etp), held))
+        for at, _, (ep, etp), held in sorted(found):  # in the order `candidates` meets them
+            vpp, schedule = shapes[at]
+            c = replace(first, vpp=vpp, schedule=schedule, ep=ep, etp=etp)
+            groups[layer_times.group_key(c)] = (c, held)
     pruned_memory = total - fitting
     if not fitting:
+        pool = list(candidates(model, cluster, job, spec, offload_variants=False))
         raise InfeasibleError(_no_fit_message(layer_times, _with_choices(pool, lambda c: offloads[c.zero])))
     # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
     # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
@@ -200,8 +214,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     # the variant's bound (it frees memory for a looser split or fewer recomputed layers, which cannot repay more).
     # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
     family = module_family(model, job, spec)
-    heap: list[tuple[float, tuple[int, ...], int, int, Candidate | list[Candidate]]] = [
-        (layer_times.group_floor(g, offloads[g[0].zero]), (), 0, i, g) for i, g in enumerate(groups.values())]
+    heap: list[tuple[float, tuple[int, ...], int, int, Candidate | tuple[Candidate, list[tuple[Schedule, int]]]]] = [
+        (layer_times.shape_floor(g[0], g[1], offloads[g[0].zero]), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by reported step time (negated)
     steps: dict[Candidate, float | None] = {}  # settled: the reported step, None where nothing fits or it is dominated
@@ -271,8 +285,11 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         bound, key, level, tie, item = heapq.heappop(heap)
         if bound >= kth():
             break
-        if isinstance(item, list):  # a group at its floor: each offload choice of each queued at its bound
-            for base in item:
+        if isinstance(item, tuple):  # a group at its floor: each offload choice of each queued at its bound
+            first, held = item
+            for schedule, vpp in held:
+                base = first if (schedule, vpp) == (first.schedule, first.vpp) else replace(first, vpp=vpp,
+                                                                                              schedule=schedule)
                 for o in within_state_bound(base):
                     c = base if o == base.offload else replace(base, offload=o)
                     heapq.heappush(heap, (layer_times.key(c), c.sort_key(), 1, 0, c))
@@ -302,8 +319,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
             tally["expanded"] += 1
     evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
     if not top:
-        raise InfeasibleError(_no_fit_message(layer_times, _with_choices([c for g in groups.values() for c in g],
-                                                                        within_state_bound)))
+        members = [replace(first, vpp=vpp, schedule=schedule) for first, held in groups.values()
+                   for schedule, vpp in held]
+        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(members, within_state_bound)))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     cert = Certificate(
         method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the reported "

@@ -22,6 +22,7 @@ GPUs of that rank's stage (cost_models.offload.node_host_bytes), each needing at
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from cost_models import flops as F
 from cost_models import memory as M
@@ -70,6 +71,13 @@ class RankMemory:
         key = (c.pp, c.vpp, c.schedule)
         if key not in self._beside:
             self._beside[key] = c.layout().head_beside_embedding
+        return self._beside[key]
+
+    def shape_beside(self, c: Candidate, vpp: int, schedule: Schedule) -> bool:
+        """`beside` of `c` with this vpp and schedule."""
+        key = (c.pp, vpp, schedule)
+        if key not in self._beside:
+            self._beside[key] = replace(c, vpp=vpp, schedule=schedule).layout().head_beside_embedding
         return self._beside[key]
 
     def state_bound(self, c: Candidate) -> float:

@@ -400,11 +400,11 @@ class ReportedBounds(SearchBounds):
                 c, vpp=1, schedule=Schedule.ONE_F_ONE_B).layout())
         return self._hops[key]
 
-    def group_floor(self, group: list[Candidate], offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
+    def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
+                    offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
         """Below `key` of every member with every offload choice: the closed-form floor's fill for the shapes that are
         not simulated, the work bound (with `minimax_fill` for 1F1B and GPipe) for those that are."""
-        m, a, f, b, tail, shapes = self.group_parts(group, offloads)
-        first = group[0]
+        m, a, f, b, tail = self.group_parts(first, shapes, offloads)
         p, least = first.pp, math.inf
         for schedule, v in shapes:
             if simulable(p, v, m):

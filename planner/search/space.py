@@ -264,10 +264,13 @@ def next_module_set(c: Candidate, family: list[frozenset[RecomputeModule]], job:
     return None
 
 
-def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec,
-               offload_variants: bool = True) -> Iterator[Candidate]:
-    """Every valid degree tuple, in a fixed order; without `offload_variants` each with the first of its
-    `offload_options` only (the search adds the others when it reaches the candidate)."""
+Family = tuple[Candidate, list[tuple[int, Schedule]], list[tuple[int, int]], list[frozenset[Offload]]]
+
+
+def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Family]:
+    """The candidates as families: (the first candidate of a (mesh, mbs, ZeRO stage, recomputation, SP) choice, its
+    (vpp, schedule) shapes, its (ep, etp) pairs, its offload choices). `candidates` is their product, in this order;
+    a search groups them without building each one."""
     recomputes = recompute_options(model, job, spec)
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
@@ -281,19 +284,33 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
         if pp > 1 and spec.pipeline_zero_choices is not None:
             zeros = [z for z in zeros if int(z) in spec.pipeline_zero_choices]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
-        offloads = {z: offload_options(z, spec)[:None if offload_variants else 1] for z in zeros}
+        offloads = {z: offload_options(z, spec) for z in zeros}
+        shapes: dict[int, list[tuple[int, Schedule]]] = {}
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
             if sp and (tp == 1 or job.seq_len % sp_multiple(tp, cp)):
                 continue
-            for vpp in _vpps(model, pp, per_replica // mbs, spec):
-                for schedule in schedules_for(pp, vpp, spec, per_replica // mbs):
-                    for ep, etp in experts[sp]:
-                        if (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1
-                                and tp * pp * cp > 1):
-                            continue
-                        for offload in offloads[zero]:
-                            yield Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules,
-                                            offload)
+            if not experts[sp] or (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1 and tp * pp * cp > 1):
+                continue
+            if mbs not in shapes:
+                m = per_replica // mbs
+                shapes[mbs] = [(vpp, schedule) for vpp in _vpps(model, pp, m, spec)
+                               for schedule in schedules_for(pp, vpp, spec, m)]
+            if shapes[mbs] and offloads[zero]:
+                vpp, schedule = shapes[mbs][0]
+                ep, etp = experts[sp][0]
+                yield (Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules,
+                                 offloads[zero][0]), shapes[mbs], experts[sp], offloads[zero])
+
+
+def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec,
+               offload_variants: bool = True) -> Iterator[Candidate]:
+    """Every valid degree tuple, in a fixed order; without `offload_variants` each with the first of its
+    `offload_options` only (the search adds the others when it reaches the candidate)."""
+    for first, shapes, experts, offloads in families(model, cluster, job, spec):
+        for vpp, schedule in shapes:
+            for ep, etp in experts:
+                for offload in offloads[:None if offload_variants else 1]:
+                    yield replace(first, vpp=vpp, schedule=schedule, ep=ep, etp=etp, offload=offload)
 
 
 PIN_NAMES = ("tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "zero", "schedule", "recompute", "sp")
