@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from cost_models import memory as M
 from cost_models.schedules import program
@@ -141,23 +142,31 @@ def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, s
     return _Priced(best, best is None, gap, optimal, tuple(fitting))
 
 
+class Incumbent(Protocol):
+    """The k best reported steps found by searches of other parts of the space (planner.search.parallel)."""
+
+    def kth(self) -> float: ...
+
+    def offer(self, step: float) -> None: ...
+
+
 def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None = None,
            solver: Solver = Solver.DP, options: SolveOptions | None = None,
-           progress: ProgressFn | None = None) -> SearchResult:
+           progress: ProgressFn | None = None, incumbent: Incumbent | None = None) -> SearchResult:
     """The fastest layouts that fit (best first), with the search's certificate. Python's cyclic garbage collector
     is paused meanwhile: the search holds a few hundred thousand candidates and their heap entries, which every full
     collection would walk (about 0.4 s a search for the MoE benchmarks) while it leaves almost no cycles behind."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _search(model, cluster, job, spec, solver, options, progress)
+        return _search(model, cluster, job, spec, solver, options, progress, incumbent)
     finally:
         if paused:
             gc.enable()
 
 
 def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None, solver: Solver,
-            options: SolveOptions | None, progress: ProgressFn | None) -> SearchResult:
+            options: SolveOptions | None, progress: ProgressFn | None, incumbent: Incumbent | None) -> SearchResult:
     start = time.perf_counter()
     spec, options = for_runtime(spec or SearchSpec(), load_runtime(job.runtime.framework)), options or SolveOptions()
     check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
@@ -226,11 +235,15 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     worst_gap, all_optimal = 0.0, True
 
     def kth() -> float:
-        """The k-th best reported step so far: nothing whose bound reaches it can enter the top-k."""
-        return -top[0][0] if len(top) >= spec.top_k else math.inf
+        """The k-th best reported step so far (here, or in the other parts of a split search): nothing whose bound
+        reaches it can enter the top-k."""
+        own = -top[0][0] if len(top) >= spec.top_k else math.inf
+        return own if incumbent is None else min(own, incumbent.kth())
 
     def keep(c: Candidate, ranked: Ranked) -> None:
         steps[c] = ranked.step_time_s
+        if incumbent is not None:
+            incumbent.offer(ranked.step_time_s)
         entry = (-ranked.step_time_s, tuple(-x for x in c.sort_key()), ranked)
         if len(top) < spec.top_k:
             heapq.heappush(top, entry)

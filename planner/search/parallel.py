@@ -4,15 +4,16 @@ exactly in its own process, the parts' answers merged into the answer of the who
 Why the merge is exact: each part returns its own top-k by (reported step time, candidate sort key), the order
 `exact.search` keeps. The whole space's top-k are among the parts' top-k, and two candidates of different parts differ
 in TP, the first element of the sort key, so ordering the union by (step time, TP, rank within its part) is the single
-search's order. Each part prunes with its own incumbent, so the
-parts together price more candidates than one search would: measured on the 2-core machine (medians of 3), two
-processes took 0.44 s against one's 0.29 s for Llama-3-70B on 1,024 H100, 0.86 against 0.46 s for Llama-3-405B on
-16,384, 3.36 against 2.74 s for Llama 4 Maverick and 3.97 against 2.79 s for DeepSeek-V3. So `plan` runs one
-process unless asked (`--workers`); the split pays where parts prune as well as the whole, on more cores.
+search's order. The parts share their incumbent (`SharedTop`: the k best reported steps any part has found, in shared
+memory), so each prunes as the single search would with what all have found so far; nothing is lost: a candidate of
+the whole's top-k is within its part's top-k, and its bound is below the whole's k-th best, which the shared k-th
+best never undercuts. Without the sharing each part pruned with its own best alone and two processes were slower
+than one on 2 cores for every benchmark case (README, Search speed, has the figures with it).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -35,12 +36,40 @@ def tp_groups(degrees: list[int], parts: int) -> list[tuple[int, ...]]:
     return [tuple(g) for g in groups]
 
 
+class SharedTop:
+    """The k least reported steps found by any part, sorted, in shared memory (a lock around each offer)."""
+
+    def __init__(self, top_k: int) -> None:
+        import multiprocessing
+
+        self.steps = multiprocessing.Array("d", [math.inf] * top_k)
+
+    def kth(self) -> float:
+        return float(self.steps[len(self.steps) - 1])
+
+    def offer(self, step: float) -> None:
+        with self.steps.get_lock():
+            values = [float(self.steps[i]) for i in range(len(self.steps))]
+            if step < values[-1]:
+                values = sorted([*values[:-1], step])
+                self.steps[:] = values
+
+
+_SHARED: SharedTop | None = None  # the incumbent of this worker process
+
+
+def _share(shared: SharedTop) -> None:
+    global _SHARED
+    _SHARED = shared
+
+
 def _part(args: tuple[ModelSpec, ClusterSpec, JobSpec, SearchSpec, Solver, SolveOptions]
           ) -> SearchResult | InfeasibleError | LayoutError:
     """One part's search; a part where nothing fits, or no layout passes the rules (its TP degrees may be ones the
-    runtime does not run), returns its error for the merge to skip."""
+    runtime does not run), returns its error for the merge to skip, as does one whose every candidate the other parts'
+    incumbent prunes."""
     try:
-        return search(*args)
+        return search(*args, incumbent=_SHARED)
     except (InfeasibleError, LayoutError) as exc:
         return exc
 
@@ -74,7 +103,8 @@ def search_parallel(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: 
 
     start = time.perf_counter()
     parts = [replace(spec, tp_choices=group) for group in tp_groups(degrees, workers)]
-    with ProcessPoolExecutor(max_workers=len(parts)) as pool:
+    shared = SharedTop(spec.top_k)
+    with ProcessPoolExecutor(max_workers=len(parts), initializer=_share, initargs=(shared,)) as pool:
         outcomes = list(pool.map(_part, [(model, cluster, job, p, solver, options) for p in parts]))
     found = [o for o in outcomes if isinstance(o, SearchResult)]
     if not found:
