@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.offload import layer_offload_exposed
@@ -175,7 +174,7 @@ class SearchBounds(RankMemory):
         key = self.floor_key(c)
         if key not in self._averages:
             times = self.get(c)
-            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            n_dense, n_moe = self.layer_counts
             avg = (times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp)
                    + times.head.scaled(1 / c.pp))
             if times.moe is not None:
@@ -217,7 +216,7 @@ class SearchBounds(RankMemory):
         key = (self.floor_key(c), beside)
         if key not in self._slowest:
             times = self.get(c)
-            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            n_dense, n_moe = self.layer_counts
             kinds = ((times.decoder, times.decoder_full, n_dense), (times.moe, times.moe_full, n_moe))
             per_layer = min(min(t.total, full.total) for t, full, n in kinds
                             if n and t is not None and full is not None)
@@ -230,7 +229,7 @@ class SearchBounds(RankMemory):
         """The most backward time ZB-H1 can hide in units of W_SHARE: every stage's but the last, Σ_r b_r − b_last
         = (p − 1)·b̄ + (b̄ − b_last), the last stage holding the head and at least one decoder layer."""
         times = self.get(c)
-        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        n_dense, n_moe = self.layer_counts
         layers = [t.backward for t, n in ((times.decoder, n_dense), (times.moe, n_moe)) if n and t is not None]
         last = times.head.backward + min(layers, default=0.0)
         return (c.pp - 1) * backward + max(backward - last, 0.0)
@@ -277,7 +276,7 @@ class SearchBounds(RankMemory):
             return 0.0
         times, acts, layout = self.get(c), self.activations(c), c.layout()
         dense, moe, _, _ = self._pieces_of(c)
-        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        n_dense, n_moe = self.layer_counts
         hiding = 1.0 - self.cluster.gpu.overlap_efficiency  # 1 − κ
         total = 0.0
         for n, base, full, act, params in ((n_dense, times.decoder, times.decoder_full, acts.dense, dense),
@@ -323,7 +322,7 @@ class SearchBounds(RankMemory):
             return 0.0
         times, acts = self.get(c), self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c)
-        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        n_dense, n_moe = self.layer_counts
         emb, head, _ = self.ranks(c)
         ends = [(times.embedding.total if r == emb else 0.0) + (times.head.total if r == head else 0.0)
                 for r in range(c.pp)]
@@ -360,7 +359,7 @@ class SearchBounds(RankMemory):
             return 0.0
         times, acts = self.get(c), self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c)
-        n_dense, n_moe = F.decoder_layer_counts(self.model)
+        n_dense, n_moe = self.layer_counts
         kappa = 1.0 - self.cluster.gpu.overlap_efficiency if c.zero >= ZeroStage.GRADIENTS else 1.0
         rho, per_layer, counts = math.inf, [], []
         for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),

@@ -198,7 +198,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         sides = [layer_times.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
         found: list[tuple[int, int, tuple[int, int], list[tuple[Schedule, int]]]] = []
         for e, (ep, etp) in enumerate(experts):
-            base = first if (ep, etp) == (first.ep, first.etp) else replace(first, ep=ep, etp=etp)
+            base = first if (ep, etp) == (first.ep, first.etp) else Candidate(
+                first.tp, first.cp, first.pp, first.dp, first.mbs, first.vpp, first.zero, first.recompute, first.sp,
+                first.schedule, ep, etp, first.modules, first.offload)
             fits = {side: len(within_state_bound(base, side)) for side in set(sides)}
             held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
             if held:
@@ -207,7 +209,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
                 found.append((at, e, (ep, etp), held))
         for at, _, (ep, etp), held in sorted(found):  # in the order `candidates` meets them
             vpp, schedule = shapes[at]
-            c = replace(first, vpp=vpp, schedule=schedule, ep=ep, etp=etp)
+            c = Candidate(first.tp, first.cp, first.pp, first.dp, first.mbs, vpp, first.zero, first.recompute, first.sp,
+                          schedule, ep, etp, first.modules, first.offload)
             groups[layer_times.group_key(c)] = (c, held)
     pruned_memory = total - fitting
     if not fitting:

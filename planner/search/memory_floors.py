@@ -55,6 +55,8 @@ class RankMemory:
         # whether a solved split may recompute some layers of a stage fully (SearchSpec.partial_recompute: the runtime
         # runs per-stage counts); without, a solved split keeps every layer's activations as the candidate stores them
         self.partial_recompute = partial_recompute
+        self.layer_counts = F.decoder_layer_counts(model)  # (dense, MoE) decoder layers
+        self.layer_kinds = model.moe_layers()  # per decoder layer: an MoE layer
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
         self._states: dict[tuple[object, ...], float] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
@@ -106,7 +108,7 @@ class RankMemory:
         """(embedding rank, head rank, (dense, MoE) decoder layers of each rank with balanced chunks)."""
         key = (c.pp, c.vpp, c.schedule)
         if key not in self._rank_info:
-            layout, kinds = c.layout(), self.model.moe_layers()
+            layout, kinds = c.layout(), self.layer_kinds
             counts = tuple((len(ids) - sum(kinds[i] for i in ids), sum(kinds[i] for i in ids))
                            for ids in rank_layer_ids(layout, self.model.num_layers))
             self._rank_info[key] = (layout.embedding_rank, layout.head_rank, counts)
@@ -200,7 +202,7 @@ class RankMemory:
             floor = max(fixed[r] + n_dense * dense[r] + n_moe * moe[r]
                         for r, (n_dense, n_moe) in enumerate(self.ranks(c)[2]))
         else:
-            n_dense, n_moe = F.decoder_layer_counts(self.model)
+            n_dense, n_moe = self.layer_counts
             kinds = [(dense, n_dense), (moe, n_moe)]
             floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
         return floor * (1 - ROUNDING)

@@ -317,7 +317,7 @@ class ReportedBounds(SearchBounds):
             if times.moe is not None and times.moe_full is not None:
                 least[True] = min(times.moe.total, times.moe_full.total) if part else times.moe.total
             prefix = [0.0]
-            for moe in self.model.moe_layers():
+            for moe in self.layer_kinds:
                 prefix.append(prefix[-1] + least[bool(moe)])
             layout = c.layout()
             ends = [(times.embedding.total if r == layout.embedding_rank else 0.0)
@@ -340,7 +340,7 @@ class ReportedBounds(SearchBounds):
                   for base, full, act, _ in per_kind.values() if base is not None and full is not None)
         stored = acts.full if self.partial_recompute else math.inf  # what a layer stores at the least
         state, act, least = [0.0], [0.0], [0.0]
-        for moe in self.model.moe_layers():
+        for moe in self.layer_kinds:
             _, _, a, st = per_kind[bool(moe)]
             state.append(state[-1] + st)
             act.append(act[-1] + a)
