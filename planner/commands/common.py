@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cost_models.prediction import Prediction
-from planner.commands.lazy import LazyGroup
+from planner.commands.lazy import app as lazy_app
 from planner.core import (
     AttentionKernel,
     ClusterSpec,
@@ -37,8 +37,7 @@ from planner.core.errors import InputError, MeshplanError, SpecError
 from planner.core.execution import Fp8Recipe
 from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=LazyGroup,
-                  help="meshplan: plan and predict parallel layouts for large-model training.")
+app = lazy_app  # the root app (planner.commands.lazy builds each command from its module when it runs)
 
 
 T = TypeVar("T")

@@ -39,8 +39,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build(name: str, markup: Any) -> Command | None:
     """The click command of `name` from what its module registers on the app (importing the module)."""
-    from planner.commands.common import app
-
     short = app.pretty_exceptions_short
     importlib.import_module(f"planner.commands.{COMMANDS[name][0]}")
     for info in app.registered_commands:
@@ -81,3 +79,8 @@ class LazyGroup(TyperGroup):
         finally:
             self._listing = False
 
+
+# The root app lives here, beside the group that builds its commands, so that planner.commands.common (which the
+# command modules import it from) imports this module and not the other way round: no import circle.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=LazyGroup,
+                  help="meshplan: plan and predict parallel layouts for large-model training.")
