@@ -174,9 +174,8 @@ def plan(
     emit_target: Annotated[EmitTarget | None, typer.Option("--emit", help="Also print a launcher config.")] = None,
     even_split: Annotated[bool, typer.Option("--even-split", help="Keep Megatron-LM's even layer split (no solved "
                                                                    "split, no per-stage recomputation).")] = False,
-    workers: Annotated[int, typer.Option(help="Processes that search a large space, split by TP degree (default 1: "
-                                              "one process sharing its best plan so far prunes more; README, Search "
-                                              "speed).")] = 1,
+    workers: Annotated[int, typer.Option(help="Processes that search a large space, split by TP degree and sharing "
+                                              "their best plans so far (default 1; README, Search speed).")] = 1,
     per_layer: Annotated[bool, typer.Option("--per-layer", help="Chain tables: choose each layer's TP degree and "
                                                                "recomputation (no launcher runs such plans).")] = False,
     record_timing: Annotated[bool, typer.Option("--record-timing",
