@@ -156,6 +156,10 @@ def plan(
     etp: Annotated[int | None, typer.Option(help="Pin expert tensor parallelism (MoE models).")] = None,
     mbs: Annotated[int | None, typer.Option(help="Pin the micro-batch size.")] = None,
     zero: Annotated[int | None, typer.Option(min=0, max=3, help="Pin the ZeRO stage.")] = None,
+    dp_replicate: Annotated[int | None, typer.Option(min=1, help="Pin HSDP's replicate factor (ZeRO/FSDP shards "
+                                                                  "over cp·dp / this many ranks; 1: over all). Free: "
+                                                                  "1 and shard groups of 1, 4, 16, ... nodes where "
+                                                                  "the runtime runs HSDP.")] = None,
     recompute: Annotated[Recompute | None, typer.Option(help="Pin the recomputation granularity.")] = None,
     recompute_modules: RecomputeModules = None,
     offload: OffloadOpt = None,
@@ -246,7 +250,8 @@ def plan(
                        else (recompute, None))
         auto = offload is not None and offload.strip() == "auto"
         spec = restricted_spec(SearchSpec(
-            tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, recompute=rc, sp=sp,
+            tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, dp_replicate=dp_replicate, recompute=rc,
+            sp=sp,
             recompute_modules=modules or None, schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp,
             top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split,
             offload=None if auto or offload is None else offload_choice(offload), offload_auto=auto),

@@ -109,14 +109,14 @@ class SearchBounds(RankMemory):
     @staticmethod
     def group_key(c: Candidate) -> tuple[object, ...]:
         """What `group_floor` groups by: `floor_key` and the ZeRO stage."""
-        return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.zero)
+        return (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.zero, c.dp_replicate)
 
     def _least_traffic(self, c: Candidate, offloads: Sequence[frozenset[Offload]], beside: bool | None = None
                        ) -> tuple[float, float]:
         """The least of each of `_traffic_floor`'s terms over the offload choices `offloads`, once per (degrees, ZeRO
         stage, head placement (c's unless given), choices)."""
         beside = self.beside(c) if beside is None else beside
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, tuple(offloads))
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, tuple(offloads))
         if key not in self._least:
             floors = [self._traffic_floor(c, o, beside) for o in offloads]
             self._least[key] = (min(t for t, _ in floors), min(t for _, t in floors))
@@ -131,7 +131,7 @@ class SearchBounds(RankMemory):
         behind them too): it is priced once for all of them, the optimizer step for each."""
         beside = self.beside(c) if beside is None else beside
         offload = c.offload if offload is None else offload
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, offload)
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, offload)
         if key not in self._traffic:
             model, job, cluster = self.model, self.job, self.cluster
             params = self.params(c, beside).scaled(1 / c.pp)
@@ -239,7 +239,7 @@ class SearchBounds(RankMemory):
         the average stage's time (without pipeline sends), one send, its forward and backward, and the tail priced with
         the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
         windows shrink."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
                head_beside_embedding, c.offload)
         if key in self._families:
             return self._families[key]

@@ -181,7 +181,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     def within_state_bound(c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
         """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
         floor, which is their group's. Offloading only takes states off the GPU: when c fits without, all do."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, layer_times.beside(c) if beside is None else beside)
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp,
+               layer_times.beside(c) if beside is None else beside)
         if key not in variants:
             if not c.offload and layer_times.state_bound(c) <= capacity:
                 variants[key] = offloads[c.zero]
@@ -200,7 +201,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         for e, (ep, etp) in enumerate(experts):
             base = first if (ep, etp) == (first.ep, first.etp) else Candidate(
                 first.tp, first.cp, first.pp, first.dp, first.mbs, first.vpp, first.zero, first.recompute, first.sp,
-                first.schedule, ep, etp, first.modules, first.offload)
+                first.schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
             fits = {side: len(within_state_bound(base, side)) for side in set(sides)}
             held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
             if held:
@@ -210,7 +211,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         for at, _, (ep, etp), held in sorted(found):  # in the order `candidates` meets them
             vpp, schedule = shapes[at]
             c = Candidate(first.tp, first.cp, first.pp, first.dp, first.mbs, vpp, first.zero, first.recompute, first.sp,
-                          schedule, ep, etp, first.modules, first.offload)
+                          schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
             groups[layer_times.group_key(c)] = (c, held)
     pruned_memory = total - fitting
     if not fitting:
@@ -225,6 +226,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     # sibling reaches its own; one is dominated, and never priced, when that sibling fits at a step time no more than
     # the variant's bound (it frees memory for a looser split or fewer recomputed layers, which cannot repay more).
     # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
+    # HSDP candidates (dp_replicate > 1) are variants of the same candidate sharded over every data-parallel rank in
+    # the same way: they hold more state, so they can only win on exposed communication, and are dominated when that
+    # sibling's step is no more than their bound.
     family = module_family(model, job, spec)
     heap: list[tuple[float, tuple[int, ...], int, int, Candidate | tuple[Candidate, list[tuple[Schedule, int]]]]] = [
         (layer_times.shape_floor(g[0], g[1], offloads[g[0].zero]), (), 0, i, g) for i, g in enumerate(groups.values())]
@@ -311,6 +315,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
                     heapq.heappush(heap, (layer_times.key(c), c.sort_key(), 1, 0, c))
             continue
         cand = item
+        if cand.dp_replicate > 1 and spec.dp_replicate is None and cand not in sibling:
+            sibling[cand] = replace(cand, dp_replicate=1)  # HSDP: priced only where it may beat sharding over all
         if level == 3:
             if cand in waiting:  # (not simulated already for a variant's dominance)
                 simulate(cand, kth())

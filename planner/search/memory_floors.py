@@ -85,7 +85,7 @@ class RankMemory:
     def state_bound(self, c: Candidate) -> float:
         """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
         beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._states:
             self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
         return self._states[key]
@@ -133,7 +133,7 @@ class RankMemory:
     def _piece_states(self, c: Candidate) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(states on the GPU: weights, gradients, optimizer; offloaded states on the host) of one dense layer, one
         MoE layer, the embedding and the head, in that order."""
-        key = (c.tp, c.pp, c.dp, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
         if key not in self._pieces:
             layout, job, pieces = c.layout(), self.job, self._pieces_of(c)
             self._pieces[key] = (tuple(stage_states(p, layout, job).total for p in pieces),

@@ -37,6 +37,12 @@ def _check_pins(spec: SearchSpec, profile: RuntimeProfile) -> None:
                                   (spec.vpp, caps.virtual_stages, "virtual pipeline stages (vpp > 1)")):
         if pinned not in (None, 1) and not allowed:
             raise _refuse(profile, name, "1")
+    if spec.dp_replicate not in (None, 1) and not caps.hsdp_zero_stages:
+        raise _refuse(profile, f"HSDP (dp_replicate {spec.dp_replicate})", "ZeRO/FSDP sharded over every "
+                      "data-parallel rank (dp_replicate 1)")
+    if spec.dp_replicate not in (None, 1) and spec.zero is not None and spec.zero not in caps.hsdp_zero_stages:
+        raise _refuse(profile, f"ZeRO-{spec.zero} with HSDP (dp_replicate {spec.dp_replicate})",
+                      f"HSDP with ZeRO {_names(caps.hsdp_zero_stages)}")
     if spec.recompute_modules and not caps.recompute_modules:
         raise _refuse(profile, "a set of recomputed modules", "recompute none, selective or full")
     if spec.sp is False and spec.tp not in (None, 1) and caps.sp_with_tp:
@@ -72,7 +78,8 @@ def for_runtime(spec: SearchSpec, profile: RuntimeProfile) -> SearchSpec:
         kv_replication=spec.kv_replication and caps.kv_heads_replicated,
         sp=True if caps.sp_with_tp and spec.tp not in (None, 1) and spec.sp is None else spec.sp,
         max_tp=1 if caps.sp_with_tp and spec.sp is False else spec.max_tp,
-        offload_zero=None if research else caps.offload)
+        offload_zero=None if research else caps.offload,
+        hsdp_zero_choices=tuple(z for z in caps.hsdp_zero_stages if z in zeros))
 
 
 

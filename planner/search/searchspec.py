@@ -50,10 +50,12 @@ class SearchSpec:
     kv_replication: bool = True  # TP may exceed the KV heads by replicating them (False: tp must divide them)
     pipeline_zero_choices: tuple[int, ...] | None = None  # ZeRO stages allowed beside a pipeline (None: all)
     offload_zero: tuple[tuple[Offload, tuple[int, ...]], ...] | None = None  # per offloaded state, its ZeRO stages
+    hsdp_zero_choices: tuple[int, ...] = ()  # ZeRO stages it may shard over part of the data-parallel ranks (HSDP)
+    dp_replicate: int | None = None  # pin: HSDP's replicate factor (1: shard over every data-parallel rank)
 
     def __post_init__(self) -> None:
         """Types and ranges of every field (InputError naming it); enum values given as strings become members."""
-        for name in ("tp", "pp", "cp", "vpp", "ep", "etp", "max_tp", "max_ep"):
+        for name in ("tp", "pp", "cp", "vpp", "ep", "etp", "max_tp", "max_ep", "dp_replicate"):
             optional_integer(getattr(self, name), name, 1, MAX_GPUS)
         optional_integer(self.mbs, "mbs", 1, MAX_GLOBAL_BATCH)
         optional_integer(self.zero, "zero", 0, 3)
@@ -81,6 +83,11 @@ class SearchSpec:
             if getattr(self, name) is not None:
                 values = _members(getattr(self, name), name, f"integers in [{low}, {high}]", non_empty=True)
                 object.__setattr__(self, name, tuple(integer(v, f"{name} entry", low, high) for v in values))
+        hsdp = _members(self.hsdp_zero_choices, "hsdp_zero_choices", "integers in [1, 3]")
+        object.__setattr__(self, "hsdp_zero_choices", tuple(integer(v, "hsdp_zero_choices entry", 1, 3) for v in hsdp))
+        if self.dp_replicate not in (None, 1) and self.zero == 0:
+            raise InputError(f"dp_replicate {self.dp_replicate} replicates a ZeRO/FSDP shard (HSDP), and ZeRO-0 shards "
+                             "nothing: pin --zero 1-3 or leave dp_replicate free")
         if self.schedule is not None:
             object.__setattr__(self, "schedule", choice(Schedule, self.schedule, "schedule"))
         if self.recompute is not None:

@@ -74,21 +74,20 @@ class Candidate:
     etp: int = 1
     modules: frozenset[RecomputeModule] = frozenset()  # with recompute selective (empty: Megatron's default)
     offload: frozenset[Offload] = frozenset()
+    dp_replicate: int = 1  # HSDP: ZeRO/FSDP shards over cp·dp/dp_replicate ranks, replicated dp_replicate times
 
     def layout(self) -> Layout:
-        """The candidate as a layout with balanced chunks (the split comes later). Data parallelism is flat (ZeRO
-        shards over all of dp·cp, dp_replicate 1): the search does not enumerate HSDP's replicate factor yet (a later
-        issue makes it a searched dimension); `meshplan evaluate --dp-replicate` prices it."""
+        """The candidate as a layout with balanced chunks (the split comes later)."""
         return Layout(tp=self.tp, pp=self.pp, dp=self.dp, cp=self.cp, vpp=self.vpp, mbs=self.mbs, sp=self.sp,
                       zero=self.zero, recompute=self.recompute, schedule=self.schedule, ep=self.ep, etp=self.etp,
-                      recompute_modules=self.modules, offload=self.offload)
+                      recompute_modules=self.modules, offload=self.offload, dp_replicate=self.dp_replicate)
 
     def sort_key(self) -> tuple[int, ...]:
         """A total order on candidates (ties in the search break on it, so plans are reproducible)."""
         modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules) if self.modules else 0
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
                 _RECOMPUTE_ORDER.index(self.recompute), modules, int(self.sp), _SCHEDULE_ORDER.index(self.schedule),
-                self.ep, self.etp, sum(1 << i for i, o in enumerate(Offload) if o in self.offload))
+                self.ep, self.etp, sum(1 << i for i, o in enumerate(Offload) if o in self.offload), self.dp_replicate)
 
 
 # what `SearchSpec.offload_auto` tries: nothing, the optimizer, the weights with it, and the activations beside each
@@ -264,6 +263,30 @@ def next_module_set(c: Candidate, family: list[frozenset[RecomputeModule]], job:
     return None
 
 
+def replicate_options(tp: int, cp: int, dp: int, zero: ZeroStage, cluster: ClusterSpec, spec: SearchSpec
+                      ) -> list[int]:
+    """HSDP replicate factors r for a ZeRO stage: 1 (shard over every data-parallel rank), and where the runtime
+    shards over part of them at this stage (`SearchSpec.hsdp_zero_choices`) every r > 1 dividing dp whose shard
+    group, tp·cp·dp/r consecutive ranks (planner.core.mesh: TP innermost, then CP, then the shard), fills a power
+    of four of whole scale-up domains (1, 4, 16, 64, ... nodes): one node as torchtitan's HSDP recipes use, up to
+    the 128-512 GPU groups of JAX-style FSDP at scale, a factor of 4 apart to keep the space small (every other
+    factor is a pin away: `dp_replicate`). A shard group inside part of a node saves little traffic over a whole
+    node and is not searched. A pin is the only choice where it divides dp, else there is none."""
+    if spec.dp_replicate is not None:
+        return [spec.dp_replicate] if dp % spec.dp_replicate == 0 and (
+            spec.dp_replicate == 1 or int(zero) in spec.hsdp_zero_choices) else []
+    options = [1]
+    if int(zero) not in spec.hsdp_zero_choices or zero is ZeroStage.NONE:
+        return options
+    domain = cluster.scale_up_size
+    for r in divisors(dp)[1:]:
+        group = tp * cp * dp // r
+        nodes = group // domain
+        if group % domain == 0 and nodes & (nodes - 1) == 0 and nodes.bit_length() % 2 and (dp // r) * cp > 1:
+            options.append(r)
+    return options
+
+
 Family = tuple[Candidate, list[tuple[int, Schedule]], list[tuple[int, int]], list[frozenset[Offload]]]
 
 
@@ -274,7 +297,9 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
     recomputes = recompute_options(model, job, spec)
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
-        experts = {sp: expert_options(model, tp, tp * cp * dp, sp, spec) for sp in (False, True)}
+        replicas = {z: replicate_options(tp, cp, dp, z, cluster, spec) for z in ZeroStage}
+        experts = {(sp, r): expert_options(model, tp, tp * cp * dp // r, sp, spec)
+                   for sp in (False, True) for r in {r for rs in replicas.values() for r in rs}}
         mbs_list = _pinned(spec.mbs, [b for b in divisors(per_replica) if b <= spec.max_mbs
                                       and (spec.mbs_choices is None or b in spec.mbs_choices)])
         allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
@@ -289,17 +314,20 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
             if sp and (tp == 1 or job.seq_len % sp_multiple(tp, cp)):
                 continue
-            if not experts[sp] or (spec.replicate_alone and zero is ZeroStage.NONE and dp > 1 and tp * pp * cp > 1):
+            if spec.replicate_alone and zero is ZeroStage.NONE and dp > 1 and tp * pp * cp > 1:
                 continue
             if mbs not in shapes:
                 m = per_replica // mbs
                 shapes[mbs] = [(vpp, schedule) for vpp in _vpps(model, pp, m, spec)
                                for schedule in schedules_for(pp, vpp, spec, m)]
-            if shapes[mbs] and offloads[zero]:
-                vpp, schedule = shapes[mbs][0]
-                ep, etp = experts[sp][0]
-                yield (Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules,
-                                 offloads[zero][0]), shapes[mbs], experts[sp], offloads[zero])
+            if not shapes[mbs] or not offloads[zero]:
+                continue
+            vpp, schedule = shapes[mbs][0]
+            for r in replicas[zero]:
+                if experts[sp, r]:
+                    ep, etp = experts[sp, r][0]
+                    yield (Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules,
+                                     offloads[zero][0], r), shapes[mbs], experts[sp, r], offloads[zero])
 
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec,
@@ -313,7 +341,7 @@ def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: Searc
                     yield replace(first, vpp=vpp, schedule=schedule, ep=ep, etp=etp, offload=offload)
 
 
-PIN_NAMES = ("tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "zero", "schedule", "recompute", "sp")
+PIN_NAMES = ("tp", "pp", "cp", "vpp", "mbs", "ep", "etp", "zero", "dp_replicate", "schedule", "recompute", "sp")
 MAX_DIAGNOSED = 20_000  # combinations `no_layout_reason` tries before it gives up looking for a valid one
 
 
