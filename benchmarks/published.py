@@ -70,6 +70,7 @@ class Observation:
     runtime: str = "megatron"  # the runtime that ran it: megatron, nemo, deepspeed, torchtitan
     measured_memory_gib: float | None = None  # peak memory the source printed (torchtitan's tables)
     hardware: str = "h100-sxm"  # the hardware profile of its GPUs
+    consistent: int = 1  # layouts consistent with what the source printed; > 1: the model chose the fastest fitting
 
     @property
     def moe(self) -> bool:
@@ -170,11 +171,12 @@ def a100_observations(path: Path = A100_RUNS, hardware: str = "a100-80gb") -> li
         job = JobSpec(seq_len=rec["model"]["seq_length"], global_batch=rec["batch"]["global_batch_size_seqs"],
                       runtime=runtime)
         problem = Problem(model, load_hardware(hardware, gpus), job)
-        layout, _ = _fastest_fitting(problem, _a100_options(rec, gpus))
+        options = _a100_options(rec, gpus)
+        layout, _ = _fastest_fitting(problem, options)
         step = _a100_measured_step(rec)
         out.append(Observation(rec["id"], _a100_source(rec), model, problem.cluster, job, layout, step,
                                _model_flops(model, job) / step / gpus, runtime=runtime.framework.value,
-                               hardware=hardware))
+                               hardware=hardware, consistent=len(options)))
     return out
 
 
@@ -246,14 +248,16 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
                       dtype=_h100_dtype(rec), runtime=runtime)
         problem = Problem(model, load_hardware(hardware, gpus), job)
         try:
-            layout, _ = _fastest_fitting(problem, _h100_options(rec, gpus, switches.get("recompute")))
+            options = _h100_options(rec, gpus, switches.get("recompute"))
+            layout, _ = _fastest_fitting(problem, options)
         except LayoutError as exc:
             skipped.append(Skipped(rec["id"], str(exc)))
             continue
         tokens = float(rec["result"]["tokens_per_sec_per_gpu"])
         step = job.tokens_per_step / (tokens * gpus)
         out.append(Observation(rec["id"], source, model, problem.cluster, job, layout, step,
-                               _model_flops(model, job) / step / gpus, runtime="nemo", hardware=hardware))
+                               _model_flops(model, job) / step / gpus, runtime="nemo", hardware=hardware,
+                               consistent=len(options)))
     return out, skipped
 
 
