@@ -18,7 +18,9 @@ Printed:
 3. per generation and dense/MoE (NVIDIA's stack), and per runtime: the same means, and the ranking of pairs: of
    the pairs of runs whose measured model FLOP rates per GPU differ by at least 5 %, the share the model orders
    the same way (torchtitan is held out table by table);
-4. the parameters a fit on all runs gives, against the prior and the committed profile.
+4. the parameters a fit on all runs gives, against the prior and the committed profile;
+5. per run of a runtime that printed its memory (torchtitan), the printed peak against the predicted max reserved
+   GiB, and the allocator parameters those peaks fit (calibration_memory.py).
 MoE runs are predicted but not fitted (their rows differ by up to 2x between releases of the same layout:
 software, not physics); their error is reported separately.
 
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from calibration_memory import report_memory  # noqa: E402
 from calibration_runtimes import (  # noqa: E402
     GENERATION_RUNTIMES,
     RUNTIME_PARAMS,
@@ -63,7 +66,6 @@ from calibration_runtimes import (  # noqa: E402
 )
 from published import DATA, Observation, all_observations, contradicted, rate_pairs  # noqa: E402
 
-from cost_models.prediction import Prediction  # noqa: E402
 from hardware_profiles import load_hardware  # noqa: E402
 from planner.core import ClusterSpec  # noqa: E402
 from planner.outputs.bands import Residual, fit_bands, regime_of, save_bands  # noqa: E402
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{mean_abs(errs(rest, held_out)):.2f} %")
     unfit = [rid for rid, p in predictions.items() if not p.fits]
     print(f"predicted not to fit: {len(unfit)} {unfit if unfit else ''}")
-    report_memory(observations, predictions)
+    report_memory(observations, args.write)
     print("\nissue targets:")
     for key, fig in figures.items():
         if key.startswith("runtime/"):  # the runtimes' targets follow
@@ -328,19 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     if not all(math.isfinite(v) for v in insample.values()):
         ok = False
     return 0 if ok or not args.check else 1
-
-
-def report_memory(observations: Sequence[Observation], predictions: dict[str, Prediction]) -> None:
-    """Per runtime whose source printed the memory it used (torchtitan: max reserved GiB), the predicted peak
-    against it: mean |error| and how many are under."""
-    for rt in RUNTIMES:
-        runs = [o for o in observations if o.runtime == rt and o.measured_memory_gib]
-        if not runs:
-            continue
-        errs = [error_pct(predictions[o.run_id].peak_memory_gib, float(o.measured_memory_gib or 0)) for o in runs]
-        under = sum(e < 0 for e in errs)
-        print(f"{rt} memory against the peaks it printed: mean |error| {mean_abs(errs):.1f} %, {under} of {len(runs)} "
-              f"under ({min(errs):+.0f} % to {max(errs):+.0f} %)")
 
 
 def leave_one_source_out(observations: Sequence[Observation]) -> dict[str, float]:

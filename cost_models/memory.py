@@ -296,9 +296,10 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp
 
 
 def logits_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: int, per_logit: float = 6.0) -> float:
-    """Last stage: what the loss holds per logit at its peak (Execution.logit_bytes): Megatron's vocabulary-parallel
-    cross-entropy the bf16 logits and its fp32 softmax (2 + 4); torchtitan's F.cross_entropy(pred.float()) the bf16
-    logits, their fp32 copy and the fp32 log-softmax it saves (2 + 4 + 4)."""
+    """Last stage: what the loss holds per logit at its peak (`per_logit`, Execution.logit_bytes or the runtime's
+    vocabulary-parallel figure, cost_models.held.loss_logit_bytes): Megatron's vocabulary-parallel cross-entropy the
+    bf16 logits and its fp32 softmax (2 + 4); torchtitan's F.cross_entropy(pred.float()) at its backward peak the
+    saved fp32 log-softmax and two fp32 gradients (4 + 4 + 4)."""
     return mbs * seq_len / cp * model.vocab_size / tp * per_logit
 
 

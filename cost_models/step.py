@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from cost_models import flops as F
+from cost_models import held as H
 from cost_models import memory as M
 from cost_models.comm import Collective, collective, send_recv
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
@@ -63,12 +64,13 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
 
 
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
-                  last: bool) -> tuple[float, float, float]:
-    """(stored decoder activations, other activations and working buffers, activations offloaded to the host) in
-    bytes. Offloaded activations leave the GPU about two layers' worth: one going out, one coming back in."""
+                  last: bool) -> tuple[float, float, float, float]:
+    """(stored decoder activations, other activations and working buffers, activations offloaded to the host, the
+    allocator's reserve beyond them: cost_models.held) in bytes. Offloaded activations leave the GPU about two layers'
+    worth: one going out, one coming back in."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
-    acts = costs.activations
+    ex, acts = rt.priced_execution, costs.activations
     stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
               + layers.full * acts.full)
     alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
@@ -76,21 +78,29 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
     if Offload.ACTIVATIONS in layout.offload and layers.total:
         activations, on_host = 2 * max(acts.dense, acts.moe), stored * alive
     in_flight_mb = math.ceil(alive)
-    other = 0.0
+    other = loss = working = accumulated = 0.0
     if first:
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
         other += costs.activations.vision * in_flight_mb
     if last:
-        other += M.logits_bytes(model, s, b, layout.tp, layout.cp, rt.priced_execution.logit_bytes) * (
-            1 + model.mtp_layers)
+        per_logit = H.loss_logit_bytes(layout.tp, ex.logit_bytes, ex.memory)
+        loss = M.logits_bytes(model, s, b, layout.tp, layout.cp, per_logit) * (1 + model.mtp_layers)
         other += model.mtp_layers * (acts.moe if costs.mtp_moe else acts.dense) * in_flight_mb
-    if layers.full or (layout.recompute is Recompute.SELECTIVE and rt.priced_execution.selective
-                       is SelectiveForm.OP_SAC):
-        # the layer being recomputed holds all its activations until its backward is done
-        other += acts.working
+        if layout.pp > 1:
+            other += H.kept_logits_bytes(model, s, b, layout.tp, layout.cp, costs.num_microbatches, ex.memory)
+    if layers.full or (layout.recompute is Recompute.SELECTIVE and ex.selective is SelectiveForm.OP_SAC):
+        working = acts.working  # the layer being recomputed holds all its activations until its backward is done
+    other += H.held_at_peak(loss, working, ex.memory)
     if layers.total and (layout.zero is ZeroStage.WEIGHTS or (layout.zero is ZeroStage.GRADIENTS and per_block(job))):
-        other += gathered_weight_bytes(costs, costs.body(first, last, layers).params)
-    return activations, other, on_host
+        params = costs.body(first, last, layers).params
+        other += gathered_weight_bytes(costs, params)
+        if kept_gathered(layout, job):
+            accumulated = params.total * rt.grad_reduce_bytes * job.trainable_fraction
+        else:
+            end = embedding_params(model, job, layout.tp) if first else 0.0
+            end += head_params(model, job, layout.tp, layout.head_beside_embedding).total if last else 0.0
+            other += H.root_gathered_bytes(end, ex.memory)
+    return activations, other, on_host, H.allocator_reserve(loss + working + accumulated, ex.memory)
 
 
 def gathered_weight_bytes(costs: LayoutCosts, params: StageParams) -> float:
@@ -226,11 +236,14 @@ def layer_activations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knob
                                   knobs.modules, fp8)
 
     has_moe = any(model.moe_layers())
+    working = H.working_bytes(model, job.seq_len, knobs.mbs, knobs.tp, knobs.cp, knobs.sp, knobs.recompute,
+                              job.runtime.priced_execution.memory)
     return LayerActivations(act(knobs.recompute, False), act(knobs.recompute, True) if has_moe else 0.0,
                             act(Recompute.FULL, False),
                             M.vision_activation_bytes(model, knobs.mbs, knobs.tp, knobs.sp, knobs.recompute,
                                                       job.runtime.attention),
-                            max(act(Recompute.NONE, False), act(Recompute.NONE, True) if has_moe else 0.0))
+                            max(act(Recompute.NONE, False), act(Recompute.NONE, True) if has_moe else 0.0)
+                            if working is None else working)
 
 
 def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
@@ -301,7 +314,7 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
     first, last = rank == layout.embedding_rank, rank == layout.head_rank
     body = costs.body(first, last, layers)
     states = body.states
-    acts, other, acts_on_host = _stage_memory(costs, rank, layers, first, last)
+    acts, other, acts_on_host, reserve = _stage_memory(costs, rank, layers, first, last)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
         has_embedding=first, has_lm_head=last, time=body.time,
@@ -309,7 +322,8 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
         sharded_dp_exposed_s=body.sharded_s, dp_exposed_s=body.dp_s, optimizer_s=body.optimizer_s,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-        other_gib=other / GIB, buffers_gib=M.BUFFER_ALLOWANCE_GIB, layers=layers, offload_s=body.offload_s,
+        other_gib=other / GIB, buffers_gib=job.runtime.priced_execution.memory.outside_allocator_gib, layers=layers,
+        reserve_gib=reserve / GIB, offload_s=body.offload_s,
         host_gib=(body.host_states + acts_on_host) / GIB)
 
 

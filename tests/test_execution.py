@@ -18,7 +18,7 @@ from hardware_profiles import load_hardware
 from planner.api import evaluate, resolve
 from planner.core import Dtype, Recompute, Runtime
 from planner.core.errors import InputError, SpecError
-from planner.core.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe, FsdpForm, SelectiveForm
+from planner.core.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe, FsdpForm, HeldMemory, SelectiveForm
 from planner.core.framework import Framework
 from planner.inputs.execution import execution_from_mapping
 from planner.inputs.loaders import load_model
@@ -127,7 +127,10 @@ def test_torchtitan_keeps_a_stages_weights_gathered_under_pp() -> None:
     """torchtitan does not reshard under a pipeline: the stage's weights stay gathered and its gradients accumulate
     in fp32; Megatron-FSDP gathers per module and frees them."""
     kw = dict(gpus=64, seq_len=4096, global_batch=64, tp=8, pp=4, mbs=1, zero=3, recompute="full")
-    titan = evaluate("llama3-70b", "h100-sxm", runtime=Runtime(framework=Framework.TORCHTITAN), **kw)
+    # torchtitan's FSDP with Megatron's pricing of the rest of the peak (cost_models/held.py: HeldMemory())
+    fsdp_only = replace(load_runtime(Framework.TORCHTITAN).execution, memory=HeldMemory(), logit_bytes=6.0)
+    titan = evaluate("llama3-70b", "h100-sxm", runtime=Runtime(framework=Framework.TORCHTITAN, execution=fsdp_only),
+                     **kw)
     mega = evaluate("llama3-70b", "h100-sxm", **kw)
     stage_params = 70.6e9 / 32
     held = max(s.other_gib for s in titan.stages) - max(s.other_gib for s in mega.stages)

@@ -85,6 +85,53 @@ class Fp8Casts:
     weight_bytes: float = 0.0
 
 
+@dataclass(frozen=True)
+class WorkingBytes:
+    """HBM bytes per token a decoder layer allocates while it is recomputed and run backward (what its backward
+    saves again and the gradients it makes), as coefficients of the widths they have: gathered (the full hidden
+    width h: TP's gathered inputs and unreduced outputs, which torch's DTensor keeps for the backward), h (÷tp under
+    sequence parallelism), q, kv and f per TP rank."""
+
+    gathered: float
+    h: float
+    q: float
+    kv: float
+    f: float
+
+    def per_token(self, gathered: float, h: float, q: float, kv: float, f: float) -> float:
+        return self.gathered * gathered + self.h * h + self.q * q + self.kv * kv + self.f * f
+
+
+@dataclass(frozen=True)
+class HeldMemory:
+    """What a runtime holds at its memory peak beyond weights, optimizer state and stored activations, and how its
+    allocator reserves it (cost_models/held.py prices each; the defaults are Megatron-core's pricing as before):
+    parallel_logit_bytes  bytes per logit of the vocabulary-parallel loss (tp > 1) at its backward peak (None: the
+                          runtime's logit_bytes);
+    kept_logit_bytes      bytes per logit of every micro-batch's output the last pipeline stage keeps to the step's
+                          end (torch.distributed.pipelining's output_chunks: the bf16 logits, 2);
+    root_gathered         FSDP2's root module (embedding, final norm, output layer) stays gathered from its forward to
+                          the end of the backward (FSDP2 never reshards the root after forward);
+    loss_apart            the loss's backward peak and a layer's recomputation come one after the other (the peak
+                          holds the larger), not together;
+    working_full, working_selective  bytes per token of a layer recomputed and run backward under full and selective
+                          checkpointing (None: the layer's activations without recomputation);
+    reserve_share         what the caching allocator reserves beyond the peak's allocations, as a share of the memory
+                          allocated and freed within every step (loss buffers, the layer working set, gradients
+                          accumulated unsharded under a pipeline): fragmentation (0: not modelled);
+    outside_allocator_gib memory per GPU outside the caching allocator (CUDA context, NCCL communicators' buffers):
+                          it counts against the GPU and caps what the allocator can reserve."""
+
+    parallel_logit_bytes: float | None = None
+    kept_logit_bytes: float = 0.0
+    root_gathered: bool = False
+    loss_apart: bool = False
+    working_full: WorkingBytes | None = None
+    working_selective: WorkingBytes | None = None
+    reserve_share: float = 0.0
+    outside_allocator_gib: float = 2.0
+
+
 TE_DELAYED = Fp8Casts(Fp8Recipe.DELAYED, 4.0, 4.0)  # TE's fused cast-transpose: read 2, write the copy and transpose
 TE_CURRENT = Fp8Casts(Fp8Recipe.CURRENT, 6.0, 6.0)  # the same after an amax pass over the tensor (read 2)
 
@@ -109,7 +156,8 @@ class Execution:
       Engine's (cost_models.layer.ring_attention_merge_time);
     logit_bytes: bytes per logit the loss holds at its peak on the last stage (cost_models.memory.logits_bytes);
     host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
-      recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides.
+      recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides;
+    memory: what it holds at its memory peak beyond states and stored activations, and its allocator (HeldMemory).
     """
 
     fsdp: FsdpForm = FsdpForm.PER_MODULE
@@ -128,6 +176,7 @@ class Execution:
     host_layer_s: float = 0.0
     host_microbatch_s: float = 0.0
     host_step_s: float = 0.0
+    memory: HeldMemory = HeldMemory()
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""
@@ -152,4 +201,4 @@ class Execution:
 MEGATRON_EXECUTION = Execution()  # Megatron-core with Transformer Engine: how every layout was priced before
 
 __all__ = ["MEGATRON_EXECUTION", "TE_CURRENT", "TE_DELAYED", "AttentionImpl", "Elementwise", "ElementwiseBytes",
-           "Execution", "Fp8Casts", "Fp8Recipe", "FsdpForm", "SelectiveForm"]
+           "Execution", "Fp8Casts", "Fp8Recipe", "FsdpForm", "HeldMemory", "SelectiveForm", "WorkingBytes"]

@@ -17,14 +17,19 @@ from planner.core.execution import (
     Fp8Casts,
     Fp8Recipe,
     FsdpForm,
+    HeldMemory,
     SelectiveForm,
+    WorkingBytes,
 )
 
 _BYTES = ("h", "q", "kv", "f")
 _CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
 _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
          "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes", "host_layer_us",
-         "host_microbatch_ms", "host_step_ms")
+         "host_microbatch_ms", "host_step_ms", "memory")
+_WORKING = ("gathered", "h", "q", "kv", "f")
+_MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
+           "working_selective", "reserve_share", "outside_allocator_gib")
 MAX_BYTES = 1000.0  # bytes per element of one kernel family: far above any real count
 
 
@@ -55,6 +60,37 @@ def _rates(data: Any, where: str) -> tuple[tuple[str, float], ...]:
     if not isinstance(data, dict):
         raise InputError(f"{where}: a mapping of GPU architecture -> rate over the profile's fused attention")
     return tuple((str(arch), real(rate, f"{where}: {arch}", 0.0, 2.0)) for arch, rate in data.items())
+
+
+def _working(data: Any, where: str) -> WorkingBytes | None:
+    if data is None:
+        return None
+    data = mapping_keys(data, _WORKING, (), where)
+    return WorkingBytes(**{k: real(data[k], f"{where}: {k}", 0.0, MAX_BYTES, low_open=False) for k in _WORKING})
+
+
+def _memory(data: Any, where: str) -> HeldMemory:
+    """The `memory` mapping (every key optional; absent ones keep HeldMemory()'s Megatron-core values)."""
+    data = mapping_keys(data, (), _MEMORY, where)
+    fields: dict[str, Any] = {}
+    for key in ("root_gathered", "loss_apart"):
+        if key in data:
+            fields[key] = flag(data[key], f"{where}: {key}")
+    if data.get("parallel_logit_bytes") is not None:
+        fields["parallel_logit_bytes"] = real(data["parallel_logit_bytes"], f"{where}: parallel_logit_bytes", 0.0,
+                                              64.0, low_open=False)
+    if "kept_logit_bytes" in data:
+        fields["kept_logit_bytes"] = real(data["kept_logit_bytes"], f"{where}: kept_logit_bytes", 0.0, 64.0,
+                                          low_open=False)
+    for key in ("working_full", "working_selective"):
+        if key in data:
+            fields[key] = _working(data[key], f"{where}: {key}")
+    if "reserve_share" in data:
+        fields["reserve_share"] = real(data["reserve_share"], f"{where}: reserve_share", 0.0, 1.0, low_open=False)
+    if "outside_allocator_gib" in data:
+        fields["outside_allocator_gib"] = real(data["outside_allocator_gib"], f"{where}: outside_allocator_gib", 0.0,
+                                               64.0, low_open=False)
+    return replace(HeldMemory(), **fields)
 
 
 def execution_from_mapping(data: Any, origin: str) -> Execution:
@@ -88,6 +124,8 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
                              ("host_step_ms", "host_step_s", 1e-3)):
         if key in data:
             fields[field] = real(data[key], f"{where}: {key}", 0.0, 1e6, low_open=False) * unit
+    if "memory" in data:
+        fields["memory"] = _memory(data["memory"], f"{where}: memory")
     return replace(base, **fields)
 
 

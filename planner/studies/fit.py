@@ -38,6 +38,8 @@ class Param(str, Enum):
     HOST_OP_US = "host_op_us"
     PEAK_SCALE = "peak_scale"
     ATTENTION_RATE = "attention_rate"
+    RESERVE_SHARE = "reserve_share"
+    OUTSIDE_ALLOCATOR_GIB = "outside_allocator_gib"
 
 
 # (lower bound, upper bound, prior σ). gemm_shift is fitted in log10.
@@ -55,8 +57,13 @@ BOUNDS: dict[Param, tuple[float, float, float]] = {
     # and SXM's 989, where torchtitan's own note puts it (835/884 = 0.944, 989/884 = 1.12)
     Param.PEAK_SCALE: (0.944, 1.12, 0.05),
     Param.ATTENTION_RATE: (0.3, 1.0, 0.1),
+    # memory (cost_models/held.py): the caching allocator's reserve over what a step allocates and frees, and the
+    # memory outside it (CUDA context, NCCL buffers), fitted on a runtime's printed peaks
+    Param.RESERVE_SHARE: (0.0, 0.8, 0.15),
+    Param.OUTSIDE_ALLOCATOR_GIB: (0.5, 16.0, 3.0),
 }
-RUNTIME_PARAMS = frozenset({Param.ATTENTION_RATE})  # parameters of a runtime's Execution, not of the cluster
+# parameters of a runtime's Execution, not of the cluster
+RUNTIME_PARAMS = frozenset({Param.ATTENTION_RATE, Param.RESERVE_SHARE, Param.OUTSIDE_ALLOCATOR_GIB})
 
 
 def current_value(cluster: ClusterSpec, param: Param) -> float:
@@ -76,11 +83,18 @@ def execution_value(execution: Execution, param: Param, architecture: str) -> fl
     """The value a runtime parameter has in `execution` on GPUs of `architecture`."""
     if param is Param.ATTENTION_RATE:
         return execution.attention_share(architecture)
+    if param is Param.RESERVE_SHARE:
+        return execution.memory.reserve_share
+    if param is Param.OUTSIDE_ALLOCATOR_GIB:
+        return execution.memory.outside_allocator_gib
     raise ValueError(f"{param.value} is not a runtime parameter")
 
 
 def apply_execution(execution: Execution, values: dict[Param, float], architecture: str) -> Execution:
     """`execution` with the given runtime parameter values on `architecture`."""
+    memory = {p.value: values[p] for p in (Param.RESERVE_SHARE, Param.OUTSIDE_ALLOCATOR_GIB) if p in values}
+    if memory:
+        execution = replace(execution, memory=replace(execution.memory, **memory))  # type: ignore[arg-type]
     if Param.ATTENTION_RATE not in values:
         return execution
     rates = dict(execution.attention_rate)
