@@ -261,43 +261,51 @@ class Layout:
 
     def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
         """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
-        enforces, REFERENCE.md section 2, and the mesh's own, planner.core.mesh)."""
+        enforces, REFERENCE.md section 2, and the mesh's own, planner.core.mesh): the degrees' types, the mesh
+        against the GPUs, the model's heads, the experts, the memory policy, the sequence and batch, the pipeline."""
+        self._check_types()
+        self._check_replicate()
+        # the dense mesh against the GPUs (the expert folding is checked below, with the model's expert rules)
+        Mesh(tp=self.tp, cp=self.cp, dp_shard=self.dp_shard, dp_replicate=self.dp_replicate, pp=self.pp,
+             world=num_gpus)
+        self._check_heads(model)
+        self._validate_experts(model)
+        self.memory.validate(model)
+        self._check_job(job)
+        self.pipeline.validate(self.num_microbatches(job), model.num_layers)
+        self._validate_recompute_layers(model)
+
+    def _check_types(self) -> None:
+        """Every degree a whole number in range; the per-stage counts whole numbers of layers."""
         for name in ("tp", "pp", "dp", "cp", "vpp", "mbs", "ep", "etp", "dp_replicate"):
             integer(getattr(self, name), name, 1, MAX_GPUS if name != "mbs" else MAX_GLOBAL_BATCH, LayoutError)
         for name in ("stage_layers", "recompute_layers"):
             counts = getattr(self, name)
             if counts is not None and not all(is_integer(n) for n in counts):
                 raise LayoutError(f"{name} must be whole numbers of layers, got {list(counts)}")
-        self._check_replicate()
-        # the dense mesh against the GPUs (the expert folding is checked below, with the model's expert rules)
-        Mesh(tp=self.tp, cp=self.cp, dp_shard=self.dp_shard, dp_replicate=self.dp_replicate, pp=self.pp,
-             world=num_gpus)
+
+    def _check_heads(self, model: ModelSpec) -> None:
+        """TP splits the attention heads (and the vision encoder's); KV heads and TP divide one another; SP needs
+        TP."""
         if model.num_attention_heads % self.tp:
-            raise LayoutError(
-                f"attention heads {model.num_attention_heads} not divisible by tp {self.tp}"
-            )
+            raise LayoutError(f"attention heads {model.num_attention_heads} not divisible by tp {self.tp}")
         if model.num_kv_heads % self.tp and self.tp % model.num_kv_heads:
-            raise LayoutError(
-                f"kv heads {model.num_kv_heads} and tp {self.tp}: one must divide the other"
-            )
+            raise LayoutError(f"kv heads {model.num_kv_heads} and tp {self.tp}: one must divide the other")
         if self.sp and self.tp == 1:
             raise LayoutError("sequence parallelism needs tp > 1")
         if model.vision is not None and model.vision.num_attention_heads % self.tp:
             raise LayoutError(f"vision encoder heads {model.vision.num_attention_heads} not divisible by tp {self.tp} "
                               "(the encoder is split like the language model)")
-        self._validate_experts(model)
-        self.memory.validate(model)
+
+    def _check_job(self, job: JobSpec) -> None:
+        """The sequence splits over 2·cp (and over tp with SP); the global batch over mbs·dp."""
         if self.cp > 1 and job.seq_len % (2 * self.cp):
             raise LayoutError(f"seq_len {job.seq_len} not divisible by 2 * cp = {2 * self.cp}")
         if self.sp and job.seq_len % sp_multiple(self.tp, self.cp):
             raise LayoutError(f"sequence parallelism splits each rank's sequence over tp: seq_len {job.seq_len} not "
                               f"divisible by tp {self.tp}" + (f" * 2 * cp {self.cp}" if self.cp > 1 else ""))
         if job.global_batch % (self.mbs * self.dp):
-            raise LayoutError(
-                f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}"
-            )
-        self.pipeline.validate(self.num_microbatches(job), model.num_layers)
-        self._validate_recompute_layers(model)
+            raise LayoutError(f"global batch {job.global_batch} not divisible by mbs {self.mbs} * dp {self.dp}")
 
     def _check_replicate(self) -> None:
         """HSDP's factors: dp_replicate divides dp; without ZeRO sharding it is 1 or dp (class docstring)."""
