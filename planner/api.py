@@ -304,9 +304,10 @@ class ChainPlans:
 
 def plan_chain_table(costs: Path, hardware: str, gpus: int, global_batch: int,
                      overrides: HardwareOverrides = HardwareOverrides(), top_k: int = 5,
-                     per_layer: bool = False) -> ChainPlans:
+                     per_layer: bool = False, progress: ProgressFn | None = None) -> ChainPlans:
     """Plan a chain table (a CNN or any chain of profiled layers: PP, DP and TP where measured); `per_layer`
-    chooses each layer's TP degree and recomputation too (planner.search.layerwise_dp)."""
+    chooses each layer's TP degree and recomputation too (planner.search.layerwise_dp), calling
+    `progress(done, total)` as its candidates are planned (units of work: stage frontiers)."""
     from planner.search.chain import chain_plan_dict, plan_chain, read_chain
 
     table = read_chain(str(costs))
@@ -314,7 +315,7 @@ def plan_chain_table(costs: Path, hardware: str, gpus: int, global_batch: int,
     if per_layer:
         from planner.search.layerwise_dp import plan_layerwise
 
-        plans = plan_layerwise(table, cluster, global_batch, top_k=top_k)
+        plans = plan_layerwise(table, cluster, global_batch, top_k=top_k, progress=progress)
     else:
         plans = plan_chain(table, cluster, global_batch, top_k=top_k)
     return ChainPlans(table, plans, chain_plan_dict(table, plans, str(costs), hardware, gpus, global_batch))

@@ -201,10 +201,16 @@ def runtime_of(attention: AttentionKernel, capacity: float | None, imbalance: fl
 
 
 class Progress:
-    """A progress bar on stderr that appears only once a search has run for a second (and only on a terminal)."""
+    """Progress on stderr that appears only once the work has run for `delay` seconds (and only on a terminal).
 
-    def __init__(self, label: str = "searching layouts") -> None:
-        self.label = label
+    `exact`: the total is the work there is (a sweep's points, a chain search's stages), shown as a bar with its
+    time left. Otherwise the total is only a ceiling (the layout search's best-first order stops once no candidate
+    left can enter the top-k, usually after a small share of them): a spinner with what was done and the time it
+    has run, no percentage and no time left (issue 31: the bar sat at 0 % with 26 minutes left, then finished)."""
+
+    def __init__(self, label: str = "searching layouts", exact: bool = True, delay: float = 1.0,
+                 console: Any = None) -> None:
+        self.label, self.exact, self.delay, self.console = label, exact, delay, console
         self.start = time.perf_counter()
         self.bar: Any = None
         self.task: Any = None
@@ -214,15 +220,36 @@ class Progress:
 
     def update(self, done: int, total: int) -> None:
         if self.bar is None:
-            if time.perf_counter() - self.start < 1.0 or not sys.stderr.isatty():
+            if time.perf_counter() - self.start < self.delay or (self.console is None and not sys.stderr.isatty()):
                 return
-            from rich.console import Console
-            from rich.progress import Progress
-
-            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar = self._bar()
             self.bar.start()
-            self.task = self.bar.add_task(self.label, total=total)
-        self.bar.update(self.task, completed=done, total=total)
+            self.task = self.bar.add_task(self.label, total=total if self.exact else None, ceiling=total)
+        if self.exact:
+            self.bar.update(self.task, completed=done, total=total)
+        else:
+            self.bar.update(self.task, completed=done, ceiling=total)
+
+    def _bar(self) -> Any:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            SpinnerColumn,
+            TaskProgressColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as Bar
+
+        console = self.console or Console(stderr=True)
+        if self.exact:
+            return Bar(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                       TextColumn("{task.completed:,.0f}/{task.total:,.0f}"), TimeElapsedColumn(),
+                       TextColumn("left"), TimeRemainingColumn(), console=console, transient=True)
+        return Bar(SpinnerColumn(), TextColumn("{task.description}: {task.completed:,.0f} candidates checked of "
+                                               "at most {task.fields[ceiling]:,} (it stops once the rest cannot "
+                                               "win)"), TimeElapsedColumn(), console=console, transient=True)
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

@@ -238,7 +238,9 @@ def plan(
         if costs is not None and model is None and _chain_table(costs):
             if emit_target is not None or launcher is not None:
                 raise InputError(_no_chain_launcher(per_layer))
-            _print_chain(plan_chain_table(costs, hardware, gpus, batch, overrides, top_k, per_layer), out, as_json)
+            with Progress("planning per-layer strategies" if per_layer else "planning the chain") as progress:
+                chain = plan_chain_table(costs, hardware, gpus, batch, overrides, top_k, per_layer, progress.update)
+            _print_chain(chain, out, as_json)
             return
         if per_layer:
             raise InputError("--per-layer plans chain tables (--costs with kinds other than embedding, decoder, "
@@ -256,7 +258,7 @@ def plan(
             top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split,
             offload=None if auto or offload is None else offload_choice(offload), offload_auto=auto),
             limits, launcher)
-        with Progress() as progress:
+        with Progress(exact=False) as progress:
             result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                               runtime=runtime, overrides=overrides, lora_rank=lora_rank,
                               spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update,

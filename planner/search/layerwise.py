@@ -34,7 +34,7 @@ With every layer at t = G and nothing recomputed this is exactly the uniform pla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cost_models import memory as M
@@ -43,7 +43,7 @@ from cost_models.pipeline import pipeline_time
 from cost_models.schedules import in_flight
 from cost_models.sync import OPTIMIZER_BYTES_PER_PARAM, grad_sync_times
 from planner.core import GIB, ClusterSpec, Schedule, ZeroStage
-from planner.core.mesh import Mesh
+from planner.core.mesh import Group, Mesh
 from planner.search.chain import ChainTable, LayerChoice
 
 
@@ -87,12 +87,18 @@ class Setting:
     options: tuple[tuple[Option, ...], ...]  # per layer, by TP degree
     group_output: tuple[float, ...]  # per layer: its output for the whole group's micro-batch (bytes)
     terms: tuple[TpTerms, ...]
+    reshards: tuple[Mapping[tuple[int, int], float], ...]  # per layer l > 0: (tp of l − 1, tp of l) -> reshard s
+    neighbours: Group  # the pipeline's send/recv pair (`_pipeline`)
 
     def option(self, layer: int, tp: int) -> Option:
         return next(o for o in self.options[layer] if o.tp == tp)
 
     def term(self, tp: int) -> TpTerms:
         return next(t for t in self.terms if t.tp == tp)
+
+    def reshard(self, layer: int, before: int, after: int) -> float:
+        """`reshard_time` from layer − 1 at TP `before` to `layer` at TP `after`, priced once in `setting`."""
+        return self.reshards[layer][before, after]
 
 
 def tp_terms(tp: int, group: int, dp: int, cluster: ClusterSpec, grad_bytes: int) -> TpTerms:
@@ -131,7 +137,10 @@ def setting(table: ChainTable, cluster: ClusterSpec, group: int, pp: int, dp: in
     group_out = tuple(max(o.output * group / o.tp for o in opts) for opts in options)
     degrees = sorted({o.tp for opts in options for o in opts})
     terms = tuple(tp_terms(t, group, dp, cluster, grad_bytes) for t in degrees)
-    return Setting(group, pp, dp, mbs, global_batch // (dp * mbs), tuple(options), group_out, terms)
+    reshards = tuple({(x.tp, y.tp): reshard_time(x, y, cluster) for x in before for y in after}
+                     for before, after in zip(((),) + tuple(options), options, strict=False))
+    return Setting(group, pp, dp, mbs, global_batch // (dp * mbs), tuple(options), group_out, terms, reshards,
+                   Mesh(tp=group, dp_shard=dp, pp=pp).pipeline_neighbours)
 
 
 def reshard_time(before: Option, after: Option, cluster: ClusterSpec) -> float:
@@ -154,18 +163,12 @@ def send_in(st: Setting, first: int, opt: Option, cluster: ClusterSpec) -> float
     """The gradient of a stage's input sent back to the stage before (none for the first stage's layer 0)."""
     if first == 0:
         return 0.0
-    return send_recv(st.group_output[first - 1] * opt.tp / st.group, _pipeline(st).pipeline_neighbours, cluster)
+    return send_recv(st.group_output[first - 1] * opt.tp / st.group, st.neighbours, cluster)
 
 
 def send_out(st: Setting, last: Option, cluster: ClusterSpec) -> float:
     """A stage's output sent to the next stage: each rank sends its row's output bytes."""
-    return send_recv(last.output, _pipeline(st).pipeline_neighbours, cluster)
-
-
-def _pipeline(st: Setting) -> Mesh:
-    """The candidate's mesh at its widest TP degree G: G inside dp inside pp, as the uniform chain planner's (with
-    one stage nothing is sent)."""
-    return Mesh(tp=st.group, dp_shard=st.dp, pp=st.pp)
+    return send_recv(last.output, st.neighbours, cluster)
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ def price(st: Setting, cluster: ClusterSpec, bounds: Sequence[int], choices: Seq
         opts = [st.option(n, choices[n].tp) for n in range(a, b)]
         t = sum(o.time_s + (o.forward_s if choices[n].recompute else 0.0) for n, o in zip(range(a, b), opts,
                                                                                           strict=True))
-        t += sum(reshard_time(x, y, cluster) for x, y in zip(opts, opts[1:], strict=False))
+        t += sum(st.reshard(n + 1, x.tp, y.tp) for n, x, y in zip(range(a, b), opts, opts[1:], strict=False))
         t += (send_in(st, a, opts[0], cluster) if s > 0 else 0.0) + (
             send_out(st, opts[-1], cluster) if s < st.pp - 1 else 0.0)
         params = {term.tp: sum(o.params for o in opts if o.tp == term.tp) for term in st.terms}

@@ -26,6 +26,8 @@ the options per layer (k TP degrees x 2); chains of at most MAX_LAYERWISE_LAYERS
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +41,6 @@ from planner.search.layerwise import (
     Setting,
     alive,
     price,
-    reshard_time,
     send_in,
     send_out,
     setting,
@@ -63,32 +64,65 @@ class Point:
 def _pareto(points: list[Point]) -> list[Point]:
     """The points no other point beats or equals in memory, time and tail at once."""
     kept: list[Point] = []
-    for p in sorted(points, key=lambda q: (q.memory, q.time, q.tail)):
+    ordered = sorted(points, key=lambda q: (q.memory, q.time, q.tail))
+    if ordered and ordered[0].memory == ordered[-1].memory:  # (T, tail) alone: every kept point is no slower
+        least_tail = math.inf
+        for p in ordered:
+            if p.tail < least_tail:
+                kept.append(p)
+                least_tail = p.tail
+        return kept
+    for p in ordered:
         if not any(k.time <= p.time and k.tail <= p.tail for k in kept):
             kept.append(p)
     return kept
 
 
-def _extend(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: int, state: tuple[int, int],
-            point: Point, cap_x: float, budget: float) -> list[tuple[tuple[int, int], Point]]:
-    """Every option of `layer` after `point` (state: previous TP, degrees in use as a bit set) that fits."""
+@dataclass(frozen=True)
+class _Move:
+    """One choice for one layer on one stage, its parts that do not depend on the layers before it."""
+
+    tp: int
+    time: float  # forward + backward (+ forward when recomputed)
+    memory: float  # states + in-flight micro-batches x stored bytes
+    tail: float  # the tail's per-parameter part
+    bit: int  # the TP degree's bit in the set of degrees in use (0 when the layer has no parameters)
+    alpha: float  # the tail's fixed part, paid once per degree in use
+    choice: LayerChoice
+    activation: float  # bytes held while recomputed
+
+
+def _moves(st: Setting, stage: int, layer: int) -> list[_Move]:
+    """Every (option, recompute) of `layer` on `stage`, priced once per stage frontier (`_extend` adds what depends
+    on the layers before)."""
     out = []
     for opt in st.options[layer]:
+        term = st.term(opt.tp)
         for rc in (False, True):
-            if rc and (cap_x == 0 or opt.activation > cap_x):
-                continue
-            term = st.term(opt.tp)
-            t = opt.time_s + (opt.forward_s if rc else 0.0)
-            t += reshard_time(st.option(layer - 1, state[0]), opt, cluster) if layer > first else (
-                send_in(st, first, opt, cluster) if stage > 0 else 0.0)
-            bit = 1 << st.terms.index(term)
-            used = state[1] | (bit if opt.params > 0 else 0)
-            tail = term.tail_per_param * opt.params + (term.sync_alpha if used != state[1] else 0.0)
-            mem = opt.params * term.state_per_param + alive(st, stage) * stored_bytes(st, layer, opt, rc)
-            if point.memory + mem <= budget:
-                out.append(((opt.tp, used), Point(point.memory + mem, point.time + t, point.tail + tail,
-                                                  (*point.choices, LayerChoice(opt.tp, st.dp * st.group // opt.tp,
-                                                                               rc)))))
+            out.append(_Move(opt.tp, opt.time_s + (opt.forward_s if rc else 0.0),
+                             opt.params * term.state_per_param + alive(st, stage) * stored_bytes(st, layer, opt, rc),
+                             term.tail_per_param * opt.params,
+                             (1 << st.terms.index(term)) if opt.params > 0 else 0, term.sync_alpha,
+                             LayerChoice(opt.tp, st.dp * st.group // opt.tp, rc), opt.activation if rc else 0.0))
+    return out
+
+
+def _extend(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: int, moves: list[_Move],
+            state: tuple[int, int], point: Point, cap_x: float, budget: float
+            ) -> list[tuple[tuple[int, int], Point]]:
+    """Every option of `layer` after `point` (state: previous TP, degrees in use as a bit set) that fits."""
+    out = []
+    for mv in moves:
+        if mv.choice.recompute and (cap_x == 0 or mv.activation > cap_x):
+            continue
+        if point.memory + mv.memory > budget:
+            continue
+        t = mv.time + (st.reshard(layer, state[0], mv.tp) if layer > first else (
+            send_in(st, first, st.option(layer, mv.tp), cluster) if stage > 0 else 0.0))
+        used = state[1] | mv.bit
+        tail = mv.tail + (mv.alpha if used != state[1] else 0.0)
+        out.append(((mv.tp, used), Point(point.memory + mv.memory, point.time + t, point.tail + tail,
+                                         (*point.choices, mv.choice))))
     return out
 
 
@@ -105,6 +139,7 @@ def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, c
         caps = [0.0]
     ends: dict[int, list[Point]] = {}
     fixed = M.BUFFER_ALLOWANCE_GIB * GIB
+    moves = [_moves(st, stage, layer) for layer in range(first, last)]
     for cap_x in caps:
         budget = cap - fixed - cap_x
         if budget < 0:
@@ -114,7 +149,8 @@ def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, c
             grown: dict[tuple[int, int], list[Point]] = {}
             for key, points in states.items():
                 for p in points:
-                    for new_key, q in _extend(st, cluster, stage, first, layer, key, p, cap_x, budget):
+                    for new_key, q in _extend(st, cluster, stage, first, layer, moves[layer - first], key, p, cap_x,
+                                              budget):
                         grown.setdefault(new_key, []).append(Point(0.0, q.time, q.tail, q.choices) if roomy else q)
             states = {k: _pareto(v) for k, v in grown.items()}
             if not states:
@@ -160,7 +196,10 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
             k += 1
         if not changed:  # no segment got faster: the same split as under the last cap, at a higher cap
             continue
-        split = best_boundaries(cost, cost, np.isfinite(cost), st.m)
+        # only a pipeline under the best step less this cap can win (a plan whose largest tail is below the cap was
+        # met at the cap equal to that tail, with a pipeline no slower)
+        split = best_boundaries(cost, cost, np.isfinite(cost), st.m,
+                                limit=np.inf if best is None else best[2].step_time_s - cap_c)
         if split is None:
             continue
         bounds = split[0]
@@ -173,25 +212,31 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
 
 
 def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,
-                   top_k: int = 5) -> list[ChainPlan]:
-    """The fastest per-layer plans, one per (G, pp, dp, mbs) candidate of the uniform chain search, best first."""
+                   top_k: int = 5, progress: Callable[[int, int], None] | None = None) -> list[ChainPlan]:
+    """The fastest per-layer plans, one per (G, pp, dp, mbs) candidate of the uniform chain search, best first.
+    `progress(done, total)` after each candidate, in stage frontiers (a candidate of pp stages on L layers
+    builds pp·(L − pp + 1) of them, most of its work): the total is known before the first."""
     if table.num_layers > MAX_LAYERWISE_LAYERS:
         raise InputError(f"--per-layer plans chains of at most {MAX_LAYERWISE_LAYERS} layers (the exact search keeps "
                          f"a frontier per stage and first layer); this chain has {table.num_layers}")
-    gpus, cap = cluster.num_gpus, cluster.gpu.memory_gib * GIB
+    gpus, cap, n = cluster.num_gpus, cluster.gpu.memory_gib * GIB, table.num_layers
     tps = sorted({int(k[1]) for k in table.rows.index})
     sizes = sorted({int(k[2]) * g // int(k[1]) for k in table.rows.index for g in tps if g % int(k[1]) == 0})
+    todo = [(group, pp, gpus // (group * pp), mbs)
+            for group in (g for g in tps if gpus % g == 0 and g <= cluster.scale_up_size)
+            for pp in (p for p in range(1, n + 1) if (gpus // group) % p == 0)
+            if global_batch % (gpus // (group * pp)) == 0
+            for mbs in (b for b in sizes if (global_batch // (gpus // (group * pp))) % b == 0)]
+    total, done = sum(pp * (n - pp + 1) for _, pp, _, _ in todo), 0
     results: list[ChainPlan] = []
-    for group in (g for g in tps if gpus % g == 0 and g <= cluster.scale_up_size):
-        for pp in (p for p in range(1, table.num_layers + 1) if (gpus // group) % p == 0):
-            dp = gpus // (group * pp)
-            if global_batch % dp:
-                continue
-            for mbs in (b for b in sizes if (global_batch // dp) % b == 0):
-                st = setting(table, cluster, group, pp, dp, mbs, global_batch, grad_bytes)
-                found = best_plan(st, cluster, cap) if st is not None else None
-                if st is not None and found is not None:
-                    results.append(_chain_plan(st, *found, global_batch))
+    for group, pp, dp, mbs in todo:
+        st = setting(table, cluster, group, pp, dp, mbs, global_batch, grad_bytes)
+        found = best_plan(st, cluster, cap) if st is not None else None
+        if st is not None and found is not None:
+            results.append(_chain_plan(st, *found, global_batch))
+        done += pp * (n - pp + 1)
+        if progress is not None:
+            progress(done, total)
     if not results:
         raise InfeasibleError(f"no per-layer plan of the {table.num_layers}-layer chain fits in "
                               f"{cluster.gpu.memory_gib:g} GiB per GPU on {gpus} GPUs")

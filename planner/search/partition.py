@@ -139,25 +139,28 @@ def least_bottleneck(cost: np.ndarray, allowed: np.ndarray) -> float:
 
 
 def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndarray, m: int,
-                    start: float = 0.0) -> tuple[list[int], float] | None:
-    """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j].
+                    start: float = 0.0, limit: float = np.inf) -> tuple[list[int], float] | None:
+    """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j], or None
+    when no split's value is below `limit`.
 
     For each bottleneck bound B (the distinct segment costs, from `start` up) a DP finds the least sum with
-    every stage within B; the scan stops once (m − 1)·B plus the unbounded least sum can no longer win."""
+    every stage within B; the scan stops once (m − 1)·B plus the unbounded least sum can no longer win (beat the
+    best so far, or `limit`)."""
     allowed = allowed & np.isfinite(max_cost)
     unbounded = least_sum(sum_cost, allowed)
     if unbounded is None:
         return None
+    start = max(start, least_bottleneck(max_cost, allowed) * (1 - _EPS))  # no split exists under it
     best: tuple[list[int], float] | None = None
     for bound in distinct(max_cost[allowed & (max_cost >= start)]):
-        if best is not None and (m - 1) * bound + unbounded[0] >= best[1]:
+        if (m - 1) * bound + unbounded[0] >= (limit if best is None else min(best[1], limit)):
             break
         solved = least_sum(sum_cost, allowed & (max_cost <= bound * (1 + _EPS)))
         if solved is None:
             continue
         pairs = list(zip(solved[1], solved[1][1:], strict=False))
         value = (m - 1) * max(float(max_cost[s, a, b]) for s, (a, b) in enumerate(pairs)) + solved[0]
-        if best is None or value < best[1]:
+        if value < limit and (best is None or value < best[1]):
             best = (solved[1], value)
     return best
 
