@@ -143,3 +143,44 @@ def test_launch_scripts_run_from_any_folder(tmp_path: Path) -> None:
     done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"ran {megatron}/pretrain_gpt.py" in (script.parent / "train.log").read_text()
+
+
+def test_megatron_launch_stops_naming_a_missing_pretrain_gpt(tmp_path: Path) -> None:
+    """Without pretrain_gpt.py where $MEGATRON_LM points (or in the current folder), the script stops before
+    torchrun with one line saying so (it handed torchrun a relative path that did not exist)."""
+    import os
+    import subprocess
+
+    trials = write_trials(_plan(Target.MEGATRON, 1), TrialLauncher.MEGATRON, 1, 3, tmp_path / "trials")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "torchrun").write_text('#!/bin/sh\necho "torchrun ran"\n')
+    (stubs / "torchrun").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "MEGATRON_LM"}
+    env["PATH"] = f"{stubs}{os.pathsep}{os.environ['PATH']}"
+    done = subprocess.run(["bash", str(tmp_path / "trials" / trials[0].script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    log = (tmp_path / "trials" / "trial-1" / "train.log").read_text()
+    assert done.returncode == 2 and "torchrun ran" not in log
+    assert f"error: no pretrain_gpt.py in {tmp_path}: set MEGATRON_LM to your Megatron-LM checkout" in log
+
+
+def test_megatron_lm_option_is_checked_and_written_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    planner.save_plan(_plan(Target.MEGATRON, 1), tmp_path / "plan.yaml")
+    (tmp_path / "Megatron-LM").mkdir()
+    monkeypatch.chdir(tmp_path)
+    args = ["trial", "plan.yaml", "--to", "megatron", "--out", "trials", "--top-k", "1", "--megatron-lm"]
+    missing = CliRunner().invoke(app, [*args, "Megatron-LM"])
+    assert missing.exit_code == 2 and "--megatron-lm Megatron-LM: no pretrain_gpt.py there" in missing.output
+    (tmp_path / "Megatron-LM" / "pretrain_gpt.py").write_text("")
+    ok = CliRunner().invoke(app, [*args, "Megatron-LM"])
+    assert ok.exit_code == 0, ok.output
+    script = (tmp_path / "trials" / "trial-1" / "launch.sh").read_text()
+    assert f"export MEGATRON_LM=${{MEGATRON_LM:-{tmp_path / 'Megatron-LM'}}}" in script
+    other = CliRunner().invoke(app, ["trial", "plan.yaml", "--to", "torchtitan", "--out", "t2", "--megatron-lm",
+                                     "Megatron-LM"])
+    assert other.exit_code == 2 and "--megatron-lm is for --to megatron" in other.output

@@ -124,6 +124,11 @@ def trial(
                                                         "plan's runtime).")] = None,
     top_k: Annotated[int, typer.Option("--top-k", help="How many of the plan's best layouts to try.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per trial.")] = 20,
+    megatron_lm: Annotated[Path | None, typer.Option("--megatron-lm", help="Megatron-LM checkout (the folder of "
+                                                                          "pretrain_gpt.py), checked and written "
+                                                                          "into launch.sh as an absolute path "
+                                                                          "(default: $MEGATRON_LM when it runs).")
+                           ] = None,
 ) -> None:
     """Write launch scripts that train the plan's best layouts for a few steps, logging every step."""
     from planner.outputs.planread import load_plan
@@ -137,7 +142,7 @@ def trial(
         except ValueError:
             given = f"got {to!r}" if to is not None else f"the plan's runtime is {name}"
             raise InputError(f"--to must be one of {', '.join(t.value for t in TrialLauncher)}, {given}") from None
-        trials = write_trials(plan, launcher, top_k, steps, out)
+        trials = write_trials(plan, launcher, top_k, steps, out, megatron_lm)
         for t in trials:
             where = f"{out / t.script}" if t.script else f"skipped: {t.skipped}"
             typer.echo(f"{t.name}  {t.layout}  predicted {t.predicted_step_s:.3f} s/step  {where}")
@@ -147,6 +152,9 @@ def trial(
                                   f"--runtime {launcher.target.value} so that every layout it ranks can run")
         if any(t.skipped for t in trials):
             typer.echo(f"note: plan with --runtime {launcher.value} to rank only layouts {launcher.value} can run")
+        if launcher is TrialLauncher.MEGATRON and megatron_lm is None:
+            typer.echo("note: launch.sh runs $MEGATRON_LM/pretrain_gpt.py (default: the folder it is started in) "
+                       "and stops if it is not there; --megatron-lm DIR writes the checkout in")
 
     run(action)
 

@@ -111,8 +111,25 @@ def _config_text(launcher: TrialLauncher, text: str, steps: int) -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, out: Path) -> list[Trial]:
-    """Write the trial folder for `plan`'s best `top_k` layouts; return what was written (skips included)."""
+def megatron_home(folder: Path | None, launcher: TrialLauncher) -> str | None:
+    """`--megatron-lm`: the absolute path of a Megatron-LM checkout holding pretrain_gpt.py, or None (then launch.sh
+    reads $MEGATRON_LM, default the folder it is started in); refused for other launchers or without the script."""
+    if folder is None:
+        return None
+    if launcher is not TrialLauncher.MEGATRON:
+        raise InputError(f"--megatron-lm is for --to megatron; the trials are for {launcher.value}")
+    if not (folder / "pretrain_gpt.py").is_file():
+        raise InputError(f"--megatron-lm {folder}: no pretrain_gpt.py there; give the folder of a Megatron-LM "
+                         "checkout (it holds pretrain_gpt.py)")
+    return str(folder.resolve())
+
+
+def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, out: Path,
+                 megatron_lm: Path | None = None) -> list[Trial]:
+    """Write the trial folder for `plan`'s best `top_k` layouts; return what was written (skips included).
+    `megatron_lm` (Megatron-LM trials): the checkout launch.sh runs pretrain_gpt.py from unless $MEGATRON_LM is
+    set, checked here and written as an absolute path."""
+    home = megatron_home(megatron_lm, launcher)
     if not 1 <= top_k <= 1 + len(plan.alternatives):
         raise InputError(f"--top-k must be between 1 and {1 + len(plan.alternatives)} (the plan holds the best "
                          f"layout and {len(plan.alternatives)} alternatives), got {top_k}")
@@ -145,6 +162,7 @@ def write_trials(plan: Plan, launcher: TrialLauncher, top_k: int, steps: int, ou
             comment(f"Runs {steps} steps and logs each one to {LOG}; then: meshplan calibrate {MANIFEST} --hardware "
                     "HARDWARE"),
             "set -euo pipefail", 'here="$(cd "$(dirname "$0")" && pwd)"  # run from anywhere; files beside this one',
+            *([f"export MEGATRON_LM=${{MEGATRON_LM:-{shlex.quote(home)}}}"] if home is not None else []),
             f'{_launch(launcher, plan, steps, config)} 2>&1 | tee "$here/{LOG}"', ""])
         write_text_atomic(folder / "launch.sh", script, executable=True)
         trials.append(Trial(name, rank, label, ranked.step_time_s, f"{name}/launch.sh", f"{name}/{config}",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Megatron-LM launch for deepseek-v3 on 2048 x h800: tp 1, pp 16, dp 128, cp 1, ep 64, etp 1, vpp 1, mbs 1, ZeRO-1, recompute selective (moe_act layernorm mla_up_proj); predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
-# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).
+# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder); stops if it is not there.
 # World size 2048 = 256 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(
   --num-layers 61
@@ -54,6 +54,11 @@ MEGATRON_ARGS=(
   --attention-backend flash
 )
 
+PRETRAIN="$(cd "${MEGATRON_LM:-.}" 2>/dev/null && pwd)/pretrain_gpt.py"  # absolute: torchrun may cd
+if [ ! -f "$PRETRAIN" ]; then
+  echo "error: no pretrain_gpt.py in ${MEGATRON_LM:-$PWD}: set MEGATRON_LM to your Megatron-LM checkout" >&2
+  exit 2
+fi
 torchrun --nnodes 256 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
   --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
-  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"
+  "$PRETRAIN" "${MEGATRON_ARGS[@]}" "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Megatron-LM launch for qwen3-30b-a3b on 32 x h100-sxm: tp 2, pp 2, dp 4, cp 2, ep 4, etp 2, vpp 1, mbs 8, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
-# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).
+# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder); stops if it is not there.
 # World size 32 = 4 node(s) x 8 GPUs; DP is derived by Megatron-LM.
 MEGATRON_ARGS=(
   --num-layers 48
@@ -45,6 +45,11 @@ MEGATRON_ARGS=(
   --attention-backend flash
 )
 
+PRETRAIN="$(cd "${MEGATRON_LM:-.}" 2>/dev/null && pwd)/pretrain_gpt.py"  # absolute: torchrun may cd
+if [ ! -f "$PRETRAIN" ]; then
+  echo "error: no pretrain_gpt.py in ${MEGATRON_LM:-$PWD}: set MEGATRON_LM to your Megatron-LM checkout" >&2
+  exit 2
+fi
 torchrun --nnodes 4 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
   --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \
-  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"
+  "$PRETRAIN" "${MEGATRON_ARGS[@]}" "$@"

@@ -267,14 +267,21 @@ def emit(plan: Plan) -> str:
     f = facts(plan)
     lines = ["#!/usr/bin/env bash", comment(f"Megatron-LM launch for {describe(plan)}"),
              "# Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.",
-             "# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder).",
+             "# Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder); stops if it is "
+             "not there.",
              f"# World size {f.gpus} = {f.nodes} node(s) x {f.gpus_per_node} GPUs; DP is derived by Megatron-LM.",
              "MEGATRON_ARGS=("]
     for flag, value in arguments(plan):
         values = value if isinstance(value, tuple) else (value,)  # a tuple: several words (argparse nargs="*")
         lines.append(f"  {flag}" if value is None else f"  {flag} {' '.join(shlex.quote(str(v)) for v in values)}")
     lines += [")", "",
+              'PRETRAIN="$(cd "${MEGATRON_LM:-.}" 2>/dev/null && pwd)/pretrain_gpt.py"  # absolute: torchrun may cd',
+              'if [ ! -f "$PRETRAIN" ]; then',
+              '  echo "error: no pretrain_gpt.py in ${MEGATRON_LM:-$PWD}: set MEGATRON_LM to your Megatron-LM '
+              'checkout" >&2',
+              "  exit 2",
+              "fi",
               f'torchrun --nnodes {f.nodes} --nproc-per-node {f.gpus_per_node} --node-rank "${{NODE_RANK:-0}}" \\',
               '  --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-6000}" \\',
-              '  "${MEGATRON_LM:-.}/pretrain_gpt.py" "${MEGATRON_ARGS[@]}" "$@"', ""]
+              '  "$PRETRAIN" "${MEGATRON_ARGS[@]}" "$@"', ""]
     return "\n".join(lines)
