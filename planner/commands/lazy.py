@@ -83,4 +83,5 @@ class LazyGroup(TyperGroup):
 # The root app lives here, beside the group that builds its commands, so that planner.commands.common (which the
 # command modules import it from) imports this module and not the other way round: no import circle.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=LazyGroup,
+                  rich_markup_mode=None,  # click's plain help: rich's table cut option names at 80 columns
                   help="meshplan: plan and predict parallel layouts for large-model training.")

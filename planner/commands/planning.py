@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from planner.commands.chains import chain_table, no_chain_launcher, print_chain
 from planner.commands.common import (
     Attention,
     CapacityFactor,
@@ -55,12 +56,12 @@ from planner.core.errors import InputError
 from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 from planner.search.ilp import Solver
 
-if TYPE_CHECKING:
-    from planner.api import ChainPlans
-
 
 @app.command()
 def evaluate(
+    plan_arg: Annotated[Path | None, typer.Argument(metavar="[PLAN]", show_default=False,
+                                                    help="A saved plan file to re-predict (the same as --plan).")
+                        ] = None,
     model: Annotated[str | None, typer.Option(help="Preset name, model YAML or Hugging Face config.json.")] = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware preset or profile YAML (with --plan: re-predict "
                                                        "the plan on this hardware).")] = None,
@@ -109,12 +110,15 @@ def evaluate(
 
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
         degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, dp_replicate=dp_replicate)
-        if plan_file is not None:
-            problem, layout, pred = evaluate_plan_file(plan_file, hardware, overrides)
+        if plan_arg is not None and plan_file is not None and plan_arg != plan_file:
+            raise InputError(f"give the plan file once: {plan_arg} and --plan {plan_file} differ")
+        saved = plan_arg or plan_file
+        if saved is not None:
+            problem, layout, pred = evaluate_plan_file(saved, hardware, overrides)
             echo_prediction(problem.model, problem.cluster, problem.job, layout, pred, as_json)
             return
         if model is None or hardware is None or gpus is None or seq_len is None:
-            raise InputError("give --model, --hardware, --gpus and --seq-len (or --plan FILE)")
+            raise InputError("give --model, --hardware, --gpus and --seq-len (or a plan file: evaluate PLAN)")
         check({"--gpus": (gpus, 1, MAX_GPUS)})
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
@@ -176,6 +180,9 @@ def plan(
     no_partial_recompute: Annotated[bool, typer.Option("--no-partial-recompute",
                                                        help="No per-stage counts of fully recomputed layers.")] = False,
     emit_target: Annotated[EmitTarget | None, typer.Option("--emit", help="Also print a launcher config.")] = None,
+    emit_out: Annotated[Path | None, typer.Option(parser=output_path, help="Write the launcher config of --emit "
+                                                                           "(default: the runtime's) to this file "
+                                                                           "instead of standard output.")] = None,
     even_split: Annotated[bool, typer.Option("--even-split", help="Keep Megatron-LM's even layer split (no solved "
                                                                    "split, no per-stage recomputation).")] = False,
     workers: Annotated[int, typer.Option(help="Processes that search a large space, split by TP degree and sharing "
@@ -223,7 +230,7 @@ def plan(
                                  "--offload": offload is not None, "--recompute-modules": recompute_modules is not None,
                                  "--sp/--no-sp": sp is not None, "--launcher": launcher is not None,
                                  "--solver": solver is not Solver.DP, "--even-split": even_split,
-                                 "--lora-rank": lora_rank != 0,
+                                 "--lora-rank": lora_rank != 0, "--emit-out": emit_out is not None,
                                  "--gpus-per-node/--inter-node-gbps/--memory-gib": any(
                                      x is not None for x in (gpus_per_node, inter_node_gbps, memory_gib))})
             plan_on_cluster(cluster, model, seq_len, batch, dtype, runtime_of(
@@ -235,12 +242,12 @@ def plan(
         if hardware is None or gpus is None:
             raise InputError("give --hardware and --gpus, or --cluster FILE")
         overrides = HardwareOverrides(gpus_per_node, inter_node_gbps, memory_gib)
-        if costs is not None and model is None and _chain_table(costs):
-            if emit_target is not None or launcher is not None:
-                raise InputError(_no_chain_launcher(per_layer))
+        if costs is not None and model is None and chain_table(costs):
+            if emit_target is not None or emit_out is not None or launcher is not None:
+                raise InputError(no_chain_launcher(per_layer))
             with Progress("planning per-layer strategies" if per_layer else "planning the chain") as progress:
                 chain = plan_chain_table(costs, hardware, gpus, batch, overrides, top_k, per_layer, progress.update)
-            _print_chain(chain, out, as_json)
+            print_chain(chain, out, as_json)
             return
         if per_layer:
             raise InputError("--per-layer plans chain tables (--costs with kinds other than embedding, decoder, "
@@ -248,6 +255,7 @@ def plan(
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                              moe_dedup_dispatch, launcher_framework(launcher, runtime_name), compile_blocks, fp8_recipe)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
+        target = emit_target or (default_target(runtime.framework) if emit_out is not None else None)
         rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
                        else (recompute, None))
         auto = offload is not None and offload.strip() == "auto"
@@ -265,20 +273,25 @@ def plan(
                               workers=workers)
         if out is not None:
             write_text_atomic(out, dumps(result, out, record_timing))
-        err = report_to_stderr(out)
+        err = report_to_stderr(out, emit_out)
         if as_json:
             typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2), err=err)
         else:
             typer.echo(plan_table(result), err=err)
             if out is not None:
                 typer.echo(f"\nplan written to {out}", err=err)
-        if emit_target is not None:
+        if target is not None:
+            from planner.core.fileio import is_script
             from planner.outputs.emitters import emit as emit_config
 
-            emitted = emit_config(result, emit_target)
+            emitted = emit_config(result, target)
             if emitted.note:
                 typer.echo(f"note: {emitted.note}", err=True)
-            typer.echo(emitted.text)
+            if emit_out is None:
+                typer.echo(emitted.text)
+            else:
+                write_text_atomic(emit_out, emitted.text, executable=is_script(emitted.text))
+                typer.echo(f"{target.value} configuration written to {emit_out}", err=err)
 
     run(action)
 
@@ -306,64 +319,6 @@ def launcher_framework(launcher: EmitTarget | None, framework: Framework) -> Fra
         raise InputError(f"--launcher {launcher.value} writes a {implied.value} configuration, not {framework.value}: "
                          "give one of --runtime and --launcher")
     return implied
-
-
-def _chain_table(costs: Path) -> bool:
-    """Whether a cost table is a chain of layers rather than a transformer's (pandas loads only for tables)."""
-    from planner.search.chain import is_chain_table
-
-    return is_chain_table(str(costs))
-
-
-def _no_chain_launcher(per_layer: bool) -> str:
-    """Why --emit and --launcher are refused for chain tables."""
-    from planner.search.chain import NO_LAUNCHER
-
-    return NO_LAUNCHER if per_layer else ("no launcher emitter takes a chain table's plan (Megatron-LM, torchtitan, "
-                                          "DeepSpeed and NeMo configs describe transformer stacks); the plan file "
-                                          "carries the layout")
-
-
-def _print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
-    """Write and print the plans of a chain table."""
-    import yaml
-
-    from planner.core.fileio import write_text_atomic
-
-    if out is not None:
-        write_text_atomic(out, yaml.safe_dump(chain.document, sort_keys=False))
-    if report_to_stderr(out):
-        typer.echo(f"chain plans written to {out}", err=True)
-        return
-    if as_json:
-        typer.echo(json.dumps(chain.document, indent=2))
-        return
-    doc, table = chain.document, chain.table
-    typer.echo(f"{table.num_layers}-layer chain from {doc['costs']} on {doc['gpus']} x {doc['hardware']}, "
-               f"global batch {doc['global_batch']}")
-    typer.echo(f"  {'#':>2} {'step s':>9} {'samples/s':>10} {'peak GiB':>9}  layout (layers per stage)")
-    for i, p in enumerate(chain.plans):
-        typer.echo(f"  {i + 1:>2} {p.step_time_s:9.4f} {p.samples_per_s:10.1f} {max(p.stage_memory_gib):9.2f}  "
-                   f"tp{p.tp} pp{p.pp} dp{p.dp} mbs{p.mbs} zero{int(p.zero)} {list(p.stage_layers)}")
-    if chain.plans and chain.plans[0].layers:
-        from planner.search.chain import NO_LAUNCHER
-
-        typer.echo("\nper layer in plan 1 (tp x dp; R = recomputed):")
-        runs = _runs([(k, f"tp{c.tp}xdp{c.dp}{' R' if c.recompute else ''}")
-                      for k, c in zip(table.kinds, chain.plans[0].layers, strict=True)])
-        typer.echo("  " + ", ".join(f"{k} {s}" + (f" x{n}" if n > 1 else "") for k, s, n in runs))
-        typer.echo(f"note: {NO_LAUNCHER}")
-
-
-def _runs(items: list[tuple[str, str]]) -> list[tuple[str, str, int]]:
-    """Consecutive equal (kind, strategy) pairs as (kind, strategy, count)."""
-    runs: list[tuple[str, str, int]] = []
-    for kind, strategy in items:
-        if runs and runs[-1][:2] == (kind, strategy):
-            runs[-1] = (kind, strategy, runs[-1][2] + 1)
-        else:
-            runs.append((kind, strategy, 1))
-    return runs
 
 
 @app.command()
