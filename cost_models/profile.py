@@ -226,4 +226,5 @@ def read_costs(path: str | Path) -> tuple[ModelSpec, MeasuredCosts]:
                       MeasuredLayer(r["forward_ms"] / 1e3, r["backward_ms"] / 1e3, r["activation_bytes"],
                                     r["params"]))
                      for r in rows)
-    return model, MeasuredCosts(measured, seq_len, str(target))
+    devices = sorted({str(d) for d in frame["device"] if isinstance(d, str) and d.strip()})
+    return model, MeasuredCosts(measured, seq_len, str(target), "; ".join(devices))

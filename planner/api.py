@@ -279,6 +279,17 @@ def model_and_costs(model: str | None, costs: Path | None, seq_len: int,
     return table_model, replace(runtime, measured=measured), limits
 
 
+def cost_table_warning(runtime: Runtime, hardware: str) -> str | None:
+    """A warning when a cost table measured on a CPU is planned for a GPU system: its times are the CPU's, so the
+    step time, MFU (near 0 %) and the error band (fitted on GPU runs) do not describe `hardware`."""
+    measured = runtime.measured
+    if measured is None or not measured.on_cpu:
+        return None
+    return (f"warning: the cost table {measured.source} was measured on {measured.device}: its layer times are a "
+            f"CPU's, so the step time, MFU and error band below do not describe {hardware} (a GPU); profile on the "
+            "target GPU (meshplan profile layers --device cuda) for a plan of it")
+
+
 def restricted_spec(spec: SearchSpec, limits: dict[str, Any], launcher: Target | None = None) -> SearchSpec:
     """`spec` narrowed to what a cost table measured (`limits` from `model_and_costs`: its TP degrees and
     micro-batch sizes, no context parallelism) and to what `launcher` can run."""

@@ -145,3 +145,19 @@ def test_costs_errors(table: Path, tmp_path: Path) -> None:
     broken.write_text("kind,tp\ndecoder,1\n")
     with pytest.raises(InputError, match="missing columns"):
         read_costs(broken)
+
+
+def test_a_cpu_table_planned_for_a_gpu_is_warned_about(table: Path, tmp_path: Path) -> None:
+    """Issue 31 item 6: a table profiled on a CPU planned against H100 printed MFU 0.0 % and an H100 error band
+    without a word; now one warning line says whose times they are. A GPU's table gets none."""
+    args = ["plan", "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "128", "--global-batch", "64"]
+    res = runner.invoke(app, [*args, "--costs", str(table)])
+    assert res.exit_code == 0, res.output
+    assert f"warning: the cost table {table} was measured on cpu" in res.output
+    assert "do not describe h100-sxm (a GPU)" in res.output
+    frame = pd.read_csv(table)
+    frame["device"] = "cuda (NVIDIA H100 80GB HBM3)"
+    gpu = tmp_path / "gpu.csv"
+    frame.to_csv(gpu, index=False)
+    quiet = runner.invoke(app, [*args, "--costs", str(gpu)])
+    assert quiet.exit_code == 0 and "warning" not in quiet.output

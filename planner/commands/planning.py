@@ -206,7 +206,14 @@ def plan(
 ) -> None:
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
-    from planner.api import model_and_costs, offload_choice, plan_chain_table, recompute_choice, restricted_spec
+    from planner.api import (
+        cost_table_warning,
+        model_and_costs,
+        offload_choice,
+        plan_chain_table,
+        recompute_choice,
+        restricted_spec,
+    )
     from planner.api import plan as run_plan
     from planner.core.fileio import write_text_atomic
     from planner.outputs.planfile import dumps, plan_to_dict
@@ -255,6 +262,9 @@ def plan(
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                              moe_dedup_dispatch, launcher_framework(launcher, runtime_name), compile_blocks, fp8_recipe)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
+        warning = cost_table_warning(runtime, hardware)
+        if warning is not None:
+            typer.echo(warning, err=True)
         target = emit_target or (default_target(runtime.framework) if emit_out is not None else None)
         rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
                        else (recompute, None))

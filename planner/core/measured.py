@@ -23,6 +23,12 @@ class MeasuredCosts:
     rows: tuple[tuple[tuple[str, int, int], MeasuredLayer], ...]
     seq_len: int
     source: str
+    device: str = ""  # the table's `device` column (what measured it; informational, not kept in plan files)
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the table says a CPU measured it (`meshplan profile layers --device cpu` writes 'cpu (...)')."""
+        return "cpu" in self.device.lower()
 
     def get(self, kind: str, tp: int, mbs: int) -> MeasuredLayer:
         for key, layer in self.rows:
