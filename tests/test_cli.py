@@ -175,8 +175,8 @@ def test_ctrl_c_while_typer_builds_the_command_exits_130(monkeypatch: pytest.Mon
 
 
 def test_optional_dependencies_checked_up_front(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A missing matplotlib or torch is named before any work; any other ImportError surfaces as itself
-    (issue 19: it used to read as 'needs matplotlib')."""
+    """A missing torch is named before any work, a missing matplotlib after the text and HTML are written; any
+    other ImportError surfaces as itself (issue 19: it used to read as 'needs matplotlib')."""
     import importlib.util
 
     import planner.outputs.explain
@@ -186,8 +186,12 @@ def test_optional_dependencies_checked_up_front(tmp_path: Path, monkeypatch: pyt
     missing: set[str] = {"matplotlib", "torch"}
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in missing else real_find_spec(name, *a))
-    res = runner.invoke(app, ["explain", str(plan), "--png", str(tmp_path / "x.png")])
+    # the text and the HTML are written all the same, and the error says so (issue 31 item 7)
+    res = runner.invoke(app, ["explain", str(plan), "--png", str(tmp_path / "x.png"), "--html",
+                              str(tmp_path / "x.html")])
     assert res.exit_code == 2 and "error: --png needs matplotlib: pip install -e '.[plot]'" in res.output
+    assert f"(the report and {tmp_path / 'x.html'} written; the PNG was not)" in res.output
+    assert "binding constraint" in res.output and (tmp_path / "x.html").is_file()
     assert not (tmp_path / "x.png").exists()
     res = runner.invoke(app, ["profile", "layers", "--model", "llama3-8b", "--out", str(tmp_path / "c.csv")])
     assert res.exit_code == 2 and "error: profiling needs torch" in res.output

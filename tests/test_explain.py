@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from planner import load_plan, plan, save_plan
-from planner.outputs.explain import Explanation, explain_figure, explanation, render_html
+from planner.outputs.explain import Explanation, explain_figure, explanation
+from planner.outputs.explain_html import render_html
 from planner.outputs.report import layout_line
 from planner.outputs.verdict import TERM_NAMES, Contender, plan_verdict, seconds, why_best
 from planner.search.ranked import Ranked
@@ -53,6 +54,12 @@ def test_html_is_self_contained(plan_file: Path, tmp_path: Path) -> None:
         'xmlns="http://www.w3.org/2000/svg"', "")
     assert "Binding constraint" in page and "Why this plan beat the next ones" in page
     assert "Against the runner-up</b>: The plan beats the runner-up (" in page
+    # issue 31 item 7: a colour key for the timeline and the memory bars, every stage in a table, how to launch
+    assert page.count('<p class="key">') == 2 and "></i> forward</span>" in page and "></i> activations</span>" in page
+    stages = load_plan(plan_file).best.prediction.stages
+    assert page.count("<tr><td>") >= len(stages) and all(f"<tr><td>{s.pp_rank}</td><td>{s.num_layers}</td>" in page
+                                                         for s in stages)
+    assert "<h2>How to launch</h2>" in page and f"meshplan emit {plan_file} --to megatron" in page
 
 
 def test_explanation_names_constraint_and_alternatives(plan_file: Path) -> None:
@@ -253,3 +260,34 @@ def test_why_best_small_numbers_and_no_bands() -> None:
 def test_verdict_without_alternatives() -> None:
     result = plan("llama3-8b", "h100-sxm", gpus=8, seq_len=4096, global_batch=64, spec=SearchSpec(top_k=1))
     assert plan_verdict(result) == "The plan kept no alternative to compare with (plan with --top-k 2 or more)."
+
+
+# ---- the memory and breakdown panels (issue 31 item 7) -------------------------------------------------------
+
+def test_memory_legend_beside_the_bars_and_breakdown_numbered(plan_file: Path) -> None:
+    """The memory legend covers no bar (it sat on the last stage's), the breakdown bar carries each large term's
+    seconds and share, and no colour means two things across the panels."""
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    from matplotlib.colors import to_hex
+
+    ex = explanation(load_plan(plan_file))
+    fig = explain_figure(ex)
+    renderer = _drawn(fig)
+    memory = next(ax for ax in fig.axes if ax.get_gid() == "memory")
+    legend = memory.get_legend().get_window_extent(renderer)
+    assert memory.patches and not any(legend.overlaps(bar.get_window_extent(renderer)) for bar in memory.patches)
+    breakdown = next(ax for ax in fig.axes if ax.get_gid() == "breakdown")
+    terms = {k: v for k, v in ex.plan.best.prediction.breakdown.as_dict().items() if v > 0}
+    total = sum(terms.values())
+    shares = [t.get_text() for t in breakdown.texts if t.get_gid() == "share"]
+    big = [v for v in terms.values() if v / total >= 0.08]
+    assert len(shares) == len(big) >= 1 and all(f"{v:.3g} s" in text for v, text in zip(big, shares, strict=True))
+    # colour -> meaning per panel: a colour in two panels must mean the same there (the send, the bubble)
+    timeline = _timeline_axes(fig)
+    meaning: dict[str, set[str]] = {}
+    for ax in (timeline, memory, breakdown):
+        for handle, text in zip(ax.get_legend().legend_handles, ax.get_legend().get_texts(), strict=True):
+            color = handle.get_facecolor() if hasattr(handle, "get_facecolor") and not hasattr(handle, "get_xdata") \
+                else handle.get_color()
+            meaning.setdefault(to_hex(color), set()).add(text.get_text().split(" ")[0])
+    assert all(len(m) == 1 or m <= {"send", "pp_p2p"} for m in meaning.values()), meaning

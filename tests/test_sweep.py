@@ -153,12 +153,30 @@ def test_sweep_figure_labels_every_point_without_overlap() -> None:
 
 
 def test_short_layout() -> None:
+    """With a pipeline the label names the schedule (issue 31 item 7: the labels omitted it)."""
     assert short_layout("tp2 pp4 dp64 cp2 vpp8 mbs1 sp zero1 none interleaved-1f1b") == \
-        "tp2 pp4 dp64 cp2\nvpp8 mbs1 zero1"
+        "tp2 pp4 dp64 cp2\nvpp8 mbs1 zero1 interleaved-1f1b"
     assert short_layout("tp8 pp16 dp8 cp4 ep8 etp1 vpp2 mbs1 sp zero1 selective[core_attn,mlp] zb-v") == \
-        "tp8 pp16 dp8 cp4 ep8 etp1\nvpp2 mbs1 zero1 selective"
+        "tp8 pp16 dp8 cp4 ep8 etp1\nvpp2 mbs1 zero1 selective zb-v"
     assert short_layout("tp1 pp2 dp4 cp1 vpp1 mbs1 zero3 full+full[1, 0] 1f1b") == \
-        "tp1 pp2 dp4 cp1\nvpp1 mbs1 zero3 full"
+        "tp1 pp2 dp4 cp1\nvpp1 mbs1 zero3 full 1f1b"
+    assert short_layout("tp8 pp1 dp8 cp1 vpp1 mbs1 sp zero1 none 1f1b") == "tp8 pp1 dp8 cp1\nvpp1 mbs1 zero1"
+
+
+@pytest.mark.parametrize(("varied", "title"), [
+    (Varied.GPUS, "llama3-8b on h100-sxm, seq 4096, batch 256"),
+    (Varied.HARDWARE, "llama3-8b on 64 GPUs, seq 4096, batch 256"),
+    (Varied.INTER_NODE_GBPS, "llama3-8b on 64 x h100-sxm, seq 4096, batch 256"),
+    (Varied.SEQ_LEN, "llama3-8b on 64 x h100-sxm, batch 256"),
+    (Varied.GLOBAL_BATCH, "llama3-8b on 64 x h100-sxm, seq 4096")])
+def test_sweep_picture_names_what_is_fixed_and_starts_at_zero(varied: Varied, title: str) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install -e '.[plot]')")
+    from planner.studies.sweep import sweep_title
+
+    assert sweep_title(Job("llama3-8b", "h100-sxm", 64, 4096, 256), varied) == title
+    fig = sweep_figure(_frame(varied), varied, title)
+    assert fig.axes[0].get_title(loc="left").startswith(f"{title}: best plan per value")
+    assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
 
 
 # ---- progress ----------------------------------------------------------------------------------------------

@@ -59,6 +59,13 @@ def needs(module: str, extra: str, what: str) -> None:
         raise InputError(f"{what} needs {module}: pip install -e '.[{extra}]'")
 
 
+def png_needs_matplotlib(written: str) -> None:
+    """Before a PNG is drawn: without matplotlib, an error that says what was written all the same (the text, CSV or
+    HTML beside it: issue 31, the whole command used to stop before any work)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError(f"--png needs matplotlib: pip install -e '.[plot]' ({written} written; the PNG was not)")
+
+
 def check(ints: dict[str, tuple[int | None, int, int]] | None = None,
            reals: dict[str, tuple[float | None, float, float]] | None = None) -> None:
     """Range checks of command-line numbers before any work: {flag: (value, low, high)}; None is not given."""

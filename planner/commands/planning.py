@@ -34,8 +34,8 @@ from planner.commands.common import (
     degrees,
     echo_prediction,
     global_batch_of,
-    needs,
     output_path,
+    png_needs_matplotlib,
     report_to_stderr,
     run,
     runtime_of,
@@ -371,7 +371,8 @@ def explain(
 ) -> None:
     """Show why a plan is what it is: timeline, memory per stage, breakdown, the binding constraint."""
     from planner.core.fileio import write_bytes_atomic, write_text_atomic
-    from planner.outputs.explain import explanation, render_html, render_png
+    from planner.outputs.explain import explanation, render_png
+    from planner.outputs.explain_html import render_html
     from planner.outputs.planread import load_plan
     from planner.outputs.report import plan_table
 
@@ -384,8 +385,6 @@ def explain(
             check_inference_plan(data, origin)
             typer.echo(summary(data))
             return
-        if png is not None:
-            needs("matplotlib", "plot", "--png")
         plan = load_plan(plan_file, reprice=reprice)
         ex = explanation(plan)
         typer.echo(plan_table(plan))
@@ -394,9 +393,10 @@ def explain(
         for c in ex.comparisons:
             typer.echo(f"  alternative {c.rank}: {100 * c.slower_by:+.1f} % ({c.reason})")
         if html_out is not None:
-            write_text_atomic(html_out, render_html(ex))
+            write_text_atomic(html_out, render_html(ex, str(plan_file)))
             typer.echo(f"report written to {html_out}")
         if png is not None:
+            png_needs_matplotlib("the report" + (f" and {html_out}" if html_out is not None else ""))
             write_bytes_atomic(png, render_png(ex))
             typer.echo(f"timeline written to {png}")
 

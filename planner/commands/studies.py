@@ -21,8 +21,8 @@ from planner.commands.common import (
     app,
     check,
     global_batch_of,
-    needs,
     output_path,
+    png_needs_matplotlib,
     report_to_stderr,
     run,
 )
@@ -72,14 +72,12 @@ def sweep(
     needed to train --tokens in --days."""
     from planner.core.fileio import write_bytes_atomic, write_text_atomic
     from planner.outputs.report import plan_table
-    from planner.studies.sweep import Job, capacity, sweep_plot, sweep_table
+    from planner.studies.sweep import Job, capacity, sweep_plot, sweep_table, sweep_title
     from planner.studies.sweep import sweep as run_sweep
 
     def action() -> None:
         check({"--gpus": (gpus, 1, MAX_GPUS), "--max-gpus": (max_gpus, 1, MAX_GPUS),
                 "--workers": (workers, 1, MAX_WORKERS)})
-        if png is not None:
-            needs("matplotlib", "plot", "--png")
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         runtime = Runtime(framework=runtime_name, attention=attention)
         if tokens is not None or days is not None:
@@ -101,7 +99,8 @@ def sweep(
             raise InputError("give --gpus, --vary and --values (or --tokens and --days for capacity mode)")
         procs = (os.cpu_count() or 1) if workers is None else workers
         with Progress(f"planning {vary.value} values") as progress:
-            frame = run_sweep(Job(model, hardware, gpus, seq_len, batch, runtime, dtype), vary,
+            job = Job(model, hardware, gpus, seq_len, batch, runtime, dtype)
+            frame = run_sweep(job, vary,
                               [v.strip() for v in values.split(",") if v.strip()], progress=progress.update,
                               workers=procs, ray_address=ray)
         from planner.inputs.runtimes import load_runtime
@@ -111,7 +110,8 @@ def sweep(
         if csv is not None:
             write_text_atomic(csv, frame.to_csv(index=False))
         if png is not None:
-            write_bytes_atomic(png, sweep_plot(frame, vary))
+            png_needs_matplotlib("the table" + (f" and {csv}" if csv is not None else ""))
+            write_bytes_atomic(png, sweep_plot(frame, vary, sweep_title(job, vary)))
 
     run(action)
 

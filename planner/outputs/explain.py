@@ -2,14 +2,13 @@
 step-time breakdown, and why it beat the next alternatives (the binding constraint, and one sentence on
 the runner-up from planner.outputs.verdict).
 
-`explanation(plan)` gathers the facts (pure); `render_html` writes a self-contained page (inline SVG,
+`explanation(plan)` gathers the facts (pure); planner.outputs.explain_html writes a self-contained page (inline SVG,
 no scripts or external files); `explain_figure` draws the same with matplotlib (the [plot] extra) and
 `render_png` saves that figure as PNG bytes.
 """
 
 from __future__ import annotations
 
-import html
 import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,7 +19,6 @@ from cost_models.simulator import Event, OpKind, SimResult
 from cost_models.step import pipeline_hop_time
 from planner.core import Layout
 from planner.outputs.plan import Plan
-from planner.outputs.report import layout_dict
 from planner.outputs.verdict import plan_verdict, seconds
 from planner.search.ranked import Ranked
 from planner.search.simulate import simulate_layout
@@ -33,6 +31,11 @@ MAX_SHOWN_MICROBATCHES = 4  # per pipeline stage in the timeline: the pattern re
 COLORS = {"F": "#4C72B0", "B": "#55A868", "W": "#DD8452"}
 KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight gradient"}
 SEND_COLOR = "#333333"
+# every colour means one thing in every panel: the timeline's op kinds (above), memory's parts, the breakdown's terms
+# (the pipeline send's and the idle bubble's as the timeline draws them; the rest their own)
+MEMORY_COLORS = {"weights+grads+optimizer": "#8172B3", "activations": "#CCB974", "other": "#937860"}
+BREAKDOWN_COLORS = {"pp_p2p": SEND_COLOR, "bubble": "#D0D0D0"}
+BREAKDOWN_PALETTE = ("#1B2A49", "#D45087", "#00A087", "#F7B6D2", "#17BECF", "#6B8E23", "#7F0000", "#FFD92F")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,9 @@ def _timeline(plan: Plan) -> tuple[SimResult | None, int]:
     lay, pred = plan.best.layout, plan.best.prediction
     if lay.pp == 1:
         return None, 0
-    shown = min(pred.num_microbatches, MAX_SHOWN_MICROBATCHES * lay.pp)
+    # a window of micro-batches: with v chunks per stage each brings v times the ops, so 1/v of them (at least one
+    # round of pp) keeps a deep interleaved timeline readable
+    shown = min(pred.num_microbatches, max(1, MAX_SHOWN_MICROBATCHES // lay.vpp) * lay.pp)
     if lay.vpp > 1:
         shown = max(lay.pp, shown - shown % lay.pp)
     short = Prediction(**{**pred.__dict__, "num_microbatches": shown})
@@ -131,75 +136,6 @@ def explanation(plan: Plan) -> Explanation:
         shipped = sends(timeline.events, place, pipeline_hop_time(plan.model, plan.job, plan.cluster, lay))
     return Explanation(plan, timeline, shown, binding_constraint(plan.best.prediction), comparisons, shipped, place,
                        plan_verdict(plan))
-
-
-def _svg_timeline(events: tuple[Event, ...], devices: int, width: int = 900) -> str:
-    end = max(e.end for e in events)
-    row, scale = 22, (width - 60) / end
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{devices * row + 30}">']
-    for d in range(devices):
-        out.append(f'<text x="0" y="{d * row + 15}" font-size="11">stage {d}</text>')
-    for e in events:
-        x, w = 55 + e.start * scale, max(e.end - e.start, 0) * scale
-        out.append(f'<rect x="{x:.2f}" y="{e.device * row + 2}" width="{w:.2f}" height="{row - 4}" '
-                   f'fill="{COLORS[e.op.kind.value]}" stroke="white" stroke-width="0.5">'
-                   f"<title>{e.op.kind.value} micro-batch {e.op.microbatch} chunk {e.op.chunk}: "
-                   f"{e.start * 1e3:.2f}-{e.end * 1e3:.2f} ms</title></rect>")
-    out.append(f'<text x="55" y="{devices * row + 20}" font-size="11">0 s</text>'
-               f'<text x="{width - 60}" y="{devices * row + 20}" font-size="11">{end:.3f} s</text></svg>')
-    return "".join(out)
-
-
-def _svg_memory(pred: Prediction, width: int = 900) -> str:
-    stages = pred.stages
-    bar, cap = 22, pred.memory_capacity_gib
-    scale = (width - 140) / max(cap, max(s.peak_memory_gib for s in stages))
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{len(stages) * bar + 10}">']
-    for i, s in enumerate(stages):
-        x = 55.0
-        parts = (("states", s.weights_gib + s.gradients_gib + s.optimizer_state_gib, "#8172B3"),
-                 ("activations", s.activations_gib, "#4C72B0"), ("other", s.other_gib + s.buffers_gib, "#937860"))
-        out.append(f'<text x="0" y="{i * bar + 15}" font-size="11">stage {s.pp_rank}</text>')
-        for name, gib, color in parts:
-            out.append(f'<rect x="{x:.1f}" y="{i * bar + 2}" width="{gib * scale:.1f}" height="{bar - 4}" '
-                       f'fill="{color}"><title>{name}: {gib:.2f} GiB</title></rect>')
-            x += gib * scale
-        out.append(f'<text x="{x + 4:.1f}" y="{i * bar + 15}" font-size="11">{s.peak_memory_gib:.1f} GiB</text>')
-    cap_x = 55 + cap * scale
-    out.append(f'<line x1="{cap_x:.1f}" y1="0" x2="{cap_x:.1f}" y2="{len(stages) * bar}" stroke="red"/></svg>')
-    return "".join(out)
-
-
-def render_html(ex: Explanation) -> str:
-    plan, pred = ex.plan, ex.plan.best.prediction
-    esc = html.escape
-    lay = " ".join(f"{k}={v}" for k, v in layout_dict(plan.best.layout).items())
-    rows = "".join(f"<tr><td>{esc(k)}</td><td>{v:.4f}</td><td>{100 * v / pred.step_time_s:.1f} %</td></tr>"
-                   for k, v in pred.breakdown.as_dict().items() if v > 0)
-    alts = "".join(f"<tr><td>{c.rank}</td><td>{esc(' '.join(f'{k}={v}' for k, v in layout_dict(c.layout).items()))}"
-                   f"</td><td>{c.step_time_s:.3f}</td><td>{100 * c.slower_by:+.1f} %</td><td>{esc(c.reason)}</td></tr>"
-                   for c in ex.comparisons)
-    timeline = (f"<h2>Pipeline timeline</h2><p>First {ex.shown_microbatches} micro-batches of "
-                f"{pred.num_microbatches}, simulated (F forward, B backward, W weight gradient).</p>"
-                + _svg_timeline(ex.timeline.events, plan.best.layout.pp)) if ex.timeline else \
-        "<h2>Pipeline timeline</h2><p>No pipeline parallelism: one stage.</p>"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>meshplan: {esc(plan.model.name)}</title>
-<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}</style></head><body>
-<h1>{esc(plan.model.name)} on {plan.cluster.num_gpus} x {esc(plan.cluster.name)}</h1>
-<p>Layout: {esc(lay)}. Step {pred.step_time_s:.3f} s, {pred.tokens_per_s:,.0f} tokens/s, MFU {100 * pred.mfu:.1f} %,
-peak memory {pred.peak_memory_gib:.1f} of {pred.memory_capacity_gib:g} GiB.</p>
-<p><b>Binding constraint</b>: {esc(ex.binding)}.</p>
-<p><b>Against the runner-up</b>: {esc(ex.verdict)}</p>
-{timeline}
-<h2>Memory per stage</h2><p>Weights, gradients and optimizer state; activations; other buffers. Red: capacity.</p>
-{_svg_memory(pred)}
-<h2>Step-time breakdown</h2><table><tr><th>component</th><th>s</th><th>share</th></tr>{rows}</table>
-<h2>Why this plan beat the next ones</h2>
-<table><tr><th>#</th><th>layout</th><th>step s</th><th>vs plan</th><th>largest difference</th></tr>{alts}</table>
-</body></html>
-"""
 
 
 BAR = 0.7  # height of a timeline bar in rows: the sends run in the gaps between the rows
@@ -324,22 +260,16 @@ def explain_figure(ex: Explanation) -> Figure:
     states = [s.weights_gib + s.gradients_gib + s.optimizer_state_gib for s in pred.stages]
     acts = [s.activations_gib for s in pred.stages]
     other = [s.other_gib + s.buffers_gib for s in pred.stages]
-    ax_m.bar(ranks, states, label="weights+grads+optimizer", color="#8172B3")
-    ax_m.bar(ranks, acts, bottom=states, label="activations", color="#4C72B0")
-    ax_m.bar(ranks, other, bottom=[a + b for a, b in zip(states, acts, strict=True)], label="other", color="#937860")
+    bottom = [0.0] * len(ranks)
+    for (name, color), gib in zip(MEMORY_COLORS.items(), (states, acts, other), strict=True):
+        ax_m.bar(ranks, gib, bottom=bottom, label=name, color=color)
+        bottom = [a + b for a, b in zip(bottom, gib, strict=True)]
     ax_m.axhline(pred.memory_capacity_gib, color="red", label="capacity")
     ax_m.set_xticks(ranks)
     ax_m.set_ylabel("GiB per GPU")
     ax_m.set_xlabel("pipeline stage")
-    ax_m.legend(fontsize=8, loc="lower right")
-    parts = {k: v for k, v in pred.breakdown.as_dict().items() if v > 0}
-    left = 0.0
-    for i, (name, value) in enumerate(parts.items()):
-        ax_b.barh(0, value, left=left, color=f"C{i % 10}", label=name)
-        left += value
-    ax_b.set_yticks([])
-    ax_b.set_xlabel("step time (s)")
-    ax_b.legend(fontsize=7, ncol=min(5, len(parts)), loc="upper center", bbox_to_anchor=(0.5, -0.6))
+    ax_m.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0))  # beside the bars, never on them
+    _draw_breakdown(ax_b, pred)
     fig.tight_layout()
     if ex.timeline is not None:  # after the layout: the numbers are sized to the bars as they will be drawn
         box = ax_t.get_position()
@@ -349,6 +279,30 @@ def explain_figure(ex: Explanation) -> Figure:
     return fig
 
 
+def breakdown_colors(names: list[str]) -> dict[str, str]:
+    """A colour per breakdown term: the send's and the bubble's as the timeline draws them, the rest in turn from a
+    palette that no other panel uses."""
+    rest = iter(BREAKDOWN_PALETTE * (1 + len(names) // len(BREAKDOWN_PALETTE)))
+    return {n: BREAKDOWN_COLORS.get(n) or next(rest) for n in names}
+
+
+def _draw_breakdown(ax: Axes, pred: Prediction) -> None:
+    """The step as one bar of its terms, each with its seconds and share where the segment holds them."""
+    parts = {k: v for k, v in pred.breakdown.as_dict().items() if v > 0}
+    colors, total, left = breakdown_colors(list(parts)), sum(parts.values()), 0.0
+    for name, value in parts.items():
+        ax.barh(0, value, left=left, color=colors[name], label=f"{name} {value:.3g} s ({100 * value / total:.0f} %)")
+        if value / total >= 0.08:  # a segment of 8 % of the width holds "12.3 s 45 %" at 7 pt
+            dark = name not in BREAKDOWN_COLORS or name == "pp_p2p"
+            ax.text(left + value / 2, 0, f"{value:.3g} s\n{100 * value / total:.0f} %", ha="center", va="center",
+                    fontsize=7, color="white" if dark else "black", gid="share")
+        left += value
+    ax.set_xlim(0, total)
+    ax.set_yticks([])
+    ax.set_xlabel("step time (s)")
+    ax.legend(fontsize=7, ncol=min(4, len(parts)), loc="upper center", bbox_to_anchor=(0.5, -0.6))
+
+
 def render_png(ex: Explanation) -> bytes:
     """`explain_figure` as PNG bytes."""
     buf = io.BytesIO()
@@ -356,5 +310,4 @@ def render_png(ex: Explanation) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["Explanation", "Send", "binding_constraint", "explain_figure", "explanation", "render_html", "render_png",
-           "sends"]
+__all__ = ["Explanation", "Send", "binding_constraint", "explain_figure", "explanation", "render_png", "sends"]

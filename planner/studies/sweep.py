@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 from hardware_profiles import HardwareOverrides
 from planner.api import plan
-from planner.core import Dtype, Runtime
+from planner.core import Dtype, Runtime, Schedule
 from planner.core.checks import MAX_GPUS, MAX_WORKERS, integer, real
 from planner.core.errors import InfeasibleError, InputError, LayoutError
 from planner.outputs.plan import Plan
@@ -51,6 +52,18 @@ class Job:
     runtime: Runtime = Runtime()
     dtype: Dtype = Dtype.BF16
     spec: SearchSpec = SearchSpec(top_k=1)
+
+
+def sweep_title(job: Job, varied: Varied) -> str:
+    """What a sweep's picture holds fixed, without the varied quantity: 'llama3-8b on 64 x h100-sxm, seq 4096, batch
+    256' (a model file is named by its file name)."""
+    model = Path(job.model).name if ("/" in job.model or job.model.endswith((".yaml", ".yml", ".json"))) else job.model
+    fixed = {Varied.GPUS: f"{job.gpus} x" if varied is not Varied.HARDWARE else f"{job.gpus} GPUs",
+             Varied.HARDWARE: Path(job.hardware).name,
+             Varied.SEQ_LEN: f"seq {job.seq_len}", Varied.GLOBAL_BATCH: f"batch {job.global_batch}"}
+    where = " ".join(fixed[v] for v in (Varied.GPUS, Varied.HARDWARE) if v is not varied)
+    return ", ".join([f"{model} on {where}".strip(), *(fixed[v] for v in (Varied.SEQ_LEN, Varied.GLOBAL_BATCH)
+                                                        if v is not varied)])
 
 
 def _plan(job: Job, **changes: Any) -> Plan:
@@ -235,22 +248,25 @@ SECOND_AXIS: dict[Varied, tuple[str, str, float] | None] = {
     Varied.INTER_NODE_GBPS: None,  # same GPUs, model and batch: every other quantity rescales tokens/s per GPU
 }
 _LAYOUT_TOKEN = re.compile(r"(tp|pp|dp|cp|ep|etp|vpp|mbs|zero)(\d+)")
+_SCHEDULES = frozenset(s.value for s in Schedule)
 
 
 def short_layout(line: str) -> str:
     """Two lines for a point's label from a `layout_line` (the frame's `layout` column): the degrees, then
-    virtual stages, micro-batch size, ZeRO stage and recomputation when there is some (sp, the schedule and
-    recomputed modules are in the table)."""
+    virtual stages, micro-batch size, ZeRO stage, recomputation when there is some and, with a pipeline, the
+    schedule (sp and the recomputed modules are in the table)."""
     parts: dict[str, str] = {m.group(1): m.group(2) for m in map(_LAYOUT_TOKEN.fullmatch, line.split()) if m}
     recompute = next((b for b in (re.split(r"[\[+]", t)[0] for t in line.split()) if b in ("selective", "full")), "")
+    schedule = line.split()[-1] if int(parts.get("pp", "1")) > 1 and line.split()[-1] in _SCHEDULES else ""
     first = " ".join(f"{k}{parts[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "etp") if k in parts)
-    second = " ".join([*(f"{k}{parts[k]}" for k in ("vpp", "mbs", "zero") if k in parts), recompute]).strip()
-    return f"{first}\n{second}"
+    second = " ".join([*(f"{k}{parts[k]}" for k in ("vpp", "mbs", "zero") if k in parts), recompute, schedule])
+    return f"{first}\n{' '.join(second.split())}"
 
 
-def sweep_figure(frame: pd.DataFrame, varied: Varied) -> Figure:
-    """Tokens/s per GPU of the best plan against the varied quantity (left axis), the sweep's SECOND_AXIS
-    quantity on the right, each point labelled with its layout (`short_layout`), as a matplotlib Figure."""
+def sweep_figure(frame: pd.DataFrame, varied: Varied, title: str = "") -> Figure:
+    """Tokens/s per GPU of the best plan against the varied quantity (left axis, from zero), the sweep's
+    SECOND_AXIS quantity on the right, each point labelled with its layout (`short_layout`), as a matplotlib Figure;
+    `title` (the model, hardware and what stays fixed) heads it."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.ticker import EngFormatter
@@ -284,19 +300,19 @@ def sweep_figure(frame: pd.DataFrame, varied: Varied) -> Figure:
                     ha="center", va="bottom" if above else "top", fontsize=7, linespacing=1.1,
                     bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
     ax.set_xlim(-0.6, len(labels) - 0.4)
-    ax.margins(y=0.3)
+    ax.set_ylim(0, 1.3 * max(per_gpu))  # from zero: the differences read at their true size
     ax.legend(handles=lines, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
     missing = [str(v) for v in frame[~frame["fits"]][varied.value]]
-    ax.set_title("best plan per value" + (f" (nothing fits at {', '.join(missing)})" if missing else ""),
-                 loc="left", fontsize=10)
+    ax.set_title((f"{title}: " if title else "") + "best plan per value"
+                 + (f" (nothing fits at {', '.join(missing)})" if missing else ""), loc="left", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def sweep_plot(frame: pd.DataFrame, varied: Varied) -> bytes:
+def sweep_plot(frame: pd.DataFrame, varied: Varied, title: str = "") -> bytes:
     """`sweep_figure` as PNG bytes (needs matplotlib: pip install -e '.[plot]')."""
     import io
 
     buf = io.BytesIO()
-    sweep_figure(frame, varied).savefig(buf, format="png", dpi=110)
+    sweep_figure(frame, varied, title).savefig(buf, format="png", dpi=110)
     return buf.getvalue()
