@@ -18,13 +18,25 @@ PCIe: a GPU's link at PCIE_EFFICIENCY of its rate (pinned-memory copies reach ab
 CUDA's bandwidthTest), shared by the GPUs behind one switch uplink, which all copy at the same time in a data- or
 pipeline-parallel step. CPU Adam is bandwidth-bound (DeepSpeed's vectorised CPU-Adam, Ren et al. section 5.1): it
 streams CPU_ADAM_BYTES per parameter through host memory at the node's achievable bandwidth, the smaller of
-HOST_MEMORY_EFFICIENCY of its peak and CORE_STREAM_GBS per core, shared by the node's GPUs.
+HOST_MEMORY_EFFICIENCY of its peak and CORE_STREAM_GBS per core, shared by the node's GPUs, and at most the host's
+`adam_mparams_per_core` parameters per core and second where its profile gives a measured rate.
+Two more forms:
+  gradients    ZeRO-Offload's gradient offload (DeepSpeed's offload_optimizer, stages 1-3): every backward sends each
+               layer's gradients to the host as its reduce bucket fills (grad bytes per trained parameter of the
+               shard, the other PCIe direction than the weights and activations coming in), where they are
+               accumulated in fp32; the GPU keeps GRADIENT_BUCKETS buckets of GRADIENT_BUCKET_ELEMENTS.
+  nvme         ZeRO-Infinity's NVMe tier: the fp32 master weights and Adam moments (and, with parameter offload,
+               the 16-bit weights) live on the node's NVMe array; host memory keeps the fp32 gradients and staging
+               buffers. The step swaps each state in and out (NVME_ADAM_BYTES per parameter) beside CPU Adam, which
+               DeepSpeed pipelines (its optimizer swapper), so the step takes the longer of the two; weights streamed
+               from NVMe arrive at the lesser of the array's and the PCIe rate. The array runs at NVME_EFFICIENCY of
+               its rate, shared by the node's GPUs.
 """
 
 from __future__ import annotations
 
 from cost_models.knobs import LayerTime
-from planner.core import ClusterSpec
+from planner.core import ClusterSpec, JobSpec, Layout, Offload
 
 PCIE_EFFICIENCY = 0.8
 HOST_MEMORY_EFFICIENCY = 0.6  # STREAM triad against the DDR peak of two-socket servers
@@ -36,12 +48,18 @@ CPU_ADAM_BYTES = 28.0
 HOST_OPTIMIZER_BYTES = 16.0
 HOST_WEIGHT_BYTES = 2.0  # the bf16 weights of parameter offload
 HOST_MEMORY_USABLE = 0.9  # the rest is the operating system's, the data loader's and the pinned staging buffers'
+HOST_GRADIENT_BYTES = 4.0  # with the state on NVMe, host memory keeps the fp32 gradient Adam reads
+NVME_STATE_BYTES = 12.0  # on NVMe: fp32 master weight and Adam's two moments
+NVME_ADAM_BYTES = 2 * NVME_STATE_BYTES  # each step reads them in and writes them back
+NVME_EFFICIENCY = 0.8  # of the array's sequential rate with DeepSpeed's aio (large blocks, queue depth 8+)
+GRADIENT_BUCKET_ELEMENTS = 200_000_000  # the reduce bucket written to DeepSpeed's config (reduce_bucket_size)
+GRADIENT_BUCKETS = 2  # one filling, one on its way to the host
 
 
 def pcie_bytes_per_s(cluster: ClusterSpec) -> float:
     """One GPU's achievable host-copy rate per direction while all GPUs of its switch copy."""
     host = cluster.host
-    return host.pcie_gbs * 1e9 * PCIE_EFFICIENCY / host.gpus_per_pcie_link
+    return host.pcie_gbs * 1e9 * PCIE_EFFICIENCY / min(host.gpus_per_pcie_link, cluster.num_gpus)
 
 
 def pcie_time(nbytes: float, cluster: ClusterSpec) -> float:
@@ -62,16 +80,67 @@ def host_bandwidth_per_gpu(cluster: ClusterSpec) -> float:
     return node / min(cluster.gpus_per_node, cluster.num_gpus)
 
 
+def _node_gpus(cluster: ClusterSpec) -> int:
+    return min(cluster.gpus_per_node, cluster.num_gpus)
+
+
+def cpu_adam_params_per_s(cluster: ClusterSpec) -> float:
+    """Parameters per second one GPU's CPU Adam updates: the node's rate, the lesser of its cores' compute
+    (cores x adam_mparams_per_core) and its memory bandwidth over CPU_ADAM_BYTES, over the node's GPUs."""
+    host = cluster.host
+    rate = min(host.memory_gbs * HOST_MEMORY_EFFICIENCY, host.cores * CORE_STREAM_GBS) * 1e9 / CPU_ADAM_BYTES
+    if host.adam_mparams_per_core:
+        rate = min(rate, host.cores * host.adam_mparams_per_core * 1e6)
+    return rate / _node_gpus(cluster)
+
+
 def cpu_adam_time(local_params: float, cluster: ClusterSpec) -> float:
-    """Adam over one GPU's `local_params` on the host: CPU_ADAM_BYTES per parameter at its share of the bandwidth."""
-    return local_params * CPU_ADAM_BYTES / host_bandwidth_per_gpu(cluster)
+    """Adam over one GPU's `local_params` on the host (`cpu_adam_params_per_s`)."""
+    return local_params / cpu_adam_params_per_s(cluster)
 
 
-def offloaded_optimizer_step(local_params: float, weights_on_host: bool, cluster: ClusterSpec) -> float:
-    """The step of an offloaded optimizer: CPU Adam, then the updated bf16 weights back to the GPU (2 bytes per
-    parameter; with parameter offload they stay on the host, the next forward fetches them)."""
+def nvme_bytes_per_s(cluster: ClusterSpec) -> float:
+    """One GPU's share of the node's NVMe array (NVME_EFFICIENCY of its rate); 0 without one."""
+    return cluster.host.nvme_gbs * 1e9 * NVME_EFFICIENCY / _node_gpus(cluster)
+
+
+def nvme_time(nbytes: float, cluster: ClusterSpec) -> float:
+    """Seconds to move `nbytes` of one GPU's state between NVMe and host memory."""
+    rate = nvme_bytes_per_s(cluster)
+    return nbytes / rate if rate else float("inf")
+
+
+def offloaded_optimizer_step(local_params: float, weights_on_host: bool, cluster: ClusterSpec,
+                             on_nvme: bool = False) -> float:
+    """The step of an offloaded optimizer: CPU Adam (beside the swap of its state through NVMe when it lives there:
+    max(Adam, NVME_ADAM_BYTES per parameter at the array's rate)), then the updated bf16 weights back to the GPU (2
+    bytes per parameter; with parameter offload they stay off the GPU, the next forward fetches them, and on NVMe
+    they are written there)."""
+    adam = cpu_adam_time(local_params, cluster)
+    if on_nvme:
+        adam = max(adam, nvme_time(local_params * (NVME_ADAM_BYTES + (2.0 if weights_on_host else 0.0)), cluster))
     back = 0.0 if weights_on_host else pcie_time(local_params * 2.0, cluster)
-    return cpu_adam_time(local_params, cluster) + back
+    return adam + back
+
+
+def weight_fetch_bytes_per_s(cluster: ClusterSpec, from_nvme: bool) -> float:
+    """The rate offloaded weights reach one GPU: PCIe from host memory, the lesser of PCIe and the GPU's NVMe share
+    from NVMe."""
+    pcie = pcie_bytes_per_s(cluster)
+    return min(pcie, nvme_bytes_per_s(cluster)) if from_nvme else pcie
+
+
+def gradient_bucket_bytes(grad_bytes: float) -> float:
+    """What a GPU keeps of its gradients when they go to the host: GRADIENT_BUCKETS reduce buckets."""
+    return GRADIENT_BUCKETS * GRADIENT_BUCKET_ELEMENTS * grad_bytes
+
+
+def offload_working_bytes(layout: Layout, job: JobSpec) -> float:
+    """GPU bytes offloading holds whatever the stage: the gradient buckets with gradient offload (a fixed
+    allocation, DeepSpeed's reduce_bucket_size with contiguous_gradients)."""
+    if Offload.GRADIENTS not in layout.offload:
+        return 0.0
+    return gradient_bucket_bytes(job.runtime.grad_reduce_bytes)
 
 
 def host_capacity_bytes(cluster: ClusterSpec) -> float:
@@ -79,17 +148,22 @@ def host_capacity_bytes(cluster: ClusterSpec) -> float:
     return cluster.host.memory_gib * 2**30 * HOST_MEMORY_USABLE
 
 
-def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec) -> float:
+def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
+                          grad_bytes: float = 0.0, weights_from_nvme: bool = False) -> float:
     """Exposed copy seconds of one layer and micro-batch: its `weight_bytes` shard in before the forward, the
-    backward and a recomputation (the backward also sends its gradient shard out, the other direction); its
-    `stored_bytes` of activations out beside the forward and in beside the backward. Copies in opposite
-    directions run at once; in the same direction they queue."""
-    if not weight_bytes and not stored_bytes:
+    backward and a recomputation (from NVMe at `weight_fetch_bytes_per_s`); its `stored_bytes` of activations out
+    beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the backward. Copies in
+    opposite directions run at once; in the same direction they queue:
+        forward:  max(w / fetch, s / pcie) − t_fwd          backward: max(w / fetch + s / pcie, g / pcie) − t_bwd"""
+    if not weight_bytes and not stored_bytes and not grad_bytes:
         return 0.0
-    fwd = max(pcie_time(weight_bytes, cluster), pcie_time(stored_bytes, cluster))
-    exposed = max(0.0, fwd - time.forward) + exposed_copy(weight_bytes + stored_bytes, time.backward, cluster)
+    rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
+    fetch = (weight_bytes / rate if rate else float("inf")) if weight_bytes else 0.0
+    fwd = max(fetch, pcie_time(stored_bytes, cluster))
+    bwd = max(fetch + pcie_time(stored_bytes, cluster), pcie_time(grad_bytes, cluster))
+    exposed = max(0.0, fwd - time.forward) + max(0.0, bwd - time.backward)
     if weight_bytes and time.recompute > 0:
-        exposed += exposed_copy(weight_bytes, time.recompute, cluster)
+        exposed += max(0.0, fetch - time.recompute)
     return exposed
 
 

@@ -22,7 +22,7 @@ from cost_models.comm import Collective, collective, send_recv
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
-from cost_models.offload import host_capacity_bytes, node_host_bytes
+from cost_models.offload import host_capacity_bytes, node_host_bytes, offload_working_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
@@ -100,6 +100,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
             end = embedding_params(model, job, layout.tp) if first else 0.0
             end += head_params(model, job, layout.tp, layout.head_beside_embedding).total if last else 0.0
             other += H.root_gathered_bytes(end, ex.memory)
+    other += offload_working_bytes(layout, job)  # the gradient buckets with gradient offload
     return activations, other, on_host, H.allocator_reserve(loss + working + accumulated, ex.memory)
 
 
@@ -303,7 +304,7 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         optimizer_s=optimizer_time(params, layout, job, cluster) + ex.host_step_s,
         states=stage_states(params, layout, job),
         offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
-                                        layers, layout, cluster),
+                                        layers, layout, job, cluster),
         host_states=host_state_bytes(params, layout, job))
 
 

@@ -23,8 +23,10 @@ from cost_models.comm import Collective, collective
 from cost_models.compute import memory_time
 from cost_models.knobs import LayerActivations, LayerTime, LayerTimes
 from cost_models.offload import (
+    HOST_GRADIENT_BYTES,
     HOST_OPTIMIZER_BYTES,
     HOST_WEIGHT_BYTES,
+    NVME_STATE_BYTES,
     exposed_copy,
     layer_offload_exposed,
     offloaded_optimizer_step,
@@ -95,7 +97,10 @@ def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBy
              for p, g in _groups(params, layout)]
     weights = 0.0 if Offload.PARAMS in layout.offload else sum(x.weights for x in parts)
     optimizer = 0.0 if Offload.OPTIMIZER in layout.offload else sum(x.optimizer for x in parts)
-    return M.StateBytes(weights, sum(x.gradients for x in parts), optimizer)
+    # offloaded gradients leave bucket by bucket during the backward: the buckets are working memory
+    # (offload.offload_working_bytes)
+    gradients = 0.0 if Offload.GRADIENTS in layout.offload else sum(x.gradients for x in parts)
+    return M.StateBytes(weights, gradients, optimizer)
 
 
 def local_params(params: StageParams, layout: Layout) -> float:
@@ -125,9 +130,9 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
     exposed_gather = gpu.exposed(gather, fwd_first) if hide_gather else gather
     to_host = 0.0
-    if Offload.OPTIMIZER in layout.offload and Offload.PARAMS not in layout.offload:
-        # the reduced gradient shard goes to the host beside the last backward (with the weights offloaded each
-        # layer's shard already went in its backward)
+    if Offload.OPTIMIZER in layout.offload and Offload.GRADIENTS not in layout.offload:
+        # the reduced gradient shard goes to the host beside the last backward (with the gradients offloaded each
+        # layer's went in every backward: stage_offload_exposed)
         to_host = exposed_copy(local_params(params, layout) * job.trainable_fraction * rt.grad_reduce_bytes,
                                bwd_last, cluster)
     return exposed_reduce + exposed_gather + to_host
@@ -176,7 +181,8 @@ def optimizer_time(params: StageParams, layout: Layout, job: JobSpec, cluster: C
     GPU, or on the host with the optimizer offloaded (cost_models/offload.py)."""
     local = local_params(params, layout) * job.trainable_fraction
     if Offload.OPTIMIZER in layout.offload:
-        return offloaded_optimizer_step(local, Offload.PARAMS in layout.offload, cluster)
+        off = layout.offload
+        return offloaded_optimizer_step(local, Offload.PARAMS in off, cluster, Offload.NVME in off)
     return adam_step_time(local, cluster)
 
 
@@ -213,28 +219,51 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
 
 def host_state_bytes(params: StageParams, layout: Layout, job: JobSpec) -> float:
     """Host bytes per GPU of an offloaded optimizer (fp32 master, moments, gradient of the trained share) and
-    offloaded weights."""
+    offloaded weights; with the NVMe tier only the fp32 gradients (the rest is on NVMe: `nvme_state_bytes`)."""
     host = 0.0
+    nvme = Offload.NVME in layout.offload
     if Offload.OPTIMIZER in layout.offload:
-        host += local_params(params, layout) * job.trainable_fraction * HOST_OPTIMIZER_BYTES
-    if Offload.PARAMS in layout.offload:
+        per = HOST_GRADIENT_BYTES if nvme else HOST_OPTIMIZER_BYTES
+        host += local_params(params, layout) * job.trainable_fraction * per
+    if Offload.PARAMS in layout.offload and not nvme:
         host += shard_params(params, layout) * HOST_WEIGHT_BYTES
     return host
 
 
-def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: StageParams, moe: StageParams,
-                          layers: StageLayers, layout: Layout, cluster: ClusterSpec) -> float:
-    """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed` of each layer: its
-    ZeRO-3 weight shard with parameter offload, its stored activations with activation offload), from one layer
-    of each kind (`dense`, `moe`: its parameters on one rank): affine in the stage's layers, as the split search
-    needs."""
-    weights, stored = Offload.PARAMS in layout.offload, Offload.ACTIVATIONS in layout.offload
-    if not (weights or stored):
+def nvme_state_bytes(params: StageParams, layout: Layout, job: JobSpec) -> float:
+    """NVMe bytes per GPU with the NVMe tier: the fp32 master weights and moments of its trained share, and its
+    16-bit weight shard with parameter offload."""
+    if Offload.NVME not in layout.offload:
         return 0.0
+    nvme = local_params(params, layout) * job.trainable_fraction * NVME_STATE_BYTES
+    if Offload.PARAMS in layout.offload:
+        nvme += shard_params(params, layout) * HOST_WEIGHT_BYTES
+    return nvme
+
+
+def layer_copy_bytes(params: StageParams, layout: Layout, job: JobSpec) -> tuple[float, float]:
+    """(weight bytes in, gradient bytes out) of one layer of `params` per pass with parameter and gradient
+    offload: its 16-bit ZeRO-3 weight shard, its trained gradient share in the reduce dtype."""
+    w = shard_params(params, layout) * M.WEIGHT_BYTES if Offload.PARAMS in layout.offload else 0.0
+    g = (shard_params(params, layout) * job.trainable_fraction * job.runtime.grad_reduce_bytes
+         if Offload.GRADIENTS in layout.offload else 0.0)
+    return w, g
+
+
+def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: StageParams, moe: StageParams,
+                          layers: StageLayers, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
+    """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed` of each layer: its
+    ZeRO-3 weight shard with parameter offload, its gradients with gradient offload, its stored activations with
+    activation offload; `layer_copy_bytes`), from one layer of each kind (`dense`, `moe`: its parameters on one
+    rank): affine in the stage's layers, as the split search needs."""
+    stored = Offload.ACTIVATIONS in layout.offload
+    if not (stored or Offload.PARAMS in layout.offload or Offload.GRADIENTS in layout.offload):
+        return 0.0
+    nvme = Offload.NVME in layout.offload
 
     def one(time: LayerTime, params: StageParams, act: float) -> float:
-        w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
-        return layer_offload_exposed(time, w, act if stored else 0.0, cluster)
+        w, g = layer_copy_bytes(params, layout, job)
+        return layer_offload_exposed(time, w, act if stored else 0.0, cluster, g, nvme)
 
     total = ((layers.dense - layers.dense_full) * one(times.decoder, dense, acts.dense)
              + layers.dense_full * one(times.decoder_full, dense, acts.full))

@@ -47,7 +47,8 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
              "scale_up_latency_us": True, "scale_up_efficiency": True, "host_op_us": False},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
     "host": {"memory_gib": False, "memory_gbs": False, "cores": False, "pcie_gbs": False, "gpus_per_pcie_link": False,
-             "gpus_per_socket": False, "cross_socket_gbs": False},
+             "gpus_per_socket": False, "cross_socket_gbs": False, "adam_mparams_per_core": False, "nvme_gbs": False,
+             "nvme_gib": False},
 })
 
 
@@ -162,7 +163,8 @@ def _host(data: dict[str, Any], origin: str) -> HostSpec:
     body = _section(data, "host", origin)
     where = f"{origin}: host"
     values: dict[str, Any] = {k: _number(body, k, where) for k in ("memory_gib", "memory_gbs", "pcie_gbs",
-                                                                   "cross_socket_gbs") if k in body}
+                                                                   "cross_socket_gbs", "adam_mparams_per_core",
+                                                                   "nvme_gbs", "nvme_gib") if k in body}
     values.update({k: _integer(body, k, where) for k in ("cores", "gpus_per_pcie_link", "gpus_per_socket")
                    if k in body})
     return HostSpec(**values)
@@ -318,6 +320,10 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
         "host": {"memory_gib": cluster.host.memory_gib, "memory_gbs": cluster.host.memory_gbs,
                  "cores": cluster.host.cores, "pcie_gbs": cluster.host.pcie_gbs,
                  "gpus_per_pcie_link": cluster.host.gpus_per_pcie_link,
+                 **({"adam_mparams_per_core": cluster.host.adam_mparams_per_core}
+                    if cluster.host.adam_mparams_per_core else {}),
                  **({"gpus_per_socket": cluster.host.gpus_per_socket, "cross_socket_gbs": cluster.host.cross_socket_gbs}
-                    if cluster.host.gpus_per_socket else {})},
+                    if cluster.host.gpus_per_socket else {}),
+                 **({"nvme_gbs": cluster.host.nvme_gbs, "nvme_gib": cluster.host.nvme_gib} if cluster.host.nvme_gbs
+                    else {})},
     }

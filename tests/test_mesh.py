@@ -108,7 +108,7 @@ def test_layout_is_mesh_pipeline_and_memory() -> None:
     assert lay.mesh == Mesh(tp=2, dp_shard=2, dp_replicate=2, pp=4)
     assert lay.pipeline == Pipeline(pp=4, vpp=2, schedule=Schedule.ZB_V, mbs=2)
     assert lay.memory == MemoryPolicy(ZeroStage.WEIGHTS, Recompute.SELECTIVE, DEFAULT_RECOMPUTE_MODULES, None,
-                                      frozenset({Offload.PARAMS, Offload.OPTIMIZER}))
+                                      frozenset({Offload.PARAMS, Offload.OPTIMIZER, Offload.GRADIENTS}))
     assert [lay.chunk_rank(k) for k in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0] and lay.head_beside_embedding
     with pytest.raises(LayoutError, match="zb-v needs at least 2 \\* pp - 1 = 7 micro-batches, got 4"):
         lay.pipeline.validate(4, 32)

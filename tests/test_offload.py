@@ -102,7 +102,8 @@ def test_offload_rules() -> None:
     with pytest.raises(LayoutError, match="unknown offload target"):
         make_layout(problem, zero=1, offload="gpu")
     layout = make_layout(problem, zero=3, offload="params")
-    assert layout.offload == {Offload.PARAMS, Offload.OPTIMIZER}  # the weights' optimizer goes with them
+    # the weights' optimizer and gradients go with them (ZeRO-Infinity keeps no gradient shard on the GPU)
+    assert layout.offload == {Offload.PARAMS, Offload.OPTIMIZER, Offload.GRADIENTS}
     assert layout.zero is ZeroStage.WEIGHTS
 
 
@@ -149,7 +150,7 @@ def _problem(model: str, hw: str, gpus: int, seq: int, batch: int) -> tuple:  # 
 def test_offload_pins_and_auto_are_exclusive() -> None:
     with pytest.raises(InputError, match="give one of them"):
         SearchSpec(offload=frozenset({Offload.OPTIMIZER}), offload_auto=True)
-    assert SearchSpec(offload=frozenset({"params"})).offload == {Offload.PARAMS, Offload.OPTIMIZER}
+    assert SearchSpec(offload=frozenset({"params"})).offload == {Offload.PARAMS, Offload.OPTIMIZER, Offload.GRADIENTS}
 
 
 def test_launchers_write_what_they_can_offload() -> None:
@@ -169,7 +170,13 @@ def test_launchers_write_what_they_can_offload() -> None:
                                                           partial_recompute=False, uneven_split=False,
                                                           schedule="1f1b"))
     assert p.best.layout.offload == {Offload.OPTIMIZER} and p.best.prediction.fits
-    cfg = json.loads(emit(p, Target.DEEPSPEED, strict=True).text)
+    # DeepSpeed's offload_optimizer moves the gradients too: the Megatron-LM plan keeps them on the GPU, so strict
+    # refuses by name and the substitute offloads them (it keeps offloading: nothing fits without)
+    with pytest.raises(UnsupportedPlanError, match="gradients"):
+        emit(p, Target.DEEPSPEED, strict=True)
+    out = emit(p, Target.DEEPSPEED)
+    assert out.note is not None and "offload" in out.note
+    cfg = json.loads(out.text)
     assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     flags = dict(arguments(p))
     assert "--optimizer-cpu-offload" in flags and flags["--optimizer-offload-fraction"] == 1.0

@@ -110,6 +110,10 @@ class Offload(str, Enum):
     OPTIMIZER = "optimizer"  # Adam state and fp32 master weights; Adam runs on the CPU (ZeRO-Offload)
     PARAMS = "params"  # the weights too, copied in layer by layer before each pass (ZeRO-Infinity; needs ZeRO-3)
     ACTIVATIONS = "activations"  # stored activations, copied out after a layer's forward and back for its backward
+    # the gradients too: each layer's goes to the host during every backward, accumulated there in fp32; the GPU
+    # keeps a reduce bucket (ZeRO-Offload, DeepSpeed's offload_optimizer)
+    GRADIENTS = "gradients"
+    NVME = "nvme"  # the offloaded optimizer state (and weights) on NVMe, host memory only staging it (ZeRO-Infinity)
 
     @classmethod
     def parse(cls, text: str) -> frozenset[Offload]:
@@ -120,8 +124,14 @@ class Offload(str, Enum):
 
 
 def with_implied(offload: frozenset[Offload]) -> frozenset[Offload]:
-    """The targets with what they imply: streaming the weights offloads their optimizer too."""
-    return offload | {Offload.OPTIMIZER} if Offload.PARAMS in offload else offload
+    """The targets with what they imply: streaming the weights offloads their optimizer and gradients too (ZeRO-Infinity
+    keeps no gradient shard on the GPU); offloaded gradients feed an optimizer on the host; NVMe holds what the
+    optimizer offload put on the host."""
+    if Offload.PARAMS in offload:
+        offload = offload | {Offload.GRADIENTS}
+    if Offload.GRADIENTS in offload or Offload.NVME in offload:
+        offload = offload | {Offload.OPTIMIZER}
+    return offload
 
 
 def offload_names(offload: frozenset[Offload]) -> list[str]:

@@ -116,10 +116,21 @@ class HostSpec:
     # memory); 0: the GPUs' traffic never crosses sockets (NVLink/NVSwitch nodes)
     gpus_per_socket: int = 0
     cross_socket_gbs: float = 0.0
+    # CPU Adam (DeepSpeed's vectorised DeepSpeedCPUAdam): millions of parameters one core updates per second where a
+    # measurement says so (cost_models/offload.py); 0: bandwidth-bound only (CPU_ADAM_BYTES per parameter)
+    adam_mparams_per_core: float = 0.0
+    # NVMe (ZeRO-Infinity's third tier): the node's array read or write rate, GB/s (0: no NVMe for offloading), and
+    # the capacity offloading may use, GiB
+    nvme_gbs: float = 0.0
+    nvme_gib: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("memory_gib", "memory_gbs", "pcie_gbs"):
             real(getattr(self, name), f"host {name}", 0.0, 1e7, error=SpecError)
+        for name in ("nvme_gbs", "nvme_gib", "adam_mparams_per_core"):
+            real(getattr(self, name), f"host {name}", 0.0, 1e9, low_open=False, error=SpecError)
+        if bool(self.nvme_gbs) != bool(self.nvme_gib):
+            raise SpecError("host nvme_gbs and nvme_gib come together (an NVMe tier has a rate and a capacity)")
         for name in ("cores", "gpus_per_pcie_link"):
             integer(getattr(self, name), f"host {name}", 1, MAX_GPUS, SpecError)
         integer(self.gpus_per_socket, "host gpus_per_socket", 0, MAX_GPUS, SpecError)

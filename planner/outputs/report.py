@@ -95,6 +95,10 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
     layout whose pipeline is simulated) the step, throughput and TFLOP/s are the simulated step's, the step a plan
     ranks by, and the closed form is named beside it."""
     lay = layout_dict(layout)
+    if layout.recompute_layers:  # per-stage full recomputation: said where the layout's own mode is not
+        full = sum(layout.fully_recomputed(r, model.num_layers) for r in range(layout.pp))
+        lay["recompute"] = (f"{layout.recompute.value}+full{list(layout.recompute_layers)} ({full} of "
+                            f"{model.num_layers} layers fully recomputed)")
     head = " ".join(f"{k}={v}" for k, v in lay.items())
     fit = "fits" if pred.fits else "DOES NOT FIT"
     step = pred.step_time_s if simulated_s is None else simulated_s

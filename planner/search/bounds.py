@@ -10,13 +10,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from cost_models import memory as M
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.offload import layer_offload_exposed
 from cost_models.params import StageParams
 from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
-from cost_models.sync import dp_reduce_exposed, optimizer_time, shard_params, sharded_dp_exposed
+from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
 from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
 from planner.search.memory_floors import ROUNDING as _ROUNDING
@@ -271,8 +270,8 @@ class SearchBounds(RankMemory):
         hides at most (1 − κ)·Δ more (`GpuSpec.exposed`): it is not counted, for each window the layer's passes
         belong to (forward and backward, with ZeRO-2/3 also the backward with its recomputation, each twice).
         0 without weights or activations on the host."""
-        weights, stored = Offload.PARAMS in c.offload, Offload.ACTIVATIONS in c.offload
-        if not (weights or stored):
+        stored, nvme = Offload.ACTIVATIONS in c.offload, Offload.NVME in c.offload
+        if not (stored or Offload.PARAMS in c.offload or Offload.GRADIENTS in c.offload):
             return 0.0
         times, acts, layout = self.get(c), self.activations(c), c.layout()
         dense, moe, _, _ = self._pieces_of(c)
@@ -283,12 +282,12 @@ class SearchBounds(RankMemory):
                                            (n_moe, times.moe, times.moe_full, acts.moe, moe)):
             if not n or base is None or full is None:
                 continue
-            w = shard_params(params, layout) * M.WEIGHT_BYTES if weights else 0.0
-            own = layer_offload_exposed(base, w, act if stored else 0.0, self.cluster)
+            w, g = layer_copy_bytes(params, layout, self.job)
+            own = layer_offload_exposed(base, w, act if stored else 0.0, self.cluster, g, nvme)
             longer = max(full.forward - base.forward, 0.0) + max(full.backward - base.backward, 0.0)
             if c.zero >= ZeroStage.GRADIENTS:
                 longer = 2 * longer + max(full.recompute - base.recompute, 0.0)
-            fully = (layer_offload_exposed(full, w, acts.full if stored else 0.0, self.cluster)
+            fully = (layer_offload_exposed(full, w, acts.full if stored else 0.0, self.cluster, g, nvme)
                      + full.total - base.total - hiding * longer)
             total += n * max(0.0, min(own, fully))
         return total / c.pp * (1 - _ROUNDING)

@@ -175,7 +175,11 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     built = list(families(model, cluster, job, spec))
     if not built:
         raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
-    offloads = {z: tuple(offload_options(z, spec)) for z in ZeroStage}
+    nvme = cluster.host.nvme_gbs > 0
+    offloads = {(z, alone): tuple(offload_options(z, spec, alone, nvme)) for z in ZeroStage for alone in (False, True)}
+
+    def choices(c: Candidate) -> tuple[frozenset[Offload], ...]:
+        return offloads[c.zero, c.dp * c.cp == 1]
     variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
 
     def within_state_bound(c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
@@ -185,9 +189,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
                layer_times.beside(c) if beside is None else beside)
         if key not in variants:
             if not c.offload and layer_times.state_bound(c) <= capacity:
-                variants[key] = offloads[c.zero]
+                variants[key] = choices(c)
             else:
-                variants[key] = tuple(o for o in offloads[c.zero]
+                variants[key] = tuple(o for o in choices(c)
                                       if layer_times.state_bound(replace(c, offload=o)) <= capacity)
         return variants[key]
 
@@ -195,7 +199,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     groups: dict[tuple[object, ...], tuple[Candidate, list[tuple[Schedule, int]]]] = {}
     fitting = total = 0
     for first, shapes, experts, _ in built:
-        total += len(offloads[first.zero]) * len(shapes) * len(experts)
+        total += len(choices(first)) * len(shapes) * len(experts)
         sides = [layer_times.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
         found: list[tuple[int, int, tuple[int, int], list[tuple[Schedule, int]]]] = []
         for e, (ep, etp) in enumerate(experts):
@@ -216,7 +220,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     pruned_memory = total - fitting
     if not fitting:
         pool = list(candidates(model, cluster, job, spec, offload_variants=False))
-        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(pool, lambda c: offloads[c.zero])))
+        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(pool, choices), fit_hints(spec, job)))
     # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
     # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
     # reaches the top, each is queued at its bound; there a candidate is dropped if its memory floor exceeds the GPU or
@@ -231,7 +235,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     # sibling's step is no more than their bound.
     family = module_family(model, job, spec)
     heap: list[tuple[float, tuple[int, ...], int, int, Candidate | tuple[Candidate, list[tuple[Schedule, int]]]]] = [
-        (layer_times.shape_floor(g[0], g[1], offloads[g[0].zero]), (), 0, i, g) for i, g in enumerate(groups.values())]
+        (layer_times.shape_floor(g[0], g[1], choices(g[0])), (), 0, i, g) for i, g in enumerate(groups.values())]
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by reported step time (negated)
     steps: dict[Candidate, float | None] = {}  # settled: the reported step, None where nothing fits or it is dominated
@@ -343,7 +347,8 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     if not top:
         members = [replace(first, vpp=vpp, schedule=schedule) for first, held in groups.values()
                    for schedule, vpp in held]
-        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(members, within_state_bound)))
+        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(members, within_state_bound),
+                                              fit_hints(spec, job)))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     cert = Certificate(
         method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the reported "
@@ -374,8 +379,18 @@ def _with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[froz
     return [replace(c, offload=o) for c in cs for o in choices(c)]
 
 
-def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate]) -> str:
-    """Name the tightest resource and what would make the job fit."""
+def fit_hints(spec: SearchSpec, job: JobSpec) -> str:
+    """What the user left out that frees GPU memory: offloading (where the runtime runs any) and LoRA."""
+    hints = []
+    if spec.offload is None and not spec.offload_auto and (spec.offload_zero is None or spec.offload_zero):
+        hints.append("--offload auto (the optimizer, gradients and weights in host memory or on NVMe)")
+    if job.trainable_fraction >= 1:
+        hints.append("--lora-rank 16 (train adapters over frozen weights)")
+    return f"; or try {' or '.join(hints)}" if hints else ""
+
+
+def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str = "") -> str:
+    """Name the tightest resource and what would make the job fit (and `hints`: `fit_hints`)."""
     cluster, job = layer_times.cluster, layer_times.job
     need_bytes, _, leanest = min((layer_times.state_bound(c), c.sort_key(), c) for c in pool)
     need = need_bytes / GIB
@@ -384,12 +399,13 @@ def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate]) -> str:
     if need <= cap:
         return (f"no layout fits in {cap:g} GiB per GPU: weights and optimizer state fit (leanest: "
                 f"{need:.1f} GiB with tp {leanest.tp}, pp {leanest.pp}, ZeRO-{int(leanest.zero)}) but activations do "
-                f"not; use a shorter sequence than {job.seq_len}, a smaller batch, more GPUs or GPUs with more memory")
+                f"not; use a shorter sequence than {job.seq_len}, a smaller batch, more GPUs or GPUs with more memory"
+                + hints)
     states = need - M.BUFFER_ALLOWANCE_GIB
     gpus = cluster.num_gpus * math.ceil(states / max(spare, 1e-9))
     return (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
             f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone; "
-            f"use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model")
+            f"use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model" + hints)
 
 
 __all__ = ["Certificate", "Ranked", "SearchResult", "SearchSpec", "Solver", "search", "split_problem"]

@@ -27,7 +27,7 @@ from dataclasses import replace
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.knobs import LayerActivations, LayerKnobs
-from cost_models.offload import host_capacity_bytes
+from cost_models.offload import host_capacity_bytes, offload_working_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
 from cost_models.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
@@ -156,6 +156,7 @@ class RankMemory:
             every += M.zero3_working_bytes(model, c.tp, job.runtime.grad_reduce_bytes, c.ep, c.etp)
         if Offload.ACTIVATIONS in c.offload:
             every += 2 * max(acts.dense, acts.moe)
+        every += offload_working_bytes(c.layout(), job)
         fixed = [every + (s_emb + first * math.ceil(alive[r]) if r == emb else 0.0)
                  + (s_head + logits + mtp * math.ceil(alive[r]) if r == head else 0.0) for r in range(c.pp)]
         return fixed, alive, s_dense, s_moe

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.core import Layout, ModelSpec, Schedule, non_default_modules
+from planner.core import Layout, ModelSpec, Offload, Schedule, non_default_modules
 from planner.core.errors import InputError, LayoutError
 from planner.core.framework import Framework, RuntimeProfile
 from planner.search.searchspec import SearchSpec
@@ -47,7 +47,7 @@ def _check_pins(spec: SearchSpec, profile: RuntimeProfile) -> None:
         raise _refuse(profile, "a set of recomputed modules", "recompute none, selective or full")
     if spec.sp is False and spec.tp not in (None, 1) and caps.sp_with_tp:
         raise _refuse(profile, "TP without sequence parallelism", "SP whenever tp > 1")
-    for what in spec.offload or frozenset():
+    for what in (o for o in Offload if o in (spec.offload or ())):  # in the enum's order: the first it cannot run
         if not caps.offload_stages(what):
             raise _refuse(profile, f"{what.value} offloading", _names(tuple(k for k, _ in caps.offload)) or "none")
 

@@ -10,7 +10,7 @@ Dimensions and their ranges (each can be pinned through SearchSpec):
   mbs  divisors of the per-replica batch up to max_mbs
   vpp  1, or 2..16 model chunks per rank with at least one layer each (interleaved 1F1B needs
        micro-batches % pp == 0)
-  zero 0-3 (1-3 only when dp·cp > 1); recompute none / selective / full; SP on whenever tp > 1
+  zero 0-3 (1-3 only when dp·cp > 1, or to offload); recompute none / selective / full; SP on whenever tp > 1
        (it only removes memory and element-wise work in this model), unless pinned.
   recompute modules  selective recomputation of Megatron's --recompute-modules, a short nested family of sets
        that free memory in this model (`module_sets`: layernorm, + moe_act, + mla_up_proj), or a pinned set.
@@ -90,19 +90,30 @@ class Candidate:
                 self.ep, self.etp, sum(1 << i for i, o in enumerate(Offload) if o in self.offload), self.dp_replicate)
 
 
-# what `SearchSpec.offload_auto` tries: nothing, the optimizer, the weights with it, and the activations beside each
-OFFLOAD_SETS = tuple(frozenset(s) for s in (
-    (), (Offload.OPTIMIZER,), (Offload.OPTIMIZER, Offload.PARAMS), (Offload.ACTIVATIONS,),
-    (Offload.OPTIMIZER, Offload.ACTIVATIONS), (Offload.OPTIMIZER, Offload.PARAMS, Offload.ACTIVATIONS)))
+# what `SearchSpec.offload_auto` tries: nothing; the optimizer (ZeRO-Offload as Megatron-core runs it), with its
+# gradients (as DeepSpeed runs it), with the weights (ZeRO-Infinity), each on the host or NVMe; the activations
+# beside each
+_O, _G, _P, _A, _N = Offload.OPTIMIZER, Offload.GRADIENTS, Offload.PARAMS, Offload.ACTIVATIONS, Offload.NVME
+_STATES = ((), (_O,), (_O, _G), (_O, _G, _P), (_O, _G, _N), (_O, _G, _P, _N))
+OFFLOAD_SETS = tuple(frozenset(s + a) for a in ((), (_A,)) for s in _STATES)
 
 
-def offload_options(zero: ZeroStage, spec: SearchSpec) -> list[frozenset[Offload]]:
+def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme: bool = False
+                    ) -> list[frozenset[Offload]]:
     """What may live on the host at a ZeRO stage: the pin, every set of `OFFLOAD_SETS` with offload_auto, else
-    nothing; the optimizer needs ZeRO 1-3 (a shard to update), the weights ZeRO-3 (a shard to stream)."""
+    nothing; the optimizer needs ZeRO 1-3 (a shard to update), the weights ZeRO-3 (a shard to stream), NVMe a host
+    that has it (`nvme`). Where the runtime's rules (`SearchSpec.offload_zero`) offload the gradients, its optimizer
+    offload always takes them along (DeepSpeed's offload_optimizer moves each bucket to the host in the backward).
+    A GPU `alone` in its data-parallel group has a ZeRO stage above 0 only to offload: there every choice offloads
+    the optimizer."""
     sets = [spec.offload] if spec.offload is not None else (list(OFFLOAD_SETS) if spec.offload_auto else [frozenset()])
     rules = dict(spec.offload_zero) if spec.offload_zero is not None else None
+    if rules is not None and Offload.GRADIENTS in rules:
+        sets = list(dict.fromkeys(s | {Offload.GRADIENTS} if Offload.OPTIMIZER in s else s for s in sets))
     return [s for s in sets if (Offload.OPTIMIZER not in s or zero is not ZeroStage.NONE)
             and (Offload.PARAMS not in s or zero is ZeroStage.WEIGHTS)
+            and (nvme or Offload.NVME not in s)
+            and (not alone or zero is ZeroStage.NONE or Offload.OPTIMIZER in s)
             and (rules is None or all(int(zero) in rules.get(o, ()) for o in s))]
 
 
@@ -304,12 +315,13 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
                                       and (spec.mbs_choices is None or b in spec.mbs_choices)])
         allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
         dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
-        zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [
-            z for z in allowed if (z is not dominated or dp * cp == 1) and (dp * cp > 1 or z is ZeroStage.NONE)]
+        alone, nvme = dp * cp == 1, cluster.host.nvme_gbs > 0
+        offloads = {z: offload_options(z, spec, alone, nvme) for z in ZeroStage}
+        zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [  # alone: ZeRO 1-3 only to offload
+            z for z in allowed if (z is not dominated or alone) and (not alone or z is ZeroStage.NONE or offloads[z])]
         if pp > 1 and spec.pipeline_zero_choices is not None:
             zeros = [z for z in zeros if int(z) in spec.pipeline_zero_choices]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
-        offloads = {z: offload_options(z, spec) for z in zeros}
         shapes: dict[int, list[tuple[int, Schedule]]] = {}
         for mbs, zero, (recompute, modules), sp in product(mbs_list, zeros, recomputes, sps):
             if sp and (tp == 1 or job.seq_len % sp_multiple(tp, cp)):

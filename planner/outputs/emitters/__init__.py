@@ -65,11 +65,11 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
             f"no launcher configuration is written for vision-language models yet ({plan.model.name}): they train "
             "through the launchers' multimodal entry points (Megatron-LM examples/multimodal, NeMo's VLM recipes), "
             "whose arguments meshplan does not check; the plan file carries the layout")
-    if plan.job.trainable_fraction < 1:
+    if plan.job.trainable_fraction < 1 and target is not Target.DEEPSPEED:
         raise UnsupportedPlanError(
-            f"no launcher configuration is written for LoRA fine-tuning yet (rank {plan.job.lora_rank}): the adapters "
-            "are set up in the training script (PEFT, NeMo's PEFT recipes), which meshplan does not write; the plan "
-            "file carries the layout")
+            f"no {target.value} configuration is written for LoRA fine-tuning (rank {plan.job.lora_rank}): its "
+            "adapters are set up in the training script (NeMo's PEFT recipes), which meshplan does not write; "
+            "DeepSpeed runs it: --emit deepspeed writes the ds_config with PEFT's LoraConfig arguments")
     own = plan.job.runtime.framework is FRAMEWORK[target] and FRAMEWORK[target] is not Framework.ANY
     try:
         return Emitted(EMITTERS[target](plan), None)
@@ -82,7 +82,9 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
         reason = str(exc)
     job = replace(plan.job, runtime=replace(plan.job.runtime, framework=FRAMEWORK[target]))
     try:
-        result = search(plan.model, plan.cluster, job, replace(CAPABILITIES[target], top_k=1))
+        # the substitute offloads where the plan did (each choice the launcher's runtime runs): no silent drop
+        result = search(plan.model, plan.cluster, job, replace(CAPABILITIES[target], top_k=1,
+                                                               offload_auto=bool(plan.best.layout.offload)))
     except InfeasibleError as exc:
         raise UnsupportedPlanError(f"{reason}; and no layout {target.value} can run fits this job ({exc})") from None
     nearest = Plan(plan.model, plan.cluster, job, result.best, (), result.certificate)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.core import Layout, Recompute, ZeroStage, module_names, non_default_modules
+from planner.core import Layout, Recompute, ZeroStage, module_names, non_default_modules, offload_names
 from planner.core.errors import MeshplanError
 from planner.core.text import one_line
 from planner.outputs.plan import Plan
@@ -66,7 +66,8 @@ def layout_summary(lay: Layout) -> str:
     experts = f"ep {lay.ep}, etp {lay.etp}, " if lay.ep > 1 or lay.etp > 1 else ""
     return (f"tp {lay.tp}, pp {lay.pp}, dp {lay.dp}, cp {lay.cp}, {experts}vpp {lay.vpp}, mbs {lay.mbs}, "
             f"ZeRO-{int(lay.zero)}, recompute {lay.recompute.value}"
-            + (f" ({' '.join(module_names(lay.recompute_modules))})" if non_default_modules(lay) else ""))
+            + (f" ({' '.join(module_names(lay.recompute_modules))})" if non_default_modules(lay) else "")
+            + (f", offload {'+'.join(offload_names(lay.offload))}" if lay.offload else ""))
 
 
 __all__ = ["LaunchFacts", "Recompute", "UnsupportedPlanError", "ZeroStage", "describe", "facts", "partial_recompute"]

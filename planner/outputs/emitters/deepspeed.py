@@ -2,8 +2,9 @@
 
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x DP, with DeepSpeed's DP =
 world / (pp x tp) (tensor parallelism comes from the model's mpu, not from this file). ZeRO 0-3 map to
-zero_optimization.stage, offload to the CPU where the plan offloads (offload_optimizer, offload_param with ZeRO-3,
-cpu_checkpointing of fully recomputed layers' checkpoints) and explicitly off otherwise; the pipeline
+zero_optimization.stage, offload to the CPU or NVMe where the plan offloads (offload_optimizer, which moves the
+gradients too, offload_param with ZeRO-3, cpu_checkpointing of fully recomputed layers' checkpoints; the aio section
+for NVMe) and explicitly off otherwise; a LoRA plan's PEFT LoraConfig arguments under "peft"; the pipeline
 engine supports ZeRO 0-1 only and splits layers with its own partition methods, so only even pipeline
 splits are expressed; there is no context parallelism and no selective or per-stage recomputation.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cost_models.offload import GRADIENT_BUCKET_ELEMENTS
 from planner.core import (
     AttentionKernel,
     Offload,
@@ -60,13 +62,12 @@ def config(plan: Plan) -> dict[str, Any]:
     if Offload.ACTIVATIONS in lay.offload and lay.recompute is not Recompute.FULL:
         raise UnsupportedPlanError("DeepSpeed offloads the checkpoints of fully recomputed layers only "
                                    "(cpu_checkpointing); the nearest plan uses --recompute full")
+    if Offload.OPTIMIZER in lay.offload and Offload.GRADIENTS not in lay.offload:
+        raise UnsupportedPlanError("DeepSpeed's offload_optimizer also moves the gradients to the host in every "
+                                   "backward; this plan keeps them on the GPU: the nearest plan offloads them "
+                                   "(--offload optimizer,gradients)")
     zero: dict[str, Any] = {"stage": int(lay.zero), "overlap_comm": job.runtime.overlap_grad_reduce,
-                            "contiguous_gradients": True}
-    cpu = {"device": "cpu", "pin_memory": True}
-    if lay.zero >= ZeroStage.OPTIMIZER:  # what the plan keeps on the GPU is said to stay there
-        zero["offload_optimizer"] = cpu if Offload.OPTIMIZER in lay.offload else {"device": "none"}
-    if lay.zero is ZeroStage.WEIGHTS:
-        zero["offload_param"] = cpu if Offload.PARAMS in lay.offload else {"device": "none"}
+                            "contiguous_gradients": True, **offload_sections(lay.offload, lay.zero)}
     cfg: dict[str, Any] = {
         "train_batch_size": job.global_batch,
         "train_micro_batch_size_per_gpu": lay.mbs,
@@ -83,7 +84,40 @@ def config(plan: Plan) -> dict[str, Any]:
     if lay.pp > 1:
         cfg["pipeline"] = {"stages": lay.pp, "partition": "uniform", "activation_checkpoint_interval":
                            1 if lay.recompute is Recompute.FULL else 0}
+    if Offload.NVME in lay.offload:  # DeepSpeed's async I/O for the NVMe tier (runtime/swap_tensor/aio_config.py)
+        cfg["aio"] = {"block_size": 1048576, "queue_depth": 8, "single_submit": False, "overlap_events": True,
+                      "thread_count": 1}
+    if job.trainable_fraction < 1:
+        cfg[PEFT_KEY] = lora_settings(job.lora_rank)
     return cfg
+
+
+PEFT_KEY = "peft"  # DeepSpeed ignores top-level keys it does not know; the training script pops this one
+NVME_PATH = "/local_nvme"  # where DeepSpeed swaps to: set it to the NVMe mount of each node
+
+
+def offload_sections(offload: frozenset[Offload], zero: ZeroStage) -> dict[str, Any]:
+    """zero_optimization's offload_optimizer (ZeRO 1-3) and offload_param (ZeRO-3): the CPU, NVMe (with its
+    nvme_path) or, for what the plan keeps on the GPU, explicitly none; with gradients offloaded the reduce bucket
+    the cost model gives the GPU (cost_models.offload.GRADIENT_BUCKET_ELEMENTS)."""
+    device = "nvme" if Offload.NVME in offload else "cpu"
+    where = {"device": device, "pin_memory": True, **({"nvme_path": NVME_PATH} if device == "nvme" else {})}
+    out: dict[str, Any] = {}
+    if zero >= ZeroStage.OPTIMIZER:  # what the plan keeps on the GPU is said to stay there
+        out["offload_optimizer"] = dict(where) if Offload.OPTIMIZER in offload else {"device": "none"}
+    if zero is ZeroStage.WEIGHTS:
+        out["offload_param"] = dict(where) if Offload.PARAMS in offload else {"device": "none"}
+    if Offload.GRADIENTS in offload:
+        out["reduce_bucket_size"] = GRADIENT_BUCKET_ELEMENTS
+    return out
+
+
+def lora_settings(rank: int) -> dict[str, Any]:
+    """PEFT's LoraConfig arguments of a LoRA plan: adapters of `rank` on every linear layer of the decoder ("all-linear"
+    leaves the output head out), as meshplan prices them (planner.api.lora_fraction); alpha and dropout do not change
+    the cost (alpha = 2 x rank, the common choice)."""
+    return {"r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0, "target_modules": "all-linear",
+            "bias": "none", "task_type": "CAUSAL_LM"}
 
 
 def emit(plan: Plan) -> str:

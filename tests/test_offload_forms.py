@@ -1,0 +1,188 @@
+"""The offload forms of issue 33 (cost_models/offload.py): gradients offloaded in the backward, the NVMe tier,
+single-GPU plans on the runtime that runs them (DeepSpeed), and what the DeepSpeed emitter writes for them, checked
+by DeepSpeed's own config parser and PEFT's LoraConfig."""
+
+from __future__ import annotations
+
+import json
+import socket
+import warnings
+
+import pytest
+
+from cost_models.knobs import LayerTime
+from cost_models.offload import (
+    GRADIENT_BUCKET_ELEMENTS,
+    NVME_ADAM_BYTES,
+    cpu_adam_time,
+    layer_offload_exposed,
+    nvme_time,
+    offloaded_optimizer_step,
+    pcie_time,
+)
+from hardware_profiles import load_hardware
+from planner.api import evaluate, plan
+from planner.core import GIB, Offload, Runtime, Target
+from planner.core.errors import InfeasibleError
+from planner.core.framework import Framework
+from planner.outputs.emitters import emit
+from planner.outputs.emitters.common import UnsupportedPlanError
+from planner.search.space import SearchSpec
+
+DS = Runtime(framework=Framework.DEEPSPEED)
+WORKSTATION = load_hardware("rtx4090-workstation", 1)
+
+
+def test_gradients_leave_the_gpu_bucket_by_bucket() -> None:
+    """ZeRO-Offload's gradient offload: the GPU keeps two reduce buckets, not the gradients (Ren et al. 2021 §4)."""
+    job = {"gpus": 1, "seq_len": 1024, "global_batch": 8, "runtime": DS, "mbs": 8, "recompute": "full"}
+    kept = evaluate("megatron-7.5b", "v100-32gb", zero=2, offload="optimizer", **job)
+    moved = evaluate("megatron-7.5b", "v100-32gb", zero=2, offload="optimizer,gradients", **job)
+    stage, stage_kept = moved.stages[0], kept.stages[0]
+    assert stage.gradients_gib == 0.0 and stage_kept.gradients_gib > 25  # 7.5B x 4 bytes stays without
+    bucket = 2 * GRADIENT_BUCKET_ELEMENTS * DS.grad_reduce_bytes / GIB
+    assert stage.other_gib == pytest.approx(stage_kept.other_gib + bucket)
+    assert moved.fits and not kept.fits
+
+
+def test_gradient_copies_run_against_the_weights() -> None:
+    """Gradients go out while weights and activations come in: opposite PCIe directions overlap, the same queue."""
+    cluster = load_hardware("rtx4090", 1)
+    t = LayerTime(forward=1e-4, backward=2e-4)
+    w, g = 1e8, 3e8
+    expected = (pcie_time(w, cluster) - 1e-4) + (max(pcie_time(w, cluster), pcie_time(g, cluster)) - 2e-4)
+    assert layer_offload_exposed(t, w, 0.0, cluster, g) == pytest.approx(expected)
+
+
+def test_the_nvme_tier() -> None:
+    """With the state on NVMe the step takes the longer of CPU Adam and the swap (DeepSpeed's pipelined swapper), and
+    host memory keeps only the fp32 gradients."""
+    params = 1e9
+    swap = nvme_time(params * NVME_ADAM_BYTES, WORKSTATION)
+    assert swap == pytest.approx(params * 24 / (36e9 * 0.8))
+    step = offloaded_optimizer_step(params, False, WORKSTATION, on_nvme=True)
+    assert step == pytest.approx(max(swap, cpu_adam_time(params, WORKSTATION)) + pcie_time(2 * params, WORKSTATION))
+    no_nvme = load_hardware("rtx4090", 1)
+    assert nvme_time(1.0, no_nvme) == float("inf")
+    job = {"gpus": 1, "seq_len": 1024, "global_batch": 8, "runtime": DS, "mbs": 8, "recompute": "full", "zero": 3}
+    host = evaluate("llama2-13b", "rtx4090-workstation", offload="params", **job)
+    nvme = evaluate("llama2-13b", "rtx4090-workstation", offload="params,nvme", **job)
+    assert nvme.host_memory_gib == pytest.approx(host.host_memory_gib * 4 / 18, rel=0.02)
+
+
+def test_a_host_without_nvme_is_never_planned_on_it() -> None:
+    p = plan("llama2-13b", "rtx4090", gpus=1, seq_len=1024, global_batch=32, runtime=DS,
+             spec=SearchSpec(offload_auto=True, top_k=5))
+    assert all(Offload.NVME not in r.layout.offload for r in (p.best, *p.alternatives))
+
+
+def test_13b_full_fine_tuning_plans_on_one_rtx4090() -> None:
+    """Issue 33: GPT-3 13B full fine-tuning on one RTX 4090 (Fuyou and ZeRO-Infinity run it; arXiv 2403.06504)
+    needs the weights streamed from the host: ZeRO-3 with parameter offload, on DeepSpeed."""
+    with pytest.raises(InfeasibleError, match="--offload auto"):
+        plan("llama2-13b", "rtx4090", gpus=1, seq_len=1024, global_batch=32, runtime=DS)
+    p = plan("llama2-13b", "rtx4090", gpus=1, seq_len=1024, global_batch=32, runtime=DS,
+             spec=SearchSpec(offload_auto=True))
+    lay = p.best.layout
+    assert lay.dp == 1 and int(lay.zero) == 3 and {Offload.PARAMS, Offload.GRADIENTS} <= lay.offload
+    assert p.best.prediction.fits
+
+
+def test_7p5b_plans_on_one_v100() -> None:
+    """Issue 33: ZeRO-Offload trains 13B on one V100 32 GB (Ren et al. 2021, abstract); 7.5B plans there."""
+    p = plan("megatron-7.5b", "v100-32gb", gpus=1, seq_len=1024, global_batch=32, runtime=DS,
+             spec=SearchSpec(offload_auto=True))
+    assert p.best.prediction.fits and Offload.OPTIMIZER in p.best.layout.offload
+
+
+def _deepspeed_config(cfg: dict, monkeypatch: pytest.MonkeyPatch) -> object:
+    pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
+    warnings.filterwarnings("ignore")
+    import deepspeed.comm as dist
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": port}.items():
+        monkeypatch.setenv(key, value)
+    if not dist.is_initialized():
+        dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+
+    class Mpu:
+        def get_data_parallel_world_size(self) -> int:
+            return 1
+
+        def get_model_parallel_world_size(self) -> int:
+            return 1
+
+        def get_data_parallel_rank(self) -> int:
+            return 0
+
+        def get_model_parallel_rank(self) -> int:
+            return 0
+
+    return DeepSpeedConfig(cfg, mpu=Mpu())
+
+
+@pytest.mark.parametrize(("hardware", "nvme"), [("rtx4090", False), ("rtx4090-workstation", True)])
+def test_deepspeed_parses_the_offload_config(hardware: str, nvme: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    offload = frozenset({Offload.PARAMS, *([Offload.NVME] if nvme else [])})
+    p = plan("llama2-13b", hardware, gpus=1, seq_len=1024, global_batch=32, runtime=DS,
+             spec=SearchSpec(offload=offload, top_k=1))
+    cfg = json.loads(emit(p, Target.DEEPSPEED, strict=True).text)
+    ds = _deepspeed_config(cfg, monkeypatch)
+    zero = ds.zero_config  # type: ignore[attr-defined]
+    device = "nvme" if nvme else "cpu"
+    assert zero.stage == 3 and zero.offload_optimizer.device == device and zero.offload_param.device == device
+    assert zero.reduce_bucket_size == GRADIENT_BUCKET_ELEMENTS
+    assert ("aio" in cfg) is nvme
+
+
+def test_lora_plans_write_peft_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LoRA plan's DeepSpeed config carries PEFT's LoraConfig arguments (checked by PEFT itself); the launchers
+    that do not write LoRA name DeepSpeed."""
+    p = plan("llama3-8b", "rtx4090", gpus=1, seq_len=2048, global_batch=8, runtime=DS, lora_rank=16,
+             spec=SearchSpec(top_k=1))
+    cfg = json.loads(emit(p, Target.DEEPSPEED, strict=True).text)
+    peft_args = cfg.pop("peft")
+    _deepspeed_config(cfg, monkeypatch)
+    peft = pytest.importorskip("peft")
+    lora = peft.LoraConfig(**peft_args)
+    assert lora.r == 16 and lora.target_modules == "all-linear"
+    with pytest.raises(UnsupportedPlanError, match="deepspeed"):
+        emit(p, Target.MEGATRON, strict=True)
+
+
+def test_the_substitute_keeps_offloading() -> None:
+    """The README's failure: a research-space offload plan emitted for DeepSpeed used to lose its offload in the
+    substitute search (and then fit nowhere); it now searches DeepSpeed's offload forms."""
+    p = plan("llama2-13b", "rtx4090", gpus=1, seq_len=1024, global_batch=32, runtime=Runtime(framework=Framework.ANY),
+             spec=SearchSpec(offload_auto=True, top_k=1))
+    out = emit(p, Target.DEEPSPEED)
+    cfg = json.loads(out.text)
+    assert cfg["zero_optimization"]["offload_param"]["device"] in ("cpu", "nvme")
+
+
+def test_partial_recomputation_is_stated() -> None:
+    """Issue 33: the layout line said recompute=none while most layers were recomputed fully."""
+    from planner.outputs.report import prediction_table
+
+    p = plan("llama2-13b", "rtx4090", gpus=8, seq_len=4096, global_batch=64, runtime=Runtime(framework=Framework.ANY),
+             spec=SearchSpec(offload=frozenset({Offload.OPTIMIZER}), recompute="none", pp=4, zero=1, top_k=1))
+    lay = p.best.layout
+    if lay.recompute_layers is None:
+        pytest.skip("the plan recomputes no layer fully")
+    text = prediction_table(p.model, p.cluster, p.job, lay, p.best.prediction)
+    full = sum(lay.recompute_layers)
+    assert f"({full} of {p.model.num_layers} layers fully recomputed)" in text
+
+
+def test_zero_above_0_alone_only_to_offload() -> None:
+    """On one GPU ZeRO 1-3 shard nothing: the search tries them only with the optimizer offloaded."""
+    p = plan("llama2-7b", "rtx4090", gpus=1, seq_len=1024, global_batch=8, runtime=DS,
+             spec=SearchSpec(offload_auto=True, top_k=20))
+    for r in (p.best, *p.alternatives):
+        assert int(r.layout.zero) == 0 or Offload.OPTIMIZER in r.layout.offload
+    assert p.best.layout.dp == 1
