@@ -55,6 +55,7 @@ from planner.core import (
     Schedule,
     ZeroStage,
     check_expert_degrees,
+    offload_names,
 )
 from planner.core.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
@@ -384,6 +385,9 @@ def fit_hints(spec: SearchSpec, job: JobSpec) -> str:
     hints = []
     if spec.offload is None and not spec.offload_auto and (spec.offload_zero is None or spec.offload_zero):
         hints.append("--offload auto (the optimizer, gradients and weights in host memory or on NVMe)")
+    rules = dict(spec.offload_zero) if spec.offload_zero is not None else None
+    if rules is not None and Offload.PARAMS not in rules:
+        hints.append("--runtime deepspeed --offload auto (DeepSpeed offloads the gradients and weights too)")
     if job.trainable_fraction >= 1:
         hints.append("--lora-rank 16 (train adapters over frozen weights)")
     return f"; or try {' or '.join(hints)}" if hints else ""
@@ -396,6 +400,16 @@ def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str
     need = need_bytes / GIB
     cap = cluster.gpu.memory_gib
     spare = cap - M.BUFFER_ALLOWANCE_GIB
+    host = [(layer_times.host_floor(c, False), c.sort_key(), c) for c in pool
+            if c.offload and layer_times.memory_floor(c, False) <= cap * GIB]
+    host_cap = layer_times.host_capacity()
+    if host and min(host)[0] > host_cap:  # what fits on the GPU offloads more than the hosts hold
+        low, _, lean = min(host)
+        return (f"no layout fits: those whose states fit in {cap:g} GiB per GPU offload more than host memory holds "
+                f"(the leanest, tp {lean.tp}, pp {lean.pp}, ZeRO-{int(lean.zero)} offloading "
+                f"{', '.join(offload_names(lean.offload))}, needs {low / GIB:.0f} GiB per node of the "
+                f"{host_cap / GIB:.0f} usable); use more nodes, hosts with more memory or an NVMe tier (host nvme_gbs "
+                "and nvme_gib in the hardware profile, --offload ...,nvme)" + hints)
     if need <= cap:
         return (f"no layout fits in {cap:g} GiB per GPU: weights and optimizer state fit (leanest: "
                 f"{need:.1f} GiB with tp {leanest.tp}, pp {leanest.pp}, ZeRO-{int(leanest.zero)}) but activations do "
