@@ -76,7 +76,7 @@ def test_a_host_without_nvme_is_never_planned_on_it() -> None:
     assert all(Offload.NVME not in r.layout.offload for r in (p.best, *p.alternatives))
 
 
-def test_13b_full_fine_tuning_plans_on_one_rtx4090() -> None:
+def test_13b_full_fine_tuning_plans_on_one_rtx4090(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Issue 33: GPT-3 13B full fine-tuning on one RTX 4090 (Fuyou and ZeRO-Infinity run it; arXiv 2403.06504)
     needs the weights streamed from the host: ZeRO-3 with parameter offload, on DeepSpeed."""
     with pytest.raises(InfeasibleError, match="--offload auto"):
@@ -86,6 +86,13 @@ def test_13b_full_fine_tuning_plans_on_one_rtx4090() -> None:
     lay = p.best.layout
     assert lay.dp == 1 and int(lay.zero) == 3 and {Offload.PARAMS, Offload.GRADIENTS} <= lay.offload
     assert p.best.prediction.fits
+    from planner.outputs.planfile import save_plan
+    from planner.outputs.planread import load_plan
+
+    save_plan(p, tmp_path / "ft.yaml")  # the plan file's schema knows every offload form
+    back = load_plan(tmp_path / "ft.yaml", reprice=True)
+    assert back.best.layout.offload == lay.offload
+    assert back.best.prediction.step_time_s == pytest.approx(p.best.prediction.step_time_s)
 
 
 def test_7p5b_plans_on_one_v100() -> None:
