@@ -193,3 +193,17 @@ def test_zero_above_0_alone_only_to_offload() -> None:
     for r in (p.best, *p.alternatives):
         assert int(r.layout.zero) == 0 or Offload.OPTIMIZER in r.layout.offload
     assert p.best.layout.dp == 1
+
+
+def test_stage_swapping_hides_the_next_stage_behind_the_current() -> None:
+    """Mobius (Feng et al., ASPLOS 2023): a GPU's pass over its stages is load₁ + Σ max(m·tᵢ, loadᵢ₊₁)."""
+    from cost_models.stage_swap import SwapStage, stage_swap_step, swapped_pass
+
+    cluster = load_hardware("rtx4090", 8)
+    w = 1e9
+    load = pcie_time(w, cluster)
+    slow, fast = SwapStage(load, 2 * load, w, w), SwapStage(load / 100, load / 50, w, w)
+    assert swapped_pass([slow, slow], 1, False, cluster) == pytest.approx(load + load + load)
+    assert swapped_pass([fast, fast], 1, False, cluster) == pytest.approx(load + load + fast.forward_s)
+    step = stage_swap_step([[slow]] * 8, 1, 0.0, cluster)
+    assert step == pytest.approx((load + load) + 7 * load + (load + 2 * load) + 7 * 2 * load)

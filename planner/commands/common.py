@@ -116,9 +116,10 @@ LoraRank = Annotated[int, typer.Option(
     help="Fine-tune LoRA adapters of this rank on every decoder linear layer over frozen weights (0: train every "
          "weight).")]
 OffloadOpt = Annotated[str | None, typer.Option(
-    help="What lives in host memory: none, or comma-separated optimizer (ZeRO-Offload: Adam on the CPU), params "
-         "(the weights too, streamed per layer; needs ZeRO-3), activations (stored activations); plan: also auto "
-         "(search them).")]
+    help="What lives in host memory: none, or comma-separated optimizer (ZeRO-Offload: Adam on the CPU), gradients "
+         "(sent to the host in each backward), params (the weights too, streamed per layer; needs ZeRO-3), "
+         "activations (stored activations), nvme (the offloaded state on the host's NVMe); plan: also auto (search "
+         "them).")]
 RecomputeModules = Annotated[str | None, typer.Option(
     help="Megatron's --recompute-modules, comma-separated (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
          "shared_experts); implies --recompute selective.")]

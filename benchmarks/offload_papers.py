@@ -1,0 +1,168 @@
+"""meshplan against the published throughput of offloading systems (benchmarks/data/offload/published.yaml):
+ZeRO-Offload, ZeRO-Infinity and Fuyou on one GPU, and RoundPipe's measured baselines on 8 x RTX 4090 (DeepSpeed
+ZeRO-2 and ZeRO-Infinity, Megatron-LM's pipeline, Mobius). Each record is priced as its run was set up: the run's
+own layout evaluated (`layout`), the best layout of a search on the runtime that runs it (`plan`), or stage
+swapping (`stage_swap`, cost_models/stage_swap.py: Mobius, which no runtime meshplan writes for runs). The prediction
+is printed beside the figure with the difference; nothing is fitted (the presets as they are, the fragments the data
+names for a run's setting). What a record assumes is in its `verified` field.
+
+    python benchmarks/offload_papers.py [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cost_models.knobs import LayerKnobs  # noqa: E402
+from cost_models.layer import decoder_layer_time, head_time  # noqa: E402
+from cost_models.params import one_layer_params  # noqa: E402
+from cost_models.stage_swap import SwapStage, stage_swap_step  # noqa: E402
+from planner.api import evaluate, plan, resolve  # noqa: E402
+from planner.core import Recompute, Runtime  # noqa: E402
+from planner.core.framework import Framework  # noqa: E402
+from planner.search.space import SearchSpec  # noqa: E402
+
+HERE = Path(__file__).resolve().parent / "data" / "offload"
+DATA = HERE / "published.yaml"
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    system: str
+    unit: str
+    published: float
+    predicted: float
+    how: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.published - 1
+
+
+def _model(name: str) -> str:
+    return str(HERE / name) if name.endswith(".yaml") else name
+
+
+def _hardware(name: str) -> str:
+    base, *frags = name.split(",")
+    return ",".join([base, *(str(HERE / f) for f in frags)])
+
+
+def _figure(unit: str, tokens_per_s: float, model_tflops: float) -> float:
+    return tokens_per_s if unit == "tokens_per_s" else model_tflops
+
+
+def _runtime(rec: dict[str, Any]) -> Runtime:
+    return Runtime(framework=Framework(rec.get("runtime", "deepspeed")))
+
+
+def price_layout(rec: dict[str, Any]) -> tuple[float, str]:
+    lay = dict(rec["layout"])
+    offload = ",".join(lay.pop("offload", [])) or None
+    pred = evaluate(_model(rec["model"]), _hardware(rec["hardware"]), gpus=rec["gpus"], seq_len=rec["seq_len"],
+                    global_batch=rec["global_batch"], runtime=_runtime(rec), offload=offload, dtype="bf16", **lay)
+    how = f"evaluated: {rec['layout']}; {pred.step_time_s:.1f} s/step, peak {pred.peak_memory_gib:.1f} GiB"
+    if not pred.fits:
+        how += " (meshplan says it does not fit)"
+    return _figure(rec["published"]["unit"], pred.tokens_per_s, pred.model_tflops_per_gpu), how
+
+
+def price_plan(rec: dict[str, Any]) -> tuple[float, str]:
+    off = rec.get("offload")
+    spec = SearchSpec(top_k=1, offload_auto=off == "auto",
+                      offload=frozenset(off) if isinstance(off, list) else None)
+    p = plan(_model(rec["model"]), _hardware(rec["hardware"]), gpus=rec["gpus"], seq_len=rec["seq_len"],
+             global_batch=rec["global_batch"], runtime=_runtime(rec), spec=spec)
+    pred, lay = p.best.prediction, p.best.layout
+    how = (f"planned on {rec.get('runtime', 'deepspeed')}: mbs {lay.mbs} ZeRO-{int(lay.zero)} {lay.recompute.value} "
+           f"offload {'+'.join(sorted(o.value for o in lay.offload)) or 'none'}; hardware "
+           f"{pred.hardware_tflops_per_gpu:.0f} TFLOP/s")
+    return _figure(rec["published"]["unit"], pred.tokens_per_s, pred.model_tflops_per_gpu), how
+
+
+def price_stage_swap(rec: dict[str, Any]) -> tuple[float, str]:
+    """Stage swapping with near-even stages of whole layers, the LM head's time on the last; the best stage count of
+    the multiples of the GPU count."""
+    gpus, mbs = rec["gpus"], rec["microbatch"]
+    problem = resolve(_model(rec["model"]), _hardware(rec["hardware"]), gpus=gpus, seq_len=rec["seq_len"],
+                      global_batch=rec["global_batch"], runtime=Runtime(framework=Framework.ANY))
+    model, cluster, job = problem.model, problem.cluster, problem.job
+    knobs = LayerKnobs(tp=1, cp=1, sp=False, mbs=mbs, recompute=Recompute.FULL)
+    layer = decoder_layer_time(model, job, cluster, knobs)
+    head = head_time(model, job, cluster, knobs)
+    params = one_layer_params(model, job, 1, 1, 1, False).total
+    total = params * model.num_layers
+    m = rec["global_batch"] // mbs
+    best: tuple[float, int] | None = None
+    for stages in range(gpus, model.num_layers + 1, gpus):  # near-even stages of whole layers, the head on the last
+        counts = [model.num_layers // stages + (s < model.num_layers % stages) for s in range(stages)]
+        built = [SwapStage.of_layers([layer] * n, n * params) for n in counts]
+        built[-1] = replace(built[-1], forward_s=built[-1].forward_s + head.forward,
+                            backward_s=built[-1].backward_s + head.backward + head.recompute)
+        per_gpu = [built[g::gpus] for g in range(gpus)]
+        step = stage_swap_step(per_gpu, m, total / gpus, cluster)
+        if best is None or step < best[0]:
+            best = (step, stages)
+    assert best is not None
+    step, stages = best
+    tokens = rec["global_batch"] * rec["seq_len"] / step
+    return tokens, f"stage swapping: {stages} stages, mbs {mbs}; {step:.1f} s/step"
+
+
+PRICERS = {"layout": price_layout, "plan": price_plan, "stage_swap": price_stage_swap}
+
+
+def load() -> tuple[dict[str, dict[str, Any]], list[tuple[str, str]]]:
+    """(records by key, pairs of record keys) of the data file."""
+    data = yaml.safe_load(DATA.read_text())
+    pairs = [(a, b) for a, b in data.pop("pairs", [])]
+    return data, pairs
+
+
+def rows(records: dict[str, dict[str, Any]]) -> dict[str, Row]:
+    out = {}
+    for key, rec in records.items():
+        predicted, how = PRICERS[rec["price"]](rec)
+        out[key] = Row(key, rec["system"], rec["published"]["unit"], rec["published"]["value"], predicted, how)
+    return out
+
+
+def ratios(table: dict[str, Row], pairs: list[tuple[str, str]]) -> list[tuple[str, str, float, float]]:
+    """(numerator, denominator, published ratio, predicted ratio) of each pair."""
+    return [(a, b, table[a].published / table[b].published, table[a].predicted / table[b].predicted)
+            for a, b in pairs]
+
+
+def main() -> None:
+    records, pairs = load()
+    table = rows(records)
+    paired = ratios(table, pairs)
+    if "--json" in sys.argv[1:]:
+        print(json.dumps({"records": [{"key": r.key, "system": r.system, "unit": r.unit, "published": r.published,
+                                       "predicted": r.predicted, "error": r.error, "how": r.how}
+                                      for r in table.values()],
+                          "pairs": [{"of": a, "over": b, "published": p, "predicted": q} for a, b, p, q in paired]},
+                         indent=2))
+        return
+    print(f"{'record':38} {'unit':14} {'published':>10} {'meshplan':>10} {'diff':>7}  how meshplan priced it")
+    for r in table.values():
+        print(f"{r.key:38} {r.unit:14} {r.published:10.1f} {r.predicted:10.1f} {100 * r.error:+6.1f}%  {r.how}")
+    errors = [abs(r.error) for r in table.values()]
+    print(f"\n{len(errors)} records: mean |difference| {100 * sum(errors) / len(errors):.1f} %, "
+          f"{sum(e <= 0.2 for e in errors)} within 20 %")
+    print(f"\n{'ratio of two runs on one machine':80} {'published':>9} {'meshplan':>9} {'diff':>7}")
+    for a, b, p, q in paired:
+        print(f"{a + ' / ' + b:80} {p:9.3f} {q:9.3f} {100 * (q / p - 1):+6.1f}%")
+
+
+if __name__ == "__main__":
+    main()
