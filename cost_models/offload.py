@@ -175,3 +175,17 @@ def node_host_bytes(per_gpu: list[float], ranks_per_stage: int, gpus_per_node: i
     per_node = gpus_per_node // ranks_per_stage
     return max((ranks_per_stage * sum(per_gpu[i:i + per_node]) for i in range(0, len(per_gpu), per_node)),
                default=0.0)
+
+
+def nvme_fits(total_params: float, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> bool:
+    """Whether the NVMe tier of each node holds what its GPUs put there: the whole model's fp32 master weights and
+    moments of its trained share (NVME_STATE_BYTES) and, with parameter offload, its 16-bit weights, spread evenly
+    over the nodes of the layout (every rank keeps its own piece: TP, PP and the ZeRO shards over DP tile the model
+    once), against the profile's nvme_gib. True without the NVMe tier."""
+    if Offload.NVME not in layout.offload:
+        return True
+    per_param = NVME_STATE_BYTES * job.trainable_fraction + (HOST_WEIGHT_BYTES if Offload.PARAMS in layout.offload
+                                                               else 0.0)
+    node = total_params * per_param * min(cluster.gpus_per_node, layout.world) / layout.world
+    return node <= cluster.host.nvme_gib * 2**30
+

@@ -22,7 +22,7 @@ from cost_models.comm import Collective, collective, send_recv
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
-from cost_models.offload import host_capacity_bytes, node_host_bytes, offload_working_bytes
+from cost_models.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
 from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
@@ -421,7 +421,8 @@ def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layou
         hfu=hw_flops / step / world / peak,
         peak_memory_gib=peak_mem,
         memory_capacity_gib=cluster.gpu.memory_gib,
-        fits=peak_mem <= cluster.gpu.memory_gib and host_need <= host_cap,
+        fits=(peak_mem <= cluster.gpu.memory_gib and host_need <= host_cap
+              and nvme_fits(F.total_params(model), layout, job, cluster)),
         bubble_fraction=bubble_fraction(layout.schedule, layout.pp, m, layout.vpp),
         num_microbatches=m,
         breakdown=breakdown,

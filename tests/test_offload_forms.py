@@ -207,3 +207,21 @@ def test_stage_swapping_hides_the_next_stage_behind_the_current() -> None:
     assert swapped_pass([fast, fast], 1, False, cluster) == pytest.approx(load + load + fast.forward_s)
     step = stage_swap_step([[slow]] * 8, 1, 0.0, cluster)
     assert step == pytest.approx((load + load) + 7 * load + (load + 2 * load) + 7 * 2 * load)
+
+
+def test_the_nvme_tier_has_a_capacity() -> None:
+    """13B's fp32 master weights and moments and 16-bit weights take 13e9 x 14 bytes = 170 GiB of NVMe: a 100 GiB
+    array does not hold them, the 40 TB one of rtx4090-workstation does."""
+    from dataclasses import replace
+
+    from cost_models.flops import total_params
+    from cost_models.offload import nvme_fits
+    from planner.api import make_layout, resolve
+
+    problem = resolve("llama2-13b", "rtx4090-workstation", gpus=1, seq_len=1024, global_batch=8, runtime=DS)
+    layout = make_layout(problem, zero=3, mbs=8, recompute="full", offload="params,nvme")
+    n = total_params(problem.model)
+    assert nvme_fits(n, layout, problem.job, problem.cluster)
+    small = replace(problem.cluster, host=replace(problem.cluster.host, nvme_gib=100.0))
+    assert not nvme_fits(n, layout, problem.job, small)
+    assert n * 14 / GIB == pytest.approx(170, rel=0.05)
