@@ -11,8 +11,8 @@ Time of one collective on S bytes (NCCL conventions, nccl-tests doc/PERFORMANCE.
     factor: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n; send/recv 1
     steps:  ring algorithms, n − 1 (2(n − 1) for all-reduce), 1 for send/recv. Ring latency grows
             with the group: it is what makes ZeRO-3 over thousands of ranks slow (Narayanan et al.
-            2021 Table 2). NCCL's tree and PAT algorithms cut it at scale; the model stays
-            conservative.
+            2021 Table 2). NCCL's tree and PAT algorithms cut it at scale: `nccl_choice` prices
+            them (cost_models/nccl.py); `collective` does not use it yet.
 A group inside one domain runs at the scale-up bus bandwidth. A group that spans domains runs as
 rings whose inter-domain hops each carry the full ring traffic through the sending rank's own NIC
 (rail-aligned rings: ranks of a group never borrow their node-mates' NICs, because those are busy
@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
+from cost_models import nccl
 from planner.core import ClusterSpec, LinkSpec
 from planner.core.mesh import Group, Tier
 
@@ -36,6 +37,10 @@ class Collective(str, Enum):
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
     SEND_RECV = "send_recv"
+
+
+NCCL_KINDS = {Collective.ALL_REDUCE: nccl.Kind.ALL_REDUCE, Collective.ALL_GATHER: nccl.Kind.ALL_GATHER,
+              Collective.REDUCE_SCATTER: nccl.Kind.REDUCE_SCATTER}
 
 
 def ranks_per_domain(cluster: ClusterSpec, size: int, stride: int) -> int:
@@ -90,6 +95,22 @@ def collective(kind: Collective, nbytes: float, group: Group, cluster: ClusterSp
     if kind is Collective.ALL_REDUCE:
         steps *= 2
     return alpha * steps + bandwidth_factor(kind, size) * nbytes / link.bus_bytes_per_s
+
+
+def placement(group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> nccl.Placement:
+    """The group as NCCL's tuning sees it: its ranks, members per scale-up domain, and the bus bandwidths inside a
+    domain and (across domains) of the bottleneck link `link_of` gives."""
+    link, crosses = link_of(cluster, group, multi_rail)
+    local = max(1, group.per_domain(cluster))
+    return nccl.Placement(group.size, local, cluster.scale_up.bus_bytes_per_s,
+                          link.bus_bytes_per_s if crosses else 0.0, multi_rail and local > 1)
+
+
+def nccl_choice(kind: Collective, nbytes: float, group: Group, cluster: ClusterSpec,
+                multi_rail: bool = False) -> nccl.Choice:
+    """NCCL's algorithm, protocol and time for an all-reduce, all-gather or reduce-scatter on the group
+    (cost_models/nccl.py)."""
+    return nccl.choose(NCCL_KINDS[kind], nbytes, placement(group, cluster, multi_rail), cluster)
 
 
 def p2p_time(nbytes: float, stride: int, cluster: ClusterSpec) -> float:

@@ -14,7 +14,9 @@ from typing import Any
 
 import yaml
 
-from planner.core import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
+from hardware_profiles.collectives import KEYS as COLLECTIVE_KEYS
+from hardware_profiles.collectives import collectives_mapping, parse_collectives
+from planner.core import ClusterSpec, CollectiveSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
 from planner.core.checks import (
     BANDWIDTH_GBS,
     EFFICIENCY,
@@ -38,7 +40,8 @@ from planner.core.text import one_line
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
-    "": {"name": True, "description": False, "gpu": True, "node": True, "network": True, "host": False},
+    "": {"name": True, "description": False, "gpu": True, "node": True, "network": True, "host": False,
+         "collectives": False},
     "gpu": {"name": True, "architecture": False, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
             "peak_fp8_tflops": False, "matmul_efficiency": True, "attention_efficiency": True,
             "memory_efficiency": True, "overlap_efficiency": True, "attention_half_seq": False,
@@ -49,6 +52,7 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     "host": {"memory_gib": False, "memory_gbs": False, "cores": False, "pcie_gbs": False, "gpus_per_pcie_link": False,
              "gpus_per_socket": False, "cross_socket_gbs": False, "adam_mparams_per_core": False, "nvme_gbs": False,
              "nvme_gib": False},
+    "collectives": dict.fromkeys(COLLECTIVE_KEYS, False),
 })
 
 
@@ -211,6 +215,8 @@ def parse_profile(data: dict[str, Any], origin: str, num_gpus: int) -> ClusterSp
             host_op_us=(real(node["host_op_us"], f"{origin}: node: host_op_us", 0.0, 1e4, low_open=False)
                         if "host_op_us" in node else DEFAULT_HOST_OP_US),
             host=_host(data, origin),
+            collectives=(parse_collectives(_section(data, "collectives", origin), f"{origin}: collectives")
+                         if "collectives" in data else CollectiveSpec()),
         )
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
@@ -244,11 +250,11 @@ def _merge(data: dict[str, Any], fragment_path: str, origin: str) -> tuple[dict[
             provenance = _provenance(values, fragment_path)
             continue
         allowed = _SCHEMA.get(section) if section else None
-        if section == "host" and "host" not in merged:
-            merged["host"] = {}
+        if section in ("host", "collectives") and section not in merged:
+            merged[section] = {}
         if allowed is None or not isinstance(values, dict) or not isinstance(merged.get(section), dict):
             raise InputError(f"hardware fragment {fragment_path}: unknown section {section!r}; "
-                             "allowed: gpu, node, network, host, calibration")
+                             "allowed: gpu, node, network, host, collectives, calibration")
         unknown = sorted(set(values) - set(allowed))
         if unknown:
             raise InputError(f"hardware fragment {fragment_path}: {section}: unknown keys {unknown}; "
@@ -326,4 +332,5 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
                     if cluster.host.gpus_per_socket else {}),
                  **({"nvme_gbs": cluster.host.nvme_gbs, "nvme_gib": cluster.host.nvme_gib} if cluster.host.nvme_gbs
                     else {})},
+        "collectives": collectives_mapping(cluster.collectives),
     }

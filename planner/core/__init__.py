@@ -27,7 +27,7 @@ from planner.core.enums import (
     wave_rank,
     with_implied,
 )
-from planner.core.hardware import ClusterSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
+from planner.core.hardware import ClusterSpec, CollectiveSpec, EfficiencyCurve, Fabric, GpuSpec, HostSpec, LinkSpec
 from planner.core.job import JobSpec, Runtime
 from planner.core.layout import Layout, MemoryPolicy, Pipeline, non_default_modules
 from planner.core.measured import MeasuredCosts, MeasuredLayer
@@ -35,8 +35,9 @@ from planner.core.mesh import DataGroups, Dim, Group, Mesh, Tier
 from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
 
 __all__ = [
-    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "DataGroups",
-    "Dim", "Dtype", "EfficiencyCurve", "GpuSpec", "Group", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec",
+    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "CollectiveSpec",
+    "DataGroups", "Dim", "Dtype", "EfficiencyCurve", "Fabric", "GpuSpec", "Group", "HostSpec", "JobSpec", "LayerKind",
+    "Layout", "LinkSpec",
     "MLASpec", "MeasuredCosts", "MeasuredLayer", "MemoryPolicy", "Mesh", "ModelSpec", "MoESpec", "Norm", "Offload",
     "Pipeline", "Recompute", "RecomputeModule", "Runtime", "Schedule", "Target", "Tier", "VisionSpec", "ZeroStage",
     "check_expert_degrees", "module_names", "non_default_modules", "offload_names", "wave_chunks", "wave_rank",

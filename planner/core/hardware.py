@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 from planner.core.checks import MAX_GPUS, finite, identifier, integer, real
 from planner.core.enums import Dtype
@@ -100,6 +101,43 @@ class LinkSpec:
         return self.bandwidth_gbs * 1e9 * self.efficiency
 
 
+class Fabric(str, Enum):
+    """What carries a scale-up domain's GPU-to-GPU traffic; it selects NCCL's per-hop latencies (tuning.cc,
+    hwLatencies NVLINK or PCI)."""
+
+    NVLINK = "nvlink"  # NVLink / NVSwitch, xGMI
+    PCIE = "pcie"  # peer-to-peer over PCIe (or through host memory)
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """Which of NCCL's collective algorithms and protocols a system has, and the bandwidths that are not the links'
+    (cost_models/nccl.py; hardware_profiles/SCHEMA.md, section `collectives`). NCCL's own rules, src/graph/tuning.cc
+    (v2.23+): NVLS needs NVSwitch with SHARP (Hopper and later, NVSwitch 3); LL128 needs NVLink between the GPUs
+    and, between nodes before Hopper, a NIC no further than a PCIe switch (not over PXN); PAT runs all-gather and
+    reduce-scatter with one GPU per node; LL's bandwidth is capped per GPU generation (llMaxBws: Volta 39, Ampere
+    87.7, Hopper 141, Blackwell 282 GB/s on one node; 20.4 across four nodes or more on Intel hosts); a ring step
+    inside a node of a ring that leaves it costs at least the host's network-post overhead, 3x with Simple
+    (getNetOverhead: 1 µs on Intel hosts, 2 on AMD)."""
+
+    fabric: Fabric = Fabric.NVLINK
+    nvls: bool = False  # NVLink SHARP all-reduce (multimem reductions in the switch)
+    nvls_efficiency: float = 0.61  # NVLS all-reduce algorithm bandwidth / scale-up line rate per direction
+    ll128: bool = True
+    ll128_pxn: bool = False  # LL128 between nodes over PXN paths (multi-rail rings): Hopper and later only
+    pat: bool = True
+    tree: bool = True  # double binary trees for all-reduce
+    ll_max_gbs: float = 87.7  # LL protocol's bus-bandwidth cap inside one node, GB/s
+    ll_max_net_gbs: float = 20.4  # the same across nodes (llMaxBws: 20.4 on Intel hosts, 19.0 on AMD)
+    net_overhead_us: float = 1.0  # host cost of posting one network send (getNetOverhead: Intel 1, AMD 2 µs)
+
+    def __post_init__(self) -> None:
+        real(self.nvls_efficiency, "collectives nvls_efficiency", 0.0, 2.0, error=SpecError)
+        real(self.ll_max_gbs, "collectives ll_max_gbs", 0.0, 1e5, error=SpecError)
+        real(self.ll_max_net_gbs, "collectives ll_max_net_gbs", 0.0, 1e5, error=SpecError)
+        real(self.net_overhead_us, "collectives net_overhead_us", 0.0, 1e3, low_open=False, error=SpecError)
+
+
 @dataclass(frozen=True)
 class HostSpec:
     """The host side of one node, as offloading sees it (ZeRO-Offload, ZeRO-Infinity, activation offloading):
@@ -158,6 +196,7 @@ class ClusterSpec:
     # a layer pass cannot run faster than the host issues its kernels (cost_models/host.py)
     host_op_us: float = DEFAULT_HOST_OP_US
     host: HostSpec = HostSpec()
+    collectives: CollectiveSpec = CollectiveSpec()  # NCCL's algorithms and protocols on this system
     # where fitted values came from: one line per calibrated fragment merged in (`meshplan calibrate`)
     provenance: tuple[str, ...] = ()
 

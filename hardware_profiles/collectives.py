@@ -1,0 +1,43 @@
+"""The optional `collectives` section of a hardware profile: which of NCCL's algorithms and protocols the system
+has (planner.core.CollectiveSpec, priced by cost_models/nccl.py; SCHEMA.md says what each key means)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.core import CollectiveSpec, Fabric
+from planner.core.checks import real
+from planner.core.errors import InputError, SpecError
+
+KEYS = ("fabric", "nvls", "nvls_efficiency", "ll128", "ll128_pxn", "pat", "tree", "ll_max_gbs", "ll_max_net_gbs",
+        "net_overhead_us")
+_FLAGS = ("nvls", "ll128", "ll128_pxn", "pat", "tree")
+_NUMBERS = {"nvls_efficiency": 2.0, "ll_max_gbs": 1e5, "ll_max_net_gbs": 1e5, "net_overhead_us": 1e3}
+
+
+def parse_collectives(body: dict[str, Any], where: str) -> CollectiveSpec:
+    """The section's keys (already checked against KEYS) -> CollectiveSpec; absent keys keep its defaults."""
+    values: dict[str, Any] = {}
+    if "fabric" in body:
+        allowed = [f.value for f in Fabric]
+        if body["fabric"] not in allowed:
+            raise InputError(f"{where}: fabric must be one of {', '.join(allowed)}, got {body['fabric']!r}")
+        values["fabric"] = Fabric(body["fabric"])
+    for key in _FLAGS:
+        if key in body:
+            if not isinstance(body[key], bool):
+                raise InputError(f"{where}: {key} must be true or false, got {body[key]!r}")
+            values[key] = body[key]
+    for key, upper in _NUMBERS.items():
+        if key in body:
+            low_open = key != "net_overhead_us"  # a host may post for free; the others divide
+            values[key] = real(body[key], f"{where}: {key}", 0.0, upper, low_open=low_open)
+    try:
+        return CollectiveSpec(**values)
+    except SpecError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def collectives_mapping(spec: CollectiveSpec) -> dict[str, Any]:
+    """The inverse of `parse_collectives`."""
+    return {"fabric": spec.fabric.value, **{key: getattr(spec, key) for key in KEYS if key != "fabric"}}
