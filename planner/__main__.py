@@ -1,5 +1,5 @@
 """`python -m planner` runs the meshplan command line."""
 
-from cli import main
+from planner.cli import main
 
 main()

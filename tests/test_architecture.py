@@ -12,10 +12,11 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("planner", "cost_models", "hardware_profiles")
+PACKAGES = ("planner", "cost_models", "hardware_profiles", "meshplan")
 # bottom to top: a module may import its own layer and the layers below it
 LAYERS = ("planner.core", "cost_models", "hardware_profiles", "planner.inputs", "planner.search", "planner.outputs",
-          "planner.api", "planner.studies", "planner.commands", "cli", "planner.__main__", "planner")
+          "planner.api", "planner.studies", "planner.commands", "planner.cli", "cli", "planner.__main__", "planner",
+          "meshplan")
 MAX_LINES = 440  # "about 400": the largest rooms today are the log parsers and calibrate
 
 

@@ -163,7 +163,7 @@ def test_ctrl_c_while_loading_exits_130_without_traceback() -> None:
 
 
 def test_ctrl_c_while_typer_builds_the_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cli
+    from planner import cli
 
     def interrupted(**_: object) -> None:
         raise KeyboardInterrupt
