@@ -200,6 +200,12 @@ def test_timeline_reads_at_pp16(vpp: int) -> None:
             assert tick.get_text() == f"stage {d}: chunks " + ",".join(
                 str(c) for c in range(32) if ex.placement[c] == d)
         assert texts[-2:] == ["chunk 1 of each stage: 0-15", "chunk 2 of each stage: 16-31"]
+        # the chunks' swatches are greys, not the forward colour again (issue 31 item 7)
+        from matplotlib.colors import to_hex
+
+        kinds = {to_hex(h.get_facecolor()) for h in legend.legend_handles[:2]}
+        chunks = {to_hex(h.get_facecolor()) for h in legend.legend_handles[-2:]}
+        assert len(chunks) == 2 and not chunks & kinds
 
 
 # ---- why the plan beats the runner-up -----------------------------------------------------------------------

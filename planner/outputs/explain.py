@@ -31,6 +31,7 @@ MAX_SHOWN_MICROBATCHES = 4  # per pipeline stage in the timeline: the pattern re
 COLORS = {"F": "#4C72B0", "B": "#55A868", "W": "#DD8452"}
 KIND_NAMES = {"F": "forward", "B": "backward", "W": "weight gradient"}
 SEND_COLOR = "#333333"
+CHUNK_KEY_COLOR = "#606060"  # the legend keys a stage's chunks by shade, in grey: the shade, not the hue, says which
 # every colour means one thing in every panel: the timeline's op kinds (above), memory's parts, the breakdown's terms
 # (the pipeline send's and the idle bubble's as the timeline draws them; the rest their own)
 MEMORY_COLORS = {"weights+grads+optimizer": "#8172B3", "activations": "#CCB974", "other": "#937860"}
@@ -230,7 +231,7 @@ def _timeline_legend(ax: Axes, ex: Explanation) -> None:
     if 1 < per_stage <= MAX_SHADES_KEYED:
         for v in range(per_stage):
             chunks = sorted(c for c in range(len(local)) if local[c] == v)
-            handles.append(Patch(facecolor=_shade(COLORS["F"], _lightening(v, per_stage)),
+            handles.append(Patch(facecolor=_shade(CHUNK_KEY_COLOR, _lightening(v, per_stage)),
                                  label=f"chunk {v + 1} of each stage: {_span(chunks)}"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8,
               title="number on a bar: model chunk", title_fontsize=8)
