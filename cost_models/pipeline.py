@@ -3,8 +3,9 @@
 Per-stage times t_i (forward + backward of one micro-batch, all chunks of the rank), m micro-batches:
 - GPipe, 1F1B:     T = Σ_i t_i + (m − 1)·max_i t_i            (Narayanan et al. 2021 section 2.2)
 - interleaved, v:  T = (m − 1/v)·max_i t_i + (1/v)·Σ_i t_i
-- ZB-H1:           T = Σ_i t_i − Σ_{i<p−1} W_i + (m − 1)·max_i t_i, W_i the weight-gradient time the
-                   cooldown hides (cost_models.schedules)
+- ZB-H1, ZB-H2:    T = Σ_i t_i − Σ_{i<p−1} h_i + (m − 1)·max_i t_i, h_i what stage i hides
+                   (`zero_bubble_hidden`): on uniform stages the closed forms of cost_models.schedules, the paper's
+                   (p − 1)(F + B_in − W) and (p − 1)·max(F, F + B_in − 2W) where W <= F (Qi et al. 2024 Figure 3)
 - ZB-V:            T = m·max_i t_i + the uniform bubble of cost_models.schedules.zbv_bubble on the largest
                    per-chunk forward and input-gradient times (the simulator re-prices uneven stages)
 - wave, v chunks:  T = m·max_i t_i + cost_models.schedules.wave_bubble on the largest per-chunk forward and
@@ -37,19 +38,34 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int,
         return m * worst + wave_bubble(len(stage_times), chunk, chunk)
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return (m - 1.0 / vpp) * worst + total / vpp
-    if schedule is Schedule.ZB_H1:
-        total -= sum(hidden_weight_grad[:-1])
+    if schedule in (Schedule.ZB_H1, Schedule.ZB_H2):
+        total -= sum(zero_bubble_hidden(schedule, t, f, w) for t, f, w in zip(
+            stage_times[:-1], forward_times, hidden_weight_grad, strict=False))
     return total + (m - 1) * worst
+
+
+ZB_HIDES = {Schedule.ZB_H1: 2, Schedule.ZB_H2: 3}  # `zero_bubble_hidden` is at most this many weight gradients
+
+
+def zero_bubble_hidden(schedule: Schedule, stage_time: float, forward: float, weight_grad: float) -> float:
+    """What a stage but the last of ZB-H1 or ZB-H2 takes off the 1F1B sum: with input gradient b = t − f − w, ZB-H1
+    t − max(f, b, f + b − w) and ZB-H2 t − max(f, f + b − 2w) (uniform: 2w when w <= f and w <= b, the papers'
+    case; cost_models.zero_bubble). At most 2w (ZB-H1) and 3w (ZB-H2)."""
+    t, f, w = stage_time, forward, weight_grad
+    b = t - f - w
+    if schedule is Schedule.ZB_H2:
+        return t - max(f, f + b - 2 * w)
+    return t - max(f, b, f + b - w)
 
 
 def bubble_fraction(schedule: Schedule, pp: int, num_microbatches: int, vpp: int) -> float:
     """Idle share of an ideal uniform pipeline relative to its busy time: (p − 1)/m for GPipe and 1F1B,
-    (p − 1)/(v·m) interleaved, (p − 1)(1 − W/t)/m for ZB-H1 with W = W_SHARE of the backward (t = F + B,
-    B = 2F), (p − 1)/(6m) for ZB-V, 4(p − 1)/(3·v·m) for the wave."""
+    (p − 1)/(v·m) interleaved, (p − 1)/(3m) for ZB-H1 and ZB-H2 (F = B_in = W = t/3 with B = 2F and W = W_SHARE
+    of it), (p − 1)/(6m) for ZB-V, 4(p − 1)/(3·v·m) for the wave."""
     if schedule is Schedule.INTERLEAVED_1F1B:
         return (pp - 1) / (vpp * num_microbatches)
-    if schedule is Schedule.ZB_H1:
-        return (pp - 1) * (1 - W_SHARE * 2 / 3) / num_microbatches
+    if schedule in (Schedule.ZB_H1, Schedule.ZB_H2):  # (p − 1)·max(F, F + B_in − kW) / (m·t): F = B_in = W = t/3
+        return (pp - 1) / (3 * num_microbatches)
     if schedule is Schedule.ZB_V:  # per-chunk forward f and input gradient (1 − W_SHARE)·2f: both f/2 here
         return zbv_bubble(pp, 0.5, (1 - W_SHARE) * 2 * 0.5) / (3 * num_microbatches)
     if schedule is Schedule.WAVE:  # per-chunk forward 1/v and backward 2/v of a stage's F + B = 3

@@ -6,18 +6,20 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
   GPipe                T = (m + p − 1)(F + B)                      in flight: m micro-batches
   1F1B                 T = (m + p − 1)(F + B)                      in flight: p − d (Narayanan et al. 2021)
   interleaved, v       T = (m + (p − 1)/v)(F + B)                  in flight: p + (p − 1)/v micro-batches (d = 0)
-  ZB-H1                T = m(F + B) + (p − 1)(F + B_in)            in flight: p − d, plus the weight-gradient
-                                                                   share of one more (d < p − 1)
+  ZB-H1                T = m(F + B) + (p − 1)·max(F, B_in, F + B_in − W)        in flight: p − d, plus the
+                       weight-gradient share of d more (m >= p; Qi et al. 2024 Figure 3: (p − 1)(F + B_in − W))
+  ZB-H2                T = m(F + B) + (p − 1)·max(F, F + B_in − 2W)             in flight: 2(p − d) − 1, plus the
+                       weight-gradient share of 2d more (m >= 2p − 1; each stage's own span has the paper's
+                       bubble (p − 1)(F + B_in − 2W), zero when F = B_in = W: cost_models.zero_bubble)
   ZB-V (2 chunks)      T = m(F + B) + (p − 1)·max(f, b) + (p − 2)·max(f − b, 0)     in flight: p on every rank
                        with f = F/2 and b = B_in/2 the per-chunk forward and input-gradient times, for m >= 2p − 1
                        and f <= 2b (found exactly by the simulator on this order; beyond it the simulator rules)
   wave, v = 2W chunks  T = m(F + B) + 2(p − 1)·max(F, B)/v                  in flight: Σ over the rank's chunks
                        exact for m >= v·p, an upper bound from 2p          c of min(v·p − c, m), over v
-Interleaved needs m % p == 0. ZB-H1 (Qi et al. 2023) splits backward into input gradient B_in and
-weight gradient W; here a device runs a W whenever it would otherwise wait and keeps at most p − d − 1
-pending, so the weight gradients fill the cooldown bubble and memory stays that of 1F1B. The paper's
-hand-placed ZB-H1 also trims the warm-up side, to (p − 1)(F + B_in − W); this simpler policy does not
-claim that.
+Interleaved needs m % p == 0. ZB-H1 and ZB-H2 (Qi et al. 2024) split backward into input gradient B_in and
+weight gradient W = W_SHARE·B and fix every op in the order the paper's Figure 3 draws (cost_models.zero_bubble); the
+activations in flight of every order that fixes its W passes are counted off the order itself (`order_peaks`), which
+is what the simulator's peaks are.
 ZB-V (Qi et al. 2024, section 6) places two chunks per rank as a V (chunk k on rank k, then rank 2p − 1 − k:
 the first rank holds the embedding and the loss) and fixes every F, B and W in the order
 torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBubble"): 2(p − d) − 1
@@ -37,6 +39,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from cost_models.simulator import Op, OpKind, Program
+from cost_models.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
 from planner.core import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)
@@ -45,13 +48,17 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
     Schedule.GPIPE: ("torchtitan (GPipe)", "DeepSpeed (no)", "Megatron-LM (no)"),
     Schedule.ONE_F_ONE_B: ("Megatron-LM", "torchtitan (1F1B)", "DeepSpeed", "NeMo"),
     Schedule.INTERLEAVED_1F1B: ("Megatron-LM (with VPP)", "torchtitan (Interleaved1F1B)", "NeMo"),
-    Schedule.ZB_H1: ("none of the launchers meshplan writes for (research mode: --runtime any)",),
+    Schedule.ZB_H1: ("torchtitan (the action list of meshplan emit --to torch-actions, one stage per rank)",
+                     "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
+    Schedule.ZB_H2: ("torchtitan (the action list of meshplan emit --to torch-actions, one stage per rank)",
+                     "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
     Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
     Schedule.WAVE: ("torchtitan with one wave (ZBVZeroBubble's V placement, running the action list of meshplan emit "
                     "--to torch-actions)",
                     "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
 }
-SPLIT_BACKWARD = {Schedule.ZB_H1, Schedule.ZB_V}
+SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V})
+ORDERED_W = frozenset({Schedule.ZB_H1, Schedule.ZB_H2})  # one chunk per rank, every W placed by the order
 
 
 def placement(pp: int, vpp: int, schedule: Schedule = Schedule.INTERLEAVED_1F1B) -> tuple[int, ...]:
@@ -74,7 +81,10 @@ def closed_form(schedule: Schedule, pp: int, m: int, vpp: int, forward: float, b
         return m * (f + b) + zbv_bubble(pp, f / 2, b_in / 2)
     if schedule is Schedule.WAVE:
         return m * (f + b) + wave_bubble(pp, f / vpp, b / vpp)
-    return m * (f + b) + (pp - 1) * (f + b_in)  # ZB-H1
+    w = b - b_in
+    if schedule is Schedule.ZB_H2:
+        return m * (f + b) + (pp - 1) * max(f, f + b_in - 2 * w)
+    return m * (f + b) + (pp - 1) * max(f, b_in, f + b_in - w)  # ZB-H1
 
 
 def zbv_bubble(pp: int, chunk_forward: float, chunk_input_grad: float) -> float:
@@ -124,61 +134,39 @@ def in_flight(schedule: Schedule, device: int, pp: int, m: int, vpp: int) -> flo
         return sum(min(pp * vpp - c, m) for c in wave_chunks(device, pp, vpp)) / vpp
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return min(2 * (pp - device - 1) + (vpp - 1) * pp + 1, vpp * m) / vpp
-    base = float(min(m, pp - device))
-    if schedule is Schedule.ZB_H1 and device < pp - 1 and m > pp - device:
-        base += W_SHARE
-    return base
+    if schedule in ORDERED_W:
+        return order_peaks(schedule, pp, m, vpp)[device]
+    return float(min(m, pp - device))
 
 
-def _zbv_order(device: int, pp: int, m: int) -> tuple[Op, ...]:
-    """ZB-V's order on `device` (see the module docstring); built for max(m, 2p − 1) micro-batches, as torch
-    does, then restricted to the m that exist."""
-    down, up = device, 2 * pp - 1 - device
-    total = max(m, 2 * pp - 1)
-    ops: list[Op] = []
-    count = {(OpKind.F, down): 0, (OpKind.F, up): 0, (OpKind.B, down): 0, (OpKind.B, up): 0,
-             (OpKind.W, down): 0, (OpKind.W, up): 0}
-
-    def emit(kind: OpKind, chunk: int) -> None:
-        ops.append(Op(kind, count[(kind, chunk)], chunk))
-        count[(kind, chunk)] += 1
-
-    def triple(chunk: int) -> None:  # input gradient, then weight gradient of the same micro-batch
-        emit(OpKind.B, chunk)
-        emit(OpKind.W, chunk)
-
-    for _ in range(2 * (pp - device) - 1):
-        emit(OpKind.F, down)
-    for _ in range(device):
-        emit(OpKind.F, up)
-        emit(OpKind.F, down)
-    for _ in range(pp - device):
-        emit(OpKind.F, up)
-        triple(up)
-    while count[(OpKind.F, up)] < count[(OpKind.F, down)] or count[(OpKind.F, down)] < total:
-        if count[(OpKind.F, down)] < total:
-            emit(OpKind.F, down)
-        triple(down)
-        emit(OpKind.F, up)
-        triple(up)
-    for _ in range(device):
-        emit(OpKind.B, down)
-        emit(OpKind.B, up)
-    for _ in range(pp - device):
-        emit(OpKind.B, down)
-        emit(OpKind.W, down)
-    for chunk in (up, down):
-        while count[(OpKind.W, chunk)] < count[(OpKind.B, chunk)]:
-            emit(OpKind.W, chunk)
-    return tuple(op for op in ops if op.microbatch < m)
+@lru_cache(maxsize=256)
+def order_peaks(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> tuple[float, ...]:
+    """Per device, the most activations its order holds at once, in units of a whole stage: each F adds its chunk's
+    share (1/chunks per rank), B frees all of it (the share without W_SHARE when the backward is split) and W the
+    rest. The simulator's peaks are these (its memory changes at each op by the same amounts, in the same order)."""
+    prog = program(schedule, pp, m, vpp)
+    per = len(prog.placement) // pp
+    frees = (1.0 - W_SHARE, W_SHARE) if prog.split_backward else (1.0, 0.0)
+    peaks = []
+    for order in prog.orders:
+        held = peak = 0.0
+        for op in order:
+            held += 1.0 / per if op.kind is OpKind.F else -frees[op.kind is OpKind.W] / per
+            peak = max(peak, held)
+        peaks.append(peak)
+    return tuple(peaks)
 
 
 @lru_cache(maxsize=32)
 def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
     """The per-device op orders of `schedule` (cached: a search simulates many layouts of a few shapes)."""
     if schedule is Schedule.ZB_V:
-        return Program(pp, placement(pp, 2, schedule), tuple(_zbv_order(d, pp, m) for d in range(pp)),
+        return Program(pp, placement(pp, 2, schedule), tuple(zbv_order(d, pp, m) for d in range(pp)),
                        split_backward=True, explicit_w=True)
+    if schedule in ORDERED_W:
+        build = zb_h1_order if schedule is Schedule.ZB_H1 else zb_h2_order
+        return Program(pp, placement(pp, 1), tuple(build(d, pp, m) for d in range(pp)), split_backward=True,
+                       explicit_w=True)
     if schedule is Schedule.WAVE:
         return Program(pp, placement(pp, vpp, schedule), tuple(_wave_order(d, pp, m, vpp) for d in range(pp)),
                        split_backward=False)
@@ -204,5 +192,4 @@ def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
                for i in range(group)]
         warmup = (pp - d - 1) * 2 + (v - 1) * pp
         orders.append(_one_f_one_b(d, pp, m, min(warmup, len(fwd)), fwd, bwd))
-    pending = tuple(pp - d - 1 for d in range(pp)) if schedule in SPLIT_BACKWARD else ()
-    return Program(pp, place, tuple(orders), schedule in SPLIT_BACKWARD, pending)
+    return Program(pp, place, tuple(orders), False)

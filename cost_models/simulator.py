@@ -17,6 +17,7 @@ W needs the event loop (`_simulate_deferred`). Both give the same times; a searc
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
@@ -84,6 +85,18 @@ class SimResult:
         """Idle share of the busiest device's time (idle / busy)."""
         busiest = max(self.busy)
         return (self.makespan - busiest) / busiest
+
+    @property
+    def stage_spans(self) -> tuple[float, ...]:
+        """Per device, the time from its first op's start to its last op's end: the zero-bubble papers' cost of a
+        stage (Qi et al. 2024 section 5: with the optimizer step validated afterwards, a stage starts its next
+        iteration when its own work ends, so the longest span, not the makespan, sets the throughput)."""
+        first = [math.inf] * len(self.busy)
+        last = [0.0] * len(self.busy)
+        for e in self.events:
+            first[e.device] = min(first[e.device], e.start)
+            last[e.device] = max(last[e.device], e.end)
+        return tuple(b - a for a, b in zip(first, last, strict=True))
 
 
 def simulate(program: Program, durations: Durations) -> SimResult:

@@ -75,6 +75,8 @@ TITAN_LAYOUTS: dict[str, tuple[int, SearchSpec]] = {
     "interleaved": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.INTERLEAVED_1F1B)),
     "ZB-V": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.ZB_V)),
     "wave": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.WAVE)),
+    "ZB-H1": (2, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ZB_H1)),
+    "ZB-H2": (2, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ZB_H2)),
 }
 ONE_PROCESS = (1, pins(tp=1, pp=1, zero=0))
 
@@ -113,9 +115,9 @@ class Titan:
         workdir = self.root / name
         workdir.mkdir(exist_ok=True)
         (workdir / "job.toml").write_text(emit(p, Target.TORCHTITAN, strict=True).text)
-        if p.best.layout.schedule is Schedule.WAVE:
-            from planner.outputs.emitters.torchtitan import ACTIONS_FILE
+        from planner.outputs.emitters.torchtitan import ACTIONS_FILE, BY_ACTIONS
 
+        if p.best.layout.schedule in BY_ACTIONS:
             (workdir / ACTIONS_FILE).write_text(emit(p, Target.TORCH_ACTIONS).text)
         return workdir
 

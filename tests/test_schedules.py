@@ -15,7 +15,7 @@ from planner.core import Runtime, Schedule
 ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
-         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_V, 2)]
+         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.ZB_V, 2)]
 
 
 def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations:
@@ -32,8 +32,8 @@ def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations
 def test_simulator_equals_closed_form(schedule: Schedule, vpp: int, pp: int, m: int, f: float, b: float) -> None:
     if schedule is Schedule.INTERLEAVED_1F1B and m % pp:
         pytest.skip("interleaving needs micro-batches divisible by pp")
-    if schedule is Schedule.ZB_V and m < 2 * pp - 1:
-        pytest.skip("zb-v needs at least 2p - 1 micro-batches")
+    if schedule in (Schedule.ZB_V, Schedule.ZB_H2) and m < 2 * pp - 1:
+        pytest.skip("zb-v and zb-h2 need at least 2p - 1 micro-batches")
     prog = program(schedule, pp, m, vpp)
     result = simulate(prog, _durations(prog, f, b))
     assert result.makespan == pytest.approx(closed_form(schedule, pp, m, vpp, f, b), rel=1e-12)
@@ -295,3 +295,33 @@ def test_sweep_equals_event_loop(seed: int) -> None:
     swept, looped = _sweep(prog, d, record=True), _simulate_deferred(prog, d)
     assert swept == looped
     assert makespan(prog, d) == looped.makespan == simulate(prog, d).makespan
+
+
+@pytest.mark.parametrize("pp,m", [(4, 12), (8, 24), (8, 32), (16, 48)])
+def test_zb_h1_and_zb_h2_bubbles_are_the_papers(pp: int, m: int) -> None:
+    """Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR) section 2.1 and Figure 3, with T_F = T_B = T_W = 1:
+    1F1B's bubble is (p − 1)(T_F + T_B + T_W); ZB-H1's (p − 1)(T_F + T_B − T_W), a third of it, at 1F1B's peak memory
+    of p micro-batches; ZB-H2's (p − 1)(T_F + T_B − 2T_W) = 0 in each stage's own span (the paper's measure: the
+    optimizer step validated afterwards), at 2p − 1 micro-batches. p = 8, m = 24 is the paper's 1.5B setting."""
+    def bubble(schedule: Schedule) -> tuple[float, float]:
+        prog = program(schedule, pp, m, 1)
+        result = simulate(prog, _durations(prog, 1.0, 2.0))  # F = 1; B = 2 split into B_in = W = 1 when split
+        return max(result.stage_spans) - 3 * m, max(result.peak_activation)
+
+    assert bubble(Schedule.ONE_F_ONE_B) == (3 * (pp - 1), pp)
+    assert bubble(Schedule.ZB_H1) == (pp - 1, pp)  # (p − 1)(1 + 1 − 1), memory p·M_B
+    assert bubble(Schedule.ZB_H2) == (0, 2 * pp - 1)  # (p − 1)(1 + 1 − 2), memory (2p − 1)·M_B
+    # the step as meshplan's runtimes run it (optimizer synchronised): ZB-H2 still waits for the last stage's start
+    assert closed_form(Schedule.ZB_H2, pp, m, 1, 1.0, 2.0) == 3 * m + pp - 1
+
+
+@pytest.mark.parametrize("schedule", [Schedule.ZB_H1, Schedule.ZB_H2])
+@pytest.mark.parametrize("f,b_in,w", [(1.0, 1.0, 1.0), (1.0, 2.0, 0.5), (2.0, 1.0, 1.0), (1.0, 1.5, 0.75)])
+def test_zb_h_bubble_formula_on_uneven_parts(schedule: Schedule, f: float, b_in: float, w: float) -> None:
+    """The papers' bubbles with T_F, T_B, T_W apart (Qi et al. 2024 Figure 3 text): ZB-H1 (p − 1)(T_F + T_B − T_W) and
+    ZB-H2 (p − 1)(T_F + T_B − 2T_W) per stage, wherever T_W <= T_F and T_W <= T_B (ZB-H1) or T_F + T_B >= 2T_W."""
+    pp, m = 6, 18
+    prog = program(schedule, pp, m, 1)
+    result = simulate(prog, Durations((f,) * pp, (b_in,) * pp, (w,) * pp, (1.0,) * pp))
+    paper = (pp - 1) * (f + b_in - (w if schedule is Schedule.ZB_H1 else 2 * w))
+    assert max(result.stage_spans) - m * (f + b_in + w) == pytest.approx(paper, rel=1e-12)

@@ -75,7 +75,8 @@ class Schedule(str, Enum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED_1F1B = "interleaved-1f1b"
-    ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023)
+    ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023, Figure 3 top)
+    ZB_H2 = "zb-h2"  # zero-bubble with 2p − 1 micro-batches in flight, a parallelogram (Qi et al. 2023, Figure 3)
     ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
     WAVE = "wave"  # chunks placed as waves down and back up the ranks (Hanayo, Liu et al. SC'23), unsplit backward
 

@@ -97,7 +97,9 @@ class Pipeline:
                                   f"(2 per wave) and pp > 1, got vpp {self.vpp}, pp {self.pp}")
             if m < 2 * self.pp:
                 raise LayoutError(f"the wave schedule needs at least 2 * pp = {2 * self.pp} micro-batches, got {m}")
-        elif (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
+        elif self.schedule is Schedule.ZB_H2 and m < 2 * self.pp - 1 and self.pp > 1:
+            raise LayoutError(f"zb-h2 warms up with 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
+        if self.schedule not in WAVE_PLACED and (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
             raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v and wave) vpp 1;"
                               f" got {self.schedule.value} with vpp {self.vpp}")
         if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.offload import layer_offload_exposed
 from cost_models.params import StageParams
+from cost_models.pipeline import ZB_HIDES
 from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
@@ -71,9 +72,10 @@ class SearchBounds(RankMemory):
         sharing `floor_key` (so their layer times, pipeline, micro-batches and ZeRO stage): with A, f̄, b̄ the average
         stage's layer time (with the least exposed ZeRO traffic, `_traffic_floor`, the least over the offload
         choices, as the tail's), forward and backward (the slowest rank takes at least A), each schedule's
-        bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved), p·A − W_SHARE·p·b̄
-        (ZB-H1), A + (p − 1)·f̄/2 (ZB-V) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's
-        schedules; each is at least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
+        bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved),
+        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.ZB_HIDES), A + (p − 1)·f̄/2 (ZB-V) or
+        A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's schedules; each is at least A, so this
+        is at least `floor`. Less 1e-9 of it for rounding."""
         return self.shape_floor(group[0], [(c.schedule, c.vpp) for c in group], offloads)
 
     def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
@@ -97,8 +99,8 @@ class SearchBounds(RankMemory):
     @staticmethod
     def fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
         """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
-        if schedule is Schedule.ZB_H1:
-            return p * a - W_SHARE * p * b
+        if schedule in ZB_HIDES:  # each stage but the last hides at most ZB_HIDES weight gradients
+            return p * a - ZB_HIDES[schedule] * W_SHARE * p * b
         if schedule is Schedule.ZB_V:
             return a + (p - 1) * f / 2
         if schedule is Schedule.WAVE:
@@ -187,9 +189,10 @@ class SearchBounds(RankMemory):
         takes at least `slowest`.
 
         The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
-        least the average) less, for ZB-H1, the weight gradients it hides (`_zb_h1_hidden`), the step tail at least
-        the average stage's gradient reduction and optimizer step. Exposed communication is convex in
-        (bytes, compute), so pricing it on the average stage under-estimates the average (Jensen).
+        least the average) less, for ZB-H1 and ZB-H2, ZB_HIDES times the most weight gradients it hides
+        (`_zb_h1_hidden`), the step tail at least the average stage's gradient reduction and optimizer step. Exposed
+        communication is convex in (bytes, compute), so pricing it on the average stage under-estimates the average
+        (Jensen).
         ZB-V and the wave add the bubble of cost_models.pipeline on their slowest chunk, which takes at least the
         average chunk's forward and its time without it (less the weight gradients ZB-V moves)."""
         stage, hop, forward, backward, tail = self._family(c, self.beside(c))
@@ -204,7 +207,7 @@ class SearchBounds(RankMemory):
         if c.schedule is Schedule.WAVE:
             chunk = max(forward, stage - forward) / c.vpp
             return slowest * m + wave_bubble(c.pp, chunk, chunk) + tail
-        hidden = W_SHARE * self._zb_h1_hidden(c, backward) if c.schedule is Schedule.ZB_H1 else 0.0
+        hidden = ZB_HIDES[c.schedule] * W_SHARE * self._zb_h1_hidden(c, backward) if c.schedule in ZB_HIDES else 0.0
         return slowest * (m - 1 / c.vpp) + stage * c.pp / c.vpp - hidden + tail
 
     def slowest(self, c: Candidate) -> float:

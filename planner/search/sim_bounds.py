@@ -224,25 +224,31 @@ def split_floor(rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: 
     return SplitPaths(rows, prefix, memory).floor(above)
 
 
+def trailing_w(schedule: Schedule, stage: int) -> int:
+    """The most weight-gradient ops stage `stage`'s order runs after its last input gradient: the pending ones and the
+    one the last input gradient releases (ZB-H1 keeps d pending, ZB-H2 2d: cost_models.zero_bubble)."""
+    return (2 * stage if schedule is Schedule.ZB_H2 else stage) + 1
+
+
 def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[float], hop: float, tau: float,
                forward_share: float, weight_share: float) -> list[list[Row]]:
     """`split_feasible`'s rows of a solved split's path bounds: stage d's time at least ends[d] + the least time of its
     layers, the stages before it Σ their ends + P(l_d); its forward at least `forward_share` of a stage's time and its
-    weight gradient at most `weight_share`. 1F1B and GPipe: S_d + m·T_d + 2d·hop. ZB-H1: the forwards before it,
-    φ·S_d, + m·T_d + d·hop; and through its last input gradient, (1 − ω)·S_d + (m − (p − d)·ω)·T_d + 2d·hop (at most
-    p − d weight gradients pending then). ZB-V and the wave (v chunks): stage d waits for the first chunk of each
-    stage before it, at least (n_j − v)/v of its layers, each at least τ, the least layer time (ZB-V's down chunk takes
-    half a rank's layers rounded down, the wave's first chunk a v-th, balanced chunks as many as they fall): their
-    forwards (ZB-V) or forward and backward (the wave)."""
+    weight gradient at most `weight_share`. 1F1B and GPipe: S_d + m·T_d + 2d·hop. ZB-H1 and ZB-H2: the forwards
+    before it, φ·S_d, + m·T_d + d·hop; and through its last input gradient, (1 − ω)·S_d + (m − n_d·ω)·T_d + 2d·hop
+    (its order runs at most n_d = `trailing_w` weight gradients after it). ZB-V and the wave (v chunks): stage d
+    waits for the first chunk of each stage before it, at least (n_j − v)/v of its layers, each at least τ, the least
+    layer time (ZB-V's down chunk takes half a rank's layers rounded down, the wave's first chunk a v-th, balanced
+    chunks as many as they fall): their forwards (ZB-V) or forward and backward (the wave)."""
     rows = []
     before = 0.0
     for d in range(pp):
         e = ends[d]
         if schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
             row = [(before + m * e + 2 * d * hop, 1.0, 0.0, float(m))]
-        elif schedule is Schedule.ZB_H1:
+        elif schedule in (Schedule.ZB_H1, Schedule.ZB_H2):
             row = [(forward_share * before + m * e + d * hop, forward_share, 0.0, float(m))]
-            late = m - (pp - d) * weight_share
+            late = m - trailing_w(schedule, d) * weight_share
             if late >= 1.0:
                 row.append(((1 - weight_share) * before + late * e + 2 * d * hop, 1 - weight_share, 0.0, late))
         else:

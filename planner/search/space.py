@@ -120,7 +120,8 @@ def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme
 def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None = None) -> list[Schedule]:
     """Schedules for a (pp, vpp): interleaved when vpp > 1 and the micro-batches divide by pp, ZB-V with two
     chunks per rank and at least 2p − 1 micro-batches, the wave with an even vpp (up to `max_waves` waves
-    unless vpp is pinned) and at least 2p micro-batches; with one chunk per rank 1F1B and ZB-H1 (GPipe is as
+    unless vpp is pinned) and at least 2p micro-batches; with one chunk per rank 1F1B, ZB-H1 and, from 2p − 1
+    micro-batches, ZB-H2 (GPipe is as
     fast as 1F1B and keeps all m micro-batches in memory: generated only when pinned); without a pipeline
     only 1F1B, which then means no schedule at all."""
     m = microbatches
@@ -133,7 +134,8 @@ def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None 
     elif pp == 1:
         options = [Schedule.ONE_F_ONE_B]
     else:
-        options = [Schedule.ONE_F_ONE_B, Schedule.ZB_H1] + ([Schedule.GPIPE] if spec.schedule is Schedule.GPIPE else [])
+        options = [Schedule.ONE_F_ONE_B, Schedule.ZB_H1] + ([Schedule.ZB_H2] if m is None or m >= 2 * pp - 1 else [])
+        options += [Schedule.GPIPE] if spec.schedule is Schedule.GPIPE else []
     allowed = [s for s in options if spec.schedule_choices is None or s in spec.schedule_choices or pp == 1]
     return [s for s in allowed if spec.schedule is None or s is spec.schedule or pp == 1]
 

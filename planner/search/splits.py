@@ -3,6 +3,7 @@ several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP 
 
 from __future__ import annotations
 
+from cost_models.pipeline import ZB_HIDES
 from cost_models.prediction import StageLayers
 from cost_models.schedules import W_SHARE, in_flight
 from cost_models.step import (
@@ -20,6 +21,10 @@ from planner.search.ilp_kinds import solve_kinds_ilp
 from planner.search.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.search.space import SearchSpec
 
+# ZB-H1 and ZB-H2 are split for the closed form of cost_models.pipeline with each stage but the last hiding ZB_HIDES
+# of its weight gradients (2 and 3), the most `zero_bubble_hidden` takes off: ZB-H1's where T_W <= T_F (the paper's
+# case), ZB-H2's where T_B >= 2T_W; elsewhere the split solved is that of this objective, below the closed form.
+
 
 def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
     """Read the affine stage model of planner.search.partition off the cost model itself (`stage_cost` at one
@@ -33,10 +38,11 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
         st = stage_cost(costs, rank, costs.uniform(n, n if full_base else f))
         return st.compute_s, st.activations_gib * GIB, (st.peak_memory_gib - st.activations_gib) * GIB
 
-    def weight_grad(rank: int, n: int) -> float:
-        return W_SHARE * stage_cost(costs, rank, costs.uniform(n, n if full_base else 0)).time.backward
+    def weight_grad(rank: int, n: int) -> float:  # what the stage hides: ZB_HIDES weight gradients
+        backward = stage_cost(costs, rank, costs.uniform(n, n if full_base else 0)).time.backward
+        return ZB_HIDES.get(layout.schedule, 0) * W_SHARE * backward
 
-    zero_bubble = layout.schedule is Schedule.ZB_H1
+    zero_bubble = layout.schedule in (Schedule.ZB_H1, Schedule.ZB_H2)
     # the ranks whose stages differ (first, a middle one, last), each priced once
     probes = {q: (at(q, 1, 0), at(q, two, 0), at(q, 1, 1), in_flight(layout.schedule, q, pp, m, layout.vpp),
                   (weight_grad(q, 1), weight_grad(q, two)) if zero_bubble else (0.0, 0.0))
@@ -69,6 +75,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
     per-layer coefficients (exposed ZeRO-2/3 traffic is linearised, and the full model re-checks the split)."""
     layout = costs.layout
     full_base = layout.recompute is Recompute.FULL
+    hides = ZB_HIDES.get(layout.schedule, 0)
 
     def at(rank: int, layers: StageLayers) -> tuple[float, float, float]:
         st = stage_cost(costs, rank, layers)
@@ -85,7 +92,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
         base_t, base_m, base_b = at(rank, StageLayers())
         t0.append(base_t)
         m0.append(base_m)
-        w0.append(W_SHARE * base_b)
+        w0.append(hides * W_SHARE * base_b)
         row_m, row_r = [], []
         t1, tr, w1 = [], [], []
         for one, full in zip(kinds, fulls, strict=True):
@@ -93,7 +100,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
             time_f, mem_f, _ = at(rank, full)
             t1.append(max(time1 - base_t, 1e-12))
             tr.append(max(time_f - time1, 0.0))
-            w1.append(W_SHARE * (back1 - base_b))
+            w1.append(hides * W_SHARE * (back1 - base_b))
             row_m.append(mem1 - base_m)
             # the recomputed layer's transient copy is priced once per stage (the largest kind's), not per layer
             own = costs.activations.moe if one.moe else costs.activations.dense
@@ -101,7 +108,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
             row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
         m1.append(tuple(row_m))
         mr.append(tuple(row_r))
-    zero_bubble = layout.schedule is Schedule.ZB_H1
+    zero_bubble = layout.schedule in (Schedule.ZB_H1, Schedule.ZB_H2)
     return KindSplitProblem(
         kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches, t0=tuple(t0),
         t1=tuple(t1), tr=tuple(tr), m0=tuple(m0), m1=tuple(m1), mr=tuple(mr), transient=transient,

@@ -41,12 +41,12 @@ FRAMEWORK = {Target.MEGATRON: Framework.MEGATRON, Target.NEMO: Framework.NEMO, T
              Target.TORCH_ACTIONS: Framework.ANY}
 TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_V)
 # What a target runs beyond its runtime's profile: torchtitan 0.3's command line states the split as layers per
-# stage (even splits only) and has no action-list option; the action list runs torch's schedules and the wave.
+# stage (even splits only) and has no action-list option; the action list runs every schedule meshplan orders.
 CAPABILITIES: dict[Target, SearchSpec] = {
     Target.MEGATRON: SearchSpec(), Target.NEMO: SearchSpec(), Target.TORCHTITAN: SearchSpec(),
     Target.DEEPSPEED: SearchSpec(),
     Target.TORCHTITAN_CLI: SearchSpec(uneven_split=False, schedule_choices=TITAN_SCHEDULES),
-    Target.TORCH_ACTIONS: SearchSpec(schedule_choices=(*TITAN_SCHEDULES, Schedule.WAVE)),
+    Target.TORCH_ACTIONS: SearchSpec(schedule_choices=tuple(Schedule)),
 }
 NEVER_SUBSTITUTED = frozenset({Target.TORCH_ACTIONS})  # the plan's own op order or nothing: it pairs with its layout
 COMMENT = {Target.MEGATRON: "# ", Target.TORCHTITAN: "# ", Target.TORCHTITAN_CLI: "# ", Target.NEMO: "# "}

@@ -2,10 +2,9 @@
 `_PipelineScheduleRuntime._load_csv` reads (torchtitan: `parallelism.pipeline_parallel_schedule_csv`).
 
 One row per pipeline rank, one cell per op: `{stage}{type}{micro-batch}`, stage = model chunk in pipeline
-order, type F (forward), B (full backward), or I and W (input and weight gradient) for ZB-V. torch infers
-which rank holds each chunk from the rows and adds the sends and receives itself. The orders are those of
-`cost_models.schedules.program`, the ones the simulator prices. ZB-H1 has none to write: in meshplan's model
-its weight gradients run wherever a rank would otherwise wait, not at places fixed beforehand.
+order, type F (forward), B (full backward), or I and W (input and weight gradient) for the zero-bubble schedules. torch
+infers which rank holds each chunk from the rows and adds the sends and receives itself. The orders are those of
+`cost_models.schedules.program`, the ones the simulator prices: every schedule meshplan searches has one.
 """
 
 from __future__ import annotations
@@ -26,9 +25,6 @@ def emit(plan: Plan) -> str:
     lay = plan.best.layout
     if lay.pp == 1:
         raise UnsupportedPlanError("the plan has no pipeline (pp 1): there is no action list to write")
-    if lay.schedule is Schedule.ZB_H1:
-        raise UnsupportedPlanError("zb-h1 has no fixed op order in meshplan (its weight gradients fill whatever "
-                                   "idle time a rank has); plan with --schedule zb-v or 1f1b for an action list")
     return action_rows(lay.schedule, lay.pp, facts(plan).num_microbatches, lay.vpp)
 
 

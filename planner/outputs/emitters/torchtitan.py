@@ -6,10 +6,11 @@ Mapping: ZeRO-0 is DDP (data_parallel_replicate_degree = dp); ZeRO-3 is FSDP2 re
 dp_replicate); torchtitan has no ZeRO-1. The stage
 split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i, norm, output, the
 module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble" (its
-stages in model order; torchtitan places them as a V itself). A one-wave plan (the wave with two chunks per
-rank) names "ZBVZeroBubble" for that V placement and `pipeline_parallel_schedule_csv` for its op order, the action
-list `meshplan emit --to torch-actions` writes, which torch's _PipelineScheduleRuntime then runs. Recomputation:
-activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
+stages in model order; torchtitan places them as a V itself). The schedules torchtitan has no name for run from
+meshplan's op order (`BY_ACTIONS`): a one-wave plan (the wave with two chunks per rank) names "ZBVZeroBubble" for
+that V placement, ZB-H1 and ZB-H2 name "1F1B" for one stage per rank, and `pipeline_parallel_schedule_csv` gives the
+order, the action list `meshplan emit --to torch-actions` writes, which torch's _PipelineScheduleRuntime then runs.
+Recomputation: activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
 The model is one of torchtitan's own flavors, matched by architecture (titan_flavors.py); any other model is
 refused with UnsupportedModelError, since torchtitan's job file cannot state dimensions.
 
@@ -51,9 +52,13 @@ from planner.outputs.emitters.titan_flavors import flavor_of, mtp_caveat
 from planner.outputs.plan import Plan
 
 TITAN_MAX_NORM = 1.0  # torchtitan's training.max_norm default (config/job_config.py), scaled by grad_scale()
-ACTIONS_FILE = "pipeline_actions.csv"  # the one-wave plan's op order: meshplan emit PLAN --to torch-actions
+ACTIONS_FILE = "pipeline_actions.csv"  # a BY_ACTIONS plan's op order: meshplan emit PLAN --to torch-actions
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
              Schedule.ZB_V: "ZBVZeroBubble"}
+# Schedules torchtitan runs from meshplan's action list (pipeline_parallel_schedule_csv), each with the named schedule
+# whose stage placement it shares: one stage per rank (1F1B's) or a V of two (ZBVZeroBubble's)
+BY_ACTIONS = {Schedule.WAVE: Schedule.ZB_V, Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
+              Schedule.ZB_H2: Schedule.ONE_F_ONE_B}
 
 
 def model_parts(plan: Plan) -> list[list[str]]:
@@ -92,7 +97,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         raise UnsupportedPlanError(f"torchtitan places chunks as a V only two per rank (ZBVZeroBubble, DualPipeV): it "
                                    f"cannot place a wave of vpp {lay.vpp}; the nearest plan uses one wave (--vpp 2) or "
                                    "one of its own schedules")
-    if lay.schedule not in (*SCHEDULES, Schedule.WAVE) and lay.pp > 1:
+    if lay.schedule not in (*SCHEDULES, *BY_ACTIONS) and lay.pp > 1:
         raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
     sharded = lay.zero >= ZeroStage.GRADIENTS
@@ -108,10 +113,10 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         # gathered under one (what cost_models prices, Execution.reshard_under_pp); ZeRO-2 never reshards
         parallelism["fsdp_reshard_after_forward"] = "default" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
-        wave = lay.schedule is Schedule.WAVE  # a V of stages (ZBVZeroBubble's placement) running the action list
-        parallelism.update(pipeline_parallel_schedule=SCHEDULES[Schedule.ZB_V if wave else lay.schedule],
+        listed = lay.schedule in BY_ACTIONS  # the named schedule's placement running the action list
+        parallelism.update(pipeline_parallel_schedule=SCHEDULES[BY_ACTIONS.get(lay.schedule, lay.schedule)],
                            pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
-        if wave:
+        if listed:
             parallelism["pipeline_parallel_schedule_csv"] = ACTIONS_FILE
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
     checkpoint: dict[str, Any] = {"mode": mode}
@@ -203,8 +208,9 @@ def emit_toml(plan: Plan) -> str:
     caveat = mtp_caveat(plan.model, flavor_of(plan.model))
     if caveat is not None:
         lines[2:2] = [comment(f"note: {caveat}")]
-    if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
-        lines[3:3] = [f"# the wave's op order, read from {ACTIONS_FILE} in the working directory: "
+    if plan.best.layout.schedule in BY_ACTIONS and plan.best.layout.pp > 1:
+        lines[3:3] = [f"# the {plan.best.layout.schedule.value} op order, read from {ACTIONS_FILE} in the working "
+                      "directory: "
                       f"meshplan emit PLAN --to torch-actions --out {ACTIONS_FILE}"]
     written = sections(plan)
     scale = grad_scale(plan)
@@ -226,10 +232,10 @@ def emit_cli(plan: Plan) -> str:
     if flavor.config is None:
         raise UnsupportedModelError(f"torchtitan 0.3.0 has no config for {flavor.label} ({model.name}): use the "
                                     "torchtitan TOML target (0.2.x), which has the flavor")
-    if plan.best.layout.schedule is Schedule.WAVE and plan.best.layout.pp > 1:
-        raise UnsupportedPlanError("the torchtitan 0.3 target is not checked against a 0.3 release for an action-list "
-                                   "option, so the wave is written for the 0.2 TOML target only; the nearest plan "
-                                   "uses one of torchtitan's own schedules")
+    if plan.best.layout.schedule in BY_ACTIONS and plan.best.layout.pp > 1:
+        raise UnsupportedPlanError(f"the torchtitan 0.3 target is not checked against a 0.3 release for an action-list "
+                                   f"option, so {plan.best.layout.schedule.value} is written for the 0.2 TOML target "
+                                   "only; the nearest plan uses one of torchtitan's own schedules")
     lines = [f"--module {flavor.module}", f"--config {flavor.config}"]
     for section, values in sections(plan).items():
         if section in ("job", "model"):
