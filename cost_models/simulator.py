@@ -89,8 +89,8 @@ class SimResult:
     @property
     def stage_spans(self) -> tuple[float, ...]:
         """Per device, the time from its first op's start to its last op's end: the zero-bubble papers' cost of a
-        stage (Qi et al. 2024 section 5: with the optimizer step validated afterwards, a stage starts its next
-        iteration when its own work ends, so the longest span, not the makespan, sets the throughput)."""
+        stage (Qi et al. 2024: with the optimizer step validated afterwards, a stage starts its next iteration when
+        its own work ends, so the longest span, not the makespan, sets the throughput)."""
         first = [math.inf] * len(self.busy)
         last = [0.0] * len(self.busy)
         for e in self.events:

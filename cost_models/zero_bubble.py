@@ -13,7 +13,7 @@ and micro-batch T_F, T_B, T_W; p stages, m micro-batches; M_B the activations of
   B, then B, W, F in turn, W passes kept pending (2i of them) so that the tail runs them: every stage is busy from
   its first op to its last (a parallelogram), bubble (p − 1)(T_F + T_B − 2T_W), zero when T_F = T_B = T_W, at
   (2p − 1)·M_B.
-- ZB-V (section 6, Figure 8; torch's ScheduleZBVZeroBubble): two chunks per rank placed as a V.
+- ZB-V (section 6; torch's ScheduleZBVZeroBubble): two chunks per rank placed as a V.
 
 Each order is a tuple of `Op` per stage; the simulator (cost_models.simulator) runs it as written.
 """
@@ -61,7 +61,7 @@ def zb_h2_order(stage: int, pp: int, m: int) -> tuple[Op, ...]:
 
 
 def zbv_order(device: int, pp: int, m: int) -> tuple[Op, ...]:
-    """ZB-V on `device` (2401.10241 section 6, Figure 8), in the order torch.distributed.pipelining's
+    """ZB-V on `device` (2401.10241 section 6), in the order torch.distributed.pipelining's
     ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBubble"): 2(p − d) − 1 forwards of the down chunk, d pairs of
     up/down forwards, p − d up-chunk F/B/W triples, then F-B-W on either chunk in turn, and a cool-down that drains
     the input gradients before the weight gradients. Built for max(m, 2p − 1) micro-batches, as torch does, then

@@ -1,0 +1,75 @@
+"""Pipeline schedules against the bubbles their papers publish, on the papers' own (p, m).
+
+    python benchmarks/schedules_papers.py
+
+The zero-bubble papers state their schedules' bubbles for T_F = T_B = T_W (forward, input gradient, weight gradient
+of one stage and micro-batch), as fractions of the 1F1B step (m + p − 1)(T_F + T_B + T_W): 1F1B B = (p − 1)/(m + p − 1),
+ZB-H1 B/3, ZB-H2 and ZB-V 0 (Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024, section 2.1 and
+Figure 3, section 6; the table of the authors' repository sail-sg/zero-bubble-pipeline-parallelism, README,
+"Comparision of Schedules"), and measure a schedule by its longest stage: each stage's span from its first op to its
+last (with the optimizer step validated afterwards, the paper's "post-validation", a stage starts its next iteration
+when its own work ends). The (p, m) are the paper's experiments: 1.5B and 6.2B models on 8 stages with 24, 32 and 64
+micro-batches, 14.6B on 16 with 48, 64, 128, 28.3B on 32 with 96, 128, 256.
+
+Each row prints the paper's bubble rate, meshplan's (its op order in the discrete-event simulator, per-chunk times a
+half of the stage's on two-chunk schedules, no send latency: the papers' setting), the difference in percentage
+points, meshplan's step with the optimizer synchronised (makespan, what its runtimes run), and the peak activations
+in flight against the paper's (micro-batches of one stage). ZB-2p (the paper's automatic schedule), V-Half, V-Min,
+DualPipeV and Hanayo's wave as its paper runs it are not in meshplan yet (issue 32): no row is printed for them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machine import machine_line  # noqa: E402
+
+from cost_models.schedules import program  # noqa: E402
+from cost_models.simulator import Durations, simulate  # noqa: E402
+from planner.core import Schedule  # noqa: E402
+
+SETTINGS = [(8, 24), (8, 32), (8, 64), (16, 48), (16, 64), (16, 128), (32, 96), (32, 128), (32, 256)]
+# schedule, chunks per rank, the paper's bubble as a share of 1F1B's step (p, m), its peak activations (p), source
+PAPER = [
+    (Schedule.ONE_F_ONE_B, 1, lambda p, m: (p - 1) / (m + p - 1), lambda p: p, "Qi et al. 2024 section 2; repo table"),
+    (Schedule.ZB_H1, 1, lambda p, m: (p - 1) / (m + p - 1) / 3, lambda p: p, "Qi et al. 2024 Fig. 3 top; repo table"),
+    (Schedule.ZB_H2, 1, lambda p, m: 0.0, lambda p: 2 * p - 1, "Qi et al. 2024 Fig. 3 bottom"),
+    (Schedule.ZB_V, 2, lambda p, m: 0.0, lambda p: p, "Qi et al. 2024 section 6; repo table"),
+]
+
+
+def measured(schedule: Schedule, chunks: int, pp: int, m: int) -> tuple[float, float, float]:
+    """(bubble of the longest stage span, bubble of the makespan, both over 1F1B's step; peak activations in stages)
+    with T_F = T_B = T_W = 1 per stage, shared evenly over a rank's chunks."""
+    prog = program(schedule, pp, m, chunks)
+    n = len(prog.placement)
+    unit = 1.0 / chunks
+    split = prog.split_backward
+    d = Durations((unit,) * n, (unit if split else 2 * unit,) * n, (unit if split else 0.0,) * n, (unit,) * n)
+    result = simulate(prog, d)
+    busy, one_f_one_b = 3.0 * m, 3.0 * (m + pp - 1)
+    return ((max(result.stage_spans) - busy) / one_f_one_b, (result.makespan - busy) / one_f_one_b,
+            max(result.peak_activation))
+
+
+def main() -> int:
+    print(machine_line())
+    print(f"{'schedule':<10} {'p':>3} {'m':>4} {'paper':>7} {'meshplan':>9} {'diff pp':>8} {'makespan':>9} "
+          f"{'memory':>7} {'paper':>6}  source")
+    worst = 0.0
+    for schedule, chunks, paper, memory, source in PAPER:
+        for pp, m in SETTINGS:
+            span, whole, peak = measured(schedule, chunks, pp, m)
+            expected = paper(pp, m)
+            worst = max(worst, abs(span - expected))
+            print(f"{schedule.value:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * span:>8.2f}% "
+                  f"{100 * (span - expected):>+8.2f} {100 * whole:>8.2f}% {peak:>7.2f} {memory(pp):>6}  {source}")
+    print(f"largest difference: {100 * worst:.2f} percentage points")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
