@@ -1,7 +1,7 @@
 """Plans that train: configs meshplan emits, run by the launchers' own trainers on CPU processes over gloo.
 
 - torchtitan 0.2.2: its Trainer (what `torchrun -m torchtitan.train` runs) from the emitted TOML, unchanged but
-  for the run's length, learning rate, logging and the shared starting weights, for nine layouts of a tiny
+  for the run's length, learning rate, logging and the shared starting weights, for eleven layouts of a tiny
   Llama-style model; after each of STEPS steps the loss and the gradient norm match the unpipelined one-process
   run from the same seed checkpoint (tolerances below).
 - DeepSpeed 0.19.8 (DS_ACCELERATOR=cpu): deepspeed.initialize with the emitted JSON for ZeRO 1, 2 and 3, and its
