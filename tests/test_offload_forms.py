@@ -225,3 +225,13 @@ def test_the_nvme_tier_has_a_capacity() -> None:
     small = replace(problem.cluster, host=replace(problem.cluster.host, nvme_gib=100.0))
     assert not nvme_fits(n, layout, problem.job, small)
     assert n * 14 / GIB == pytest.approx(170, rel=0.05)
+
+
+def test_refusals_name_the_runtime_that_runs_the_plan() -> None:
+    """A ZeRO-Infinity plan emitted for a launcher that cannot offload its weights names DeepSpeed."""
+    p = plan("llama2-13b", "rtx4090", gpus=1, seq_len=1024, global_batch=32, runtime=DS,
+             spec=SearchSpec(offload_auto=True, top_k=1))
+    for target in (Target.MEGATRON, Target.NEMO):
+        with pytest.raises(UnsupportedPlanError, match="DeepSpeed runs it: --emit deepspeed"):
+            emit(p, target, strict=True)
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.core import Layout, Recompute, ZeroStage, module_names, non_default_modules, offload_names
+from planner.core import Layout, Offload, Recompute, ZeroStage, module_names, non_default_modules, offload_names
 from planner.core.errors import MeshplanError
 from planner.core.text import one_line
 from planner.outputs.plan import Plan
@@ -60,6 +60,15 @@ def describe(plan: Plan) -> str:
     lay, pred = plan.best.layout, plan.best.prediction
     return one_line(f"{plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.name}: {layout_summary(lay)}; "
             f"predicted {pred.step_time_s:.3f} s/step, MFU {100 * pred.mfu:.1f} %")
+
+
+def offload_runner(offload: frozenset[Offload]) -> str:
+    """Which runtime meshplan writes for runs an offload choice, for a refusal to name: DeepSpeed for the optimizer,
+    gradients, weights and NVMe; activations only as DeepSpeed's checkpoints of fully recomputed layers."""
+    if Offload.ACTIVATIONS in offload:
+        return ("DeepSpeed offloads activations only as the checkpoints of fully recomputed layers (--emit deepspeed "
+                "with --recompute full)")
+    return "DeepSpeed runs it: --emit deepspeed"
 
 
 def layout_summary(lay: Layout) -> str:

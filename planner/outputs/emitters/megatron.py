@@ -29,7 +29,13 @@ from planner.core import (
 )
 from planner.core.errors import UnsupportedModelError
 from planner.core.text import comment
-from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
+from planner.outputs.emitters.common import (
+    UnsupportedPlanError,
+    describe,
+    facts,
+    offload_runner,
+    partial_recompute,
+)
 from planner.outputs.plan import Plan
 
 FSDP_STRATEGY = {ZeroStage.GRADIENTS: "optim_grads", ZeroStage.WEIGHTS: "optim_grads_params"}
@@ -213,8 +219,8 @@ def _offload_args(plan: Plan) -> list[tuple[str, object]]:
     if lay.offload - {Offload.OPTIMIZER} or lay.zero is not ZeroStage.OPTIMIZER:
         raise UnsupportedPlanError(
             f"Megatron-LM offloads the distributed optimizer only (--optimizer-cpu-offload with ZeRO-1), not "
-            f"{', '.join(offload_names(lay.offload))} with ZeRO-{int(lay.zero)}; the nearest plan uses --zero 1 "
-            "--offload optimizer")
+            f"{', '.join(offload_names(lay.offload))} with ZeRO-{int(lay.zero)} ({offload_runner(lay.offload)}); the "
+            "nearest plan uses --zero 1 --offload optimizer")
     return [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", 1.0),
             ("--overlap-cpu-optimizer-d2h-h2d", None)]
 

@@ -13,7 +13,13 @@ from typing import Any
 
 from planner.core import Recompute, Schedule, ZeroStage, module_names, non_default_modules
 from planner.core.text import comment
-from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, partial_recompute
+from planner.outputs.emitters.common import (
+    UnsupportedPlanError,
+    describe,
+    facts,
+    offload_runner,
+    partial_recompute,
+)
 from planner.outputs.emitters.megatron import pipeline_layout
 from planner.outputs.plan import Plan
 
@@ -67,7 +73,8 @@ def emit(plan: Plan) -> str:
     lay, job, f = plan.best.layout, plan.job, facts(plan)
     if lay.offload:
         raise UnsupportedPlanError("the NeMo target keeps every state on the GPU (its optimizer offload is not written "
-                                   "by meshplan yet); the nearest plan offloads nothing")
+                                   f"by meshplan yet; {offload_runner(lay.offload)}); the nearest plan offloads "
+                                   "nothing")
     if lay.dp_replicate > 1:
         raise UnsupportedPlanError(f"the NeMo target shards the optimizer over every data-parallel rank; this plan "
                                    f"replicates it {lay.dp_replicate} times (HSDP): the nearest plan uses "

@@ -47,7 +47,7 @@ from typing import Any
 from planner.core import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 from planner.core.errors import UnsupportedModelError
 from planner.core.text import comment
-from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts
+from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, offload_runner
 from planner.outputs.emitters.titan_flavors import flavor_of, mtp_caveat
 from planner.outputs.plan import Plan
 
@@ -81,7 +81,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     flavor = flavor_of(model)  # before the layout: no other layout helps a model torchtitan cannot build
     if lay.offload:
         raise UnsupportedPlanError("torchtitan's CPU offload moves FSDP's weights, gradients and optimizer together, "
-                                   "which meshplan does not write yet; the nearest plan offloads nothing")
+                                   f"which meshplan does not write yet ({offload_runner(lay.offload)}); the nearest "
+                                   "plan offloads nothing")
     if lay.zero is ZeroStage.OPTIMIZER:
         raise UnsupportedPlanError("torchtitan has no ZeRO-1 (distributed optimizer only); the nearest plans use "
                                    "FSDP: ZeRO-2 (--zero 2, no resharding after forward) or ZeRO-3 (--zero 3)")
