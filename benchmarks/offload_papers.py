@@ -153,9 +153,9 @@ def main() -> None:
                           "pairs": [{"of": a, "over": b, "published": p, "predicted": q} for a, b, p, q in paired]},
                          indent=2))
         return
-    print(f"{'record':38} {'unit':14} {'published':>10} {'meshplan':>10} {'diff':>7}  how meshplan priced it")
+    print(f"{'record':42} {'unit':14} {'published':>10} {'meshplan':>10} {'diff':>7}  how meshplan priced it")
     for r in table.values():
-        print(f"{r.key:38} {r.unit:14} {r.published:10.1f} {r.predicted:10.1f} {100 * r.error:+6.1f}%  {r.how}")
+        print(f"{r.key:42} {r.unit:14} {r.published:10.1f} {r.predicted:10.1f} {100 * r.error:+6.1f}%  {r.how}")
     errors = [abs(r.error) for r in table.values()]
     print(f"\n{len(errors)} records: mean |difference| {100 * sum(errors) / len(errors):.1f} %, "
           f"{sum(e <= 0.2 for e in errors)} within 20 %")
