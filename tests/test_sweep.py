@@ -174,9 +174,19 @@ def test_sweep_picture_names_what_is_fixed_and_starts_at_zero(varied: Varied, ti
     from planner.studies.sweep import sweep_title
 
     assert sweep_title(Job("llama3-8b", "h100-sxm", 64, 4096, 256), varied) == title
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     fig = sweep_figure(_frame(varied), varied, title)
-    assert fig.axes[0].get_title(loc="left").startswith(f"{title}: best plan per value")
+    assert fig.get_suptitle() == title and fig.axes[0].get_title(loc="left").startswith("best plan per value")
     assert all(ax.get_ylim()[0] == 0 for ax in fig.axes)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    legend = fig.axes[0].get_legend().get_window_extent(renderer)
+    heads = [fig._suptitle.get_window_extent(renderer), fig.axes[0].title.get_window_extent(renderer),
+             fig.axes[0]._left_title.get_window_extent(renderer)]
+    assert not any(legend.overlaps(h) for h in heads if h.width > 0)
+    assert fig.bbox.contains(*heads[0].p0) and fig.bbox.contains(*heads[0].p1)
 
 
 # ---- progress ----------------------------------------------------------------------------------------------

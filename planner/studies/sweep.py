@@ -303,8 +303,10 @@ def sweep_figure(frame: pd.DataFrame, varied: Varied, title: str = "") -> Figure
     ax.set_ylim(0, 1.3 * max(per_gpu))  # from zero: the differences read at their true size
     ax.legend(handles=lines, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=8, frameon=False)
     missing = [str(v) for v in frame[~frame["fits"]][varied.value]]
-    ax.set_title((f"{title}: " if title else "") + "best plan per value"
-                 + (f" (nothing fits at {', '.join(missing)})" if missing else ""), loc="left", fontsize=10)
+    ax.set_title("best plan per value" + (f" (nothing fits at {', '.join(missing)})" if missing else ""),
+                 loc="left", fontsize=10)
+    if title:  # a line of its own above the axes' title and legend, so that neither covers it
+        fig.suptitle(title, x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
     return fig
 
