@@ -96,5 +96,6 @@ def test_plan_layerwise_counts_stage_frontiers(tmp_path: Path) -> None:
     table = read_chain(str(mixed_table(tmp_path / "mixed.csv")))
     calls: list[tuple[int, int]] = []
     plan_layerwise(table, load_hardware("a100-40gb", 8), 64, progress=lambda d, t: calls.append((d, t)))
-    # a candidate of pp stages on 6 layers builds pp * (6 - pp + 1) frontiers; pp 1 alone is worth 6
-    assert calls[0][0] in {pp * (6 - pp + 1) for pp in (1, 2, 4)} and calls[-1][0] == calls[-1][1]
+    # a candidate of pp stages on 6 layers builds 1 + (pp - 1) * (6 - pp + 1) frontiers: the first stage starts at
+    # layer 0, a later one at any layer that leaves the stages after it a layer each
+    assert calls[0][0] in {1 + (pp - 1) * (6 - pp + 1) for pp in (1, 2, 4)} and calls[-1][0] == calls[-1][1]

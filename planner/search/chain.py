@@ -15,6 +15,7 @@ moves fewer bytes than an all-reduce) and the optimizer step is bandwidth-bound,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -47,6 +48,14 @@ class ChainTable:
     @property
     def num_layers(self) -> int:
         return len(self.kinds)
+
+    @cached_property
+    def costs(self) -> dict[tuple[str, int, int], tuple[float, float, float, float, float]]:
+        """(kind, tp, mbs) -> (forward ms, backward ms, activation bytes, params, output bytes), read from `rows`
+        once (a DataFrame lookup per layer and degree was most of planning a candidate's options)."""
+        cols = ["forward_ms", "backward_ms", "activation_bytes", "params", "output_bytes"]
+        return {(str(k[0]), int(k[1]), int(k[2])): tuple(float(x) for x in v)  # type: ignore[misc]
+                for k, v in zip(self.rows.index, self.rows[cols].itertuples(index=False), strict=True)}
 
     def arrays(self, tp: int, mbs: int) -> tuple[np.ndarray, ...] | None:
         """(time s, activation bytes, params, output bytes) per layer, or None when a kind lacks the row."""

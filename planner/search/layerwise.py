@@ -126,11 +126,10 @@ def setting(table: ChainTable, cluster: ClusterSpec, group: int, pp: int, dp: in
     for kind in table.kinds:
         found = []
         for t in (t for t in range(1, group + 1) if group % t == 0 and (mbs * t) % group == 0):
-            key = (kind, t, mbs * t // group)
-            if key in table.rows.index:
-                r = table.rows.loc[key]
-                found.append(Option(t, r["forward_ms"] / 1e3, (r["forward_ms"] + r["backward_ms"]) / 1e3,
-                                    float(r["activation_bytes"]), float(r["params"]), float(r["output_bytes"])))
+            row = table.costs.get((kind, t, mbs * t // group))
+            if row is not None:
+                fwd, bwd, act, params, out = row
+                found.append(Option(t, fwd / 1e3, (fwd + bwd) / 1e3, act, params, out))
         if not found:
             return None
         options.append(tuple(found))

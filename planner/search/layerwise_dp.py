@@ -126,17 +126,34 @@ def _extend(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: in
     return out
 
 
-def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, cap: float) -> dict[int, list[Point]]:
+def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, cap: float,
+                    memo: dict[tuple[int, bool], dict[int, list[Point]]] | None = None) -> dict[int, list[Point]]:
     """For each end j: the Pareto set of (T, tail) over assignments of layers [first, j) that fit on `stage`
-    (memory = the stage's peak bytes with its transient)."""
+    (memory = the stage's peak bytes with its transient). Where memory cannot bind (`roomy`) the frontiers depend on
+    the stage only through whether it is the last (no send after it): `memo` keeps them per (first layer, last
+    stage or not), built to the furthest end any such stage may reach, and each stage takes its ends from it."""
     n = len(st.options)
     last = n - (st.pp - 1 - stage)  # later stages need a layer each
-    caps = sorted({0.0} | {o.activation for layer in range(first, last) for o in st.options[layer]})
     most = sum(max(o.params * st.term(o.tp).state_per_param + alive(st, stage) * o.activation for o in opts)
                for opts in st.options[first:last])
-    roomy = most + M.BUFFER_ALLOWANCE_GIB * GIB <= cap
-    if roomy:  # every assignment fits keeping its activations: recomputing only adds time, memory cannot bind
-        caps = [0.0]
+    if most + M.BUFFER_ALLOWANCE_GIB * GIB <= cap:  # roomy: every assignment fits keeping its activations, so
+        # recomputing only adds time and memory cannot bind
+        key = (first, stage == st.pp - 1)
+        if memo is None or key not in memo:
+            found = _frontiers(st, cluster, stage, first, n if key[1] else n - 1, [0.0], math.inf)
+            if memo is None:
+                return found
+            memo[key] = found
+        return {j: v for j, v in memo[key].items() if j <= last}
+    caps = sorted({0.0} | {o.activation for layer in range(first, last) for o in st.options[layer]})
+    return _frontiers(st, cluster, stage, first, last, caps, cap)
+
+
+def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: int, caps: list[float],
+               cap: float) -> dict[int, list[Point]]:
+    """`stage_frontiers` over ends up to `last`, one DP per cap on the recompute transient; memory is tracked
+    against `cap` unless it is infinite (roomy)."""
+    roomy = math.isinf(cap)
     ends: dict[int, list[Point]] = {}
     fixed = M.BUFFER_ALLOWANCE_GIB * GIB
     moves = [_moves(st, stage, layer) for layer in range(first, last)]
@@ -162,12 +179,25 @@ def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, c
     return {j: _pareto([Point(0.0, p.time, p.tail, p.choices) for p in v]) for j, v in ends.items() if v}
 
 
+def _firsts(stage: int, pp: int, n: int) -> range:
+    """The layers stage `stage` of `pp` may start at: the first stage at layer 0; a later one after each stage
+    before it took a layer, and early enough to leave one to itself and to each after it."""
+    return range(0, 1) if stage == 0 else range(stage, n - pp + stage + 1)
+
+
+def frontier_count(pp: int, n: int) -> int:
+    """How many stage frontiers a candidate of `pp` stages on `n` layers builds (at most: `stage_frontiers` shares
+    those where memory cannot bind)."""
+    return sum(len(_firsts(s, pp, n)) for s in range(pp))
+
+
 def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int], tuple[LayerChoice, ...],
                                                                         Priced] | None:
     """The exact best split and per-layer choices of one candidate (module docstring, step 2), or None."""
     n, pp = len(st.options), st.pp
-    frontier = {(s, i, j): pts for s in range(pp) for i in range(s, n)
-                for j, pts in stage_frontiers(st, cluster, s, i, cap).items()}
+    memo: dict[tuple[int, bool], dict[int, list[Point]]] = {}
+    frontier = {(s, i, j): pts for s in range(pp) for i in _firsts(s, pp, n)
+                for j, pts in stage_frontiers(st, cluster, s, i, cap, memo).items()}
     if not frontier:
         return None
     if pp == 1:  # step = m·T + tail: the frontier's best point
@@ -214,8 +244,8 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
 def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,
                    top_k: int = 5, progress: Callable[[int, int], None] | None = None) -> list[ChainPlan]:
     """The fastest per-layer plans, one per (G, pp, dp, mbs) candidate of the uniform chain search, best first.
-    `progress(done, total)` after each candidate, in stage frontiers (a candidate of pp stages on L layers
-    builds pp·(L − pp + 1) of them, most of its work): the total is known before the first."""
+    `progress(done, total)` after each candidate, in stage frontiers (`frontier_count`: a candidate of pp stages
+    on L layers builds 1 + (pp − 1)·(L − pp + 1) of them, most of its work): the total is known before the first."""
     if table.num_layers > MAX_LAYERWISE_LAYERS:
         raise InputError(f"--per-layer plans chains of at most {MAX_LAYERWISE_LAYERS} layers (the exact search keeps "
                          f"a frontier per stage and first layer); this chain has {table.num_layers}")
@@ -227,14 +257,14 @@ def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, g
             for pp in (p for p in range(1, n + 1) if (gpus // group) % p == 0)
             if global_batch % (gpus // (group * pp)) == 0
             for mbs in (b for b in sizes if (global_batch // (gpus // (group * pp))) % b == 0)]
-    total, done = sum(pp * (n - pp + 1) for _, pp, _, _ in todo), 0
+    total, done = sum(frontier_count(pp, n) for _, pp, _, _ in todo), 0
     results: list[ChainPlan] = []
     for group, pp, dp, mbs in todo:
         st = setting(table, cluster, group, pp, dp, mbs, global_batch, grad_bytes)
         found = best_plan(st, cluster, cap) if st is not None else None
         if st is not None and found is not None:
             results.append(_chain_plan(st, *found, global_batch))
-        done += pp * (n - pp + 1)
+        done += frontier_count(pp, n)
         if progress is not None:
             progress(done, total)
     if not results:
