@@ -70,3 +70,17 @@ def test_help_at_80_columns_shows_every_option_name_whole(path: list[str], comma
         for name in (*param.opts, *param.secondary_opts):
             if name.startswith("-"):
                 assert re.search(rf"(^|[\s,/]){re.escape(name)}([\s,/=]|$)", res.output, re.M), (path, name)
+
+
+def test_plan_rows_are_ranked_by_the_column_shown_first() -> None:
+    """Issue 31 item 6: the alternatives were ranked by the simulated step while 'step s' was shown first; the first
+    column is the ranking's step, in order, the closed form beside it."""
+    res = runner.invoke(app, ["plan", "--model", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64", "--seq-len",
+                              "8192", "--global-batch", "512", "--top-k", "5"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:3] == ["#", "step", "s"])
+    assert lines[head].split()[3:5] == ["closed", "s"]
+    rows = [line.replace("≈", "").split() for line in lines[head + 1:head + 6]]
+    steps = [float(r[1]) for r in rows]
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5] and steps == sorted(steps)
