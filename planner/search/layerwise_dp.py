@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,9 +52,9 @@ from planner.search.partition import best_boundaries
 MAX_LAYERWISE_LAYERS = 64  # the frontiers of every (stage, first layer) are kept: O(pp · L²) of them
 
 
-@dataclass(frozen=True)
-class Point:
-    """One assignment of a stage's layers so far: memory bytes, per-micro-batch time, tail, choices."""
+class Point(NamedTuple):
+    """One assignment of a stage's layers so far: memory bytes, per-micro-batch time, tail, choices (a named tuple:
+    the frontiers make hundreds of thousands of them, a frozen dataclass takes three times as long to build)."""
 
     memory: float
     time: float
@@ -64,7 +65,7 @@ class Point:
 def _pareto(points: list[Point]) -> list[Point]:
     """The points no other point beats or equals in memory, time and tail at once."""
     kept: list[Point] = []
-    ordered = sorted(points, key=lambda q: (q.memory, q.time, q.tail))
+    ordered = sorted(points, key=lambda q: q[:3])
     if ordered and ordered[0].memory == ordered[-1].memory:  # (T, tail) alone: every kept point is no slower
         least_tail = math.inf
         for p in ordered:
@@ -108,21 +109,22 @@ def _moves(st: Setting, stage: int, layer: int) -> list[_Move]:
 
 
 def _extend(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: int, moves: list[_Move],
-            state: tuple[int, int], point: Point, cap_x: float, budget: float
+            state: tuple[int, int], point: Point, cap_x: float, budget: float, roomy: bool = False
             ) -> list[tuple[tuple[int, int], Point]]:
-    """Every option of `layer` after `point` (state: previous TP, degrees in use as a bit set) that fits."""
+    """Every option of `layer` after `point` (state: previous TP, degrees in use as a bit set) that fits; `roomy`:
+    memory cannot bind, so it is neither checked nor kept (0)."""
     out = []
     for mv in moves:
         if mv.choice.recompute and (cap_x == 0 or mv.activation > cap_x):
             continue
-        if point.memory + mv.memory > budget:
+        if not roomy and point.memory + mv.memory > budget:
             continue
         t = mv.time + (st.reshard(layer, state[0], mv.tp) if layer > first else (
             send_in(st, first, st.option(layer, mv.tp), cluster) if stage > 0 else 0.0))
         used = state[1] | mv.bit
         tail = mv.tail + (mv.alpha if used != state[1] else 0.0)
-        out.append(((mv.tp, used), Point(point.memory + mv.memory, point.time + t, point.tail + tail,
-                                         (*point.choices, mv.choice))))
+        out.append(((mv.tp, used), Point(0.0 if roomy else point.memory + mv.memory, point.time + t,
+                                         point.tail + tail, (*point.choices, mv.choice))))
     return out
 
 
@@ -167,8 +169,8 @@ def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: 
             for key, points in states.items():
                 for p in points:
                     for new_key, q in _extend(st, cluster, stage, first, layer, moves[layer - first], key, p, cap_x,
-                                              budget):
-                        grown.setdefault(new_key, []).append(Point(0.0, q.time, q.tail, q.choices) if roomy else q)
+                                              budget, roomy):
+                        grown.setdefault(new_key, []).append(q)
             states = {k: _pareto(v) for k, v in grown.items()}
             if not states:
                 break
