@@ -60,6 +60,10 @@ def test_html_is_self_contained(plan_file: Path, tmp_path: Path) -> None:
     assert page.count("<tr><td>") >= len(stages) and all(f"<tr><td>{s.pp_rank}</td><td>{s.num_layers}</td>" in page
                                                          for s in stages)
     assert "<h2>How to launch</h2>" in page and f"meshplan emit {plan_file} --to megatron" in page
+    # the step the plan is ranked by, as the alternatives' (it showed the closed form beside their simulated steps)
+    best = load_plan(plan_file).best
+    assert best.simulated_step_time_s is not None and f"Step {best.step_time_s:.3f} s (the simulated pipeline" in page
+    assert f"{best.step_time_s:.3f} s/step" in explain_figure(explanation(load_plan(plan_file))).axes[0].get_title()
 
 
 def test_explanation_names_constraint_and_alternatives(plan_file: Path) -> None:

@@ -256,7 +256,8 @@ def explain_figure(ex: Explanation) -> Figure:
     else:
         ax_t.text(0.5, 0.5, "no pipeline parallelism", ha="center", va="center")
     ax_t.set_title(f"{ex.plan.model.name} on {ex.plan.cluster.num_gpus} x {ex.plan.cluster.name}: "
-                   f"{pred.step_time_s:.3f} s/step, MFU {100 * pred.mfu:.1f} %")
+                   f"{ex.plan.best.step_time_s:.3f} s/step, "
+                   f"MFU {100 * pred.mfu * pred.step_time_s / ex.plan.best.step_time_s:.1f} %")
     ranks = [s.pp_rank for s in pred.stages]
     states = [s.weights_gib + s.gradients_gib + s.optimizer_state_gib for s in pred.stages]
     acts = [s.activations_gib for s in pred.stages]

@@ -91,6 +91,10 @@ def render_html(ex: Explanation, plan_name: str = "plan.yaml") -> str:
     plan, pred = ex.plan, ex.plan.best.prediction
     esc = html.escape
     lay = " ".join(f"{k}={v}" for k, v in layout_dict(plan.best.layout).items())
+    # the ranking's step, as the alternatives below are given (the simulated pipeline's where it was simulated)
+    step, rate = plan.best.step_time_s, pred.step_time_s / plan.best.step_time_s
+    closed = (f" (the simulated pipeline; the closed form says {pred.step_time_s:.3f} s)"
+              if plan.best.simulated_step_time_s is not None else "")
     terms = {k: v for k, v in pred.breakdown.as_dict().items() if v > 0}
     colors = breakdown_colors(list(terms))
     rows = "".join(f'<tr><td><i class="sw" style="background:{colors[k]}"></i> {esc(k)}</td>'
@@ -113,8 +117,8 @@ def render_html(ex: Explanation, plan_name: str = "plan.yaml") -> str:
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}.key span{{margin-right:1.5em}}
 .sw{{display:inline-block;width:12px;height:12px;vertical-align:middle}}</style></head><body>
 <h1>{esc(plan.model.name)} on {plan.cluster.num_gpus} x {esc(plan.cluster.name)}</h1>
-<p>Layout: {esc(lay)}. Step {pred.step_time_s:.3f} s, {pred.tokens_per_s:,.0f} tokens/s, MFU {100 * pred.mfu:.1f} %,
-peak memory {pred.peak_memory_gib:.1f} of {pred.memory_capacity_gib:g} GiB.</p>
+<p>Layout: {esc(lay)}. Step {step:.3f} s{closed}, {pred.tokens_per_s * rate:,.0f} tokens/s,
+MFU {100 * pred.mfu * rate:.1f} %, peak memory {pred.peak_memory_gib:.1f} of {pred.memory_capacity_gib:g} GiB.</p>
 <p><b>Binding constraint</b>: {esc(ex.binding)}.</p>
 <p><b>Against the runner-up</b>: {esc(ex.verdict)}</p>
 {timeline}
