@@ -61,6 +61,9 @@ class _Recorder:
     def update(self, done: int, total: int) -> None:
         self.calls.append((done, total))
 
+    def silent(self) -> None:
+        self.calls.append((-1, -1))
+
 
 def test_plan_reports_the_search_as_open_ended(monkeypatch: pytest.MonkeyPatch) -> None:
     from planner.commands import planning
@@ -99,3 +102,27 @@ def test_plan_layerwise_counts_stage_frontiers(tmp_path: Path) -> None:
     # a candidate of pp stages on 6 layers builds 1 + (pp - 1) * (6 - pp + 1) frontiers: the first stage starts at
     # layer 0, a later one at any layer that leaves the stages after it a layer each
     assert calls[0][0] in {1 + (pp - 1) * (6 - pp + 1) for pp in (1, 2, 4)} and calls[-1][0] == calls[-1][1]
+
+
+def test_a_search_over_processes_shows_a_spinner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan --workers N reports nothing while its parts run: a spinner with the time says it is working."""
+    import time
+
+    from planner.commands import planning
+
+    monkeypatch.setattr(planning, "Progress", _Recorder)
+    _Recorder.made = []
+    res = runner.invoke(app, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                              "--seq-len", "4096", "--global-batch", "64", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    (bar,) = _Recorder.made
+    assert bar.label == "searching layouts in 2 processes" and bar.calls == [(-1, -1)]
+    out = io.StringIO()
+    with Progress("searching layouts in 2 processes", exact=False, delay=0.0,
+                  console=Console(file=out, force_terminal=True, width=120, color_system=None)) as spinner:
+        spinner.silent()
+        waited = time.monotonic()
+        while spinner.bar is None and time.monotonic() - waited < 60:  # the timer's thread shows it
+            time.sleep(0.01)
+        spinner.bar.refresh()
+    assert "searching layouts in 2 processes" in out.getvalue() and "%" not in out.getvalue()

@@ -222,6 +222,8 @@ class Progress:
         self.start = time.perf_counter()
         self.bar: Any = None
         self.task: Any = None
+        self.timer: Any = None  # `silent`'s
+        self.closed = False
 
     def __enter__(self) -> Progress:
         return self
@@ -237,6 +239,29 @@ class Progress:
             self.bar.update(self.task, completed=done, total=total)
         else:
             self.bar.update(self.task, completed=done, ceiling=total)
+
+    def silent(self) -> None:
+        """For work that reports nothing as it goes (the search over --workers processes): a spinner with the time it
+        has run, shown from a timer once it has run for `delay` seconds."""
+        if self.console is None and not sys.stderr.isatty():
+            return
+        import threading
+
+        self.timer = threading.Timer(self.delay, self._spin)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _spin(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress as Bar
+        from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        if self.closed:
+            return
+        self.bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                       console=self.console or Console(stderr=True), transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task(self.label, total=None)
 
     def _bar(self) -> Any:
         from rich.console import Console
@@ -260,6 +285,10 @@ class Progress:
                                                "win)"), TimeElapsedColumn(), console=console, transient=True)
 
     def __exit__(self, *exc: object) -> None:
+        self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer.join()  # a spinner it was starting is up before it is stopped below
         if self.bar is not None:
             self.bar.stop()
 

@@ -276,7 +276,10 @@ def plan(
             top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split,
             offload=None if auto or offload is None else offload_choice(offload), offload_auto=auto),
             limits, launcher)
-        with Progress(exact=False) as progress:
+        label = "searching layouts" if workers == 1 else f"searching layouts in {workers} processes"
+        with Progress(label, exact=False) as progress:
+            if workers > 1:  # the parts report nothing while they run
+                progress.silent()
             result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                               runtime=runtime, overrides=overrides, lora_rank=lora_rank,
                               spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update,
