@@ -264,6 +264,8 @@ def test_activation_from_yaml_and_hf_config(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("given", "said"), [
     ("llama-3-70b", "did you mean 'llama3-70b'?"), ("Llama3-70B", "did you mean 'llama3-70b'?"),
     ("llama3", "did you mean one of llama3-8b, llama3-70b, llama3-405b?"),
+    ("llama3-7b", "did you mean one of llama3-70b, llama3-8b"),  # the close ones, not only the closest
+    ("Mistral7B", "did you mean 'mistral-7b'?"),  # compared without case and separators
     ("qwen/confg.json", "model 'qwen/confg.json': no such file")])
 def test_a_near_miss_names_the_preset_or_the_missing_file(given: str, said: str) -> None:
     """Issue 31 item 3: a typo gets "did you mean", a missing file is named as missing (was "unknown model")."""

@@ -170,7 +170,8 @@ def not_found(what: str, given: str, names: Sequence[str], allowed: str, suffixe
     key = _folded(given)
     same = [n for n in names if _folded(n) == key]
     longer = [n for n in names if key and _folded(n).startswith(key)]
-    close = same or longer[:3] or difflib.get_close_matches(given, names, n=1, cutoff=0.75)
+    folded = {_folded(n): n for n in names}
+    close = same or longer[:3] or [folded[f] for f in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.75)]
     hint = (f"; did you mean {close[0]!r}?" if len(close) == 1 else
             f"; did you mean one of {', '.join(close)}?" if close else "")
     if given.endswith(suffixes) or os.sep in given:
