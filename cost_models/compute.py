@@ -114,17 +114,18 @@ def attention_efficiency(gpu: GpuSpec, key_len: float, head_dim: float) -> float
 
 
 def flash_attention_time(flops_fwd: float, key_len: float, head_dim: float, gpu: GpuSpec,
-                         rate: float = 1.0) -> tuple[float, float]:
+                         rate: float = 1.0, backward_ratio: float | None = None) -> tuple[float, float]:
     """Fused attention (FlashAttention-2/3, cuDNN), bf16 even in fp8 training: forward runs `flops_fwd`
     (causal blocks already skipped by the caller) at `attention_efficiency(...)` of the bf16 peak, times `rate`,
     the runtime's kernel over the one the GPU profile's figures describe (Execution.attention_share: FlashAttention-2
     runs at 0.62 of cuDNN's rate on H100); backward recomputes the scores, 2.5 x the forward FLOPs (Dao 2023,
-    section 3.1), at `attention_backward_ratio` x the forward rate (its extra reductions and atomics for dQ)."""
+    section 3.1), at `attention_backward_ratio` x the forward rate (its extra reductions and atomics for dQ), or at
+    the runtime kernel's own `backward_ratio` (Execution.attention_backward_share)."""
     if flops_fwd == 0:
         return 0.0, 0.0
     eff = attention_efficiency(gpu, key_len, head_dim) * rate
     t = flops_fwd / (gpu.peak(Dtype.BF16) * eff)
-    return t, 2.5 * t / gpu.attention_backward_ratio
+    return t, 2.5 * t / (gpu.attention_backward_ratio if backward_ratio is None else backward_ratio)
 
 
 # Backward of a norm or activation reads input and incoming gradient and writes a gradient: about

@@ -4,6 +4,7 @@ backward times."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.memory import kv_heads_per_rank
@@ -50,6 +51,32 @@ def counted_gemms_time(gemms: Iterable[tuple[Gemm, float]], cluster: ClusterSpec
     for g, count in gemms:
         gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, dtype or job.dtype, job.trainable_fraction, casts)
         fwd, bwd = fwd + count * gf, bwd + count * gb
+    return fwd, bwd
+
+
+def split_gemms(model: ModelSpec, tokens: float, tp: int) -> tuple[tuple[Gemm, ...], ...]:
+    """A dense layer's projections as separate GEMMs, grouped by the input they read (torchtitan's Llama,
+    models/llama/model.py: `wq`, `wk`, `wv` on the normed input, `wo`; `w1` and `w3` on the normed input, `w2`):
+    ((q, k, v), (o,), (gate, up), (down,)) on one TP rank, the gate and up only for a gated MLP (else (fc1,))."""
+    h = model.hidden_size
+    q, kv, f = model.q_dim / tp, kv_heads_per_rank(model, tp) * model.head_dim, model.ffn_hidden_size / tp
+    up = (Gemm(tokens, f, h), Gemm(tokens, f, h)) if model.gated_mlp else (Gemm(tokens, f, h),)
+    return (Gemm(tokens, q, h), Gemm(tokens, kv, h), Gemm(tokens, kv, h)), (Gemm(tokens, h, q),), up, (
+        Gemm(tokens, h, f),)
+
+
+def split_gemms_time(groups: Iterable[tuple[Gemm, ...]], cluster: ClusterSpec, job: JobSpec) -> tuple[float, float]:
+    """(forward, backward) seconds of `split_gemms`: each GEMM a kernel of its own size (narrow key and value
+    projections reach less of the peak, under TP down to HBM speed), and each input's FP8 cast and its re-cast for the
+    weight gradient once per group: TP's PrepareFloat8ModuleInput casts the shared input once before its all-gather,
+    and a compiled block computes the identical casts once."""
+    casts = job.runtime.priced_execution.casts(job.runtime.fp8_recipe)
+    shared = replace(casts, input_bytes=0.0, wgrad_bytes=0.0)
+    fwd = bwd = 0.0
+    for group in groups:
+        for i, g in enumerate(group):
+            gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, job.dtype, job.trainable_fraction, shared if i else casts)
+            fwd, bwd = fwd + gf, bwd + gb
     return fwd, bwd
 
 

@@ -43,7 +43,7 @@ from cost_models.compute import (
 )
 from cost_models.elementwise import elementwise_time
 from cost_models.flops import attended_fraction
-from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms
+from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms, split_gemms, split_gemms_time
 from cost_models.host import layer_host_wait
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
@@ -103,6 +103,7 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     """(forward, backward) seconds of QKᵀ → softmax → ·V for the local heads (fused: the runtime's kernel)."""
     gpu, s = cluster.gpu, job.seq_len
     rate = job.runtime.priced_execution.attention_share(gpu.architecture)
+    back = job.runtime.priced_execution.attention_backward_share(gpu.architecture)
     d_qk, d_v = head_dims(model)
     heads = model.num_attention_heads / knobs.tp
     q_len = s / knobs.cp
@@ -110,12 +111,12 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
         flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * attended_fraction(model, s, causal=True)
         if knobs.cp == 1 or not model.causal:
             # ring attention without a causal mask runs one kernel per block of s/cp keys
-            return flash_attention_time(flops, s / knobs.cp, d_qk, gpu, rate)
+            return flash_attention_time(flops, s / knobs.cp, d_qk, gpu, rate, back)
         # causal ring attention, load-balanced (TE's AttnFuncWithCPAndKVP2P: each rank holds chunks i and 2cp-1-i
         # of 2cp): the diagonal step, 1/cp of the work, attends to the rank's own s/cp keys; every later step
         # attends to half a block (s/2cp keys, or half the queries against s/cp keys): shorter kernels
-        f1, b1 = flash_attention_time(flops / knobs.cp, s / knobs.cp, d_qk, gpu, rate)
-        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), s / (2 * knobs.cp), d_qk, gpu, rate)
+        f1, b1 = flash_attention_time(flops / knobs.cp, s / knobs.cp, d_qk, gpu, rate, back)
+        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), s / (2 * knobs.cp), d_qk, gpu, rate, back)
         return f1 + f2, b1 + b2
     batch = knobs.mbs * heads
     scores = Gemm(q_len, s, d_qk, batch)
@@ -249,14 +250,18 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
     kv_local = kv_heads_per_rank(model, t) * model.head_dim
-    fwd, bwd = gemms_time(attention_gemms(model, tokens, t), cluster, job)
+    split = job.runtime.priced_execution.split_projections and model.mla is None
+    groups = split_gemms(model, tokens, t) if split else ()
+    fwd, bwd = split_gemms_time(groups[:2], cluster, job) if split else gemms_time(
+        attention_gemms(model, tokens, t), cluster, job)
     ep_fwd, mlp_collectives = 0.0, 1
     if moe and model.moe is not None:
         part = moe_mlp_time(model, job, cluster, knobs, tokens)
         fwd, bwd, ep_fwd = fwd + part.forward, bwd + part.backward, part.comm_forward
         mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
     else:
-        mf, mb = gemms_time(mlp_gemms(model, tokens, f / t), cluster, job)
+        mf, mb = split_gemms_time(groups[2:], cluster, job) if split else gemms_time(
+            mlp_gemms(model, tokens, f / t), cluster, job)
         fwd, bwd = fwd + mf, bwd + mb
     gemm_f, gemm_b = fwd, bwd
     core_f, core_b = _attention_core(model, job, cluster, knobs)

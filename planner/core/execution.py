@@ -147,6 +147,11 @@ class Execution:
       (Megatron: bf16 weights 2, fp32 master + Adam 12; FSDP2: fp32 weights that are the master copy 4, Adam 8);
     attention, attention_rate: the kernel and its rate against the GPU profile's fused-attention figures, per GPU
       architecture (cost_models.compute.flash_attention_time; missing architecture: 1);
+    attention_backward: the kernel's backward rate over its forward rate, per architecture (missing: the GPU
+      profile's attention_backward_ratio);
+    split_projections: the model's query, key and value projections and its gate and up projections are separate
+      GEMMs reading one input (torchtitan's Llama: wq, wk, wv; w1, w3), not one fused GEMM each
+      (cost_models.gemms.split_gemms);
     compile_default: torch.compile when the job does not say (Runtime.compile);
     eager, compiled: element-wise bytes per token without and with torch.compile (None: Transformer Engine's and
       Megatron-core's fused kernels as cost_models.layer prices them);
@@ -166,6 +171,7 @@ class Execution:
     optimizer_bytes: float = 12.0
     attention: AttentionImpl = AttentionImpl.CUDNN
     attention_rate: tuple[tuple[str, float], ...] = ()
+    attention_backward: tuple[tuple[str, float], ...] = ()
     compile_default: bool = False
     eager: Elementwise | None = None
     compiled: Elementwise | None = None
@@ -177,10 +183,16 @@ class Execution:
     host_microbatch_s: float = 0.0
     host_step_s: float = 0.0
     memory: HeldMemory = HeldMemory()
+    split_projections: bool = False
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""
         return next((rate for arch, rate in self.attention_rate if arch == architecture), 1.0)
+
+    def attention_backward_share(self, architecture: str) -> float | None:
+        """The kernel's backward rate over its own forward rate on `architecture` (None: the GPU profile's
+        attention_backward_ratio, the figure of the kernel its attention figures describe)."""
+        return next((ratio for arch, ratio in self.attention_backward if arch == architecture), None)
 
     def elementwise(self, compiled: bool | None) -> Elementwise | None:
         """The element-wise bytes with torch.compile on or off (None: the runtime's default); None: fused kernels."""

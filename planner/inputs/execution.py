@@ -26,7 +26,8 @@ _BYTES = ("h", "q", "kv", "f")
 _CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
 _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
          "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes", "host_layer_us",
-         "host_microbatch_ms", "host_step_ms", "memory")
+         "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
+         "attention_backward")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -107,14 +108,15 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
         fields["attention"] = choice(AttentionImpl, data["attention"], f"{where}: attention")
     if "selective" in data:
         fields["selective"] = choice(SelectiveForm, data["selective"], f"{where}: selective")
-    for key in ("reshard_under_pp", "compile_default"):
+    for key in ("reshard_under_pp", "compile_default", "split_projections"):
         if key in data:
             fields[key] = flag(data[key], f"{where}: {key}")
     for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes"):
         if key in data:
             fields[key] = real(data[key], f"{where}: {key}", 0.0, 64.0, low_open=False)
-    if "attention_rate" in data:
-        fields["attention_rate"] = _rates(data["attention_rate"], f"{where}: attention_rate")
+    for key in ("attention_rate", "attention_backward"):
+        if key in data:
+            fields[key] = _rates(data[key], f"{where}: {key}")
     for key in ("eager", "compiled", "ring_merge"):
         if key in data:
             fields[key] = _elementwise(data[key], f"{where}: {key}")

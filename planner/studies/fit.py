@@ -53,9 +53,13 @@ BOUNDS: dict[Param, tuple[float, float, float]] = {
     Param.SCALE_UP_EFFICIENCY: (0.3, 0.95, 0.15),
     Param.SCALE_OUT_EFFICIENCY: (0.3, 0.95, 0.15),
     Param.HOST_OP_US: (2.0, 60.0, 10.0),
-    # the 500 W Grand Teton H100 against its (500/700)^(1/3) derivation (884 TFLOP/s bf16): between H100 NVL's 835
-    # and SXM's 989, where torchtitan's own note puts it (835/884 = 0.944, 989/884 = 1.12)
-    Param.PEAK_SCALE: (0.944, 1.12, 0.05),
+    # the 500 W Grand Teton H100's sustained tensor clock against its (500/700)^(1/3) derivation (884 TFLOP/s bf16:
+    # dynamic power f·V² with V ∝ f, and no power that does not scale with the clock). The physical range: power that
+    # does not follow the SM clock (HBM, NVLink, leakage) and a voltage at its floor (P ∝ f) lower the clock towards
+    # 500/700 = 0.714 of the 700 W part's, 0.714 / 0.894 = 0.80 of the derivation; at most SXM's 989 (1.12). (The
+    # earlier lower bound 0.944, H100 NVL's 835 TFLOP/s, is a 400 W part's boost-clock datasheet peak, not a bound
+    # on a capped part's sustained clock; torchtitan's note "between SXM and NVL" is about those datasheet peaks.)
+    Param.PEAK_SCALE: (0.80, 1.12, 0.05),
     Param.ATTENTION_RATE: (0.3, 1.0, 0.1),
     # memory (cost_models/held.py): the caching allocator's reserve over what a step allocates and frees, and the
     # memory outside it (CUDA context, NCCL buffers), fitted on a runtime's printed peaks
