@@ -11,8 +11,9 @@ build of its December 2024 tables (torchtitan 9dec370, torch 1963fc8; hardware_p
   16 B per logit of the rank's V/tp vocabulary;
 - under a pipeline the last stage keeps every micro-batch's output (the bf16 logits, 2 B) in
   `PipelineStage.output_chunks` until the step ends (torch/distributed/pipelining/stage.py, forward_one_chunk);
-- FSDP2 never reshards the root module after its forward (`_lazy_init`: the root's post_forward_mesh_info is None),
-  so the embedding, final norm and output layer stay gathered in bf16 through the backward;
+- FSDP2 never reshards the root module after its forward (`_lazy_init`: the root's post_forward_mesh_info is None;
+  unconditionally in the torch of December 2024, in later torch when reshard_after_forward is left to FSDP), so the
+  embedding, final norm and output layer stay gathered in bf16 through the backward;
 - the loss's backward finishes before the last layer is recomputed (`del pred; loss.backward()`): the peak holds the
   larger of the two, not both;
 - a layer recomputed under checkpointing allocates what its backward saves again and its gradients; torch's DTensor
