@@ -1,13 +1,17 @@
 """meshplan infer against published inference measurements (benchmarks/data/inference/published.yaml): SGLang and
 vLLM serving tables, NVIDIA's Jetson generation rates, xDiT's Flux latencies. Nothing is fitted: every prediction
-uses the hardware presets as they are. Prints one table per family and the mean |error|.
+uses the hardware presets and engine profiles (hardware_profiles/engines/) as they are. Each serving run is priced
+under the engine that ran it (vLLM with the benchmark's --num-scheduler-steps 10) and, with --no-engine, on the
+bare GPU roofline; online runs take their batch from the rate (Little's law, `batch_at_rate`), not from the
+measured latency. Prints one table per family and the mean |error|.
 
-    python benchmarks/inference_accuracy.py
+    python benchmarks/inference_accuracy.py [--no-engine]
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -17,30 +21,41 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cost_models.diffusion import evaluate_diffusion  # noqa: E402
-from cost_models.serving_deploy import decode_memory, evaluate_serving  # noqa: E402
+from cost_models.serving_deploy import batch_at_rate, decode_memory, evaluate_serving  # noqa: E402
 from hardware_profiles import load_hardware  # noqa: E402
 from planner.core.diffusion import DiffusionJob, DiffusionLayout  # noqa: E402
+from planner.core.engine import EngineProfile  # noqa: E402
 from planner.core.inference import EdgeJob, PoolMode, ReplicaLayout, ServingJob, ServingLayout  # noqa: E402
 from planner.inputs.diffusion import load_diffusion_model  # noqa: E402
+from planner.inputs.engines import load_engine  # noqa: E402
 from planner.inputs.loaders import load_model  # noqa: E402
 from planner.search.infer_edge import search_edge  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "inference" / "published.yaml"
 VLLM_MAX_NUM_SEQS = 256  # vLLM 0.6's default --max-num-seqs
+VLLM_SCHEDULER_STEPS = 10  # the benchmark's vLLM flag (published.yaml's source)
+
+
+def run_engine(name: str, bare: bool) -> EngineProfile | None:
+    """The engine profile of a published run, with the benchmark's own flags; None on the bare roofline."""
+    if bare:
+        return None
+    engine = load_engine(name)
+    return replace(engine, scheduler_steps=VLLM_SCHEDULER_STEPS) if name == "vllm" else engine
 
 
 def _err(pred: float, meas: float) -> float:
     return 100.0 * (pred / meas - 1.0)
 
 
-def serving(data: dict[str, Any]) -> list[float]:
+def serving(data: dict[str, Any], bare: bool = False) -> list[float]:
     errors: list[float] = []
     print(f"serving ({data['source'].split(',')[0]}), prompt {data['prompt_len']}, output {data['output_len']}")
     print(f"  {'case':52} {'measured':>9} {'predicted':>9} {'error':>7}")
     for run in data["offline"]:
         model, cluster = load_model(run["model"]), load_hardware(run["hardware"], run["gpus"])
         job = ServingJob(data["prompt_len"], data["output_len"], gpu_memory_utilization=run["memory"],
-                         mode=PoolMode.COLOCATED)
+                         mode=PoolMode.COLOCATED, engine=run_engine(run["engine"], bare))
         r = ReplicaLayout(run["tp"])
         cap = decode_memory(model, cluster, job, r).max_batch
         batch = min(cap, VLLM_MAX_NUM_SEQS) if run["engine"] == "vllm" else cap
@@ -50,9 +65,11 @@ def serving(data: dict[str, Any]) -> list[float]:
         print(f"  {case:52} {run['tokens_per_s']:9.0f} {pred:9.0f} {errors[-1]:+6.1f}%  output tokens/s")
     for run in data["online"]:
         model, cluster = load_model(run["model"]), load_hardware(run["hardware"], run["gpus"])
-        job = ServingJob(data["prompt_len"], data["output_len"], mode=PoolMode.COLOCATED)
-        batch = max(1, round(run["rps"] * run["e2e_ms"] / 1000))
-        pred = evaluate_serving(model, cluster, job, ServingLayout(ReplicaLayout(run["tp"]), 1, batch), run["gpus"])
+        job = ServingJob(data["prompt_len"], data["output_len"], mode=PoolMode.COLOCATED, rate=run["rps"],
+                         engine=run_engine(run["engine"], bare))
+        r = ReplicaLayout(run["tp"])
+        batch = batch_at_rate(model, cluster, job, r, run["rps"])
+        pred = evaluate_serving(model, cluster, job, ServingLayout(r, 1, batch), run["gpus"])
         for what, measured, predicted in (("TPOT", run["tpot_ms"], pred.tpot_s * 1e3),
                                           ("TTFT", run["ttft_ms"], pred.ttft_s * 1e3)):
             errors.append(_err(predicted, measured))
@@ -97,7 +114,7 @@ def diffusion(data: dict[str, Any]) -> tuple[list[float], list[float]]:
 
 def main() -> None:
     data = yaml.safe_load(DATA.read_text())
-    s = serving(data["serving"])
+    s = serving(data["serving"], bare="--no-engine" in sys.argv[1:])
     e = edge(data["edge"])
     eager, compiled = diffusion(data["diffusion"])
     ms, me, mc, mp = (mean(map(abs, x)) for x in (s, e, compiled, eager))

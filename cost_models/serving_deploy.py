@@ -9,8 +9,14 @@ prompts per iteration and an iteration lasts
 TPOT = T_it, throughput = b / T_it tokens/s, TTFT = prefill latency + one iteration (the prompt waits for the
 running one). Disaggregated: the pools run at their own rates and the deployment at the slower,
     requests/s = min(n_p · dp_p / t_prefill_busy, n_d · b / (out · t_decode(b)))
-TPOT = t_decode(b), TTFT = prefill latency; the KV transfer delays the second token. No queueing model: the rate
-target is a capacity check (utilisation < 1), not a latency percentile.
+TPOT = t_decode(b), TTFT = prefill latency; the KV transfer delays the second token.
+
+With a serving engine (job.engine, cost_models.serving_engine) t_decode and t_prefill_busy are the engine's
+iterations (host time per scheduler call, launch floor outside CUDA graphs), and a co-located prompt waits for the
+next scheduler call (n·T_step/2 for n steps per call) and, in an M/D/1 queue, for the prompts ahead of it at the
+arrival rate the batch implies, λ = b/(out·T_it) per replica (Little's law; equal to the offered rate at the
+fixed point `batch_at_rate` finds). The mean iteration above is the prefill-first stall at that rate:
+T_it = t_decode / (1 − λ·t_prefill). Means, not percentiles.
 """
 
 from __future__ import annotations
@@ -19,13 +25,17 @@ import math
 from dataclasses import dataclass
 
 from cost_models.serving import (
+    PrefillCost,
     ServingMemory,
     decode_step_time,
     kv_transfer_time,
     prefill_cost,
     replica_memory,
+    stage_layers,
 )
+from cost_models.serving_engine import decode_iteration, md1_wait, prefill_iteration, scheduler_wait
 from planner.core import ClusterSpec, ModelSpec
+from planner.core.engine import PrefillPolicy
 from planner.core.inference import ReplicaLayout, ServingJob, ServingLayout
 
 
@@ -64,8 +74,34 @@ def decode_memory(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: Re
 
 
 def tpot(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout, batch: int) -> float:
-    """Decode step of an engine running `batch` requests, at the mean context of a generation."""
-    return decode_step_time(model, cluster, r, rank_batch(r, batch), job.mean_decode_context, job.weights, job.kv)
+    """Decode step of an engine running `batch` requests, at the mean context of a generation, with the engine's
+    host time and launch floor when the job names an engine."""
+    b = rank_batch(r, batch)
+    gpu = decode_step_time(model, cluster, r, b, job.mean_decode_context, job.weights, job.kv)
+    if job.engine is None:
+        return gpu
+    return decode_iteration(job.engine, gpu, b, max(stage_layers(model.num_layers, r.pp)))
+
+
+def _prefill(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout) -> PrefillCost:
+    """One prompt's prefill, as the engine runs it (eager, one scheduler call) when the job names one."""
+    pre = prefill_cost(model, cluster, r, job.prompt_len, job.weights)
+    if job.engine is None:
+        return pre
+    layers = max(stage_layers(model.num_layers, r.pp))
+    return PrefillCost(prefill_iteration(job.engine, pre.latency, layers),
+                       prefill_iteration(job.engine, pre.busy, layers))
+
+
+def _colocated_ttft(job: ServingJob, pre: PrefillCost, step: float, iteration: float, rank_batch_: int) -> float:
+    """Without an engine: prefill latency + one iteration. With one: the wait for the next scheduler call, the
+    M/D/1 wait behind the prompts ahead at the implied rate λ = b/(out·T_it), the prefill; a chunked prompt also
+    shares its iteration with the decodes."""
+    if job.engine is None:
+        return pre.latency + step
+    rate = rank_batch_ / (job.output_len * iteration)
+    ttft = scheduler_wait(job.engine, step) + md1_wait(rate, pre.busy) + pre.latency
+    return ttft + (step if job.engine.policy is PrefillPolicy.CHUNKED else 0.0)
 
 
 def _meets(job: ServingJob, ttft: float, step: float, rps: float) -> bool:
@@ -83,14 +119,15 @@ def evaluate_serving(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, la
     step = tpot(model, cluster, job, d, layout.batch)
     out = job.output_len
     if layout.prefill is None:
-        pre = prefill_cost(model, cluster, d, job.prompt_len, job.weights)
+        pre = _prefill(model, cluster, job, d)
         iteration = step + rank_batch(d, layout.batch) / out * pre.busy
         rps = layout.replicas * layout.batch / (out * iteration)
-        ttft, tpot_s, kvt, pmem = pre.latency + step, iteration, 0.0, None
+        ttft = _colocated_ttft(job, pre, step, iteration, rank_batch(d, layout.batch))
+        tpot_s, kvt, pmem = iteration, 0.0, None
         fits = layout.batch <= max_batch
     else:
         p = layout.prefill
-        pre = prefill_cost(model, cluster, p, job.prompt_len, job.weights)
+        pre = _prefill(model, cluster, job, p)
         kvt = kv_transfer_time(model, cluster, p, job.prompt_len, job.kv)
         pmem = _memory(model, cluster, job, p, job.prompt_len)
         rate_p = layout.prefill_replicas * p.dp / pre.busy
@@ -101,3 +138,19 @@ def evaluate_serving(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, la
     tokens = rps * out
     return ServingPrediction(ttft, tpot_s, e2e, rps, tokens, tokens / gpus, max_batch, mem, pmem, fits,
                              fits and _meets(job, ttft, tpot_s, rps), kvt)
+
+
+def batch_at_rate(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout, rate: float,
+                  max_iterations: int = 100) -> int:
+    """Requests in one co-located replica offered `rate` requests/s: the least fixed point of Little's law
+    (Little 1961), b = ceil(rate · e2e(b)), iterated from b = 1 (e2e grows with b, so the iterates rise to it);
+    capped at what the KV cache holds."""
+    cap = max(decode_memory(model, cluster, job, r).max_batch * r.dp, 1)
+    b = 1
+    for _ in range(max_iterations):
+        e2e = evaluate_serving(model, cluster, job, ServingLayout(r, 1, b), r.gpus).e2e_s
+        nxt = min(cap, max(1, math.ceil(rate * e2e)))
+        if nxt == b:
+            break
+        b = nxt
+    return b

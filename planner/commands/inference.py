@@ -10,6 +10,7 @@ import typer
 
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
 from planner.core.checks import MAX_GPUS
+from planner.core.engine import Engine
 from planner.core.inference import KvFormat, Objective, PoolMode, WeightFormat
 
 infer_app = typer.Typer(no_args_is_help=True, help="Plan inference: LLM serving, edge pipelines, diffusion "
@@ -52,6 +53,9 @@ def serve(
     pp: Annotated[int | None, typer.Option(help="Pin pipeline parallelism.")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory the engine takes.")] = 0.9,
     max_num_seqs: Annotated[int, typer.Option(help="Largest batch per replica to consider.")] = 1024,
+    engine: Annotated[Engine, typer.Option(help="Serving engine whose host time per iteration, CUDA graphs and "
+                                                "scheduler are priced: vllm (0.6.0) or sglang (0.3.0); profiles in "
+                                                "hardware_profiles/engines/. Default: vllm.")] = Engine.VLLM,
     top_k: TopK = 5,
     emit: Annotated[str | None, typer.Option(help="Also print launch arguments: vllm or sglang.")] = None,
     memory_gib: MemoryGib = None,
@@ -64,6 +68,7 @@ def serve(
         from hardware_profiles import HardwareOverrides, load_hardware
         from planner.core.errors import InputError, SpecError
         from planner.core.inference import ServingJob
+        from planner.inputs.engines import load_engine
         from planner.inputs.loaders import load_model
         from planner.outputs.inferplan import serving_document
         from planner.search.infer_serving import search_serving
@@ -73,7 +78,8 @@ def serve(
             raise InputError(f"--emit must be vllm or sglang, got {emit!r}")
         try:
             job = ServingJob(prompt_len, output_len, batch, rate, ttft_slo, tpot_slo, objective, weights, kv_dtype,
-                             mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs)
+                             mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                             engine=load_engine(engine))
         except SpecError as exc:
             raise InputError(str(exc)) from None
         spec = load_model(model)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, integer, real
+from planner.core.engine import EngineProfile
 from planner.core.errors import LayoutError, SpecError
 
 MIN_SLO_S, MAX_SLO_S = 1e-6, 86400.0  # a microsecond (below any kernel launch) to a day
@@ -78,7 +79,9 @@ def _positive(value: object, name: str, low: float, high: float) -> float:
 class ServingJob:
     """The requests: `prompt_len` tokens in, `output_len` out. `batch`: concurrent requests over the whole
     deployment (None: the planner picks the largest that meets the SLOs); `rate`: requests per second the
-    deployment must sustain (None: no target). SLOs in seconds (None: none)."""
+    deployment must sustain (None: no target). SLOs in seconds (None: none). `engine`: the serving engine whose
+    host time, CUDA graphs and scheduler are priced (planner.inputs.engines.load_engine; None: the GPU roofline
+    alone, no engine)."""
 
     prompt_len: int
     output_len: int
@@ -94,6 +97,7 @@ class ServingJob:
     gpu_memory_utilization: float = 0.9  # share of device memory the engine may take (vLLM's default)
     max_num_seqs: int = 1024  # the largest batch per replica the search considers
     prefill_chunk: int = 8192  # tokens per prefill chunk (activation workspace; vLLM --max-num-batched-tokens)
+    engine: EngineProfile | None = None
 
     def __post_init__(self) -> None:
         integer(self.prompt_len, "--prompt-len", 1, MAX_SEQ_LEN, SpecError)
