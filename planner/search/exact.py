@@ -8,8 +8,12 @@
    least the average), computed from per-layer times cached per (tp, cp, sp, mbs, recompute).
    Candidates are priced in increasing order of this bound and the scan stops when the bound
    reaches the k-th best step time found: every layout left is provably no better (best-first
-   branch and bound), so the answer is optimal within the modelled space. The heap starts from a cheaper floor of
-   each bound (`SearchBounds.floor`) and computes the bound only when the floor comes first: the same order.
+   branch and bound), so the answer is optimal within the modelled space. The heap starts from cheaper floors of
+   each bound and computes the bound only when the floor comes first: the same order. Two levels of floors: the
+   families sharing layer times and pp (`SearchBounds.floor_key`) wait as one entry at `family_floor` (the layer
+   times alone); when it comes first their groups are built (the state bound of step 2) and queued at their floors
+   (`shape_floor`, which adds traffic and tail). Most families never come up: their groups' floors and state bounds
+   are never computed, and their candidates count as pruned by the time bound.
 4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
    solved exactly (planner.search.partition DP, or the CP-SAT / HiGHS model of planner.search.ilp); interleaved
    layouts use balanced model chunks.
@@ -33,7 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from cost_models import memory as M
 from cost_models.schedules import program
 from cost_models.simulator import Durations
 from cost_models.step import (
@@ -55,13 +58,12 @@ from planner.core import (
     Schedule,
     ZeroStage,
     check_expert_degrees,
-    offload_names,
 )
 from planner.core.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
-from planner.search.bounds import SearchBounds
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.memory_floors import ROUNDING
+from planner.search.nofit import fit_hints, no_fit_message
 from planner.search.ranked import Certificate, Ranked, SearchResult
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds, durations_floor
@@ -196,32 +198,41 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
                                       if layer_times.state_bound(replace(c, offload=o)) <= capacity)
         return variants[key]
 
-    # candidates within the state bound by `group_key`, each group its first candidate and its (schedule, vpp) shapes
-    groups: dict[tuple[object, ...], tuple[Candidate, list[tuple[Schedule, int]]]] = {}
-    fitting = total = 0
-    for first, shapes, experts, _ in built:
+    # the candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter the heap
+    # as one entry below the floor of each of their groups (`family_floor`), and become groups when it reaches the top
+    # (`expand`): most never do, and neither their groups' floors nor their state bounds are computed
+    floors: dict[tuple[object, ...], list[tuple[int, int]]] = {}
+    total = 0
+    for f, (first, shapes, experts, _) in enumerate(built):
         total += len(choices(first)) * len(shapes) * len(experts)
-        sides = [layer_times.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
-        found: list[tuple[int, int, tuple[int, int], list[tuple[Schedule, int]]]] = []
         for e, (ep, etp) in enumerate(experts):
+            floors.setdefault((first.tp, first.cp, first.sp, first.mbs, first.recompute, ep, etp, first.modules,
+                               first.pp), []).append((f, e))
+    tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0, "fitting": 0, "held": 0}
+    groups: list[tuple[Candidate, list[tuple[Schedule, int]]]] = []  # every group queued so far
+
+    def expand(members: list[tuple[int, int]]) -> None:
+        """Queue the groups of these (family, (ep, etp) choice)s at their floors, each its first candidate within the
+        state bound and its (schedule, vpp) shapes that hold one."""
+        for f, e in members:
+            first, shapes, experts, _ = built[f]
+            ep, etp = experts[e]
+            tally["held"] += len(choices(first)) * len(shapes)
             base = first if (ep, etp) == (first.ep, first.etp) else Candidate(
                 first.tp, first.cp, first.pp, first.dp, first.mbs, first.vpp, first.zero, first.recompute, first.sp,
                 first.schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
+            sides = [layer_times.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
             fits = {side: len(within_state_bound(base, side)) for side in set(sides)}
             held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
-            if held:
-                fitting += sum(fits[side] for side in sides)
-                at = next(i for i, side in enumerate(sides) if fits[side])
-                found.append((at, e, (ep, etp), held))
-        for at, _, (ep, etp), held in sorted(found):  # in the order `candidates` meets them
-            vpp, schedule = shapes[at]
-            c = Candidate(first.tp, first.cp, first.pp, first.dp, first.mbs, vpp, first.zero, first.recompute, first.sp,
-                          schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
-            groups[layer_times.group_key(c)] = (c, held)
-    pruned_memory = total - fitting
-    if not fitting:
-        pool = list(candidates(model, cluster, job, spec, offload_variants=False))
-        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(pool, choices), fit_hints(spec, job)))
+            if not held:
+                continue
+            tally["fitting"] += sum(fits[side] for side in sides)
+            vpp, schedule = shapes[next(i for i, side in enumerate(sides) if fits[side])]
+            c = Candidate(first.tp, first.cp, first.pp, first.dp, first.mbs, vpp, first.zero, first.recompute,
+                          first.sp, schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
+            groups.append((c, held))
+            heapq.heappush(heap, (layer_times.shape_floor(c, held, choices(c)), (), 0, len(groups), (c, held)))
+
     # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
     # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
     # reaches the top, each is queued at its bound; there a candidate is dropped if its memory floor exceeds the GPU or
@@ -233,17 +244,22 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
     # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
     # HSDP candidates (dp_replicate > 1) are variants of the same candidate sharded over every data-parallel rank in
     # the same way: they hold more state, so they can only win on exposed communication, and are dominated when that
-    # sibling's step is no more than their bound.
+    # sibling's step is no more than their bound. Above the groups, the families sharing a `floor_key` wait as one
+    # entry (a list of them) at `family_floor`, below every floor of their groups.
     family = module_family(model, job, spec)
-    heap: list[tuple[float, tuple[int, ...], int, int, Candidate | tuple[Candidate, list[tuple[Schedule, int]]]]] = [
-        (layer_times.shape_floor(g[0], g[1], choices(g[0])), (), 0, i, g) for i, g in enumerate(groups.values())]
+    Group = tuple[Candidate, list[tuple[Schedule, int]]]
+    heap: list[tuple[float, tuple[int, ...], int, int, Candidate | Group | list[tuple[int, int]]]] = []
+    for i, members in enumerate(floors.values()):
+        first, shapes, experts, _ = built[members[0][0]]
+        ep, etp = experts[members[0][1]]
+        c = first if (ep, etp) == (first.ep, first.etp) else replace(first, ep=ep, etp=etp)
+        heap.append((layer_times.family_floor(c, [(s, v) for v, s in shapes]), (), -1, i, members))
     heapq.heapify(heap)
     top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by reported step time (negated)
     steps: dict[Candidate, float | None] = {}  # settled: the reported step, None where nothing fits or it is dominated
     sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
     dominated: set[Candidate] = set()
     waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # priced, to simulate: by floor
-    tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0}
     worst_gap, all_optimal = 0.0, True
 
     def kth() -> float:
@@ -281,7 +297,7 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         tally["evaluated"] += 1
         worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
         if progress is not None:
-            progress(tally["evaluated"] + tally["floored"], fitting + tally["expanded"])
+            progress(tally["evaluated"] + tally["floored"], total + tally["expanded"])
         if priced.ranked is None:
             steps[c] = None
             tally["infeasible"] += 1
@@ -310,6 +326,9 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
         bound, key, level, tie, item = heapq.heappop(heap)
         if bound >= kth():
             break
+        if isinstance(item, list):  # families at their floor: their groups
+            expand(item)
+            continue
         if isinstance(item, tuple):  # a group at its floor: each offload choice of each queued at its bound
             first, held = item
             for schedule, vpp in held:
@@ -345,17 +364,19 @@ def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSp
             heapq.heappush(heap, (layer_times.key(nxt), nxt.sort_key(), 1, 0, nxt))
             tally["expanded"] += 1
     evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
+    if not tally["fitting"]:  # (the heap ran dry: every family was expanded)
+        pool = list(candidates(model, cluster, job, spec, offload_variants=False))
+        raise InfeasibleError(no_fit_message(layer_times, _with_choices(pool, choices), fit_hints(spec, job)))
     if not top:
-        members = [replace(first, vpp=vpp, schedule=schedule) for first, held in groups.values()
-                   for schedule, vpp in held]
-        raise InfeasibleError(_no_fit_message(layer_times, _with_choices(members, within_state_bound),
+        pool = [replace(first, vpp=vpp, schedule=schedule) for first, held in groups for schedule, vpp in held]
+        raise InfeasibleError(no_fit_message(layer_times, _with_choices(pool, within_state_bound),
                                               fit_hints(spec, job)))
     ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
     cert = Certificate(
         method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the reported "
                "step (the discrete-event pipeline simulator's where it runs)", solver=solver,
-        candidates=total + expanded, evaluated=evaluated, pruned_memory=pruned_memory + floored,
-        pruned_time=fitting + expanded - evaluated - floored, infeasible=infeasible,
+        candidates=total + expanded, evaluated=evaluated, pruned_memory=tally["held"] - tally["fitting"] + floored,
+        pruned_time=total - tally["held"] + tally["fitting"] + expanded - evaluated - floored, infeasible=infeasible,
         solve_time_s=time.perf_counter() - start,
         optimal=all_optimal, gap=worst_gap, simulated=tally["simulated"])
     log.info("searched %d candidates: %d priced (%d simulated), %d pruned by memory, %d by the time bound, %d did not "
@@ -378,48 +399,6 @@ def _with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[froz
                   ) -> list[Candidate]:
     """Every candidate of `cs` with each offload choice `choices` gives it."""
     return [replace(c, offload=o) for c in cs for o in choices(c)]
-
-
-def fit_hints(spec: SearchSpec, job: JobSpec) -> str:
-    """What the user left out that frees GPU memory: offloading (where the runtime runs any) and LoRA."""
-    hints = []
-    if spec.offload is None and not spec.offload_auto and (spec.offload_zero is None or spec.offload_zero):
-        hints.append("--offload auto (the optimizer, gradients and weights in host memory or on NVMe)")
-    rules = dict(spec.offload_zero) if spec.offload_zero is not None else None
-    if rules is not None and Offload.PARAMS not in rules:
-        hints.append("--runtime deepspeed --offload auto (DeepSpeed offloads the gradients and weights too)")
-    if job.trainable_fraction >= 1:
-        hints.append("--lora-rank 16 (train adapters over frozen weights)")
-    return f"; or try {' or '.join(hints)}" if hints else ""
-
-
-def _no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str = "") -> str:
-    """Name the tightest resource and what would make the job fit (and `hints`: `fit_hints`)."""
-    cluster, job = layer_times.cluster, layer_times.job
-    need_bytes, _, leanest = min((layer_times.state_bound(c), c.sort_key(), c) for c in pool)
-    need = need_bytes / GIB
-    cap = cluster.gpu.memory_gib
-    spare = cap - M.BUFFER_ALLOWANCE_GIB
-    host = [(layer_times.host_floor(c, False), c.sort_key(), c) for c in pool
-            if c.offload and layer_times.memory_floor(c, False) <= cap * GIB]
-    host_cap = layer_times.host_capacity()
-    if host and min(host)[0] > host_cap:  # what fits on the GPU offloads more than the hosts hold
-        low, _, lean = min(host)
-        return (f"no layout fits: those whose states fit in {cap:g} GiB per GPU offload more than host memory holds "
-                f"(the leanest, tp {lean.tp}, pp {lean.pp}, ZeRO-{int(lean.zero)} offloading "
-                f"{', '.join(offload_names(lean.offload))}, needs {low / GIB:.0f} GiB per node of the "
-                f"{host_cap / GIB:.0f} usable); use more nodes, hosts with more memory or an NVMe tier (host nvme_gbs "
-                "and nvme_gib in the hardware profile, --offload ...,nvme)" + hints)
-    if need <= cap:
-        return (f"no layout fits in {cap:g} GiB per GPU: weights and optimizer state fit (leanest: "
-                f"{need:.1f} GiB with tp {leanest.tp}, pp {leanest.pp}, ZeRO-{int(leanest.zero)}) but activations do "
-                f"not; use a shorter sequence than {job.seq_len}, a smaller batch, more GPUs or GPUs with more memory"
-                + hints)
-    states = need - M.BUFFER_ALLOWANCE_GIB
-    gpus = cluster.num_gpus * math.ceil(states / max(spare, 1e-9))
-    return (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
-            f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone; "
-            f"use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model" + hints)
 
 
 __all__ = ["Certificate", "Ranked", "SearchResult", "SearchSpec", "Solver", "search", "split_problem"]

@@ -421,3 +421,13 @@ class ReportedBounds(SearchBounds):
                 pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)
             least = min(least, pipe)
         return (least + tail) * (1 - 1e-9)
+
+    def family_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
+        """Below `shape_floor` of every group sharing `floor_key` with `first` and holding some of `shapes` (any ZeRO
+        stage, replicate factor and offload choice): each shape's pipeline with A the layer times alone (`floor`'s;
+        the ZeRO traffic and the tail are >= 0, and every shape's pipeline grows with A)."""
+        m = self.job.global_batch // (first.dp * first.mbs)
+        a, f, b = self._average_parts(first)
+        p = first.pp
+        least = min(m * a if simulable(p, v, m) else (m - 1) * a + self.fill(s, v, p, a, f, b) for s, v in shapes)
+        return least * (1 - 1e-9) ** 2
