@@ -32,7 +32,6 @@ from planner.inputs.loaders import load_model  # noqa: E402
 from planner.search.infer_edge import search_edge  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "inference" / "published.yaml"
-VLLM_MAX_NUM_SEQS = 256  # vLLM 0.6's default --max-num-seqs
 VLLM_SCHEDULER_STEPS = 10  # the benchmark's vLLM flag (published.yaml's source)
 
 
@@ -58,7 +57,8 @@ def serving(data: dict[str, Any], bare: bool = False) -> list[float]:
                          mode=PoolMode.COLOCATED, engine=run_engine(run["engine"], bare))
         r = ReplicaLayout(run["tp"])
         cap = decode_memory(model, cluster, job, r).max_batch
-        batch = min(cap, VLLM_MAX_NUM_SEQS) if run["engine"] == "vllm" else cap
+        limit = load_engine(run["engine"]).max_num_seqs  # the engine's default cap, vLLM's --max-num-seqs 256
+        batch = min(cap, limit) if limit else cap
         pred = evaluate_serving(model, cluster, job, ServingLayout(r, 1, batch), run["gpus"]).tokens_per_s
         errors.append(_err(pred, run["tokens_per_s"]))
         case = f"offline {run['engine']} {run['model']} {run['gpus']}x{run['hardware']} (batch {batch})"

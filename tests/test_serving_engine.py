@@ -5,10 +5,13 @@ on 1 A100-80GB and 70B on 4 H100, ShareGPT (mean prompt 230, output 194 tokens),
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
 from cost_models.serving_deploy import batch_at_rate, decode_memory, evaluate_serving, tpot
 from cost_models.serving_engine import md1_wait, prefill_stall_tpot, scheduler_wait
 from hardware_profiles import load_hardware
@@ -112,3 +115,18 @@ def test_search_runs_under_an_engine() -> None:
     found = search_serving(spec, cluster, engine, 4)
     assert found.best.prediction.tpot_s <= 0.05
     assert found.best.prediction.tokens_per_s < bare.best.prediction.tokens_per_s
+
+
+def test_cli_caps_vllm_at_its_default_max_num_seqs() -> None:
+    """vLLM 0.6 runs at most 256 sequences unless --max-num-seqs says more (EngineArgs.max_num_seqs); SGLang 0.3
+    only as many as the KV pool holds (over 1,000 for Llama 3 8B on an A100-80GB at 230 + 194 tokens)."""
+    base = ["infer", "serve", "--model", "llama3-8b", "--hardware", "a100-80gb", "--gpus", "1", "--prompt-len", "230",
+            "--output-len", "194", "--mode", "colocated", "--json"]
+    batches = {}
+    for engine in ("vllm", "sglang"):
+        result = CliRunner().invoke(app, [*base, "--engine", engine])
+        assert result.exit_code == 0, result.output
+        batches[engine] = json.loads(result.output)["inference"]["layout"]["batch"]
+    assert batches["vllm"] == 256 and batches["sglang"] > 1000
+    bad = CliRunner().invoke(app, [*base, "--engine", "tgi"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output

@@ -52,7 +52,9 @@ def serve(
     tp: Annotated[int | None, typer.Option(help="Pin tensor parallelism.")] = None,
     pp: Annotated[int | None, typer.Option(help="Pin pipeline parallelism.")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="Share of GPU memory the engine takes.")] = 0.9,
-    max_num_seqs: Annotated[int, typer.Option(help="Largest batch per replica to consider.")] = 1024,
+    max_num_seqs: Annotated[int | None, typer.Option(help="Largest batch per replica to consider (the engine's "
+                                                          "--max-num-seqs; default: the engine's default, vLLM "
+                                                          "256, else 1024).")] = None,
     engine: Annotated[Engine, typer.Option(help="Serving engine whose host time per iteration, CUDA graphs and "
                                                 "scheduler are priced: vllm (0.6.0) or sglang (0.3.0); profiles in "
                                                 "hardware_profiles/engines/. Default: vllm.")] = Engine.VLLM,
@@ -74,12 +76,14 @@ def serve(
         from planner.search.infer_serving import search_serving
 
         check({"--gpus": (gpus, 1, MAX_GPUS), "--tp": (tp, 1, 1024), "--pp": (pp, 1, 1024)})
+        profile = load_engine(engine)
         if emit not in (None, "vllm", "sglang"):
             raise InputError(f"--emit must be vllm or sglang, got {emit!r}")
         try:
             job = ServingJob(prompt_len, output_len, batch, rate, ttft_slo, tpot_slo, objective, weights, kv_dtype,
-                             mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
-                             engine=load_engine(engine))
+                             mode, gpu_memory_utilization=gpu_memory_utilization,
+                             max_num_seqs=profile.max_num_seqs or 1024 if max_num_seqs is None else max_num_seqs,
+                             engine=profile)
         except SpecError as exc:
             raise InputError(str(exc)) from None
         spec = load_model(model)

@@ -39,7 +39,8 @@ class EngineProfile:
     behind the GPU's work (SGLang >= 0.4's overlap scheduler); `cuda_graph_max_batch`: the largest decode batch
     replayed from a CUDA graph (larger batches and every prefill launch kernel by kernel);
     `kernels_per_layer` and `launch_s`: kernels one decoder layer launches eagerly and the host time of one
-    launch, the floor of an eager iteration."""
+    launch, the floor of an eager iteration; `max_num_seqs`: the engine's default cap on running sequences per
+    scheduler (vLLM --max-num-seqs 256; 0 when only memory caps it, SGLang's --max-running-requests)."""
 
     engine: Engine
     version: str
@@ -51,6 +52,7 @@ class EngineProfile:
     kernels_per_layer: int
     launch_s: float
     policy: PrefillPolicy
+    max_num_seqs: int
     source: str
 
     def __post_init__(self) -> None:
@@ -60,6 +62,7 @@ class EngineProfile:
         integer(self.cuda_graph_max_batch, "cuda_graph_max_batch", 0, 65536, SpecError)
         integer(self.kernels_per_layer, "kernels_per_layer", 1, 1000, SpecError)
         real(self.launch_s, "launch_s", 0.0, 0.01, low_open=False, error=SpecError)
+        integer(self.max_num_seqs, "max_num_seqs", 0, 1 << 20, SpecError)
 
     @property
     def label(self) -> str:

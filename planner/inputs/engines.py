@@ -15,7 +15,7 @@ from planner.core.inputfile import safe_load
 
 VERSIONS: MappingProxyType[Engine, str] = MappingProxyType({Engine.VLLM: "0.6.0", Engine.SGLANG: "0.3.0"})
 _KEYS = ("engine", "version", "host_fixed_s", "host_per_seq_s", "scheduler_steps", "overlap",
-         "cuda_graph_max_batch", "kernels_per_layer", "launch_s", "policy", "source")
+         "cuda_graph_max_batch", "kernels_per_layer", "launch_s", "policy", "max_num_seqs", "source")
 
 
 def engine_from_mapping(data: Any, origin: str) -> EngineProfile:
@@ -28,6 +28,7 @@ def engine_from_mapping(data: Any, origin: str) -> EngineProfile:
             scheduler_steps=data["scheduler_steps"], overlap=flag(data["overlap"], f"{origin}: overlap"),
             cuda_graph_max_batch=data["cuda_graph_max_batch"], kernels_per_layer=data["kernels_per_layer"],
             launch_s=data["launch_s"], policy=choice(PrefillPolicy, data["policy"], f"{origin}: policy"),
+            max_num_seqs=data["max_num_seqs"],
             source=" ".join(str(data["source"]).split()))
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None

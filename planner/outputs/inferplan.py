@@ -176,7 +176,9 @@ def _serving_layout(lay: dict[str, Any]) -> str:
 
 
 def _serving_lines(inf: dict[str, Any], pred: dict[str, Any], lay: dict[str, Any]) -> list[str]:
-    out = [f"  {_serving_layout(lay)}",
+    engine = inf["job"].get("engine")
+    under = f" under {engine['engine']} {engine['version']}" if engine else " (GPU roofline, no engine)"
+    out = [f"  {_serving_layout(lay)}{under}",
            f"  TTFT {pred['ttft_s'] * 1e3:.1f} ms, TPOT {pred['tpot_s'] * 1e3:.2f} ms, {pred['tokens_per_s']:.0f} "
            f"output tokens/s ({pred['tokens_per_s_per_gpu']:.0f} per GPU, {pred['requests_per_s']:.2f} requests/s)",
            f"  per GPU: weights {pred['weights_gib']:.1f} GiB, KV cache {pred['kv_cache_gib']:.1f} GiB, workspace "
