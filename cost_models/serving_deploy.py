@@ -9,7 +9,8 @@ prompts per iteration and an iteration lasts
 TPOT = T_it, throughput = b / T_it tokens/s, TTFT = prefill latency + one iteration (the prompt waits for the
 running one). Disaggregated: the pools run at their own rates and the deployment at the slower,
     requests/s = min(n_p · dp_p / t_prefill_busy, n_d · b / (out · t_decode(b)))
-TPOT = t_decode(b), TTFT = prefill latency; the KV transfer delays the second token.
+TPOT = t_decode(b), TTFT = prefill latency (+ with an engine and a --rate the M/D/1 wait at each prefill rank's
+share of the rate); the KV transfer delays the second token.
 
 With a serving engine (job.engine, cost_models.serving_engine) t_decode and t_prefill_busy are the engine's
 iterations (host time per scheduler call, launch floor outside CUDA graphs), and a co-located prompt waits for the
@@ -133,6 +134,8 @@ def evaluate_serving(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, la
         rate_p = layout.prefill_replicas * p.dp / pre.busy
         rate_d = layout.replicas * layout.batch / (out * step)
         rps, ttft, tpot_s = min(rate_p, rate_d), pre.latency, step
+        if job.engine is not None and job.rate is not None:  # M/D/1 in front of each prefill rank at the offered rate
+            ttft += md1_wait(job.rate / (layout.prefill_replicas * p.dp), pre.busy)
         fits = layout.batch <= max_batch and pmem.max_batch >= 1
     e2e = ttft + kvt + (out - 1) * tpot_s
     tokens = rps * out

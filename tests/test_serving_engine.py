@@ -130,3 +130,15 @@ def test_cli_caps_vllm_at_its_default_max_num_seqs() -> None:
     assert batches["vllm"] == 256 and batches["sglang"] > 1000
     bad = CliRunner().invoke(app, [*base, "--engine", "tgi"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_disaggregated_ttft_queues_at_the_offered_rate() -> None:
+    """A prefill pool offered a rate waits in an M/D/1 queue: TTFT rises by ρS/(2(1 − ρ)) over the idle pool's."""
+    spec, cluster = load_model("llama3-70b"), load_hardware("h100-sxm", 8)
+    layout = ServingLayout(ReplicaLayout(4), 1, 64, ReplicaLayout(4), 1)
+    engine = load_engine("sglang")
+    idle = evaluate_serving(spec, cluster, ServingJob(2048, 128, engine=engine), layout, 8)
+    busy = evaluate_serving(spec, cluster, ServingJob(2048, 128, engine=engine, rate=5.0), layout, 8)
+    service = idle.ttft_s  # one prefill iteration: the pool's service time
+    assert busy.ttft_s - idle.ttft_s == pytest.approx(md1_wait(5.0, service), rel=1e-6)
+    assert busy.ttft_s > idle.ttft_s
