@@ -14,8 +14,17 @@ micro-batches, 14.6B on 16 with 48, 64, 128, 28.3B on 32 with 96, 128, 256.
 Each row prints the paper's bubble rate, meshplan's (its op order in the discrete-event simulator, per-chunk times a
 half of the stage's on two-chunk schedules, no send latency: the papers' setting), the difference in percentage
 points, meshplan's step with the optimizer synchronised (makespan, what its runtimes run), and the peak activations
-in flight against the paper's (micro-batches of one stage). ZB-2p (the paper's automatic schedule), V-Half, V-Min,
-DualPipeV and Hanayo's wave as its paper runs it are not in meshplan yet (issue 32): no row is printed for them.
+in flight against the paper's (micro-batches of one stage).
+
+DualPipeV (DeepSeek-AI's DualPipe repository, README table "Pipeline Bubbles and Memory Usage Comparison"): bubble
+(PP/2 − 1)(F&B + B − 3W) with F, B (the whole backward), W per chunk and PP = 2p stages, PP + 1 chunk activations
+per device, on the repository's examples (4 ranks and 10 micro-batches, the DualPipeV figure; 8 ranks and 20, the
+DualPipe figure), F&B = F + B (no overlap), measured on the makespan (DualPipe synchronises its optimizer step).
+meshplan runs a pair as its forward, then its backward, and the forward's output leaves when the forward ends; the
+table charges it at the pair's end, so meshplan's bubble is the smaller, (p − 1)·max(f, 2b − w).
+
+ZB-2p (the paper's automatic schedule), V-Half, V-Min and Hanayo's wave as its paper runs it are not in meshplan yet
+(issue 32): no row is printed for them.
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ PAPER = [
     (Schedule.ZB_H2, 1, lambda p, m: 0.0, lambda p: 2 * p - 1, "Qi et al. 2024 Fig. 3 bottom"),
     (Schedule.ZB_V, 2, lambda p, m: 0.0, lambda p: p, "Qi et al. 2024 section 6; repo table"),
 ]
+# DualPipeV: bubble (P − 1)(F&B + B − 3W) per chunk, F&B = F + B, F = B_in = W = 1/2 of a stage's unit: (P − 1)·1
+DUALPIPE = (lambda p, m: (p - 1) * 1.0 / (3.0 * (m + p - 1)), lambda p: p + 0.5, [(4, 10), (8, 20)],
+            "DualPipe README table")
 
 
 def measured(schedule: Schedule, chunks: int, pp: int, m: int) -> tuple[float, float, float]:
@@ -68,6 +80,13 @@ def main() -> int:
             print(f"{schedule.value:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * span:>8.2f}% "
                   f"{100 * (span - expected):>+8.2f} {100 * whole:>8.2f}% {peak:>7.2f} {memory(pp):>6}  {source}")
     print(f"largest difference: {100 * worst:.2f} percentage points")
+    paper, memory, settings, source = DUALPIPE
+    for pp, m in settings:
+        _, whole, peak = measured(Schedule.DUALPIPE_V, 2, pp, m)
+        expected = paper(pp, m)
+        print(f"{Schedule.DUALPIPE_V.value:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * whole:>8.2f}% "
+              f"{100 * (whole - expected):>+8.2f} {100 * whole:>8.2f}% {peak:>7.2f} {memory(pp):>6}  {source} "
+              "(makespan; the pair's forward output at the pair's end in the table)")
     return 0
 
 

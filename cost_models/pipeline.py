@@ -8,6 +8,8 @@ Per-stage times t_i (forward + backward of one micro-batch, all chunks of the ra
                    (p − 1)(F + B_in − W) and (p − 1)·max(F, F + B_in − 2W) where W <= F (Qi et al. 2024 Figure 3)
 - ZB-V:            T = m·max_i t_i + the uniform bubble of cost_models.schedules.zbv_bubble on the largest
                    per-chunk forward and input-gradient times (the simulator re-prices uneven stages)
+- DualPipeV:       T = m·max_i t_i + cost_models.schedules.dualpipev_bubble on the largest per-chunk forward and
+                   2b − w (b, w the per-chunk input and weight gradients)
 - wave, v chunks:  T = m·max_i t_i + cost_models.schedules.wave_bubble on the largest per-chunk forward and
                    backward times (the slowest chunk paces every hand-off; the simulator re-prices)
 Each reduces to the uniform closed form of cost_models.schedules, which the discrete-event simulator
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cost_models.schedules import W_SHARE, wave_bubble, zbv_bubble
+from cost_models.schedules import W_SHARE, dualpipev_bubble, wave_bubble, zbv_bubble
 from planner.core import Schedule
 
 
@@ -33,6 +35,11 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int,
         chunk_f = max(f / 2 for f in forward_times)
         chunk_b = max((t - f - w) / 2 for t, f, w in zip(stage_times, forward_times, hidden_weight_grad, strict=True))
         return m * worst + zbv_bubble(len(stage_times), chunk_f, chunk_b)
+    if schedule is Schedule.DUALPIPE_V:
+        chunk_f = max(f / 2 for f in forward_times)
+        worst_b = max((2 * (t - f - w) - w) / 2 for t, f, w in zip(stage_times, forward_times, hidden_weight_grad,
+                                                                   strict=True))
+        return m * worst + dualpipev_bubble(len(stage_times), chunk_f, worst_b, 0.0)
     if schedule is Schedule.WAVE:
         chunk = max(max(f, t - f) for t, f in zip(stage_times, forward_times, strict=True)) / vpp
         return m * worst + wave_bubble(len(stage_times), chunk, chunk)
@@ -68,6 +75,8 @@ def bubble_fraction(schedule: Schedule, pp: int, num_microbatches: int, vpp: int
         return (pp - 1) / (3 * num_microbatches)
     if schedule is Schedule.ZB_V:  # per-chunk forward f and input gradient (1 − W_SHARE)·2f: both f/2 here
         return zbv_bubble(pp, 0.5, (1 - W_SHARE) * 2 * 0.5) / (3 * num_microbatches)
+    if schedule is Schedule.DUALPIPE_V:  # per-chunk forward 1/2, input and weight gradient 1/2 each (F = 1, B = 2)
+        return dualpipev_bubble(pp, 0.5, 0.5, 0.5) / (3 * num_microbatches)
     if schedule is Schedule.WAVE:  # per-chunk forward 1/v and backward 2/v of a stage's F + B = 3
         return wave_bubble(pp, 1 / vpp, 2 / vpp) / (3 * num_microbatches)
     return (pp - 1) / num_microbatches

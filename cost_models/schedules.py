@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from cost_models.dualpipe import dualpipev_order
 from cost_models.simulator import Op, OpKind, Program
 from cost_models.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
 from planner.core import WAVE_PLACED, Schedule, wave_chunks, wave_rank
@@ -53,19 +54,21 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
     Schedule.ZB_H2: ("torchtitan (the action list of meshplan emit --to torch-actions, one stage per rank)",
                      "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
     Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
+    Schedule.DUALPIPE_V: ("torchtitan (DualPipeV)", "torch.distributed.pipelining's ScheduleDualPipeV"),
     Schedule.WAVE: ("torchtitan with one wave (ZBVZeroBubble's V placement, running the action list of meshplan emit "
                     "--to torch-actions)",
                     "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
 }
-SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V})
+SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPE_V})
 ORDERED_W = frozenset({Schedule.ZB_H1, Schedule.ZB_H2})  # one chunk per rank, every W placed by the order
+PEAKS_OF_ORDER = ORDERED_W | {Schedule.DUALPIPE_V}  # activations in flight counted off the order (`order_peaks`)
 
 
 def placement(pp: int, vpp: int, schedule: Schedule = Schedule.INTERLEAVED_1F1B) -> tuple[int, ...]:
     """Device of each model chunk, in model order: chunk k on device k mod pp, or sweeps down and back up for
     ZB-V (two) and the wave (vpp)."""
     if schedule in WAVE_PLACED:
-        return tuple(wave_rank(k, pp) for k in range(pp * (2 if schedule is Schedule.ZB_V else vpp)))
+        return tuple(wave_rank(k, pp) for k in range(pp * (vpp if schedule is Schedule.WAVE else 2)))
     return tuple(k % pp for k in range(pp * vpp))
 
 
@@ -79,6 +82,8 @@ def closed_form(schedule: Schedule, pp: int, m: int, vpp: int, forward: float, b
         return (m + (pp - 1) / vpp) * (f + b)
     if schedule is Schedule.ZB_V:
         return m * (f + b) + zbv_bubble(pp, f / 2, b_in / 2)
+    if schedule is Schedule.DUALPIPE_V:
+        return m * (f + b) + dualpipev_bubble(pp, f / 2, b_in / 2, (b - b_in) / 2)
     if schedule is Schedule.WAVE:
         return m * (f + b) + wave_bubble(pp, f / vpp, b / vpp)
     w = b - b_in
@@ -92,6 +97,13 @@ def zbv_bubble(pp: int, chunk_forward: float, chunk_input_grad: float) -> float:
     gradient, which backward >= forward always gives)."""
     f, b = chunk_forward, chunk_input_grad
     return (pp - 1) * max(f, b) + (pp - 2) * max(f - b, 0.0)
+
+
+def dualpipev_bubble(pp: int, chunk_forward: float, chunk_input_grad: float, chunk_weight_grad: float) -> float:
+    """Idle time DualPipeV adds to m(F + B) on uniform stages, from per-chunk times: (p − 1)·max(f, 2b − w). Exact
+    (the simulator on this order) where 2b − w <= f, an upper bound on every case tests/test_schedules.py runs; the
+    simulator prices any other."""
+    return (pp - 1) * max(chunk_forward, 2 * chunk_input_grad - chunk_weight_grad)
 
 
 def wave_bubble(pp: int, chunk_forward: float, chunk_backward: float) -> float:
@@ -134,7 +146,7 @@ def in_flight(schedule: Schedule, device: int, pp: int, m: int, vpp: int) -> flo
         return sum(min(pp * vpp - c, m) for c in wave_chunks(device, pp, vpp)) / vpp
     if schedule is Schedule.INTERLEAVED_1F1B and vpp > 1:
         return min(2 * (pp - device - 1) + (vpp - 1) * pp + 1, vpp * m) / vpp
-    if schedule in ORDERED_W:
+    if schedule in PEAKS_OF_ORDER:
         return order_peaks(schedule, pp, m, vpp)[device]
     return float(min(m, pp - device))
 
@@ -151,7 +163,8 @@ def order_peaks(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> tuple[floa
     for order in prog.orders:
         held = peak = 0.0
         for op in order:
-            held += 1.0 / per if op.kind is OpKind.F else -frees[op.kind is OpKind.W] / per
+            freed = 1.0 if op.kind is OpKind.BW else frees[op.kind is OpKind.W]
+            held += 1.0 / per if op.kind is OpKind.F else -freed / per
             peak = max(peak, held)
         peaks.append(peak)
     return tuple(peaks)
@@ -162,6 +175,9 @@ def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
     """The per-device op orders of `schedule` (cached: a search simulates many layouts of a few shapes)."""
     if schedule is Schedule.ZB_V:
         return Program(pp, placement(pp, 2, schedule), tuple(zbv_order(d, pp, m) for d in range(pp)),
+                       split_backward=True, explicit_w=True)
+    if schedule is Schedule.DUALPIPE_V:
+        return Program(pp, placement(pp, 2, schedule), tuple(dualpipev_order(d, pp, m) for d in range(pp)),
                        split_backward=True, explicit_w=True)
     if schedule in ORDERED_W:
         build = zb_h1_order if schedule is Schedule.ZB_H1 else zb_h2_order

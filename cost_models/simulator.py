@@ -6,9 +6,10 @@ schedules, weight-gradient (W) work of (micro-batch, model chunk) pairs; chunks 
   F(mb, c) after F(mb, c − 1), plus a send/recv when c − 1 ran on another device;
   B(mb, c) after B(mb, c + 1) (plus the hop) and after F(mb, c); the last chunk's B after its own F;
   W(mb, c) after B(mb, c).
-W ops that a schedule marks deferrable run when their device would otherwise wait, or when more than
-`max_pending_w` are pending (zero-bubble schedules, Qi et al. 2023); a program with `explicit_w` places every
-W in its orders instead (ZB-V). Memory: F allocates the chunk's
+A BW op (DualPipeV's full backwards beside its split ones) is a B and its W in one: the input gradient leaves when
+both are done, and it frees all the chunk's activations. W ops that a schedule marks deferrable run when their
+device would otherwise wait, or when more than `max_pending_w` are pending (zero-bubble schedules, Qi et al. 2023);
+a program with `explicit_w` places every W in its orders instead (ZB-V). Memory: F allocates the chunk's
 activations, B frees all of them, or (1 − w_share) when a W follows, and W the rest.
 Where the orders fix every op (all schedules but ZB-H1's deferred W) each op's start is determined by its device's
 previous op and its inputs alone, so the devices are advanced one at a time (`_sweep`, linear in the ops); deferred
@@ -26,8 +27,9 @@ from functools import cached_property
 
 class OpKind(str, Enum):
     F = "F"
-    B = "B"
+    B = "B"  # the whole backward, or its input gradient where the program splits it
     W = "W"
+    BW = "BW"  # a whole backward (input and weight gradient in one op) inside a program that splits the others
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Program:
     @cached_property
     def encoded(self) -> tuple[tuple[tuple[int, int, int], ...], ...]:
         """Each device's order as (kind: 0 F, 1 B, 2 W; micro-batch; chunk), what the simulator reads."""
-        kinds = {OpKind.F: 0, OpKind.B: 1, OpKind.W: 2}
+        kinds = {OpKind.F: 0, OpKind.B: 1, OpKind.W: 2, OpKind.BW: 3}
         return tuple(tuple((kinds[op.kind], op.microbatch, op.chunk) for op in order) for order in self.orders)
 
 
@@ -122,13 +124,13 @@ def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
     place, hop, orders = program.placement, durations.p2p_s, program.encoded
     chunks, devices = len(place), program.num_devices
     last = chunks - 1
-    steps = (durations.forward, durations.backward, durations.weight)
+    steps = _steps(durations)
     width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
     end_f, end_b = [-1.0] * width, [-1.0] * width
     clock, at = [0.0] * devices, [0] * devices
     memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
     act, w_share, split = durations.activation, durations.w_share, program.split_backward
-    frees = ((1 - w_share) if split else 1.0, w_share)
+    frees = ((1 - w_share) if split else 1.0, w_share, 1.0)
     timeline: list[tuple[float, int, int, float, tuple[int, int, int]]] = []
     todo = list(range(devices - 1, -1, -1))
     while todo:
@@ -148,7 +150,7 @@ def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
                 end = end_f[k] = start + steps[0][c]
                 if c < last and place[c + 1] != device:
                     todo.append(place[c + 1])
-            elif kind == 1:
+            elif kind != 2:
                 ready = end_f[k]
                 if ready < 0.0:
                     break
@@ -159,7 +161,7 @@ def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
                         break
                     ready += hop if place[c + 1] != device else 0.0
                     start = ready if ready > start else start
-                end = end_b[k] = start + steps[1][c]
+                end = end_b[k] = start + steps[kind][c]
                 if c and place[c - 1] != device:
                     todo.append(place[c - 1])
             else:
@@ -181,7 +183,7 @@ def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
     if not record:  # the makespan alone
         return SimResult(max(clock, default=0.0), (), (), ())
     timeline.sort(key=lambda e: e[:3])
-    kinds = (OpKind.F, OpKind.B, OpKind.W)
+    kinds = (OpKind.F, OpKind.B, OpKind.W, OpKind.BW)
     events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
     return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))
 
@@ -198,7 +200,7 @@ def _simulate_deferred(program: Program, durations: Durations, record: bool = Tr
     place, hop, orders = program.placement, durations.p2p_s, program.encoded
     chunks, devices = len(place), program.num_devices
     last = chunks - 1
-    steps = (durations.forward, durations.backward, durations.weight)
+    steps = _steps(durations)
     width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
     end_f, end_b = [-1.0] * width, [-1.0] * width
     clock, at = [0.0] * devices, [0] * devices
@@ -207,7 +209,7 @@ def _simulate_deferred(program: Program, durations: Durations, record: bool = Tr
     memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
     act, w_share = durations.activation, durations.w_share
     defer = program.split_backward and not program.explicit_w
-    frees = ((1 - w_share) if program.split_backward else 1.0, w_share)
+    frees = ((1 - w_share) if program.split_backward else 1.0, w_share, 1.0)
     timeline: list[tuple[float, int, int, float, tuple[int, int, int]]] = []
 
     def key(device: int) -> tuple[float, int, int] | None:
@@ -265,9 +267,9 @@ def _simulate_deferred(program: Program, durations: Durations, record: bool = Tr
         end = start + steps[kind][c]
         if kind == 0:
             end_f[mb * chunks + c] = end
-        elif kind == 1:
+        elif kind != 2:
             end_b[mb * chunks + c] = end
-            if defer:
+            if defer and kind == 1:
                 pending[device].append((2, mb, c))
         if record:
             memory[device] += act[c] if kind == 0 else -act[c] * frees[kind - 1]
@@ -282,6 +284,11 @@ def _simulate_deferred(program: Program, durations: Durations, record: bool = Tr
             keys[place[c + 1]] = key(place[c + 1])
     if not record:  # the makespan alone
         return SimResult(max(clock, default=0.0), (), (), ())
-    kinds = (OpKind.F, OpKind.B, OpKind.W)
+    kinds = (OpKind.F, OpKind.B, OpKind.W, OpKind.BW)
     events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
     return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))
+
+
+def _steps(d: Durations) -> tuple[tuple[float, ...], ...]:
+    """Per op kind (F, B, W, BW), its duration on each chunk."""
+    return d.forward, d.backward, d.weight, tuple(b + w for b, w in zip(d.backward, d.weight, strict=True))

@@ -19,6 +19,7 @@ from cost_models.profile import MeasuredCosts, read_costs
 from cost_models.step import evaluate_layout
 from hardware_profiles import HardwareOverrides, apply_overrides, load_hardware
 from planner.core import (
+    WAVE_PLACED,
     AttentionKernel,
     ClusterSpec,
     Dtype,
@@ -184,8 +185,8 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
     integer(zero, "zero", 0, 3)
     sched = _enum(Schedule, schedule, "schedule") if schedule is not None else (
         Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
-    if sched in (Schedule.ZB_V, Schedule.WAVE) and vpp == 1:
-        vpp = 2  # ZB-V always runs two chunks per rank; a wave without --vpp is one wave
+    if sched in WAVE_PLACED and vpp == 1:
+        vpp = 2  # ZB-V and DualPipeV always run two chunks per rank; a wave without --vpp is one wave
     rc, modules = recompute_choice(_enum(Recompute, recompute, "recompute"), recompute_modules)
     layout = Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=mbs,
                     sp=(tp > 1) if sp is None else sp, zero=ZeroStage(zero),

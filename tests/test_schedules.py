@@ -15,7 +15,8 @@ from planner.core import Runtime, Schedule
 ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
-         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.ZB_V, 2)]
+         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.ZB_V, 2),
+         (Schedule.DUALPIPE_V, 2)]
 
 
 def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations:
@@ -34,9 +35,14 @@ def test_simulator_equals_closed_form(schedule: Schedule, vpp: int, pp: int, m: 
         pytest.skip("interleaving needs micro-batches divisible by pp")
     if schedule in (Schedule.ZB_V, Schedule.ZB_H2) and m < 2 * pp - 1:
         pytest.skip("zb-v and zb-h2 need at least 2p - 1 micro-batches")
+    if schedule is Schedule.DUALPIPE_V and m < 2 * pp:
+        pytest.skip("dualpipe-v needs at least 2p micro-batches")
     prog = program(schedule, pp, m, vpp)
     result = simulate(prog, _durations(prog, f, b))
-    assert result.makespan == pytest.approx(closed_form(schedule, pp, m, vpp, f, b), rel=1e-12)
+    if schedule is Schedule.DUALPIPE_V and b > 2 * f:  # per chunk 2·b_in − w = b/4 > f/2: an upper bound
+        assert result.makespan <= closed_form(schedule, pp, m, vpp, f, b) * (1 + 1e-12)
+    else:
+        assert result.makespan == pytest.approx(closed_form(schedule, pp, m, vpp, f, b), rel=1e-12)
     expected = [in_flight(schedule, d, pp, m, vpp) for d in range(pp)]
     assert list(result.peak_activation) == pytest.approx(expected, rel=1e-12)
 
@@ -281,7 +287,8 @@ def test_sweep_equals_event_loop(seed: int) -> None:
     rng = random.Random(seed)
     schedule = rng.choice([s for s in Schedule if s is not Schedule.ZB_H1])
     pp = rng.randint(2, 6)
-    vpp = {Schedule.INTERLEAVED_1F1B: rng.randint(2, 4), Schedule.ZB_V: 2, Schedule.WAVE: rng.choice([2, 4])}.get(
+    vpp = {Schedule.INTERLEAVED_1F1B: rng.randint(2, 4), Schedule.ZB_V: 2, Schedule.DUALPIPE_V: 2,
+           Schedule.WAVE: rng.choice([2, 4])}.get(
         schedule, 1)
     m = pp * rng.randint(1, 4) if schedule is Schedule.INTERLEAVED_1F1B else rng.randint(2 * pp, 3 * pp)
     prog = program(schedule, pp, m, vpp)
@@ -325,3 +332,36 @@ def test_zb_h_bubble_formula_on_uneven_parts(schedule: Schedule, f: float, b_in:
     result = simulate(prog, Durations((f,) * pp, (b_in,) * pp, (w,) * pp, (1.0,) * pp))
     paper = (pp - 1) * (f + b_in - (w if schedule is Schedule.ZB_H1 else 2 * w))
     assert max(result.stage_spans) - m * (f + b_in + w) == pytest.approx(paper, rel=1e-12)
+
+
+@pytest.mark.parametrize("pp,m", [(2, 4), (2, 7), (3, 6), (4, 8), (4, 13), (8, 16), (8, 40)])
+def test_dualpipev_order_is_torchs(pp: int, m: int) -> None:
+    """Our DualPipeV order (from DeepSeek's dualpipev.py steps) is the one torch.distributed.pipelining's
+    ScheduleDualPipeV computes for each rank (torchtitan's "DualPipeV"), its overlapped F&B pairs taken as their
+    forward then their full backward: the same forwards, split and full backwards and weight gradients in order."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch is not installed (the [profile] extra)")
+    from types import SimpleNamespace
+
+    kinds = {"F": OpKind.F, "I": OpKind.B, "W": OpKind.W, "B": OpKind.BW}
+    ours = program(Schedule.DUALPIPE_V, pp, m, 2)
+    for rank in range(pp):
+        fake = SimpleNamespace(pp_group_size=pp, _n_microbatches=m, num_stages=2 * pp)
+        actions = schedules.ScheduleDualPipeV._calculate_single_rank_operations(fake, rank)
+        theirs = [(kinds[a.computation_type.value], a.microbatch_index, a.stage_index)
+                  for action in actions if action for a in (action.sub_actions or (action,))]
+        assert [(op.kind, op.microbatch, op.chunk) for op in ours.orders[rank]] == theirs
+
+
+@pytest.mark.parametrize("pp,m", [(4, 8), (8, 24), (16, 64)])
+def test_dualpipev_memory_is_the_repositorys(pp: int, m: int) -> None:
+    """DeepSeek's DualPipe repository (README, "Pipeline Bubbles and Memory Usage Comparison"): DualPipeV keeps
+    PP + 1 chunk activations per device (PP = 2p stages), p + 1/2 stages' worth, on every rank; its bubble with the
+    pairs run back to back (F&B = F + B) is (p − 1)·max(f, 2b − w) per chunk, within the table's
+    (PP/2 − 1)(F&B + B − 3W), which charges the pair's forward output at the pair's end."""
+    prog = program(Schedule.DUALPIPE_V, pp, m, 2)
+    result = simulate(prog, _durations(prog, 1.0, 2.0))  # per chunk f = b_in = w = 1/2
+    assert list(result.peak_activation) == pytest.approx([pp + 0.5] * pp, rel=1e-12)
+    assert [in_flight(Schedule.DUALPIPE_V, d, pp, m, 2) for d in range(pp)] == list(result.peak_activation)
+    table = (pp - 1) * ((0.5 + 1.0) + 1.0 - 3 * 0.5)
+    assert result.makespan - 3 * m == pytest.approx((pp - 1) * 0.5) and (pp - 1) * 0.5 <= table

@@ -53,7 +53,7 @@ def _worker(rank: int, pp: int, m: int, port: int, csv: str, out: str) -> None:
 @pytest.mark.parametrize("schedule,pp,m,vpp", [(Schedule.WAVE, 2, 4, 2), (Schedule.WAVE, 2, 8, 4),
                                                (Schedule.ZB_V, 2, 4, 2), (Schedule.INTERLEAVED_1F1B, 2, 4, 2),
                                                (Schedule.ONE_F_ONE_B, 2, 3, 1), (Schedule.ZB_H1, 3, 6, 1),
-                                               (Schedule.ZB_H2, 3, 6, 1)])
+                                               (Schedule.ZB_H2, 3, 6, 1), (Schedule.DUALPIPE_V, 2, 4, 2)])
 def test_action_list_runs_in_torchs_runtime(tmp_path: Path, schedule: Schedule, pp: int, m: int, vpp: int) -> None:
     import torch.multiprocessing as mp
 

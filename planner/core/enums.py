@@ -78,10 +78,12 @@ class Schedule(str, Enum):
     ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023, Figure 3 top)
     ZB_H2 = "zb-h2"  # zero-bubble with 2p − 1 micro-batches in flight, a parallelogram (Qi et al. 2023, Figure 3)
     ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
+    DUALPIPE_V = "dualpipe-v"  # DeepSeek's DualPipeV: a V of two chunks, F&B pairs (DualPipe repo; torch, torchtitan)
     WAVE = "wave"  # chunks placed as waves down and back up the ranks (Hanayo, Liu et al. SC'23), unsplit backward
 
 
-WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.WAVE})  # chunk k on rank k going down, then back up, ...
+# chunk k on rank k going down, then back up, ...
+WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.WAVE})
 
 
 def wave_rank(chunk: int, pp: int) -> int:

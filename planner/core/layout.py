@@ -85,12 +85,14 @@ class Pipeline:
             raise LayoutError(f"stage_layers sum to {sum(self.stage_layers)}, model has {num_layers} layers")
 
     def _validate_schedule(self, m: int) -> None:
-        if self.schedule is Schedule.ZB_V:
+        if self.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
+            name, least = self.schedule.value, 2 * self.pp - (self.schedule is Schedule.ZB_V)
             if self.vpp != 2 or self.pp == 1:
-                raise LayoutError(f"zb-v runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
+                raise LayoutError(f"{name} runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
                                   f"{self.vpp}, pp {self.pp}")
-            if m < 2 * self.pp - 1:
-                raise LayoutError(f"zb-v needs at least 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
+            if m < least:
+                raise LayoutError(f"{name} needs at least {least} micro-batches (2 * pp{' - 1' * (least % 2)}), "
+                                  f"got {m}")
         elif self.schedule is Schedule.WAVE:
             if self.vpp % 2 or self.pp == 1:
                 raise LayoutError(f"the wave schedule runs waves down and back up the ranks: it needs an even vpp "

@@ -73,9 +73,9 @@ class SearchBounds(RankMemory):
         stage's layer time (with the least exposed ZeRO traffic, `_traffic_floor`, the least over the offload
         choices, as the tail's), forward and backward (the slowest rank takes at least A), each schedule's
         bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved),
-        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.ZB_HIDES), A + (p − 1)·f̄/2 (ZB-V) or
-        A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's schedules; each is at least A, so this
-        is at least `floor`. Less 1e-9 of it for rounding."""
+        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.ZB_HIDES), A + (p − 1)·f̄/2 (ZB-V,
+        DualPipeV) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's schedules; each is at
+        least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
         return self.shape_floor(group[0], [(c.schedule, c.vpp) for c in group], offloads)
 
     def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
@@ -101,7 +101,7 @@ class SearchBounds(RankMemory):
         """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
         if schedule in ZB_HIDES:  # each stage but the last hides at most ZB_HIDES weight gradients
             return p * a - ZB_HIDES[schedule] * W_SHARE * p * b
-        if schedule is Schedule.ZB_V:
+        if schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
             return a + (p - 1) * f / 2
         if schedule is Schedule.WAVE:
             return a + 2 * (p - 1) * max(f, a - f) / v
@@ -204,6 +204,8 @@ class SearchBounds(RankMemory):
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r
             # its bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
+        if c.schedule is Schedule.DUALPIPE_V:  # its bubble (p − 1)·max(f, 2b − w) is at least (p − 1)·f
+            return slowest * m + (c.pp - 1) * forward / 2 + tail
         if c.schedule is Schedule.WAVE:
             chunk = max(forward, stage - forward) / c.vpp
             return slowest * m + wave_bubble(c.pp, chunk, chunk) + tail

@@ -84,7 +84,7 @@ def trailing_weight(program: Program, d: Durations) -> list[float]:
         if not program.split_backward:
             out.append(0.0)
         elif program.explicit_w:
-            last = max((i for i, op in enumerate(order) if op[0] == 1), default=-1)
+            last = max((i for i, op in enumerate(order) if op[0] in (1, 3)), default=-1)
             out.append(sum(d.weight[c] for kind, _, c in order[last + 1:] if kind == 2))
         else:
             own = [d.weight[c] for c, rank in enumerate(program.placement) if rank == device]
@@ -236,10 +236,10 @@ def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[flo
     layers, the stages before it Σ their ends + P(l_d); its forward at least `forward_share` of a stage's time and its
     weight gradient at most `weight_share`. 1F1B and GPipe: S_d + m·T_d + 2d·hop. ZB-H1 and ZB-H2: the forwards
     before it, φ·S_d, + m·T_d + d·hop; and through its last input gradient, (1 − ω)·S_d + (m − n_d·ω)·T_d + 2d·hop
-    (its order runs at most n_d = `trailing_w` weight gradients after it). ZB-V and the wave (v chunks): stage d
-    waits for the first chunk of each stage before it, at least (n_j − v)/v of its layers, each at least τ, the least
-    layer time (ZB-V's down chunk takes half a rank's layers rounded down, the wave's first chunk a v-th, balanced
-    chunks as many as they fall): their forwards (ZB-V) or forward and backward (the wave)."""
+    (its order runs at most n_d = `trailing_w` weight gradients after it). ZB-V, DualPipeV and the wave (v chunks):
+    stage d waits for the first chunk of each stage before it, at least (n_j − v)/v of its layers, each at least τ,
+    the least layer time (the V's down chunk takes half a rank's layers rounded down, the wave's first chunk a v-th,
+    balanced chunks as many as they fall): their forwards (ZB-V, DualPipeV) or forward and backward (the wave)."""
     rows = []
     before = 0.0
     for d in range(pp):
@@ -252,8 +252,9 @@ def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[flo
             if late >= 1.0:
                 row.append(((1 - weight_share) * before + late * e + 2 * d * hop, 1 - weight_share, 0.0, late))
         else:
-            share = forward_share if schedule is Schedule.ZB_V else 1.0
-            sends = d * hop if schedule is Schedule.ZB_V else 2 * d * hop
+            v_split = schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V)  # a V whose first ops are forwards
+            share = forward_share if v_split else 1.0
+            sends = d * hop if v_split else 2 * d * hop
             row = [(m * e + sends - share * tau * d, 0.0, share * tau / vpp, float(m))]
         rows.append(row)
         before += e

@@ -2,7 +2,8 @@
 `_PipelineScheduleRuntime._load_csv` reads (torchtitan: `parallelism.pipeline_parallel_schedule_csv`).
 
 One row per pipeline rank, one cell per op: `{stage}{type}{micro-batch}`, stage = model chunk in pipeline
-order, type F (forward), B (full backward), or I and W (input and weight gradient) for the zero-bubble schedules. torch
+order, type F (forward), B (full backward), or I and W (input and weight gradient) for the zero-bubble schedules
+(DualPipeV has both). torch
 infers which rank holds each chunk from the rows and adds the sends and receives itself. The orders are those of
 `cost_models.schedules.program`, the ones the simulator prices: every schedule meshplan searches has one.
 """
@@ -17,7 +18,7 @@ from planner.outputs.plan import Plan
 
 
 def _cell(op: Op, split_backward: bool) -> str:
-    kind = {OpKind.F: "F", OpKind.B: "I" if split_backward else "B", OpKind.W: "W"}[op.kind]
+    kind = {OpKind.F: "F", OpKind.B: "I" if split_backward else "B", OpKind.W: "W", OpKind.BW: "B"}[op.kind]
     return f"{op.chunk}{kind}{op.microbatch}"
 
 

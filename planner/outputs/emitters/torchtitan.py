@@ -5,11 +5,12 @@ Mapping: ZeRO-0 is DDP (data_parallel_replicate_degree = dp); ZeRO-3 is FSDP2 re
 [dp_replicate, dp_shard] mesh (data_parallel_replicate_degree = dp_replicate, data_parallel_shard_degree = dp /
 dp_replicate); torchtitan has no ZeRO-1. The stage
 split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i, norm, output, the
-module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble" (its
-stages in model order; torchtitan places them as a V itself). The schedules torchtitan has no name for run from
-meshplan's op order (`BY_ACTIONS`): a one-wave plan (the wave with two chunks per rank) names "ZBVZeroBubble" for
-that V placement, ZB-H1 and ZB-H2 name "1F1B" for one stage per rank, and `pipeline_parallel_schedule_csv` gives the
-order, the action list `meshplan emit --to torch-actions` writes, which torch's _PipelineScheduleRuntime then runs.
+module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
+"DualPipeV" (their stages in model order; torchtitan places them as a V itself). The schedules torchtitan has no
+name for run from meshplan's op order (`BY_ACTIONS`): a one-wave plan (the wave with two chunks per rank) names
+"ZBVZeroBubble" for that V placement, ZB-H1 and ZB-H2 name "1F1B" for one stage per rank, and
+`pipeline_parallel_schedule_csv` gives the order, the action list `meshplan emit --to torch-actions` writes, which
+torch's _PipelineScheduleRuntime then runs.
 Recomputation: activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
 The model is one of torchtitan's own flavors, matched by architecture (titan_flavors.py); any other model is
 refused with UnsupportedModelError, since torchtitan's job file cannot state dimensions.
@@ -54,7 +55,7 @@ from planner.outputs.plan import Plan
 TITAN_MAX_NORM = 1.0  # torchtitan's training.max_norm default (config/job_config.py), scaled by grad_scale()
 ACTIONS_FILE = "pipeline_actions.csv"  # a BY_ACTIONS plan's op order: meshplan emit PLAN --to torch-actions
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
-             Schedule.ZB_V: "ZBVZeroBubble"}
+             Schedule.ZB_V: "ZBVZeroBubble", Schedule.DUALPIPE_V: "DualPipeV"}
 # Schedules torchtitan runs from meshplan's action list (pipeline_parallel_schedule_csv), each with the named schedule
 # whose stage placement it shares: one stage per rank (1F1B's) or a V of two (ZBVZeroBubble's)
 BY_ACTIONS = {Schedule.WAVE: Schedule.ZB_V, Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
@@ -117,6 +118,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         listed = lay.schedule in BY_ACTIONS  # the named schedule's placement running the action list
         parallelism.update(pipeline_parallel_schedule=SCHEDULES[BY_ACTIONS.get(lay.schedule, lay.schedule)],
                            pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
+        if lay.schedule is Schedule.DUALPIPE_V:
+            # its F&B overlap hook only serves expert parallelism, and torchtitan refuses it beside activation
+            # checkpointing; off, the pairs run back to back as meshplan prices them (it registers the hook anyway)
+            overlap = lay.ep > 1 and lay.recompute is Recompute.NONE
+            parallelism["pipeline_parallel_expert_parallel_overlap"] = overlap
         if listed:
             parallelism["pipeline_parallel_schedule_csv"] = ACTIONS_FILE
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
