@@ -23,7 +23,7 @@ from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, balanced_only
 from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.space import Candidate, SearchSpec, candidates, offload_options
+from planner.search.space import Candidate, SearchSpec, candidates, module_sets, offload_options
 
 # (model, hardware, GPUs, sequence, global batch, every offload choice): small jobs where many candidates are near
 # the memory limit (the offloading ones of GPUs with little memory, where host memory and PCIe copies count)
@@ -171,13 +171,15 @@ def test_least_bottleneck_floor_is_the_best_whole_split(data: st.DataObject) -> 
 
 
 def test_layer_times_shared_across_recomputation_equal_their_own() -> None:
-    """The search prices knobs that differ only in recomputation with one set of fully recomputed layers: the same
-    numbers as pricing each on its own."""
+    """The search prices knobs that differ only in recomputation (and its modules) with one set of fully recomputed
+    layers: the same numbers as pricing each on its own."""
     for index in range(len(CASES)):
         pr, _, pool = _case(index)
         bounds = SearchBounds(pr.model, pr.cluster, pr.job)
+        sets = module_sets(pr.model, pr.job.runtime.attention)
         for c in pool[::97]:
-            assert bounds.get(c) == layer_times(pr.model, pr.cluster, pr.job, bounds.knobs(c)), c
+            for v in [c] + [replace(c, recompute=Recompute.SELECTIVE, modules=m) for m in sets]:
+                assert bounds.get(v) == layer_times(pr.model, pr.cluster, pr.job, bounds.knobs(v)), v
 
 
 @settings(max_examples=200, deadline=None)

@@ -56,9 +56,11 @@ class SearchBounds(RankMemory):
         return self._times(self.knobs(c))
 
     def _times(self, knobs: LayerKnobs) -> LayerTimes:
-        """`layer_times`, once per knobs; knobs that differ only in recomputation share the fully recomputed layers."""
+        """`layer_times`, once per knobs; knobs that differ only in recomputation (and its modules, which full
+        recomputation does not read) share the fully recomputed layers."""
         if knobs not in self._cache:
-            full = None if knobs.recompute is Recompute.FULL else self._times(replace(knobs, recompute=Recompute.FULL))
+            full = None if knobs.recompute is Recompute.FULL else self._times(
+                replace(knobs, recompute=Recompute.FULL, modules=frozenset()))
             self._cache[knobs] = layer_times(self.model, self.cluster, self.job, knobs, full)
         return self._cache[knobs]
 
