@@ -300,7 +300,7 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
     time = time + LayerTime(host=ex.host_microbatch_s)  # the runtime's fixed host cost per micro-batch and stage
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
-        dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward / layout.vpp, time.forward / layout.vpp),
+        dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward),
         optimizer_s=optimizer_time(params, layout, job, cluster) + ex.host_step_s,
         states=stage_states(params, layout, job),
         offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,

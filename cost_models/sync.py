@@ -4,7 +4,8 @@ Gradient reduction over the groups the mesh gives (planner.core.mesh: `Mesh.dens
   ZeRO-0 all-reduce of grad_bytes·P over the dp·cp ranks (Megatron-LM reduces over DP x CP); ZeRO-1
   reduce-scatter of grad_bytes·P over the shard group + all-gather of 2·P (1·P with fp8 parameter gathers);
   ZeRO-2 the all-gather only (its reduce-scatter runs per micro-batch); with overlap_grad_reduce it hides behind
-  the last micro-batch's backward, with overlap_param_gather the gather behind the first forward; ZeRO-3 gathers
+  the last micro-batch's backward, with overlap_param_gather the gather behind the first forward, and under the
+  interleaved schedule chunk by chunk across the pipeline's drain and warm-up (`staggered_exposed`); ZeRO-3 gathers
   weights before each forward and backward and reduce-scatters gradients after each backward, module by module,
   overlapped with compute per phase. Expert weights do the same over their own expert-data-parallel group.
 HSDP (dp = dp_shard x dp_replicate; PyTorch FSDP2's HYBRID_SHARD, torchtitan's data_parallel_replicate_degree x
@@ -17,6 +18,8 @@ Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter
   grad, master, m, v; write master, m, v, bf16 weight; grad-norm read; buffer reset)."""
 
 from __future__ import annotations
+
+import math
 
 from cost_models import memory as M
 from cost_models.comm import Collective, collective
@@ -35,9 +38,11 @@ from cost_models.params import StageParams
 from cost_models.prediction import StageLayers
 from planner.core import (
     ClusterSpec,
+    GpuSpec,
     JobSpec,
     Layout,
     Offload,
+    Schedule,
     ZeroStage,
 )
 from planner.core.execution import FsdpForm
@@ -113,28 +118,68 @@ def shard_params(params: StageParams, layout: Layout) -> float:
     return sum(p / g.shard.size for p, g in _groups(params, layout))
 
 
+def staggered_exposed(comm: float, chunks: float, own: float, gap: float, gpu: GpuSpec) -> float:
+    """Exposed seconds of `comm` seconds of collectives cut in `chunks` equal pieces (one per model chunk) on one
+    communication stream, where piece k (k = 0 .. chunks − 1, in the order they are issued) may run `k · gap` seconds
+    before it is needed and, bucket by bucket, beside its own chunk's pass (`own` seconds):
+
+        late = max(0, comm/chunks − own, comm − (chunks − 1)·gap − own),   exposed = late + κ·(comm − late)
+
+    (κ = 1 − overlap_efficiency: `GpuSpec.exposed` of `comm` beside a window of comm − late). A stream that never
+    idles ends piece k at (k + 1)·comm/chunks, so piece k is (k + 1)·comm/chunks − k·gap − own late, greatest at the
+    first or the last piece (linear in k); idling only makes pieces earlier. One chunk is `GpuSpec.exposed(comm,
+    own)`. chunks = inf is the limit of ever finer chunks whose gaps add up to `gap`: late = max(0, comm − gap)."""
+    if comm <= 0.0:
+        return 0.0
+    if math.isinf(chunks):
+        late = max(0.0, comm - gap)
+    else:
+        late = max(0.0, comm / chunks - own, comm - (chunks - 1) * gap - own)
+    return gpu.exposed(comm, comm - late)
+
+
 def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-                      bwd_last: float, fwd_first: float) -> float:
+                      backward: float, forward: float, chunks: float | None = None) -> float:
     """Exposed seconds of the per-step gradient reduction of one stage, both groups: ZeRO 0-2's collectives and,
-    with HSDP, every stage's all-reduce of the gradient shard over the replicas (`grad_sync_times`)."""
-    rt = job.runtime
+    with HSDP, every stage's all-reduce of the gradient shard over the replicas (`grad_sync_times`). `backward` and
+    `forward`: the stage's passes of one micro-batch (all its chunks, v = vpp of them).
+
+    Without interleaving the reduction hides behind the last micro-batch's backward and the weight gather behind the
+    first forward. Megatron-core's interleaved schedule (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving, with the distributed optimizer's overlap) does both chunk by chunk
+    (`staggered_exposed`, n = min(pp, m) micro-batches per group):
+      gradients  with overlap_grad_reduce, `grad_sync_func` launches a chunk's reduce-scatter (all-reduce without the
+                 distributed optimizer) when its last micro-batch's backward is done; the drain runs the chunks'
+                 last backwards in reverse order, a group of n backwards of one chunk apart: gap n·b/v, own b/v;
+      weights    with overlap_param_gather, `param_sync_func` launches chunks 0 and 1's all-gathers at the start and
+                 chunk c + 1's when chunk c starts its first forward; the warm-up runs the chunks' first forwards a
+                 group of n forwards of one chunk apart: gap n·f/v, own f/v.
+    The drain and warm-up bubbles' idle time would hide more; it is not counted. `chunks` replaces v (math.inf: the
+    limit, gaps adding up to n·b and n·f: a floor over every vpp, what the search's bounds take)."""
+    rt, gpu = job.runtime, cluster.gpu
+    v = float(layout.vpp) if chunks is None else chunks
+    finite = not math.isinf(v)
     if kept_gathered(layout, job):
-        return kept_gathered_sync(params, layout, job, cluster, fwd_first)
+        return kept_gathered_sync(params, layout, job, cluster, forward / v if finite else forward)
     reduce = gather = 0.0
     for p, groups in _groups(params, layout):  # only the trained weights change: gather what was updated
         r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
                                rt.multi_rail, gather_bytes(job, cluster))
         reduce, gather = reduce + r, gather + g
-    gpu = cluster.gpu
-    exposed_reduce = gpu.exposed(reduce, bwd_last) if rt.overlap_grad_reduce else reduce
+    if layout.schedule is not Schedule.INTERLEAVED_1F1B and chunks is None:
+        v = 1.0
+    n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
+    own_b, own_f = (backward / v, forward / v) if finite else (0.0, 0.0)
+    gap_b, gap_f = (n * own_b, n * own_f) if finite else (n * backward, n * forward)
+    exposed_reduce = staggered_exposed(reduce, v, own_b, gap_b, gpu) if rt.overlap_grad_reduce else reduce
     hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
-    exposed_gather = gpu.exposed(gather, fwd_first) if hide_gather else gather
+    exposed_gather = staggered_exposed(gather, v, own_f, gap_f, gpu) if hide_gather else gather
     to_host = 0.0
     if Offload.OPTIMIZER in layout.offload and Offload.GRADIENTS not in layout.offload:
         # the reduced gradient shard goes to the host beside the last backward (with the gradients offloaded each
         # layer's went in every backward: stage_offload_exposed)
         to_host = exposed_copy(local_params(params, layout) * job.trainable_fraction * rt.grad_reduce_bytes,
-                               bwd_last, cluster)
+                               backward / v if finite else backward, cluster)
     return exposed_reduce + exposed_gather + to_host
 
 
@@ -195,7 +240,8 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     forward and backward (the recomputed forward reuses the backward's gather), module by module: four weight
     matrices per decoder layer (Megatron-FSDP), or one block per layer (FSDP2, Execution.fsdp per-block). Expert
     weights do the same over their own group. A runtime that keeps weights gathered under a pipeline gathers and
-    reduce-scatters once per step instead (`kept_gathered_sync`)."""
+    reduce-scatters once per step instead (`kept_gathered_sync`). Prefetch one unit ahead leaves one unit's gather
+    (forward) and reduce-scatter (backward) exposed per micro-batch."""
     if layout.zero < ZeroStage.GRADIENTS or kept_gathered(layout, job):
         return 0.0
     gpu, rails = cluster.gpu, job.runtime.multi_rail
@@ -212,9 +258,13 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
         gather += units * collective(Collective.ALL_GATHER, p * gather_bytes(job, cluster) / units, shard, cluster,
                                      rails)
         scatter += units * collective(Collective.REDUCE_SCATTER, grad_bytes / units, shard, cluster, rails)
+    # prefetching one unit ahead (FSDP2's forward and backward prefetch, Megatron-FSDP's and DeepSpeed's prefetch
+    # buckets), each unit's gather hides behind the unit before it and each reduce-scatter behind the unit after it:
+    # the first unit's gather of the forward and the last unit's reduce-scatter of the backward have nothing beside them
+    first, last = gather / units, scatter / units
     if layout.zero is ZeroStage.GRADIENTS:
-        return gpu.exposed(scatter, backward)
-    return gpu.exposed(gather, time.forward) + gpu.exposed(gather + scatter, backward)
+        return last + gpu.exposed(scatter - last, backward)
+    return first + gpu.exposed(gather - first, time.forward) + last + gpu.exposed(gather + scatter - last, backward)
 
 
 def host_state_bytes(params: StageParams, layout: Layout, job: JobSpec) -> float:

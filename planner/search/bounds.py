@@ -243,8 +243,9 @@ class SearchBounds(RankMemory):
     def _family(self, c: Candidate, head_beside_embedding: bool) -> tuple[float, float, float, float, float]:
         """What the bound needs that does not depend on vpp or the schedule (but for where the head sits):
         the average stage's time (without pipeline sends), one send, its forward and backward, and the tail priced with
-        the widest overlap window (vpp 1), itself a lower bound for any vpp since exposure only grows as
-        windows shrink."""
+        the widest overlap windows any vpp gives (`dp_reduce_exposed` with chunks = inf: the interleaved schedule's
+        drain and warm-up, in the limit of ever finer chunks), itself a lower bound for any vpp since exposure only
+        grows as windows shrink."""
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
                head_beside_embedding, c.offload)
         if key in self._families:
@@ -262,7 +263,7 @@ class SearchBounds(RankMemory):
         c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
         layout = c.layout()
         stage = avg.total + sharded + self._offload_floor(c)
-        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward)
+        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward, math.inf)
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
