@@ -121,7 +121,9 @@ def test_cli_writes_the_fragment_and_refuses_without_writing(tmp_path: Path) -> 
     result = CliRunner().invoke(app, ["calibrate", str(good), "--hardware", "h100-sxm", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "held out" in result.output and out.is_file()
-    assert load_hardware(f"h100-sxm,{out}", 8).gpu.attention_efficiency == pytest.approx(0.33, abs=0.03)
+    preset = load_hardware("h100-sxm", 8).gpu.attention_efficiency
+    fitted = load_hardware(f"h100-sxm,{out}", 8).gpu.attention_efficiency
+    assert abs(fitted - 0.33) < 0.5 * abs(preset - 0.33)  # most of the way from the preset to the truth
 
     bad = _write(tmp_path, [dict(RUNS[0], name="fast", step_time_s=1.0), dict(RUNS[0], name="slow", step_time_s=30.0)],
                  "contradictory.yaml")
