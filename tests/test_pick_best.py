@@ -38,6 +38,19 @@ def test_score_gap_ties_and_small_jobs() -> None:
         score([1.0, 2.0], [1.0])
 
 
+def test_top_k_when_fewer_than_three_layouts_are_close() -> None:
+    """DLPerf's 8-GPU job measured 0.480, 0.665, 0.576 and 0.594 s: only the fastest is within 1.10 of it, so no
+    order puts three layouts within 1.10 (top3 fails whatever is predicted); top-k with k = 1 asks that the pick is
+    that layout."""
+    measured = [0.480, 0.665, 0.576, 0.594]
+    right = score(measured, [1.0, 4.0, 2.0, 3.0])
+    assert (right.top3_ok, right.within, right.topk_ok) == (False, 1, True)
+    wrong = score(measured, [2.0, 4.0, 1.0, 3.0])
+    assert (wrong.top3_ok, wrong.topk_ok) == (False, False)
+    three = score([10.0, 10.5, 10.9, 30.0], [1.0, 4.0, 3.0, 2.0])  # three close: top-k is top3
+    assert three.within == 3 and three.top3_ok is three.topk_ok is False
+
+
 def test_data_files_are_sourced_jobs_of_several_layouts() -> None:
     jobs = load_jobs(DATA)
     assert {j.source.split(",")[0] for j in jobs} == {p.name for p in DATA.glob("*.yaml")}
