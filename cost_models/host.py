@@ -29,6 +29,30 @@ calls; each count is the order of magnitude, the per-operator time is what the c
                       output chunk
 The backward issues about twice the forward's operators (two gradient GEMMs per linear layer, autograd
 nodes); a recomputation issues the forward's operators in the share of the forward it repeats.
+
+Fixed costs beyond the layer's operators (issue 30 item 1), priced from the same per-operator time:
+    legacy layer code  Megatron-LM's own transformer layer without Transformer Engine (the code Megatron-LM ran until
+                       2022 and Megatron-DeepSpeed still runs, `attention: unfused`): its attention core issues the
+                       query/key views, a baddbmm into a fresh buffer, the fused scale-mask-softmax, dropout inside
+                       the RNG tracker's fork (get and set the CUDA RNG state), a bmm, the permute and its contiguous
+                       copy; the linear layers' biases are separate ops where TE fuses them: LEGACY_LAYER_OPS more
+                       per forward (counted from megatron/model/transformer.py, ParallelAttention and ParallelMLP);
+    TP collectives     each tensor-parallel collective is a torch.distributed call: the Python call, ProcessGroupNCCL's
+                       two CUDA events and stream wait, NCCL's enqueue of its kernel, the work object: about
+                       COLLECTIVE_HOST_OPS operators of host time each (`tp_collective_calls` per pass); none at TP 1
+                       (Megatron skips the collective of a group of one);
+    host syncs         where the host waits for the GPU (Megatron-core's batch_p2p_sync, default true, calls
+                       torch.cuda.synchronize after each batched pipeline send/receive; the optimizer's gradient norm
+                       and found-inf checks call .item()), the GPU's queue drains, and it idles until the host has
+                       issued the next operators again: DRAIN_OPS operators' time per sync (NVIDIA's CUDA Graphs
+                       blog, Gray 2019: 2.9 µs kernels take 9.6 µs each with a synchronisation after every launch,
+                       3.8 µs without: the sync exposes the launch path, several µs on top of the framework's per-op
+                       time; after it the first operators of a layer, a norm before its first GEMM, are short kernels
+                       the host cannot get ahead of).
+                       Per micro-batch and stage: 2 syncs with blocking batched pipeline sends (1F1B's
+                       send_forward_recv_backward and send_backward_recv_forward), 0 when the interleaved schedule
+                       overlaps its sends (no batching, no sync) or without a pipeline; per step: 2 (grad-norm,
+                       found-inf/loss).
 """
 
 from __future__ import annotations
@@ -40,13 +64,31 @@ DENSE_MLP_OPS = 10.0
 MOE_MLP_OPS = 40.0
 EXPERT_OPS = 6.0
 BACKWARD_OPS_RATIO = 2.0
+LEGACY_LAYER_OPS = 12.0
+COLLECTIVE_HOST_OPS = 2.0
+DRAIN_OPS = 3.0
+P2P_SYNCS_PER_MICROBATCH = 2
+STEP_SYNCS = 2
 
 
-def forward_ops(model: ModelSpec, ep: int, moe: bool) -> float:
-    """Operators the host issues for one forward pass of one decoder layer (see the module docstring)."""
+def forward_ops(model: ModelSpec, ep: int, moe: bool, legacy: bool = False) -> float:
+    """Operators the host issues for one forward pass of one decoder layer (see the module docstring); `legacy`:
+    Megatron-LM's own layer code without Transformer Engine."""
+    extra = LEGACY_LAYER_OPS if legacy else 0.0
     if moe and model.moe is not None:
-        return ATTENTION_BLOCK_OPS + MOE_MLP_OPS + EXPERT_OPS * model.moe.num_experts / ep
-    return ATTENTION_BLOCK_OPS + DENSE_MLP_OPS
+        return ATTENTION_BLOCK_OPS + MOE_MLP_OPS + EXPERT_OPS * model.moe.num_experts / ep + extra
+    return ATTENTION_BLOCK_OPS + DENSE_MLP_OPS + extra
+
+
+def tp_collective_calls(tp: int, sp: bool) -> tuple[float, float]:
+    """(forward, backward) tensor-parallel collective calls of one decoder layer: without sequence parallelism an
+    all-reduce after each row-parallel layer, each way (2, 2); with it an all-gather before each column layer and a
+    reduce-scatter after each row layer forward (4), and in the backward the row layers' gradient all-gathers, the
+    column layers' input re-gathers and their reduce-scatters (6: cost_models.layer.sequence_parallel_tp_time).
+    None at TP 1."""
+    if tp == 1:
+        return 0.0, 0.0
+    return (4.0, 6.0) if sp else (2.0, 2.0)
 
 
 def host_wait(ops: float, gpu_pass_s: float, cluster: ClusterSpec) -> float:
@@ -56,13 +98,30 @@ def host_wait(ops: float, gpu_pass_s: float, cluster: ClusterSpec) -> float:
 
 
 def layer_host_wait(model: ModelSpec, cluster: ClusterSpec, ep: int, moe: bool, passes: tuple[float, float, float],
-                    recompute_share: float) -> float:
+                    recompute_share: float, legacy: bool = False, calls: tuple[float, float] = (0.0, 0.0)) -> float:
     """The host wait of one layer and micro-batch: forward, backward and recomputation passes, each with its GPU
     seconds in `passes` (compute and the communication on the critical path); the recomputation issues
-    `recompute_share` of the forward's operators."""
-    ops = forward_ops(model, ep, moe)
+    `recompute_share` of the forward's operators. `calls`: the TP collectives of the forward and the backward
+    (`tp_collective_calls`), COLLECTIVE_HOST_OPS operators each."""
+    ops = forward_ops(model, ep, moe, legacy)
     fwd, bwd, rec = passes
-    wait = host_wait(ops, fwd, cluster) + host_wait(BACKWARD_OPS_RATIO * ops, bwd, cluster)
+    f_ops = ops + COLLECTIVE_HOST_OPS * calls[0]
+    wait = host_wait(f_ops, fwd, cluster) + host_wait(BACKWARD_OPS_RATIO * ops + COLLECTIVE_HOST_OPS * calls[1], bwd,
+                                                       cluster)
     if recompute_share > 0:
-        wait += host_wait(recompute_share * ops, rec, cluster)
+        wait += host_wait(recompute_share * f_ops, rec, cluster)
     return wait
+
+
+def microbatch_sync_s(cluster: ClusterSpec, pp: int, vpp: int, overlap_p2p: bool) -> float:
+    """Seconds per micro-batch and stage the GPU idles after host synchronisations (module docstring): the blocking
+    batched pipeline sends' syncs (P2P_SYNCS_PER_MICROBATCH with a pipeline, unless the interleaved schedule overlaps
+    its sends), each DRAIN_OPS operators and the send's own call (COLLECTIVE_HOST_OPS)."""
+    if pp == 1 or (vpp > 1 and overlap_p2p):
+        return 0.0
+    return P2P_SYNCS_PER_MICROBATCH * (DRAIN_OPS + COLLECTIVE_HOST_OPS) * cluster.host_op_us * 1e-6
+
+
+def step_sync_s(cluster: ClusterSpec) -> float:
+    """Seconds per optimizer step the GPU idles after the step's host synchronisations (STEP_SYNCS of DRAIN_OPS)."""
+    return STEP_SYNCS * DRAIN_OPS * cluster.host_op_us * 1e-6

@@ -44,7 +44,7 @@ from cost_models.compute import (
 from cost_models.elementwise import elementwise_time
 from cost_models.flops import attended_fraction
 from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms, split_gemms, split_gemms_time
-from cost_models.host import layer_host_wait
+from cost_models.host import layer_host_wait, tp_collective_calls
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
 from cost_models.moe import moe_mlp_time, routed_rows
@@ -299,7 +299,9 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     ep_pass = ep / (2 + (ep_re > 0))  # the exposed all-to-all time of one pass
     passes = (fwd + tp_fwd + cp_f + ep_pass, bwd + tp_bwd + cp_b + ep_pass,
               recompute + tp_re + (ep_pass if ep_re > 0 else 0.0))
-    host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0)
+    legacy = job.runtime.attention is AttentionKernel.UNFUSED  # Megatron-LM's own layer code, no TE
+    host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0, legacy,
+                           tp_collective_calls(knobs.tp, knobs.sp))
     host += job.runtime.priced_execution.host_layer_s * (2 + (recompute > 0))  # the runtime's fixed cost per pass
     return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep, host)
 

@@ -20,6 +20,7 @@ from cost_models import held as H
 from cost_models import memory as M
 from cost_models.comm import Collective, collective, send_recv
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
+from cost_models.host import microbatch_sync_s, step_sync_s
 from cost_models.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
 from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
 from cost_models.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
@@ -297,11 +298,13 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time = time + costs.times.head
         params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
     ex = job.runtime.priced_execution
-    time = time + LayerTime(host=ex.host_microbatch_s)  # the runtime's fixed host cost per micro-batch and stage
+    # the runtime's fixed host cost per micro-batch and stage, and the host syncs of blocking pipeline sends
+    sync = microbatch_sync_s(cluster, layout.pp, layout.vpp, job.runtime.overlap_p2p_comm)
+    time = time + LayerTime(host=ex.host_microbatch_s + sync)
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward),
-        optimizer_s=optimizer_time(params, layout, job, cluster) + ex.host_step_s,
+        optimizer_s=optimizer_time(params, layout, job, cluster) + ex.host_step_s + step_sync_s(cluster),
         states=stage_states(params, layout, job),
         offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
                                         layers, layout, job, cluster),

@@ -6,7 +6,18 @@ from dataclasses import replace
 
 import pytest
 
-from cost_models.host import BACKWARD_OPS_RATIO, forward_ops, host_wait, layer_host_wait
+from cost_models.host import (
+    BACKWARD_OPS_RATIO,
+    COLLECTIVE_HOST_OPS,
+    DRAIN_OPS,
+    LEGACY_LAYER_OPS,
+    forward_ops,
+    host_wait,
+    layer_host_wait,
+    microbatch_sync_s,
+    step_sync_s,
+    tp_collective_calls,
+)
 from cost_models.knobs import LayerKnobs
 from cost_models.layer import decoder_layer_time
 from hardware_profiles import load_hardware
@@ -68,3 +79,71 @@ def test_a_large_dense_layer_is_never_host_bound() -> None:
 def test_negative_host_time_is_refused() -> None:
     with pytest.raises(SpecError, match="host_op_us"):
         replace(H100, host_op_us=-1.0)
+
+
+# ---- fixed costs beyond the layer's own operators (issue 30 item 1) ----------------------------------------------
+
+def test_tp_collectives_are_host_calls_only_with_tp() -> None:
+    """Megatron skips the collective of a TP group of one; without SP two all-reduces each way, with SP the four
+    gathers and scatters forward and six backward of cost_models.layer.sequence_parallel_tp_time."""
+    assert tp_collective_calls(1, False) == (0.0, 0.0) == tp_collective_calls(1, True)
+    assert tp_collective_calls(8, False) == (2.0, 2.0)
+    assert tp_collective_calls(8, True) == (4.0, 6.0)
+    slow = replace(H100, host_op_us=1000.0)
+    llama = load_model("llama3-8b")
+    bare = layer_host_wait(llama, slow, 1, False, (0.0, 0.0, 0.0), 0.0)
+    with_tp = layer_host_wait(llama, slow, 1, False, (0.0, 0.0, 0.0), 0.0, calls=(4.0, 6.0))
+    assert with_tp - bare == pytest.approx(10 * COLLECTIVE_HOST_OPS * 1e-3)
+
+
+def test_legacy_layer_code_issues_more_operators() -> None:
+    """Megatron-LM's own layer code (no Transformer Engine, the unfused attention core of 2021-22 and
+    Megatron-DeepSpeed) issues LEGACY_LAYER_OPS more operators per forward than TE's fused layer."""
+    llama = load_model("llama3-8b")
+    assert forward_ops(llama, 1, False, legacy=True) == forward_ops(llama, 1, False) + LEGACY_LAYER_OPS
+
+
+def test_small_layers_become_host_bound_as_tp_grows() -> None:
+    """A 1.3B GPT layer (hidden 2048, sequence 2048, one sequence per micro-batch) on A100 with Megatron-LM's own
+    layer code: at TP 1 the GPU's kernels hide the host; as TP divides the GPU's work and adds collective calls
+    the host's issue time is exposed, more at TP 8 than at TP 2 (the shape the issue reports for single-node A100
+    Megatron-DeepSpeed runs: the error grows with TP)."""
+    from planner.core import AttentionKernel, Runtime
+    from planner.inputs.loaders import model_from_mapping
+
+    a100 = load_hardware("a100-80gb", 8)
+    gpt = model_from_mapping({"name": "gpt-1.3b", "num_layers": 24, "hidden_size": 2048, "ffn_hidden_size": 8192,
+                              "num_attention_heads": 16, "vocab_size": 50304, "gated_mlp": False,
+                              "tied_embeddings": True, "norm": "layernorm", "linear_bias": True,
+                              "learned_positions": 2048, "dropout": True}, "test")
+    job = JobSpec(seq_len=2048, global_batch=64, runtime=Runtime(attention=AttentionKernel.UNFUSED))
+    waits = [decoder_layer_time(gpt, job, a100, LayerKnobs(tp, 1, False, 1, Recompute.NONE)).host for tp in (1, 2, 8)]
+    assert waits[0] == 0.0 < waits[2] and waits[1] <= waits[2]
+
+
+def test_blocking_pipeline_sends_drain_the_queue_each_micro_batch() -> None:
+    """Megatron-core's batch_p2p_sync (default true) synchronises after each batched send/receive: two per
+    micro-batch and stage in 1F1B, each DRAIN_OPS operators of idle GPU plus the send's call; none without a
+    pipeline or when the interleaved schedule overlaps its sends. The CUDA Graphs blog (NVIDIA, Gray 2019) measured
+    what one sync costs the launch path: 2.9 µs kernels took 9.6 µs each with a sync after every launch and 3.8 µs
+    without, 5.8 µs more per sync before any framework work: the priced drain is above that."""
+    a100 = load_hardware("a100-80gb", 8)
+    us = a100.host_op_us * 1e-6
+    assert microbatch_sync_s(a100, 1, 1, False) == 0.0
+    assert microbatch_sync_s(a100, 4, 1, False) == pytest.approx(2 * (DRAIN_OPS + COLLECTIVE_HOST_OPS) * us)
+    assert microbatch_sync_s(a100, 4, 2, True) == 0.0
+    assert microbatch_sync_s(a100, 4, 2, False) > 0.0
+    assert DRAIN_OPS * us > (9.6 - 3.8) * 1e-6
+    assert step_sync_s(a100) == pytest.approx(2 * DRAIN_OPS * us)
+
+
+def test_halving_the_micro_batch_costs_fixed_time_per_pass() -> None:
+    """Under a pipeline each extra micro-batch pays its syncs, and each extra layer pass its host-bound remainder: a
+    smaller micro-batch is never priced as free (the step at mbs 1 exceeds the step at mbs 2 by more than the GEMM
+    efficiency alone)."""
+    from planner import evaluate
+
+    kw = dict(gpus=8, seq_len=2048, global_batch=64, tp=2, pp=4, zero=1)
+    one = evaluate("llama3-8b", "a100-80gb", mbs=1, **kw)
+    two = evaluate("llama3-8b", "a100-80gb", mbs=2, **kw)
+    assert one.breakdown.host_s > two.breakdown.host_s > 0.0

@@ -294,7 +294,8 @@ class Progress:
 
 
 profile_app = typer.Typer(no_args_is_help=True,
-                          help="Measure layers and the network with PyTorch (needs the profile extra).")
+                          help="Measure layers, the network and the host's fixed costs with PyTorch (needs the profile "
+                               "extra).")
 
 
 app.add_typer(profile_app, name="profile")

@@ -29,7 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                          "step."),
     "calibrate": ("studies", "Fit the hardware profile's physical parameters to your own measured runs (held-out "
                              "check first)."),
-    "profile": ("profiling", "Measure layers and the network with PyTorch (needs the profile extra)."),
+    "profile": ("profiling", "Measure layers, the network and the host's fixed costs with PyTorch (needs the profile "
+                             "extra)."),
     "infer": ("inference", "Plan inference: LLM serving, edge pipelines, diffusion transformers."),
     "mlip": ("mlip", "Plan graph interatomic potentials (MACE, NequIP, Allegro): domain decomposition or data "
                      "parallelism."),

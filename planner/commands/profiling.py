@@ -1,5 +1,5 @@
-"""`meshplan profile layers` and `profile network`: time real layers and collectives with PyTorch (the
-[profile] extra) and write a cost table or a hardware-profile fragment."""
+"""`meshplan profile layers`, `profile network` and `profile host`: time real layers, collectives and the host's fixed
+costs with PyTorch (the [profile] extra) and write a cost table or a hardware-profile fragment."""
 
 from __future__ import annotations
 
@@ -76,6 +76,41 @@ def profile_network(
         for f in fits:
             typer.echo(f"{f.collective.value:15} alpha {f.alpha_s * 1e6:9.1f} us  "
                        f"busbw {f.busbw_bytes_per_s / 1e9:8.3f} GB/s")
+        typer.echo(f"fragment written to {out}")
+
+    run(action)
+
+
+@profile_app.command("host")
+def profile_host(
+    out: Annotated[Path, typer.Option(parser=output_path,
+                                      help="Hardware-profile fragment to write (merge: --hardware PRESET,FILE).")],
+    model: Model = "llama3-8b",
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    repeats: Annotated[int, typer.Option(min=1, max=1000, help="Timed repeats (after two warm-ups), 1 to 1000; the "
+                                                                "least is kept.")] = 5,
+) -> None:
+    """Measure the host's fixed costs: operators per layer pass and time per operator, a collective call, a host sync,
+    an optimizer step."""
+    from planner.core.fileio import write_text_atomic
+    from planner.inputs.loaders import load_model
+
+    def action() -> None:
+        if device not in ("cpu", "cuda"):
+            raise InputError(f"--device must be cpu or cuda, got {device!r}")
+        needs("torch", "profile", "profiling")
+        from cost_models.hostprofile import fragment, measure
+
+        spec = load_model(model)
+        with Progress("timing the host") as bar:
+            result = measure(spec, device, repeats)
+            bar.update(1, 1)
+        write_text_atomic(out, fragment(result, spec.name))
+        typer.echo(f"operators per forward {result.forward_ops}, per backward {result.backward_ops} (aten); "
+                   f"{result.aten_us:.2f} us each; host_op_us {result.op_us:.2f} us (per operator as "
+                   "cost_models/host.py counts them)")
+        typer.echo(f"collective call {result.collective_us:.1f} us, host sync {result.sync_us:.1f} us, "
+                   f"optimizer step {result.step_ms:.3f} ms")
         typer.echo(f"fragment written to {out}")
 
     run(action)
