@@ -149,8 +149,10 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     forward_backward_pipelining_with_interleaving, with the distributed optimizer's overlap) does both chunk by chunk
     (`staggered_exposed`, n = min(pp, m) micro-batches per group):
       gradients  with overlap_grad_reduce, `grad_sync_func` launches a chunk's reduce-scatter (all-reduce without the
-                 distributed optimizer) when its last micro-batch's backward is done; the drain runs the chunks'
-                 last backwards in reverse order, a group of n backwards of one chunk apart: gap n·b/v, own b/v;
+                 distributed optimizer) after its last micro-batch's backward, not bucket by bucket during it (grad
+                 sync stays disabled in the backward itself; the launch waits for the pipeline rank's offset, so every
+                 stage launches with the first), and the drain runs the chunks' last backwards in reverse order, a
+                 group of n backwards of one chunk apart: gap n·b/v, own 0 (the last chunk's piece is exposed);
       weights    with overlap_param_gather, `param_sync_func` launches chunks 0 and 1's all-gathers at the start and
                  chunk c + 1's when chunk c starts its first forward; the warm-up runs the chunks' first forwards a
                  group of n forwards of one chunk apart: gap n·f/v, own f/v.
@@ -171,7 +173,10 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
     own_b, own_f = (backward / v, forward / v) if finite else (0.0, 0.0)
     gap_b, gap_f = (n * own_b, n * own_f) if finite else (n * backward, n * forward)
-    exposed_reduce = staggered_exposed(reduce, v, own_b, gap_b, gpu) if rt.overlap_grad_reduce else reduce
+    # one chunk (1F1B) overlaps its reduction bucket by bucket with the last backward (grad sync enabled in it on the
+    # first stage, the last to finish); interleaved chunks launch theirs after their last backward (own 0)
+    own_r = own_b if v == 1 else 0.0
+    exposed_reduce = staggered_exposed(reduce, v, own_r, gap_b, gpu) if rt.overlap_grad_reduce else reduce
     hide_gather = rt.overlap_param_gather and rt.overlap_grad_reduce
     exposed_gather = staggered_exposed(gather, v, own_f, gap_f, gpu) if hide_gather else gather
     to_host = 0.0

