@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Megatron-LM launch for qwen3-30b-a3b on 32 x h100-sxm: tp 2, pp 2, dp 4, cp 2, ep 4, etp 2, vpp 1, mbs 8, ZeRO-1, recompute none; predicted # s/step, MFU # %
+# Megatron-LM launch for qwen3-30b-a3b on 32 x h100-sxm: tp 2, pp 2, dp 8, cp 1, ep 4, etp 2, vpp 1, mbs 4, ZeRO-1, recompute none; predicted # s/step, MFU # %
 # Written by meshplan; add data, tokenizer, optimizer and checkpoint arguments of your own.
 # Runs Megatron-LM's pretrain_gpt.py from $MEGATRON_LM (default: the current folder); stops if it is not there.
 # World size 32 = 4 node(s) x 8 GPUs; DP is derived by Megatron-LM.
@@ -33,10 +33,9 @@ MEGATRON_ARGS=(
   --pipeline-model-parallel-size 2
   --decoder-first-pipeline-num-layers 25
   --decoder-last-pipeline-num-layers 23
-  --context-parallel-size 2
-  --cp-comm-type p2p
+  --context-parallel-size 1
   --sequence-parallel
-  --micro-batch-size 8
+  --micro-batch-size 4
   --global-batch-size 256
   --use-distributed-optimizer
   --overlap-grad-reduce
