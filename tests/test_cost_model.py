@@ -99,7 +99,7 @@ def test_fp8_is_faster_than_bf16_on_h100() -> None:
             evaluate("llama3-8b", "h100-sxm", dtype="bf16", **kw).step_time_s
     kw = dict(gpus=8, seq_len=4096, global_batch=32, tp=8, mbs=1)
     fp8, bf16 = (evaluate("llama3-8b", "h100-sxm", dtype=d, **kw) for d in ("fp8", "bf16"))
-    assert fp8.breakdown.host_s > 0 and fp8.step_time_s <= bf16.step_time_s
+    assert fp8.breakdown.host_s > 0 and fp8.step_time_s <= bf16.step_time_s * (1 + 1e-12)
 
 
 def _calibration_module():  # type: ignore[no-untyped-def]
