@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from cost_models.compute import Gemm, gemm_fwd_bwd_time
+from cost_models.fp8 import sequence_parallel_casts
+from cost_models.knobs import LayerKnobs
 from cost_models.memory import kv_heads_per_rank
 from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
 
@@ -82,3 +84,19 @@ def split_gemms_time(groups: Iterable[tuple[Gemm, ...]], cluster: ClusterSpec, j
 
 def gemms_time(gemms: Iterable[Gemm], cluster: ClusterSpec, job: JobSpec) -> tuple[float, float]:
     return counted_gemms_time(((g, 1.0) for g in gemms), cluster, job)
+
+
+def layer_gemms_time(gemms: Iterable[Gemm], cluster: ClusterSpec, job: JobSpec, knobs: LayerKnobs,
+                     hidden: int) -> tuple[float, float]:
+    """(forward, backward) seconds of a decoder layer's TP-split GEMMs (`gemms_time`); under sequence parallelism
+    with t > 1 in fp8, the GEMMs that read or produce the gathered hidden state cast it on the local shard
+    (`fp8.sequence_parallel_casts`)."""
+    if not (knobs.sp and knobs.tp > 1 and cluster.gpu.has_fp8(job.dtype)):
+        return gemms_time(gemms, cluster, job)
+    casts = job.runtime.priced_execution.casts(job.runtime.fp8_recipe)
+    fwd = bwd = 0.0
+    for g in gemms:
+        gf, gb = gemm_fwd_bwd_time(g, cluster.gpu, job.dtype, job.trainable_fraction,
+                                   sequence_parallel_casts(g, hidden, casts, knobs.tp))
+        fwd, bwd = fwd + gf, bwd + gb
+    return fwd, bwd

@@ -43,7 +43,16 @@ from cost_models.compute import (
 )
 from cost_models.elementwise import elementwise_time
 from cost_models.flops import attended_fraction
-from cost_models.gemms import attention_gemms, gemms_time, head_dims, mlp_gemms, split_gemms, split_gemms_time
+from cost_models.fp8 import amax_reductions_time
+from cost_models.gemms import (
+    attention_gemms,
+    gemms_time,
+    head_dims,
+    layer_gemms_time,
+    mlp_gemms,
+    split_gemms,
+    split_gemms_time,
+)
 from cost_models.host import layer_host_wait, tp_collective_calls
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
@@ -252,16 +261,16 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     kv_local = kv_heads_per_rank(model, t) * model.head_dim
     split = job.runtime.priced_execution.split_projections and model.mla is None
     groups = split_gemms(model, tokens, t) if split else ()
-    fwd, bwd = split_gemms_time(groups[:2], cluster, job) if split else gemms_time(
-        attention_gemms(model, tokens, t), cluster, job)
+    fwd, bwd = split_gemms_time(groups[:2], cluster, job) if split else layer_gemms_time(
+        attention_gemms(model, tokens, t), cluster, job, knobs, h)
     ep_fwd, mlp_collectives = 0.0, 1
     if moe and model.moe is not None:
         part = moe_mlp_time(model, job, cluster, knobs, tokens)
         fwd, bwd, ep_fwd = fwd + part.forward, bwd + part.backward, part.comm_forward
         mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
     else:
-        mf, mb = split_gemms_time(groups[2:], cluster, job) if split else gemms_time(
-            mlp_gemms(model, tokens, f / t), cluster, job)
+        mf, mb = split_gemms_time(groups[2:], cluster, job) if split else layer_gemms_time(
+            mlp_gemms(model, tokens, f / t), cluster, job, knobs, h)
         fwd, bwd = fwd + mf, bwd + mb
     gemm_f, gemm_b = fwd, bwd
     core_f, core_b = _attention_core(model, job, cluster, knobs)
@@ -272,6 +281,8 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     act_bytes_tp = tokens * h * 2
     if knobs.sp and knobs.tp > 1:
         tp_fwd, tp_bwd = sequence_parallel_tp_time(cluster, job, knobs, tokens, h, 1 + mlp_collectives, gemm_f, gemm_b)
+        amax_f, amax_b = amax_reductions_time(job, cluster, knobs, 1 + mlp_collectives)
+        tp_fwd, tp_bwd = tp_fwd + amax_f, tp_bwd + amax_b
     else:
         tp_fwd = tp_bwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
         if job.runtime.tp_comm_overlap and knobs.tp > 1:  # chunked and pipelined with the GEMMs beside them

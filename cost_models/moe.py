@@ -14,7 +14,9 @@ from cost_models.comm import (
 from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, activation_bytes, memory_time
 from cost_models.gemms import counted_gemms_time, mlp_gemms
 from cost_models.knobs import LayerKnobs
+from cost_models.moe_kernels import expert_gemm_groups, expert_gemms_concurrent, permutation_bytes
 from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
+from planner.core.execution import ExpertGemms
 from planner.core.mesh import Group, Mesh
 
 
@@ -35,15 +37,19 @@ def routed_rows(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float)
     return local, local * model.moe.top_k * knobs.etp * load
 
 
-def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 1.0) -> list[tuple[Gemm, float]]:
+def moe_gemms(model: ModelSpec, knobs: LayerKnobs, tokens: float, load: float = 1.0,
+              issue: ExpertGemms = ExpertGemms.SEQUENTIAL) -> list[tuple[Gemm, float]]:
     """(GEMM, how many) of one MoE MLP on one rank (see `moe_mlp_time`): the router on the rank's T·r tokens,
-    per local expert FC1 and FC2 on its share of the k·T·r·etp·load routed copies, the shared experts."""
+    per local expert FC1 and FC2 on its share of the k·T·r·etp·load routed copies, grouped as the runtime issues
+    them (`moe_kernels.expert_gemm_groups`), the shared experts."""
     assert model.moe is not None
     moe, t = model.moe, knobs.tp
     local, copies = routed_rows(model, knobs, tokens, load)
     local_experts = moe.num_experts / knobs.ep
+    concurrent = expert_gemms_concurrent(issue, local_experts)
     out = [(Gemm(local, moe.num_experts, model.hidden_size), 1.0)]
-    out += [(g, local_experts) for g in mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / knobs.etp)]
+    out += [expert_gemm_groups(g, local_experts, concurrent)
+            for g in mlp_gemms(model, copies / local_experts, moe.ffn_hidden_size / knobs.etp)]
     if moe.shared_ffn_hidden_size:
         out += [(g, 1.0) for g in mlp_gemms(model, tokens, moe.shared_ffn_hidden_size / t)]
     return out
@@ -81,27 +87,32 @@ def moe_mlp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
     tokens (router GEMM [T·r, h]x[h, E]), sends k copies of each to the ranks holding their experts
     (all-to-all over the ep group; with etp > 1 the copies are all-gathered over the etp ranks that split
     each expert) and combines the results the same way back. With balanced routing each rank then computes
-    k·T·r·etp copies over its E/ep experts, each a grouped GEMM of k·T·r·etp·ep/E rows against the expert's
-    f_e/etp-wide matrices; the busiest rank's load is `Runtime.moe_load_factor` x that (dropless skew or
-    capacity padding), and it sets the pace. Shared experts run as a dense MLP of width f_s/t on the T tokens.
-    Backward moves the same bytes again (gradients of the dispatched and combined tokens)."""
+    k·T·r·etp copies over its E/ep experts, each expert's GEMMs on k·T·r·etp·ep/E rows against its f_e/etp-wide
+    matrices, issued as the runtime issues them (`moe_kernels.expert_gemm_groups`: Transformer Engine's grouped
+    linear on 4 streams for Megatron-core); the busiest rank's load is `Runtime.moe_load_factor` x that (dropless
+    skew or capacity padding), and it sets the pace. The copies are permuted into expert order and back around the
+    all-to-alls at HBM speed (`moe_kernels.permutation_bytes`). Shared experts run as a dense MLP of width f_s/t on
+    the T tokens. Backward moves the same bytes again (gradients of the dispatched and combined tokens)."""
     assert model.moe is not None
     moe, h, gpu = model.moe, model.hidden_size, cluster.gpu
     rt, etp, mesh = job.runtime, knobs.etp, knobs.mesh
     load = rt.moe_load_factor
     local, copies = routed_rows(model, knobs, tokens, load)
-    router, *experts = moe_gemms(model, knobs, tokens, load)
+    local_experts = moe.num_experts / knobs.ep
+    router, *experts = moe_gemms(model, knobs, tokens, load, rt.priced_execution.expert_gemms)
     # the router stays bf16 in fp8 training (Transformer Engine quantises only its own linear layers; DeepSeek-V3
     # section 3.3.1 keeps the gating module in its original precision)
     fwd, bwd = counted_gemms_time(experts, cluster, job)
     rf, rb = counted_gemms_time([router], cluster, job, Dtype.BF16)
     fwd, bwd = fwd + rf, bwd + rb
-    # permute and unpermute copy every routed token twice (read + write 2h bytes each), the activation reads
-    # and writes the FC1 output (`activation_bytes`); top-k and softmax over the fp32 router scores
+    # the token permutations around the all-to-alls (`permutation_bytes`); the activation reads and writes the FC1
+    # output (`activation_bytes`); the fused router's score function and top-k over the fp32 scores (read the
+    # logits, write the probabilities and routing map, the load-balancing loss reads them: 12 bytes per score)
     act_f, act_b = (x * moe.ffn_hidden_size / etp for x in activation_bytes(model.mlp_activation))
-    elementwise = memory_time(copies * 2 * 2 * 2 * h + local * moe.num_experts * 4 * 3, gpu)
-    fwd = fwd + elementwise + memory_time(copies * act_f, gpu)
-    bwd = bwd + ELEMENTWISE_BACKWARD * elementwise + memory_time(copies * act_b, gpu)
+    perm_f, perm_b = permutation_bytes(copies, h, local_experts, rt.moe_dedup_dispatch)
+    router_bytes = local * moe.num_experts * 4 * 3
+    fwd = fwd + memory_time(perm_f + router_bytes + copies * act_f, gpu)
+    bwd = bwd + memory_time(perm_b + ELEMENTWISE_BACKWARD * router_bytes + copies * act_b, gpu)
     sent = local * moe.top_k * load * h * 2  # bytes of routed copies one rank sends (bf16)
     if rt.moe_dedup_dispatch:
         comm = 2 * dedup_dispatch(local * load * h * 2, moe.top_k, mesh.ep_group, cluster,

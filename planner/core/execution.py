@@ -37,6 +37,14 @@ class Fp8Recipe(str, Enum):
     ROWWISE = "rowwise"  # torchao Float8Linear, dynamic per-row scaling
 
 
+class ExpertGemms(str, Enum):
+    """How a runtime issues an MoE layer's per-expert GEMMs (cost_models.moe_kernels.expert_gemm_groups)."""
+
+    TE_STREAMS = "te-streams"  # Transformer Engine GroupedLinear: one cuBLAS GEMM per expert on 4 streams
+    ONE_KERNEL = "one-kernel"  # one grouped kernel for all local experts (torch._grouped_mm, legacy GroupedMLP)
+    SEQUENTIAL = "sequential"  # one expert after another (Megatron-core SequentialMLP, no --moe-grouped-gemm)
+
+
 class SelectiveForm(str, Enum):
     """What `--recompute selective` means in a runtime."""
 
@@ -160,6 +168,7 @@ class Execution:
     ring_merge: ring attention's element-wise bytes per step and token (coefficients of q and kv), None: Transformer
       Engine's (cost_models.layer.ring_attention_merge_time);
     logit_bytes: bytes per logit the loss holds at its peak on the last stage (cost_models.memory.logits_bytes);
+    expert_gemms: how the per-expert GEMMs of an MoE layer are issued (cost_models.moe_kernels);
     host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
       recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides;
     memory: what it holds at its memory peak beyond states and stored activations, and its allocator (HeldMemory).
@@ -179,6 +188,7 @@ class Execution:
     selective: SelectiveForm = SelectiveForm.MODULES
     ring_merge: Elementwise | None = None
     logit_bytes: float = 6.0
+    expert_gemms: ExpertGemms = ExpertGemms.TE_STREAMS
     host_layer_s: float = 0.0
     host_microbatch_s: float = 0.0
     host_step_s: float = 0.0
@@ -213,4 +223,5 @@ class Execution:
 MEGATRON_EXECUTION = Execution()  # Megatron-core with Transformer Engine: how every layout was priced before
 
 __all__ = ["MEGATRON_EXECUTION", "TE_CURRENT", "TE_DELAYED", "AttentionImpl", "Elementwise", "ElementwiseBytes",
-           "Execution", "Fp8Casts", "Fp8Recipe", "FsdpForm", "HeldMemory", "SelectiveForm", "WorkingBytes"]
+           "Execution", "ExpertGemms", "Fp8Casts", "Fp8Recipe", "FsdpForm", "HeldMemory", "SelectiveForm",
+           "WorkingBytes"]

@@ -14,6 +14,7 @@ from planner.core.execution import (
     Elementwise,
     ElementwiseBytes,
     Execution,
+    ExpertGemms,
     Fp8Casts,
     Fp8Recipe,
     FsdpForm,
@@ -25,9 +26,8 @@ from planner.core.execution import (
 _BYTES = ("h", "q", "kv", "f")
 _CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
 _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
-         "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes", "host_layer_us",
-         "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
-         "attention_backward")
+         "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes", "expert_gemms",
+         "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections", "attention_backward")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -106,6 +106,8 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
         fields["fsdp"] = choice(FsdpForm, data["fsdp"], f"{where}: fsdp")
     if "attention" in data:
         fields["attention"] = choice(AttentionImpl, data["attention"], f"{where}: attention")
+    if "expert_gemms" in data:
+        fields["expert_gemms"] = choice(ExpertGemms, data["expert_gemms"], f"{where}: expert_gemms")
     if "selective" in data:
         fields["selective"] = choice(SelectiveForm, data["selective"], f"{where}: selective")
     for key in ("reshard_under_pp", "compile_default", "split_projections"):
