@@ -57,6 +57,7 @@ from cost_models.host import layer_host_wait, tp_collective_calls
 from cost_models.knobs import LayerKnobs, LayerTime
 from cost_models.memory import kv_heads_per_rank
 from cost_models.moe import moe_mlp_time, routed_rows
+from cost_models.packing import packed_attended_fraction, packed_key_len
 from cost_models.sac import op_sac, sac_recompute_time
 from planner.core import (
     AttentionKernel,
@@ -117,15 +118,21 @@ def _attention_core(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs:
     heads = model.num_attention_heads / knobs.tp
     q_len = s / knobs.cp
     if job.runtime.attention is AttentionKernel.FLASH:
-        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * attended_fraction(model, s, causal=True)
+        # packed documents attend within themselves: their causal blocks, at their own key length (packing.py)
+        packed = bool(job.packed_doc_lens)
+        pairs = (packed_attended_fraction(model, s, job.packed_doc_lens) if packed
+                 else attended_fraction(model, s, causal=True))
+        doc = packed_key_len(s, job.packed_doc_lens) if packed else float(s)
+        flops = 2.0 * knobs.mbs * heads * q_len * s * (d_qk + d_v) * pairs
         if knobs.cp == 1 or not model.causal:
             # ring attention without a causal mask runs one kernel per block of s/cp keys
-            return flash_attention_time(flops, s / knobs.cp, d_qk, gpu, rate, back)
+            return flash_attention_time(flops, min(s / knobs.cp, doc), d_qk, gpu, rate, back)
         # causal ring attention, load-balanced (TE's AttnFuncWithCPAndKVP2P: each rank holds chunks i and 2cp-1-i
         # of 2cp): the diagonal step, 1/cp of the work, attends to the rank's own s/cp keys; every later step
         # attends to half a block (s/2cp keys, or half the queries against s/cp keys): shorter kernels
-        f1, b1 = flash_attention_time(flops / knobs.cp, s / knobs.cp, d_qk, gpu, rate, back)
-        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), s / (2 * knobs.cp), d_qk, gpu, rate, back)
+        f1, b1 = flash_attention_time(flops / knobs.cp, min(s / knobs.cp, doc), d_qk, gpu, rate, back)
+        f2, b2 = flash_attention_time(flops * (1 - 1 / knobs.cp), min(s / (2 * knobs.cp), doc), d_qk, gpu, rate,
+                                      back)
         return f1 + f2, b1 + b2
     batch = knobs.mbs * heads
     scores = Gemm(q_len, s, d_qk, batch)

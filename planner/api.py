@@ -49,7 +49,7 @@ from planner.core.checks import (
 from planner.core.cluster import HeteroCluster
 from planner.core.errors import InputError, LayoutError, UnsupportedModelError
 from planner.core.framework import Framework
-from planner.core.job import MAX_LORA_RANK
+from planner.core.job import MAX_LORA_RANK, MAX_PACKED_DOCS
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime, with_execution
 from planner.outputs.plan import Plan
@@ -103,12 +103,14 @@ def _check_runtime(runtime: Runtime) -> None:
 
 def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_len: int,
             global_batch: int, dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
-            overrides: HardwareOverrides = HardwareOverrides(), lora_rank: int = 0) -> Problem:
+            overrides: HardwareOverrides = HardwareOverrides(), lora_rank: int = 0,
+            packed_doc_lens: tuple[int, ...] | str = ()) -> Problem:
     """Turn names/paths into specs (specs pass through unchanged). Every argument is checked for its type and
     range first (planner.core.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
     [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it. `lora_rank` > 0 fine-tunes
     LoRA adapters of that rank on every decoder linear layer over frozen weights (cost_models.params.lora_params);
-    0 trains every weight."""
+    0 trains every weight. `packed_doc_lens` (a tuple or "512,1024,...") packs documents of those lengths into each
+    sequence, each attending only to itself (cost_models/packing.py); empty: one document per sequence."""
     _instance(model, ModelSpec | str, "model", "a preset name, a model file path or a ModelSpec")
     _instance(hardware, ClusterSpec | str, "hardware", "a preset name, a profile path or a ClusterSpec")
     integer(gpus, "gpus", 1, MAX_GPUS)
@@ -125,8 +127,30 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
         raise InputError(f"cluster has {cluster.num_gpus} GPUs but --gpus is {gpus}")
     share = lora_fraction(model_spec, lora_rank) if lora_rank else 1.0
     job = JobSpec(seq_len=seq_len, global_batch=global_batch, dtype=dtype, runtime=runtime,
-                  trainable_fraction=share, lora_rank=lora_rank)
+                  trainable_fraction=share, lora_rank=lora_rank, packed_doc_lens=doc_lengths(packed_doc_lens, seq_len))
     return Problem(model_spec, cluster, job)
+
+
+def doc_lengths(value: tuple[int, ...] | str, seq_len: int) -> tuple[int, ...]:
+    """Packed document lengths from a tuple or a comma-separated string ("" or "none": not packed), each an integer
+    in [1, seq_len], at most MAX_PACKED_DOCS of them; an InputError names what is wrong."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("", "none"):
+            return ()
+        parts = [p.strip() for p in text.split(",")]
+        if not all(p.isdigit() for p in parts):
+            raise InputError(f"packed document lengths must be comma-separated positive integers (e.g. 512 or "
+                             f"300,900,2000), got {value!r}")
+        value = tuple(int(p) for p in parts)
+    if not isinstance(value, tuple):
+        raise InputError(f"packed_doc_lens must be a tuple of document lengths or a comma-separated string, got "
+                         f"{value!r}")
+    if len(value) > MAX_PACKED_DOCS:
+        raise InputError(f"at most {MAX_PACKED_DOCS} packed document lengths, got {len(value)}")
+    for n in value:
+        integer(n, "packed document length (tokens, at most the sequence length)", 1, seq_len)
+    return value
 
 
 def recompute_choice(recompute: Recompute | None, modules: frozenset[RecomputeModule] | str | None,
@@ -207,11 +231,12 @@ def evaluate(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, 
              etp: int | None = None, runtime: Runtime = Runtime(),
              overrides: HardwareOverrides = HardwareOverrides(),
              recompute_modules: frozenset[RecomputeModule] | str | None = None,
-             offload: frozenset[Offload] | str | None = None, lora_rank: int = 0, dp_replicate: int = 1) -> Prediction:
+             offload: frozenset[Offload] | str | None = None, lora_rank: int = 0, dp_replicate: int = 1,
+             packed_doc_lens: tuple[int, ...] | str = ()) -> Prediction:
     """Predict step time, throughput, MFU and per-GPU memory of one given layout (`dp_replicate` > 1: HSDP,
     see `make_layout`)."""
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
-                      runtime=runtime, overrides=overrides, lora_rank=lora_rank)
+                      runtime=runtime, overrides=overrides, lora_rank=lora_rank, packed_doc_lens=packed_doc_lens)
     layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                          recompute=recompute, schedule=schedule, ep=ep, etp=etp, recompute_modules=recompute_modules,
                          offload=offload, dp_replicate=dp_replicate)
@@ -222,7 +247,8 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
          dtype: Dtype | str = Dtype.BF16, runtime: Runtime = Runtime(),
          overrides: HardwareOverrides = HardwareOverrides(), spec: SearchSpec | None = None,
          solver: Solver | str = Solver.DP, time_limit_s: float = 10.0,
-         progress: ProgressFn | None = None, lora_rank: int = 0, workers: int = 1) -> Plan:
+         progress: ProgressFn | None = None, lora_rank: int = 0, workers: int = 1,
+         packed_doc_lens: tuple[int, ...] | str = ()) -> Plan:
     """Search the layout space for the fastest layout that fits; the best, the top-k alternatives and
     the certificate come back as a Plan (save it with `save_plan`). time_limit_s is finite in
     (0, MAX_TIME_LIMIT_S]. `workers` > 1 splits a large space by TP degree over that many processes
@@ -235,7 +261,7 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
         raise InputError(f"progress must be a callable(done, total) or None, got {progress!r}")
     integer(workers, "workers", 1, MAX_WORKERS)
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
-                      runtime=runtime, overrides=overrides, lora_rank=lora_rank)
+                      runtime=runtime, overrides=overrides, lora_rank=lora_rank, packed_doc_lens=packed_doc_lens)
     check_model_definition(problem.model, problem.job.runtime.framework, problem.job.seq_len)
     if workers > 1:
         from planner.search.parallel import search_parallel

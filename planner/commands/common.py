@@ -115,6 +115,11 @@ def echo_prediction(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout
 LoraRank = Annotated[int, typer.Option(
     help="Fine-tune LoRA adapters of this rank on every decoder linear layer over frozen weights (0: train every "
          "weight).")]
+PackedDocLen = Annotated[str | None, typer.Option(
+    "--packed-doc-len",
+    help="Packed sequences: the length of the documents packed into each sequence, or comma-separated lengths laid "
+         "in order and repeated (the last cut at --seq-len); each document attends only to itself. Default: one "
+         "document per sequence.")]
 OffloadOpt = Annotated[str | None, typer.Option(
     help="What lives in host memory: none, or comma-separated optimizer (ZeRO-Offload: Adam on the CPU), gradients "
          "(sent to the host in each backward), params (the weights too, streamed per layer; needs ZeRO-3), "

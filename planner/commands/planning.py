@@ -25,6 +25,7 @@ from planner.commands.common import (
     LoraRank,
     MemoryGib,
     OffloadOpt,
+    PackedDocLen,
     Progress,
     RecomputeModules,
     RuntimeOpt,
@@ -81,6 +82,7 @@ def evaluate(
     recompute_modules: RecomputeModules = None,
     offload: OffloadOpt = None,
     lora_rank: LoraRank = 0,
+    packed_doc_len: PackedDocLen = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Sequence parallelism (default: tp > 1).")] = None,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
     dp_replicate: Annotated[int, typer.Option(help="HSDP: the replicate factor of dp (ZeRO shards over cp·dp / this "
@@ -124,7 +126,7 @@ def evaluate(
         problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                           runtime=runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                                              moe_dedup_dispatch, runtime_name, compile_blocks, fp8_recipe),
-                          overrides=overrides, lora_rank=lora_rank)
+                          overrides=overrides, lora_rank=lora_rank, packed_doc_lens=packed_doc_len or "")
         layout = make_layout(problem, tp=tp, pp=pp, cp=cp, vpp=vpp, mbs=mbs, sp=sp, zero=zero,
                              recompute=recompute, schedule=schedule, ep=ep, etp=etp,
                              recompute_modules=recompute_modules, offload=offload, dp_replicate=dp_replicate)
@@ -168,6 +170,7 @@ def plan(
     recompute_modules: RecomputeModules = None,
     offload: OffloadOpt = None,
     lora_rank: LoraRank = 0,
+    packed_doc_len: PackedDocLen = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
     schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
     runtime_name: RuntimeOpt = DEFAULT_FRAMEWORK,
@@ -238,6 +241,7 @@ def plan(
                                  "--sp/--no-sp": sp is not None, "--launcher": launcher is not None,
                                  "--solver": solver is not Solver.DP, "--even-split": even_split,
                                  "--lora-rank": lora_rank != 0, "--emit-out": emit_out is not None,
+                                 "--packed-doc-len": packed_doc_len is not None,
                                  "--gpus-per-node/--inter-node-gbps/--memory-gib": any(
                                      x is not None for x in (gpus_per_node, inter_node_gbps, memory_gib))})
             plan_on_cluster(cluster, model, seq_len, batch, dtype, runtime_of(
@@ -282,8 +286,8 @@ def plan(
                 progress.silent()
             result = run_plan(model_spec, hardware, gpus=gpus, seq_len=seq_len, global_batch=batch, dtype=dtype,
                               runtime=runtime, overrides=overrides, lora_rank=lora_rank,
-                              spec=spec, solver=solver, time_limit_s=time_limit, progress=progress.update,
-                              workers=workers)
+                              packed_doc_lens=packed_doc_len or "", spec=spec, solver=solver,
+                              time_limit_s=time_limit, progress=progress.update, workers=workers)
         if out is not None:
             write_text_atomic(out, dumps(result, out, record_timing))
         err = report_to_stderr(out, emit_out)

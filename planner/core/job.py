@@ -13,6 +13,7 @@ from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 from planner.core.measured import MeasuredCosts
 
 MAX_LORA_RANK = 65536
+MAX_PACKED_DOCS = 4096  # document lengths a job may list (a distribution's sample, not a dataset)
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,20 @@ class JobSpec:
     # not reduced, and their weight-gradient GEMMs are not run
     trainable_fraction: float = 1.0
     lora_rank: int = 0  # the LoRA rank the trainable fraction comes from (0: not LoRA); reported, not priced
+    # packed sequences: the lengths of the documents packed into each sequence, laid in order and repeated, the last
+    # cut at seq_len; each attends only to itself (cost_models/packing.py). Empty: one document per sequence
+    packed_doc_lens: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         integer(self.seq_len, "seq_len", 1, MAX_SEQ_LEN, SpecError)
         integer(self.global_batch, "global_batch", 1, MAX_GLOBAL_BATCH, SpecError)
         real(self.trainable_fraction, "trainable_fraction", 0.0, 1.0, error=SpecError)
         integer(self.lora_rank, "lora_rank", 0, MAX_LORA_RANK, SpecError)
+        if not isinstance(self.packed_doc_lens, tuple) or len(self.packed_doc_lens) > MAX_PACKED_DOCS:
+            raise SpecError(f"packed_doc_lens must be a tuple of at most {MAX_PACKED_DOCS} document lengths, got "
+                            f"{self.packed_doc_lens!r}")
+        for n in self.packed_doc_lens:
+            integer(n, "packed document length", 1, self.seq_len, SpecError)
         if self.lora_rank and self.trainable_fraction >= 1:
             raise SpecError(f"lora_rank {self.lora_rank} trains adapters only: trainable_fraction must be below 1 "
                             "(planner.api.resolve works it out from the model)")

@@ -96,7 +96,8 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                 "grad_reduce_bytes": job.runtime.grad_reduce_bytes, **_moe_job(plan.model, job),
                 **_execution_job(job),
                 **({"lora_rank": job.lora_rank, "trainable_fraction": job.trainable_fraction} if job.lora_rank
-                   else {})},
+                   else {}),
+                **({"packed_doc_lens": list(job.packed_doc_lens)} if job.packed_doc_lens else {})},
         "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, **_replicate(layout), "cp": layout.cp,
                         "ep": layout.ep,
                         **({"etp": layout.etp} if plan.model.moe is not None else {}), "sp": layout.sp,

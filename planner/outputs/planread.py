@@ -259,6 +259,13 @@ class PlanData:
     alternatives: tuple[Layout, ...]
 
 
+def _doc_lens(value: Any) -> tuple[int, ...]:
+    """The job's packed document lengths: a list of integers (JobSpec checks their range)."""
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise InputError(f"packed_doc_lens must be a list of document lengths in tokens, got {value!r}")
+    return tuple(value)
+
+
 def _job(data: dict[str, Any], model: ModelSpec, origin: str) -> JobSpec:
     """The job section (and an embedded cost table) as a JobSpec; its range errors name the file and section."""
     j = data["job"]
@@ -277,7 +284,7 @@ def _job(data: dict[str, Any], model: ModelSpec, origin: str) -> JobSpec:
                           fp8_recipe=j.get("fp8_recipe"))
         return JobSpec(seq_len=j["seq_len"], global_batch=j["global_batch"], dtype=Dtype(j["dtype"]),
                        runtime=with_execution(runtime),
-                       lora_rank=j.get("lora_rank", 0),
+                       lora_rank=j.get("lora_rank", 0), packed_doc_lens=_doc_lens(j.get("packed_doc_lens", [])),
                        trainable_fraction=lora_fraction(model, j["lora_rank"]) if "lora_rank" in j else 1.0)
     except MeshplanError as exc:
         raise InputError(f"{origin}: job: {exc}") from None

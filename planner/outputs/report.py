@@ -82,6 +82,12 @@ def _stage_rows(pred: Prediction) -> list[str]:
     return rows
 
 
+def _doc_text(lengths: tuple[int, ...]) -> str:
+    """Packed document lengths for a report line: all of them up to six, else the first six and the count."""
+    head = ", ".join(str(n) for n in lengths[:6])
+    return head if len(lengths) <= 6 else f"{head}, ... ({len(lengths)} lengths)"
+
+
 def _band_note(step_s: float, band: StepBand | None) -> str:
     if band is None:
         return ""
@@ -107,7 +113,8 @@ def prediction_table(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layou
         f"{model.name} on {cluster.num_gpus} x {cluster.name}, seq {job.seq_len}, global batch "
         f"{job.global_batch}, {job.dtype.value}"
         + (f", LoRA rank {job.lora_rank} ({100 * job.trainable_fraction:.2f} % of the weights train)"
-           if job.lora_rank else ""),
+           if job.lora_rank else "")
+        + (f", packed documents of {_doc_text(job.packed_doc_lens)} tokens" if job.packed_doc_lens else ""),
         *(f"hardware calibrated: {line}" for line in cluster.provenance),
         f"runtime: {load_runtime(job.runtime.framework).title}",
         f"layout: {head}, micro-batches {pred.num_microbatches}",
