@@ -87,12 +87,15 @@ def count_ops(module: Any, x: Any) -> tuple[int, int]:
 
 
 def _collective_us(device: Any, repeats: int) -> float:
-    """Host microseconds of one all_reduce call in a one-process group."""
+    """Host microseconds of one all_reduce call in a one-process group (the default group where this process
+    already has one, e.g. inside a test session or a launcher; else one of its own, destroyed after)."""
     import torch
     import torch.distributed as dist
 
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    owned = not dist.is_initialized()
+    if owned:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
         t = torch.ones(1, device=device)
         calls = 50
@@ -101,7 +104,8 @@ def _collective_us(device: Any, repeats: int) -> float:
             torch.cuda.synchronize()
         return per
     finally:
-        dist.destroy_process_group()
+        if owned:
+            dist.destroy_process_group()
 
 
 def _sync_us(device: Any, repeats: int) -> float:
