@@ -6,19 +6,16 @@ domain (NVLink/NVSwitch island): k = min(size, scale_up_size // stride) for `siz
 (`Group.per_domain`). The functions here take the mesh's `Group`; their (size, stride) twins serve the workloads
 whose layouts have no mesh yet (serving, diffusion, recommendation, MLIP, heterogeneous clusters).
 
-Time of one collective on S bytes (NCCL conventions, nccl-tests doc/PERFORMANCE.md):
-    t = α · steps + factor · S / busbw
-    factor: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all (n−1)/n; send/recv 1
-    steps:  ring algorithms, n − 1 (2(n − 1) for all-reduce), 1 for send/recv. Ring latency grows
-            with the group: it is what makes ZeRO-3 over thousands of ranks slow (Narayanan et al.
-            2021 Table 2). NCCL's tree and PAT algorithms cut it at scale: `nccl_choice` prices
-            them (cost_models/nccl.py); `collective` does not use it yet.
-A group inside one domain runs at the scale-up bus bandwidth. A group that spans domains runs as
-rings whose inter-domain hops each carry the full ring traffic through the sending rank's own NIC
-(rail-aligned rings: ranks of a group never borrow their node-mates' NICs, because those are busy
-with the node-mates' own groups), so busbw = min(scale-up, NIC per GPU) x achieved share. This is
-the conservative end of what NCCL achieves; it reproduces the ZeRO-3 scaling of Narayanan et al.
-2021 Table 2 where an ideal node-aggregated model is several times too fast.
+All-reduce, all-gather and reduce-scatter are priced as NCCL runs them (`nccl_choice`, cost_models/nccl.py): the
+algorithm (ring, tree, NVLS, NVLS-tree, PAT) and protocol (LL, LL128, Simple) with the least latency + S / algbw for
+the message size, group size and placement, so small messages pay NCCL's fixed per-call latency and large groups
+a tree's log of the domains where NCCL would run one. All-to-all and send/recv keep the α-β form
+    t = α · steps + factor · S / busbw,   factor: all-to-all (n−1)/n, send/recv 1;  steps: n − 1, send/recv 1.
+A group inside one domain runs at the scale-up bus bandwidth. A group that spans domains runs its inter-domain
+hops through the sending rank's own NIC (rail-aligned: ranks of a group never borrow their node-mates' NICs,
+because those are busy with the node-mates' own groups), so busbw = min(scale-up, NIC per GPU) x achieved share;
+with the runtime's multi-rail rings (PXN) the k members of a domain drive k NICs. This reproduces the ZeRO-3
+scaling of Narayanan et al. 2021 Table 2 where an ideal node-aggregated model is several times too fast.
 """
 
 from __future__ import annotations
@@ -85,10 +82,15 @@ def collective_time(kind: Collective, nbytes: float, size: int, stride: int, clu
 
 def collective(kind: Collective, nbytes: float, group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> float:
     """Seconds for one collective over `nbytes` (the full buffer; the per-rank message for a send/recv, whose group
-    is the pair); a group of one moves nothing."""
+    is the pair); a group of one moves nothing. All-reduce, all-gather and reduce-scatter are priced as NCCL picks
+    their algorithm and protocol (`nccl_choice`, cost_models/nccl.py) on the group's placement and bottleneck link;
+    all-to-all and send/recv by the α-β form of the module docstring. The one entry point of every layout's
+    collectives (TP, CP, DP/ZeRO/FSDP, HSDP's replicas, EP, PP)."""
     size = group.size
     if nbytes <= 0 or size <= 1:
         return 0.0
+    if kind in NCCL_KINDS:
+        return nccl_choice(kind, nbytes, group, cluster, multi_rail).seconds
     link, crosses = link_of(cluster, group, multi_rail and kind is not Collective.SEND_RECV)
     alpha = (cluster.scale_out if crosses else cluster.scale_up).latency_us * 1e-6
     steps = 1 if kind is Collective.SEND_RECV else size - 1

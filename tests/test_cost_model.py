@@ -38,9 +38,10 @@ def test_tiers_follow_placement() -> None:
     nv = collective_time(Collective.ALL_REDUCE, 1e9, 8, 1, c)
     ib = collective_time(Collective.ALL_REDUCE, 1e9, 8, 8, c)
     assert ib > 5 * nv
-    # nccl-tests factors: all-reduce moves 2(n−1)/n, all-gather (n−1)/n of the buffer
+    # nccl-tests factors on a ring: all-reduce moves 2(n−1)/n, all-gather (n−1)/n of the buffer; at 1 GB the
+    # rings' latencies (NCCL's, cost_models/nccl.py) are under 0.2 % of the time
     ag = collective_time(Collective.ALL_GATHER, 1e9, 8, 1, c)
-    assert (nv - 14 * c.scale_up.latency_us * 1e-6) == pytest.approx(2 * (ag - 7 * c.scale_up.latency_us * 1e-6))
+    assert nv == pytest.approx(2 * ag, rel=2e-3)
 
 
 def test_breakdown_adds_up() -> None:

@@ -318,8 +318,9 @@ def test_hsdp_sync_is_shard_reduce_scatter_replica_all_reduce_shard_gather() -> 
 
 
 def test_hsdp_inside_a_node_beats_flat_fsdp_when_latency_dominates() -> None:
-    """A small message (1e5 parameters) on 16 nodes: a flat ring over 128 ranks pays 2 x 127 inter-node latencies,
-    HSDP 2 x 15 plus NVLink's; HSDP is several times cheaper, with or without multi-rail rings. For a large message
+    """A small message (1e5 parameters) on 16 nodes: a flat ring over 128 ranks pays NCCL's latency over 127 hops
+    (cost_models/nccl.py), HSDP a ring of 8 on NVLink and a tree over 16 nodes (log2 16 network hops each way); HSDP
+    is over twice as cheap, with or without multi-rail rings. For a large message
     with multi-rail rings the flat ring spreads its bytes over a node's 8 NICs and is the cheaper one: HSDP trades
     latency and per-rank NIC traffic, not bytes."""
     cluster = load_hardware("h100-sxm", 128)
@@ -327,7 +328,7 @@ def test_hsdp_inside_a_node_beats_flat_fsdp_when_latency_dominates() -> None:
     for rails in (False, True):
         for zero in (ZeroStage.OPTIMIZER, ZeroStage.GRADIENTS):
             small = [sum(grad_sync_times(1e5, zero, g, cluster, 4, rails)) for g in (flat, hsdp)]
-            assert small[1] * 3 < small[0]
+            assert small[1] * 2 < small[0]
     big = [sum(grad_sync_times(1e9, ZeroStage.OPTIMIZER, g, cluster, 4, True)) for g in (flat, hsdp)]
     assert big[0] < big[1]
 
