@@ -102,8 +102,9 @@ class Setting:
 
 
 def tp_terms(tp: int, group: int, dp: int, cluster: ClusterSpec, grad_bytes: int) -> TpTerms:
-    """Layers at `tp`: n = dp·G/tp ranks at stride tp. grad_sync_times is affine in the parameters P for P > 0
-    (α·steps + factor·P·bytes/busbw), so the tail of P parameters is sync_alpha + tail_per_param·P, the second
+    """Layers at `tp`: n = dp·G/tp ranks at stride tp. grad_sync_times is affine in the parameters P on each of
+    NCCL's (algorithm, protocol) pieces (latency + factor·P·bytes/algbw, cost_models/nccl.py), so the tail of P
+    parameters is sync_alpha + tail_per_param·P on the large-message piece gradient reductions run on, the second
     term adding Adam's 38 bytes per locally updated parameter (cost_models.sync.adam_step_time)."""
     mesh = Mesh(tp=tp, dp_shard=dp * group // tp)  # the layer's G/t replicas join the data-parallel ranks
     ranks = mesh.shard_group.size
@@ -112,10 +113,11 @@ def tp_terms(tp: int, group: int, dp: int, cluster: ClusterSpec, grad_bytes: int
     def sync(p: float) -> float:
         return sum(grad_sync_times(p, zero, mesh.dense_data, cluster, grad_bytes, True))
 
-    beta = sync(2.0) - sync(1.0)
+    big = 1e9  # NCCL's time is piecewise affine in the bytes (its protocol changes with size): the secant of the
+    beta = (sync(2 * big) - sync(big)) / big  # large-message piece, where gradient reductions run (Simple)
     adam = OPTIMIZER_BYTES_PER_PARAM / (ranks if zero >= ZeroStage.OPTIMIZER else 1) / (
         cluster.gpu.hbm_gbs * 1e9 * cluster.gpu.memory_efficiency)
-    return TpTerms(tp, ranks, M.state_bytes(1.0, zero, ranks, grad_bytes).total, sync(1.0) - beta, beta + adam)
+    return TpTerms(tp, ranks, M.state_bytes(1.0, zero, ranks, grad_bytes).total, sync(big) - beta * big, beta + adam)
 
 
 def setting(table: ChainTable, cluster: ClusterSpec, group: int, pp: int, dp: int, mbs: int, global_batch: int,
