@@ -105,7 +105,7 @@ def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme
     that has it (`nvme`). Where the runtime's rules (`SearchSpec.offload_zero`) offload the gradients, its optimizer
     offload always takes them along (DeepSpeed's offload_optimizer moves each bucket to the host in the backward).
     A GPU `alone` in its data-parallel group has a ZeRO stage above 0 only to offload: there every choice offloads
-    the optimizer."""
+    the optimizer, unless the stage is pinned (the user's layout, e.g. DeepSpeed's ZeRO-1 pipeline on one replica)."""
     sets = [spec.offload] if spec.offload is not None else (list(OFFLOAD_SETS) if spec.offload_auto else [frozenset()])
     rules = dict(spec.offload_zero) if spec.offload_zero is not None else None
     if rules is not None and Offload.GRADIENTS in rules:
@@ -113,7 +113,7 @@ def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme
     return [s for s in sets if (Offload.OPTIMIZER not in s or zero is not ZeroStage.NONE)
             and (Offload.PARAMS not in s or zero is ZeroStage.WEIGHTS)
             and (nvme or Offload.NVME not in s)
-            and (not alone or zero is ZeroStage.NONE or Offload.OPTIMIZER in s)
+            and (not alone or zero is ZeroStage.NONE or Offload.OPTIMIZER in s or spec.zero is not None)
             and (rules is None or all(int(zero) in rules.get(o, ()) for o in s))]
 
 
