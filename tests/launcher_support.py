@@ -461,3 +461,35 @@ def megatron_rank(rank: int, world: int, port: int, workdir: str, layouts: dict[
         ps.destroy_model_parallel()
     Path(workdir, f"mc{rank}.json").write_text(json.dumps(seen))
     dist.destroy_process_group()
+
+
+def deepspeed_config(cfg: dict[str, Any], monkeypatch: Any, dp: int = 1) -> Any:
+    """DeepSpeed's own DeepSpeedConfig parse of an emitted JSON in this process: a one-rank gloo group on a free
+    port (another test run may hold any fixed one) and a model-parallel unit that reports `dp` data-parallel
+    ranks, so its batch arithmetic checks the config as a `dp`-rank job would."""
+    import deepspeed.comm as dist
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": port}.items():
+        monkeypatch.setenv(key, value)
+    if not dist.is_initialized():
+        dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+
+    class Mpu:
+        def get_data_parallel_world_size(self) -> int:
+            return dp
+
+        def get_model_parallel_world_size(self) -> int:
+            return 1
+
+        def get_data_parallel_rank(self) -> int:
+            return 0
+
+        def get_model_parallel_rank(self) -> int:
+            return 0
+
+    return DeepSpeedConfig(cfg, mpu=Mpu())

@@ -8,12 +8,12 @@ import json
 import os
 import re
 import shlex
-import socket
 import warnings
 from functools import cache
 from pathlib import Path
 
 import pytest
+from launcher_support import deepspeed_config
 
 from planner import plan
 from planner.core import Activation, ModelSpec, Runtime, Schedule, ZeroStage
@@ -322,17 +322,6 @@ def test_torchtitan_cli_names_exist_in_job_config(case: str) -> None:
 def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
-    import deepspeed.comm as dist
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    with socket.socket() as sock:  # a free port: another test run may be using any fixed one
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": port}.items():
-        monkeypatch.setenv(key, value)
-    if not dist.is_initialized():
-        dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
     try:
         out = emit_case(case, Target.DEEPSPEED)
     except UnsupportedPlanError as exc:
@@ -341,20 +330,7 @@ def test_deepspeed_accepts(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lay = cases()[case].best.layout if out.note is None else None
     dp = cfg["train_batch_size"] // (cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"])
 
-    class Mpu:
-        def get_data_parallel_world_size(self) -> int:
-            return dp
-
-        def get_model_parallel_world_size(self) -> int:
-            return 1
-
-        def get_data_parallel_rank(self) -> int:
-            return 0
-
-        def get_model_parallel_rank(self) -> int:
-            return 0
-
-    ds = DeepSpeedConfig(cfg, mpu=Mpu())
+    ds = deepspeed_config(cfg, monkeypatch, dp)
     assert ds.train_batch_size == cfg["train_batch_size"] == cases()[case].job.global_batch
     assert ds.zero_optimization_stage == cfg["zero_optimization"]["stage"]
     if lay is not None:

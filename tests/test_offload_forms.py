@@ -5,10 +5,10 @@ by DeepSpeed's own config parser and PEFT's LoraConfig."""
 from __future__ import annotations
 
 import json
-import socket
 import warnings
 
 import pytest
+from launcher_support import deepspeed_config
 
 from cost_models.knobs import LayerTime
 from cost_models.offload import (
@@ -105,32 +105,7 @@ def test_7p5b_plans_on_one_v100() -> None:
 def _deepspeed_config(cfg: dict, monkeypatch: pytest.MonkeyPatch) -> object:
     pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install -e '.[validate]')")
     warnings.filterwarnings("ignore")
-    import deepspeed.comm as dist
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": port}.items():
-        monkeypatch.setenv(key, value)
-    if not dist.is_initialized():
-        dist.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
-
-    class Mpu:
-        def get_data_parallel_world_size(self) -> int:
-            return 1
-
-        def get_model_parallel_world_size(self) -> int:
-            return 1
-
-        def get_data_parallel_rank(self) -> int:
-            return 0
-
-        def get_model_parallel_rank(self) -> int:
-            return 0
-
-    return DeepSpeedConfig(cfg, mpu=Mpu())
+    return deepspeed_config(cfg, monkeypatch)
 
 
 @pytest.mark.parametrize(("hardware", "nvme"), [("rtx4090", False), ("rtx4090-workstation", True)])
