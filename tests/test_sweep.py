@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from planner.studies.sweep import SECOND_AXIS, Job, Varied, capacity, short_layout, sweep, sweep_figure
+from tests.test_progress import _Recorder
 
 runner = CliRunner()
 JOB = Job("llama3-8b", "h100-sxm", 64, 4096, 256)
@@ -190,25 +191,6 @@ def test_sweep_picture_names_what_is_fixed_and_starts_at_zero(varied: Varied, ti
 
 
 # ---- progress ----------------------------------------------------------------------------------------------
-
-class _Recorder:
-    """Stands in for planner.commands.common.Progress: records its label and every update."""
-
-    made: list[_Recorder] = []
-
-    def __init__(self, label: str = "searching layouts") -> None:
-        self.label, self.calls = label, []
-        _Recorder.made.append(self)
-
-    def __enter__(self) -> _Recorder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def update(self, done: int, total: int) -> None:
-        self.calls.append((done, total))
-
 
 def test_cli_sweep_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     from planner.commands import studies
