@@ -68,7 +68,7 @@ from calibration_runtimes import (  # noqa: E402
 from published import DATA, Observation, all_observations, contradicted, rate_pairs  # noqa: E402
 
 from hardware_profiles import load_hardware  # noqa: E402
-from planner.core import ClusterSpec  # noqa: E402
+from meshcore import ClusterSpec  # noqa: E402
 from planner.outputs.bands import Residual, fit_bands, regime_of, save_bands  # noqa: E402
 from planner.studies.fit import Param, apply, current_value, fit  # noqa: E402
 

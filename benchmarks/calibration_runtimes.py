@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from published import DATA, Observation
 
-from planner.core import ClusterSpec
+from meshcore import ClusterSpec
 from planner.studies.fit import Param, apply, apply_execution, fit
 
 ROOT = Path(__file__).resolve().parents[1]

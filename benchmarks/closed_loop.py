@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     from cost_models.netprofile import measure as measure_network
     from cost_models.profile import read_costs
     from hardware_profiles import load_hardware
+    from meshcore import Runtime
     from planner import evaluate
-    from planner.core import Runtime
     from planner.inputs.loaders import load_model
 
     torch.set_num_threads(THREADS)  # profile under the conditions of the training processes

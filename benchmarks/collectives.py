@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from cost_models.comm import NCCL_KINDS, Collective, bandwidth_factor, collective, link_of, nccl_choice  # noqa: E402
 from hardware_profiles import HardwareOverrides, load_hardware  # noqa: E402
-from planner.core import ClusterSpec  # noqa: E402
-from planner.core.mesh import Group  # noqa: E402
+from meshcore import ClusterSpec  # noqa: E402
+from meshcore.mesh import Group  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "nccl"
 REGIMES = ((0, 2**20, "< 1 MiB"), (2**20, 2**26, "1-64 MiB"), (2**26, float("inf"), "> 64 MiB"))

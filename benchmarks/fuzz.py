@@ -88,7 +88,7 @@ def classify_cli(res: Any) -> tuple[str, str]:
 
 
 def classify_api(call: Callable[[], Any]) -> tuple[str, str]:
-    from planner.core.errors import MeshplanError
+    from meshcore.errors import MeshplanError
 
     try:
         call()

@@ -121,8 +121,8 @@ class Inputs:
 
     def _base_plans(self) -> list[dict[str, Any]]:
         import planner
+        from meshcore import Runtime
         from planner.api import model_and_costs
-        from planner.core import Runtime
         from planner.outputs.planfile import plan_to_dict
 
         table = self._write("base-costs.csv", _csv(self.cost_rows))
@@ -264,8 +264,8 @@ class Inputs:
         if rng.random() < 0.6:
             return Case("cost-table", note, bad, args=["plan", "--costs", path, "--hardware", "h100-sxm", "--gpus",
                                                        str(gpus), "--seq-len", str(seq), "--global-batch", "8"])
+        from meshcore import Runtime
         from planner.api import model_and_costs
-        from planner.core import Runtime
 
         return Case("cost-table", note, bad, call=lambda: model_and_costs(None, Path(path), seq, Runtime()))
 

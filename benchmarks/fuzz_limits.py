@@ -4,7 +4,7 @@ Each case gives one input path of meshplan (--model, --hardware and its fragment
 --costs, recsys and diffusion --model, calibrate's runs) one of:
   - a value nested 8 to 100,000 deep (YAML flow or block style, or JSON) where a number or a section belongs;
   - YAML aliases that expand a few lines into 10^9 values ("billion laughs"), or an integer of 5,000 digits;
-  - a file just over its kind's size limit (planner/core/inputfile.py; sparse, so it costs no disk), or one padded
+  - a file just over its kind's size limit (meshcore/inputfile.py; sparse, so it costs no disk), or one padded
     with comment lines to exactly the limit (edge: it may be read);
   - a device (/dev/zero, /dev/urandom, /dev/null), a folder, a FIFO whose writer never stops, a FIFO that carries a
     valid file (edge), or a name of 300 to 5,000 characters.
@@ -51,7 +51,7 @@ def _alarm(signum: int, frame: Any) -> None:
 def run_cli(args: list[str]) -> None:
     """Run `args` as fuzz.py classifies an API call: return when accepted, raise InputError with the one error line
     when refused cleanly, RuntimeError on a traceback, an unclean refusal or a slow answer."""
-    from planner.core.errors import InputError
+    from meshcore.errors import InputError
 
     runner, app = _cli()
     previous = signal.signal(signal.SIGALRM, _alarm)
@@ -131,7 +131,7 @@ class Limits:
     def _kinds(self) -> dict[str, tuple[str, Callable[[str], list[str]], int, bool]]:
         """kind -> (file name, command line for a path, the kind's size limit, whether any path is read: a device
         or FIFO may carry it; otherwise only a regular file is)."""
-        from planner.core.inputfile import MAX_LOG_BYTES, MAX_PLAN_BYTES, MAX_SPEC_BYTES, MAX_TABLE_BYTES
+        from meshcore.inputfile import MAX_LOG_BYTES, MAX_PLAN_BYTES, MAX_SPEC_BYTES, MAX_TABLE_BYTES
 
         job = ["--gpus", "4", "--seq-len", "512", "--global-batch", "8"]
         return {
@@ -194,7 +194,7 @@ class Limits:
 
     def case(self, rng: random.Random) -> tuple[str, bool, list[str]]:
         """(what, bad, command line) of one case."""
-        from planner.core.inputfile import MAX_NESTING
+        from meshcore.inputfile import MAX_NESTING
 
         kinds = self._kinds()
         kind = rng.choice(sorted(kinds))

@@ -33,10 +33,10 @@ SAFE_PIECES = ("llama", "Qwen/Qwen3-8B", "H100 SXM", "gb200 (nvl72)", "a.b-c_d+e
 
 def hostile_name(rng: random.Random, marker: Path) -> tuple[str, bool]:
     """(name, whether the loaders must refuse it): safe pieces with, most of the time, a payload that would touch
-    `marker` if it ever reached a shell as code; bad is what planner.core.checks.identifier refuses (some pieces,
+    `marker` if it ever reached a shell as code; bad is what meshcore.checks.identifier refuses (some pieces,
     a lone `)` say, are allowed characters)."""
-    from planner.core.checks import identifier
-    from planner.core.errors import InputError
+    from meshcore.checks import identifier
+    from meshcore.errors import InputError
 
     name = rng.choice(SAFE_PIECES)
     if rng.random() < 0.15:
@@ -82,7 +82,7 @@ def _check_script(path: Path, env: dict[str, str]) -> None:
 
 def emit_everything(plan: Any, name: str, folder: Path) -> None:
     """Emit every target and trial for `plan` named `name`; raise if a name escapes a comment or runs."""
-    from planner.core.fileio import is_script
+    from meshcore.fileio import is_script
     from planner.outputs.emitters import Target, emit
     from planner.outputs.emitters.common import UnsupportedPlanError
     from planner.studies.trial import TrialLauncher, write_trials
@@ -173,7 +173,7 @@ def output_case(args: list[str], path: str, start: Callable[[], None] | None) ->
     except RuntimeError as exc:  # click's usage error for --out '' (its parser refuses it) is a clean refusal
         if "Invalid value for '--out'" not in str(exc):
             raise
-        from planner.core.errors import InputError
+        from meshcore.errors import InputError
 
         raise InputError("--out refused by its option parser") from None
     finally:

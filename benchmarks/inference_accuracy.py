@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cost_models.diffusion import evaluate_diffusion  # noqa: E402
 from cost_models.serving_deploy import batch_at_rate, decode_memory, evaluate_serving  # noqa: E402
 from hardware_profiles import load_hardware  # noqa: E402
-from planner.core.diffusion import DiffusionJob, DiffusionLayout  # noqa: E402
-from planner.core.engine import EngineProfile  # noqa: E402
-from planner.core.inference import EdgeJob, PoolMode, ReplicaLayout, ServingJob, ServingLayout  # noqa: E402
+from meshcore.diffusion import DiffusionJob, DiffusionLayout  # noqa: E402
+from meshcore.engine import EngineProfile  # noqa: E402
+from meshcore.inference import EdgeJob, PoolMode, ReplicaLayout, ServingJob, ServingLayout  # noqa: E402
 from planner.inputs.diffusion import load_diffusion_model  # noqa: E402
 from planner.inputs.engines import load_engine  # noqa: E402
 from planner.inputs.loaders import load_model  # noqa: E402

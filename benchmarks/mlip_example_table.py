@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.core.fileio import write_text_atomic  # noqa: E402
+from meshcore.fileio import write_text_atomic  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "data" / "mlip" / "example-mace-formula.csv"
 DENSITY, CUTOFF, LAYERS, F_EDGE, T0, RATE = 0.1, 6.0, 2, 1.6e5, 5e-3, 20e12

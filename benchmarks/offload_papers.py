@@ -25,9 +25,9 @@ from cost_models.knobs import LayerKnobs  # noqa: E402
 from cost_models.layer import decoder_layer_time, head_time  # noqa: E402
 from cost_models.params import one_layer_params  # noqa: E402
 from cost_models.stage_swap import SwapStage, stage_swap_step  # noqa: E402
+from meshcore import Recompute, Runtime  # noqa: E402
+from meshcore.framework import Framework  # noqa: E402
 from planner.api import evaluate, plan, resolve  # noqa: E402
-from planner.core import Recompute, Runtime  # noqa: E402
-from planner.core.framework import Framework  # noqa: E402
 from planner.search.space import SearchSpec  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "data" / "offload"

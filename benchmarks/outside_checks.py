@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import planner  # noqa: E402
-from planner.core import Runtime  # noqa: E402
+from meshcore import Runtime  # noqa: E402
 
 DEEPSEEK_V3_TOKENS_PER_S = 14.8e12 / (2.664e6 / 2048 * 3600)
 

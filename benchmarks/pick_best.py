@@ -44,8 +44,8 @@ import yaml
 
 import planner
 from hardware_profiles import HardwareOverrides, load_hardware
-from planner.core import AttentionKernel, ClusterSpec, ModelSpec, Runtime
-from planner.core.errors import MeshplanError
+from meshcore import AttentionKernel, ClusterSpec, ModelSpec, Runtime
+from meshcore.errors import MeshplanError
 from planner.inputs.loaders import model_from_mapping
 
 ROOT = Path(__file__).resolve().parents[1]

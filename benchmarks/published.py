@@ -32,11 +32,11 @@ from cost_models.flops import model_flops_per_sequence, narayanan_iteration_flop
 from cost_models.prediction import Prediction
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
+from meshcore import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Runtime
+from meshcore.errors import LayoutError
+from meshcore.execution import Fp8Recipe
+from meshcore.framework import Framework
 from planner.api import Problem, make_layout
-from planner.core import AttentionKernel, ClusterSpec, Dtype, JobSpec, Layout, ModelSpec, Runtime
-from planner.core.errors import LayoutError
-from planner.core.execution import Fp8Recipe
-from planner.core.framework import Framework
 from planner.inputs.loaders import load_model, model_from_mapping
 from planner.inputs.runtimes import with_execution
 

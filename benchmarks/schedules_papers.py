@@ -38,7 +38,7 @@ from machine import machine_line  # noqa: E402
 
 from cost_models.schedules import program  # noqa: E402
 from cost_models.simulator import Durations, simulate  # noqa: E402
-from planner.core import Schedule  # noqa: E402
+from meshcore import Schedule  # noqa: E402
 
 SETTINGS = [(8, 24), (8, 32), (8, 64), (16, 48), (16, 64), (16, 128), (32, 96), (32, 128), (32, 256)]
 # schedule, chunks per rank, the paper's bubble as a share of 1F1B's step (p, m), its peak activations (p), source

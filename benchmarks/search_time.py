@@ -36,8 +36,8 @@ import yaml  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 import planner  # noqa: E402
-from planner.core import Runtime  # noqa: E402
-from planner.core.framework import Framework  # noqa: E402
+from meshcore import Runtime  # noqa: E402
+from meshcore.framework import Framework  # noqa: E402
 from planner.search.space import SearchSpec  # noqa: E402
 
 # the previous release's medians (idealised space): the research-space rows print their ratio to them

@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model  # noqa: E402
 
 from cost_models.schedules import in_flight, program  # noqa: E402
 from cost_models.simulator import Durations, simulate  # noqa: E402
-from planner.core import Schedule, wave_chunks, wave_rank  # noqa: E402
+from meshcore import Schedule, wave_chunks, wave_rank  # noqa: E402
 
 CASES = [(2, 4), (3, 6), (4, 8), (4, 12), (6, 12)]  # (pp, micro-batches)
 F_CHUNK, B_CHUNK = 1, 2

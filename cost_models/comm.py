@@ -1,6 +1,6 @@
 """Collective communication: an α-β model per collective, aware of which network tier a group uses.
 
-A collective runs over a process group of the layout's mesh (planner.core.mesh: TP innermost, then CP, DP shard,
+A collective runs over a process group of the layout's mesh (meshcore.mesh: TP innermost, then CP, DP shard,
 DP replicate, PP outermost, Megatron-core's order); the group says how many of its members share one scale-up
 domain (NVLink/NVSwitch island): k = min(size, scale_up_size // stride) for `size` ranks `stride` apart
 (`Group.per_domain`). The functions here take the mesh's `Group`; their (size, stride) twins serve the workloads
@@ -24,8 +24,8 @@ import math
 from enum import Enum
 
 from cost_models import nccl
-from planner.core import ClusterSpec, LinkSpec
-from planner.core.mesh import Group, Tier
+from meshcore import ClusterSpec, LinkSpec
+from meshcore.mesh import Group, Tier
 
 
 class Collective(str, Enum):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core import Dtype, GpuSpec
-from planner.core.enums import Activation
-from planner.core.execution import TE_DELAYED, Fp8Casts
+from meshcore import Dtype, GpuSpec
+from meshcore.enums import Activation
+from meshcore.execution import TE_DELAYED, Fp8Casts
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def gemm_fwd_bwd_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype, trained: float = 1
     computed; the adapters add `trained` of the GEMM's work to the forward and twice that to the backward (their
     dX and dW). `trained` 0: a frozen weight without adapters (dX only).
 
-    In fp8 each GEMM's operands are quantised by the runtime's recipe (`casts`, planner.core.execution), at HBM
+    In fp8 each GEMM's operands are quantised by the runtime's recipe (`casts`, meshcore.execution), at HBM
     speed: the input X [m, k] before the forward (input_bytes per element), the output gradient dY [m, n] before
     the backward (grad_bytes), X again for the weight gradient where the recipe re-casts it (wgrad_bytes), and the
     weight [k, n] per micro-batch where the recipe does not cache its cast (weight_bytes, in the backward).

@@ -32,8 +32,8 @@ from cost_models.diffusion_comm import ring_overhead, sdpa_flash_rate, send_recv
 from cost_models.diffusion_parts import TEXT_ENCODERS, encoder_time, vae_decode_time
 from cost_models.memory import BUFFER_ALLOWANCE_GIB
 from cost_models.serving import stage_layers
-from planner.core import GIB, ClusterSpec, Dtype
-from planner.core.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens, t5_tokens, text_tokens
+from meshcore import GIB, ClusterSpec, Dtype
+from meshcore.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens, t5_tokens, text_tokens
 
 BYTES = 2.0  # bf16 weights and activations
 # Kernels the host issues for one stream of one block under torch.compile (diffusers' Flux/SD3 blocks as inductor

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
 from cost_models.compute import attention_efficiency, memory_time
-from planner.core import ClusterSpec, Dtype, GpuSpec
+from meshcore import ClusterSpec, Dtype, GpuSpec
 
 BYTES = 2.0
 LAYOUT_COPY_PASSES = 4.0  # read + write of the message before and after each Ulysses all-to-all

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.compute import flash_attention_time, memory_time
-from planner.core import ClusterSpec, Dtype
+from meshcore import ClusterSpec, Dtype
 
 BYTES = 2.0  # bf16
 

@@ -18,8 +18,8 @@ from cost_models.serving import (
     layer_weight_bytes,
     prefill_layer_time,
 )
-from planner.core import GIB, ClusterSpec, ModelSpec
-from planner.core.inference import EdgeJob, ReplicaLayout, WeightFormat
+from meshcore import GIB, ClusterSpec, ModelSpec
+from meshcore.inference import EdgeJob, ReplicaLayout, WeightFormat
 
 SINGLE = ReplicaLayout()
 

@@ -1,14 +1,14 @@
 """The memory-bound kernels of a decoder layer (norms, residual adds, dropout, rotary embedding, the MLP activation),
 as the job's runtime runs them: Transformer Engine's and Megatron-core's fused kernels, or PyTorch eager (each
 element-wise op its own kernel) or torch.compile'd (one fused kernel per chain) as the runtime's execution profile
-counts their bytes (planner.core.execution.Elementwise, hardware_profiles/runtimes/NAME.yaml)."""
+counts their bytes (meshcore.execution.Elementwise, hardware_profiles/runtimes/NAME.yaml)."""
 
 from __future__ import annotations
 
 from cost_models.compute import ELEMENTWISE_BACKWARD, activation_bytes, memory_time
 from cost_models.knobs import LayerKnobs
 from cost_models.memory import kv_heads_per_rank
-from planner.core import GpuSpec, JobSpec, ModelSpec
+from meshcore import GpuSpec, JobSpec, ModelSpec
 
 
 def fused_elementwise_bytes(model: ModelSpec, knobs: LayerKnobs, moe: bool) -> tuple[float, float]:

@@ -9,7 +9,7 @@ papers do. Backward = 2 x forward (input and weight gradients).
 
 from __future__ import annotations
 
-from planner.core import LayerKind, ModelSpec, Norm
+from meshcore import LayerKind, ModelSpec, Norm
 
 
 def norm_params(model: ModelSpec) -> int:

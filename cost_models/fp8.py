@@ -20,8 +20,8 @@ from dataclasses import replace
 from cost_models.comm import Collective, collective
 from cost_models.compute import Gemm
 from cost_models.knobs import LayerKnobs
-from planner.core import ClusterSpec, JobSpec
-from planner.core.execution import Fp8Casts, Fp8Recipe
+from meshcore import ClusterSpec, JobSpec
+from meshcore.execution import Fp8Casts, Fp8Recipe
 
 TE_RECIPES = (Fp8Recipe.DELAYED, Fp8Recipe.CURRENT)  # Transformer Engine's per-tensor recipes
 # Bytes per element of the transposed FP8 copy made after the gather: read the gathered FP8 tensor (1), write its

@@ -10,7 +10,7 @@ from cost_models.compute import Gemm, gemm_fwd_bwd_time
 from cost_models.fp8 import sequence_parallel_casts
 from cost_models.knobs import LayerKnobs
 from cost_models.memory import kv_heads_per_rank
-from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
+from meshcore import ClusterSpec, Dtype, JobSpec, ModelSpec
 
 
 def head_dims(model: ModelSpec) -> tuple[int, int]:

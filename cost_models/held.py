@@ -1,5 +1,5 @@
 """Memory as a runtime holds it at its peak, beyond weights, optimizer state and stored activations, and what its
-caching allocator reserves (planner.core.execution.HeldMemory, the `memory` section of a runtime profile). The
+caching allocator reserves (meshcore.execution.HeldMemory, the `memory` section of a runtime profile). The
 defaults price Megatron-core as cost_models/memory.py always has; torchtitan's values are read from its code at the
 build of its December 2024 tables (torchtitan 9dec370, torch 1963fc8; hardware_profiles/runtimes/torchtitan.yaml):
 
@@ -29,8 +29,8 @@ build of its December 2024 tables (torchtitan 9dec370, torch 1963fc8; hardware_p
 
 from __future__ import annotations
 
-from planner.core import ModelSpec, Recompute
-from planner.core.execution import HeldMemory
+from meshcore import ModelSpec, Recompute
+from meshcore.execution import HeldMemory
 
 
 def loss_logit_bytes(tp: int, logit_bytes: float, held: HeldMemory) -> float:

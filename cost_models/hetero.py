@@ -1,4 +1,4 @@
-"""One training step of a pipeline across node groups of different hardware (planner.core.cluster.HeteroLayout).
+"""One training step of a pipeline across node groups of different hardware (meshcore.cluster.HeteroLayout).
 
 Each stage is priced by the homogeneous cost model on its own group's ClusterSpec (cost_models.step: `layout_costs`
 of the group layout with the stage's TP degree, `stage_cost` at the stage's pipeline rank), so its layers, the
@@ -28,8 +28,8 @@ from cost_models.knobs import LayerActivations, LayerTimes
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.step import LayoutCosts, layout_costs, stage_cost
-from planner.core import ClusterSpec, JobSpec, ModelSpec, Schedule
-from planner.core.cluster import HeteroCluster, HeteroLayout
+from meshcore import ClusterSpec, JobSpec, ModelSpec, Schedule
+from meshcore.cluster import HeteroCluster, HeteroLayout
 
 
 def activation_bytes(model: ModelSpec, job: JobSpec, mbs: int, tp: int) -> float:

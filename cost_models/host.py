@@ -57,7 +57,7 @@ Fixed costs beyond the layer's operators (issue 30 item 1), priced from the same
 
 from __future__ import annotations
 
-from planner.core import ClusterSpec, ModelSpec
+from meshcore import ClusterSpec, ModelSpec
 
 ATTENTION_BLOCK_OPS = 15.0
 DENSE_MLP_OPS = 10.0

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planner.core import ModelSpec
-from planner.core.errors import InputError
+from meshcore import ModelSpec
+from meshcore.errors import InputError
 
 TINY_HEAD_DIM = 64
 TINY_TOKENS = 8

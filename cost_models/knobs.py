@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from planner.core import Recompute, RecomputeModule
-from planner.core.mesh import Mesh
+from meshcore import Recompute, RecomputeModule
+from meshcore.mesh import Mesh
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from cost_models.memory import kv_heads_per_rank
 from cost_models.moe import moe_mlp_time, routed_rows
 from cost_models.packing import packed_attended_fraction, packed_key_len
 from cost_models.sac import op_sac, sac_recompute_time
-from planner.core import (
+from meshcore import (
     AttentionKernel,
     ClusterSpec,
     Dtype,
@@ -69,9 +69,9 @@ from planner.core import (
     Recompute,
     RecomputeModule,
 )
-from planner.core.errors import LayoutError
-from planner.core.execution import Elementwise
-from planner.core.mesh import Dim
+from meshcore.errors import LayoutError
+from meshcore.execution import Elementwise
+from meshcore.mesh import Dim
 
 
 def _tp_comm(cluster: ClusterSpec, knobs: LayerKnobs, nbytes: float, count: int, multi_rail: bool) -> float:

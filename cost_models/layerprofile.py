@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from planner.core import ModelSpec
-from planner.core.errors import InputError
+from meshcore import ModelSpec
+from meshcore.errors import InputError
 
 
 @dataclass(frozen=True)

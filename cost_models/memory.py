@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from cost_models.flops import mlp_params_of_width, norm_params, projector_weights_and_biases, vision_outer_params
-from planner.core import (
+from meshcore import (
     DEFAULT_RECOMPUTE_MODULES,
     AttentionKernel,
     ModelSpec,

@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 
 from cost_models.comm import Collective, collective_time, p2p_time
-from planner.core import GIB, ClusterSpec
-from planner.core.mlip import MlipCostTable, MlipJob, MlipSplit, MlipStrategy
+from meshcore import GIB, ClusterSpec
+from meshcore.mlip import MlipCostTable, MlipJob, MlipSplit, MlipStrategy
 
 BUFFER_GIB = 2.0  # CUDA context, NCCL and allocator slack per GPU (the transformer model's allowance)
 PARAM_STATE_BYTES = 16  # fp32 weights, gradients, Adam moments

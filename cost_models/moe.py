@@ -15,9 +15,9 @@ from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, activation_bytes, me
 from cost_models.gemms import counted_gemms_time, mlp_gemms
 from cost_models.knobs import LayerKnobs
 from cost_models.moe_kernels import expert_gemm_groups, expert_gemms_concurrent, permutation_bytes
-from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
-from planner.core.execution import ExpertGemms
-from planner.core.mesh import Group, Mesh
+from meshcore import ClusterSpec, Dtype, JobSpec, ModelSpec
+from meshcore.execution import ExpertGemms
+from meshcore.mesh import Group, Mesh
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ transformer_engine/common/util/multi_stream.h)."""
 from __future__ import annotations
 
 from cost_models.compute import Gemm
-from planner.core.execution import ExpertGemms
+from meshcore.execution import ExpertGemms
 
 # Transformer Engine's grouped GEMM (GroupedLinear -> general_grouped_gemm -> nvte_multi_stream_cublas_gemm) issues
 # one cuBLAS GEMM per expert round-robin on its compute streams: `num_compute_streams = 4` in

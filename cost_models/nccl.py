@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core import ClusterSpec, Fabric
+from meshcore import ClusterSpec, Fabric
 
 
 class Kind(str, Enum):

@@ -36,7 +36,7 @@ Two more forms:
 from __future__ import annotations
 
 from cost_models.knobs import LayerTime
-from planner.core import ClusterSpec, JobSpec, Layout, Offload
+from meshcore import ClusterSpec, JobSpec, Layout, Offload
 
 PCIE_EFFICIENCY = 0.8
 HOST_MEMORY_EFFICIENCY = 0.6  # STREAM triad against the DDR peak of two-socket servers

@@ -18,7 +18,7 @@ and torchtitan's document masking cut or start a new sequence the same way). A s
 
 from __future__ import annotations
 
-from planner.core import ModelSpec
+from meshcore import ModelSpec
 
 
 def documents(seq_len: int, lengths: tuple[int, ...]) -> list[int]:

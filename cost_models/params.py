@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from cost_models import flops as F
 from cost_models import memory as M
-from planner.core import (
+from meshcore import (
     JobSpec,
     ModelSpec,
 )

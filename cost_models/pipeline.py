@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cost_models.schedules import W_SHARE, dualpipev_bubble, wave_bubble, zbv_bubble
-from planner.core import Schedule
+from meshcore import Schedule
 
 
 def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int, schedule: Schedule,

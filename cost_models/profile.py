@@ -20,7 +20,7 @@ With a table, times come from the rows and communication stays analytical (TP co
 pipeline sends are priced from the hardware profile; the table's device may not be the cluster's).
 
 Every cell is checked before it is used (`checked_rows`): counts, degrees, sizes and shapes are whole numbers
-in the ranges of planner.core.checks (1.0 is read as 1, 1.5 is refused), times and byte counts finite and
+in the ranges of meshcore.checks (1.0 is read as 1, 1.5 is refused), times and byte counts finite and
 non-negative; a row of each kind for every measured (tp, mbs), one seq_len and one model shape per table, no
 (kind, tp, mbs) twice. A bad table is refused with one line naming the row (counted from 1 after the header),
 the column, the value and what is allowed.
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-from planner.core import MeasuredCosts, MeasuredLayer, ModelSpec
-from planner.core.checks import (
+from meshcore import MeasuredCosts, MeasuredLayer, ModelSpec
+from meshcore.checks import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_LAYERS,
@@ -50,8 +50,8 @@ from planner.core.checks import (
     path_argument,
     real,
 )
-from planner.core.errors import InputError, MeshplanError
-from planner.core.inputfile import MAX_TABLE_BYTES, read_bytes
+from meshcore.errors import InputError, MeshplanError
+from meshcore.inputfile import MAX_TABLE_BYTES, read_bytes
 
 COLUMNS = ("kind", "count", "tp", "mbs", "seq_len", "forward_ms", "backward_ms", "activation_bytes", "params",
            "output_bytes", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_kv_heads", "vocab_size",

@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 
 from cost_models.comm import Collective, all_to_all_time, collective_time
-from planner.core import ClusterSpec
-from planner.core.enums import GIB
-from planner.core.recsys import (
+from meshcore import ClusterSpec
+from meshcore.enums import GIB
+from meshcore.recsys import (
     EmbeddingOptimizer,
     EmbeddingTable,
     Interaction,

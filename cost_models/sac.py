@@ -26,8 +26,8 @@ from cost_models.compute import Gemm
 from cost_models.gemms import counted_gemms_time
 from cost_models.knobs import LayerKnobs
 from cost_models.memory import kv_heads_per_rank
-from planner.core import ClusterSpec, JobSpec, ModelSpec, Recompute
-from planner.core.execution import SelectiveForm
+from meshcore import ClusterSpec, JobSpec, ModelSpec, Recompute
+from meshcore.execution import SelectiveForm
 
 
 def op_sac(job: JobSpec, knobs: LayerKnobs, moe: bool) -> bool:

@@ -26,7 +26,7 @@ torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBu
 forwards of the down chunk, d pairs of up/down forwards, p − d up-chunk F/B/W triples, then F-B-W on
 either chunk in turn, and a cool-down that drains the input gradients before the weight gradients.
 The wave (Hanayo, Liu et al. SC'23) places 2W chunks per rank in W waves, each down the ranks and back up
-(`planner.core.wave_rank`): a micro-batch turns at either end without a send, and embedding and loss share rank
+(`meshcore.wave_rank`): a micro-batch turns at either end without a send, and embedding and loss share rank
 0. Hanayo's own runtime order is not reproduced here (its paper's figures are not to hand); this order is
 meshplan's: every rank runs its chunks' F and B (backward not split) in the order a 1F1B pipeline of one
 chunk per device over all v·p chunks reaches them in unit time slots (`wave_slot`; ties: backward first, then
@@ -41,7 +41,7 @@ from functools import lru_cache
 from cost_models.dualpipe import dualpipev_order
 from cost_models.simulator import Op, OpKind, Program
 from cost_models.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
-from planner.core import WAVE_PLACED, Schedule, wave_chunks, wave_rank
+from meshcore import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)
 

@@ -28,8 +28,8 @@ from cost_models.memory import (
     kv_heads_per_rank,
     lm_head_params_per_rank,
 )
-from planner.core import GIB, ClusterSpec, Dtype, GpuSpec, ModelSpec
-from planner.core.inference import KvFormat, ReplicaLayout, WeightFormat
+from meshcore import GIB, ClusterSpec, Dtype, GpuSpec, ModelSpec
+from meshcore.inference import KvFormat, ReplicaLayout, WeightFormat
 
 ACT_BYTES = 2.0  # activations and the tensors collectives move are 16-bit
 

@@ -35,9 +35,9 @@ from cost_models.serving import (
     stage_layers,
 )
 from cost_models.serving_engine import decode_iteration, md1_wait, prefill_iteration, scheduler_wait
-from planner.core import ClusterSpec, ModelSpec
-from planner.core.engine import PrefillPolicy
-from planner.core.inference import ReplicaLayout, ServingJob, ServingLayout
+from meshcore import ClusterSpec, ModelSpec
+from meshcore.engine import PrefillPolicy
+from meshcore.inference import ReplicaLayout, ServingJob, ServingLayout
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from cost_models.knobs import LayerTime
 from cost_models.offload import cpu_adam_time, pcie_time
-from planner.core import ClusterSpec
+from meshcore import ClusterSpec
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from cost_models.sync import (
     stage_offload_exposed,
     stage_states,
 )
-from planner.core import (
+from meshcore import (
     GIB,
     AttentionKernel,
     ClusterSpec,
@@ -53,7 +53,7 @@ from planner.core import (
     RecomputeModule,
     ZeroStage,
 )
-from planner.core.execution import FsdpForm, SelectiveForm
+from meshcore.execution import FsdpForm, SelectiveForm
 
 
 def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: Layout) -> float:

@@ -1,6 +1,6 @@
 """Data-parallel synchronisation and the optimizer step of one pipeline rank.
 
-Gradient reduction over the groups the mesh gives (planner.core.mesh: `Mesh.dense_data`, `Mesh.expert_data`):
+Gradient reduction over the groups the mesh gives (meshcore.mesh: `Mesh.dense_data`, `Mesh.expert_data`):
   ZeRO-0 all-reduce of grad_bytes·P over the dp·cp ranks (Megatron-LM reduces over DP x CP); ZeRO-1
   reduce-scatter of grad_bytes·P over the shard group + all-gather of 2·P (1·P with fp8 parameter gathers);
   ZeRO-2 the all-gather only (its reduce-scatter runs per micro-batch); with overlap_grad_reduce it hides behind
@@ -36,7 +36,7 @@ from cost_models.offload import (
 )
 from cost_models.params import StageParams
 from cost_models.prediction import StageLayers
-from planner.core import (
+from meshcore import (
     ClusterSpec,
     GpuSpec,
     JobSpec,
@@ -45,8 +45,8 @@ from planner.core import (
     Schedule,
     ZeroStage,
 )
-from planner.core.execution import FsdpForm
-from planner.core.mesh import DataGroups
+from meshcore.execution import FsdpForm
+from meshcore.mesh import DataGroups
 
 OPTIMIZER_BYTES_PER_PARAM = 38.0
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from planner.core import ModelSpec, Norm
+from meshcore import ModelSpec, Norm
 
 
 class Block(nn.Module):

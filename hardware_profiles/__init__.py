@@ -16,8 +16,8 @@ import yaml
 
 from hardware_profiles.collectives import KEYS as COLLECTIVE_KEYS
 from hardware_profiles.collectives import collectives_mapping, parse_collectives
-from planner.core import ClusterSpec, CollectiveSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
-from planner.core.checks import (
+from meshcore import ClusterSpec, CollectiveSpec, EfficiencyCurve, GpuSpec, HostSpec, LinkSpec
+from meshcore.checks import (
     BANDWIDTH_GBS,
     EFFICIENCY,
     MAX_GPUS,
@@ -33,10 +33,10 @@ from planner.core.checks import (
     physical,
     real,
 )
-from planner.core.errors import InputError, SpecError
-from planner.core.hardware import DEFAULT_HOST_OP_US
-from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, safe_load, shown
-from planner.core.text import one_line
+from meshcore.errors import InputError, SpecError
+from meshcore.hardware import DEFAULT_HOST_OP_US
+from meshcore.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, safe_load, shown
+from meshcore.text import one_line
 
 _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     # section -> {key: required}
@@ -111,7 +111,7 @@ def _section(data: dict[str, Any], section: str, origin: str) -> dict[str, Any]:
     return body
 
 
-# the physical range of each number a profile divides by (planner.core.checks); the others (latencies,
+# the physical range of each number a profile divides by (meshcore.checks); the others (latencies,
 # attention_half_seq, overlap_efficiency) are finite and positive, at most `upper` or MAX_PHYSICAL
 _RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType({
     "memory_gib": MEMORY_GIB, "hbm_gbs": BANDWIDTH_GBS, "scale_up_gbs": BANDWIDTH_GBS, "memory_gbs": BANDWIDTH_GBS,
@@ -147,7 +147,7 @@ def _curve(value: Any, where: str) -> EfficiencyCurve:
         raise InputError(f"{where}: {exc}") from None
 
 
-# optional physical keys of the gpu section and their upper bounds (defaults: planner.core.GpuSpec)
+# optional physical keys of the gpu section and their upper bounds (defaults: meshcore.GpuSpec)
 _OPTIONAL_GPU: MappingProxyType[str, float | None] = MappingProxyType({
     "attention_half_seq": None, "attention_backward_ratio": 2.0, "fp8_matmul_ratio": 1.0})
 ARCHITECTURES = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "unknown")

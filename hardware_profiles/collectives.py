@@ -1,13 +1,13 @@
 """The optional `collectives` section of a hardware profile: which of NCCL's algorithms and protocols the system
-has (planner.core.CollectiveSpec, priced by cost_models/nccl.py; SCHEMA.md says what each key means)."""
+has (meshcore.CollectiveSpec, priced by cost_models/nccl.py; SCHEMA.md says what each key means)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from planner.core import CollectiveSpec, Fabric
-from planner.core.checks import real
-from planner.core.errors import InputError, SpecError
+from meshcore import CollectiveSpec, Fabric
+from meshcore.checks import real
+from meshcore.errors import InputError, SpecError
 
 KEYS = ("fabric", "nvls", "nvls_efficiency", "ll128", "ll128_pxn", "pat", "tree", "ll_max_gbs", "ll_max_net_gbs",
         "net_overhead_us")

@@ -2,7 +2,7 @@
 
 planner.plan(...) searches for the fastest layout that fits and returns a Plan (planner.save_plan /
 planner.load_plan write and read plan files); planner.evaluate(...) predicts one given layout.
-Names are imported on first use, so that `cost_models` (which reads `planner.core`) can be
+Names are imported on first use, so that `cost_models` (which reads `meshcore`) can be
 imported on its own without a circular import, and a command imports only what it uses; type checkers see the
 real names through the TYPE_CHECKING imports below (tests/test_public_api.py holds the two lists equal).
 """
@@ -22,11 +22,11 @@ _EXPORTS = MappingProxyType({
     "planner.outputs.planfile": ("save_plan",),
     "planner.outputs.planread": ("load_plan",),
     "planner.search.space": ("SearchSpec",),
-    "planner.core.errors": ("InfeasibleError", "InputError", "LayoutError", "MeshplanError", "SpecError"),
+    "meshcore.errors": ("InfeasibleError", "InputError", "LayoutError", "MeshplanError", "SpecError"),
     "planner.inputs.loaders": ("load_model", "model_preset_names"),
-    "planner.core": ("AttentionKernel", "ClusterSpec", "Dtype", "JobSpec", "Layout", "ModelSpec",
+    "meshcore": ("AttentionKernel", "ClusterSpec", "Dtype", "JobSpec", "Layout", "ModelSpec",
                       "Recompute", "Runtime", "Schedule", "ZeroStage"),
-    "planner.core.framework": ("Framework",),
+    "meshcore.framework": ("Framework",),
 })
 _WHERE = MappingProxyType({name: module for module, names in _EXPORTS.items() for name in names})
 __all__ = [  # the lazy exports above, in one list (tests/test_public_api.py)
@@ -39,8 +39,7 @@ __all__ = [  # the lazy exports above, in one list (tests/test_public_api.py)
 if TYPE_CHECKING:  # what `planner.X` is, for mypy and editors; at run time __getattr__ imports it on first use
     from cost_models.prediction import Breakdown, Prediction, StageCost
     from hardware_profiles import HardwareOverrides, load_hardware
-    from planner.api import Problem, evaluate, make_layout, plan, resolve
-    from planner.core import (
+    from meshcore import (
         AttentionKernel,
         ClusterSpec,
         Dtype,
@@ -52,8 +51,9 @@ if TYPE_CHECKING:  # what `planner.X` is, for mypy and editors; at run time __ge
         Schedule,
         ZeroStage,
     )
-    from planner.core.errors import InfeasibleError, InputError, LayoutError, MeshplanError, SpecError
-    from planner.core.framework import Framework
+    from meshcore.errors import InfeasibleError, InputError, LayoutError, MeshplanError, SpecError
+    from meshcore.framework import Framework
+    from planner.api import Problem, evaluate, make_layout, plan, resolve
     from planner.inputs.loaders import load_model, model_preset_names
     from planner.outputs.plan import Plan
     from planner.outputs.planfile import save_plan

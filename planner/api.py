@@ -18,7 +18,7 @@ from cost_models.prediction import Prediction
 from cost_models.profile import MeasuredCosts, read_costs
 from cost_models.step import evaluate_layout
 from hardware_profiles import HardwareOverrides, apply_overrides, load_hardware
-from planner.core import (
+from meshcore import (
     WAVE_PLACED,
     AttentionKernel,
     ClusterSpec,
@@ -33,7 +33,7 @@ from planner.core import (
     Schedule,
     ZeroStage,
 )
-from planner.core.checks import (
+from meshcore.checks import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_SEQ_LEN,
@@ -46,10 +46,10 @@ from planner.core.checks import (
     optional_integer,
     real,
 )
-from planner.core.cluster import HeteroCluster
-from planner.core.errors import InputError, LayoutError, UnsupportedModelError
-from planner.core.framework import Framework
-from planner.core.job import MAX_LORA_RANK, MAX_PACKED_DOCS
+from meshcore.cluster import HeteroCluster
+from meshcore.errors import InputError, LayoutError, UnsupportedModelError
+from meshcore.framework import Framework
+from meshcore.job import MAX_LORA_RANK, MAX_PACKED_DOCS
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime, with_execution
 from planner.outputs.plan import Plan
@@ -106,7 +106,7 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
             overrides: HardwareOverrides = HardwareOverrides(), lora_rank: int = 0,
             packed_doc_lens: tuple[int, ...] | str = ()) -> Problem:
     """Turn names/paths into specs (specs pass through unchanged). Every argument is checked for its type and
-    range first (planner.core.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
+    range first (meshcore.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
     [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it. `lora_rank` > 0 fine-tunes
     LoRA adapters of that rank on every decoder linear layer over frozen weights (cost_models.params.lora_params);
     0 trains every weight. `packed_doc_lens` (a tuple or "512,1024,...") packs documents of those lengths into each

@@ -12,9 +12,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("planner", "cost_models", "hardware_profiles", "meshplan")
+PACKAGES = ("meshcore", "cost_models", "hardware_profiles", "planner", "meshplan")  # bottom to top
 # bottom to top: a module may import its own layer and the layers below it
-LAYERS = ("planner.core", "cost_models", "hardware_profiles", "planner.inputs", "planner.search", "planner.outputs",
+LAYERS = ("meshcore", "cost_models", "hardware_profiles", "planner.inputs", "planner.search", "planner.outputs",
           "planner.api", "planner.studies", "planner.commands", "planner.cli", "cli", "planner.__main__", "planner",
           "meshplan")
 MAX_LINES = 440  # "about 400": the largest rooms today are the log parsers and calibrate
@@ -99,15 +99,31 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_imports_point_down_the_layers() -> None:
     edges = import_graph(sources())
-    assert "cost_models.step" in edges and "planner.core" in edges["cost_models.step"]  # the graph was read
+    assert "cost_models.step" in edges and "meshcore" in edges["cost_models.step"]  # the graph was read
     assert upward(edges) == []
 
 
 def test_the_cost_model_depends_on_the_core_alone() -> None:
     edges = import_graph(sources())
     outside = {f"{a} -> {b}" for a, bs in edges.items() if a.startswith("cost_models") for b in bs
-               if not b.startswith(("cost_models", "planner.core"))}
+               if not b.startswith(("cost_models", "meshcore"))}
     assert outside == set()
+
+
+def package_edges(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) between the top-level packages (and cli.py), from the module graph."""
+    return {(a.split(".")[0], b.split(".")[0]) for a, bs in edges.items() for b in bs
+            if a.split(".")[0] != b.split(".")[0]}
+
+
+def test_the_folders_show_the_layer_order() -> None:
+    """The top-level packages import only the packages below them, so the folders read bottom to top: meshcore
+    (the specs), cost_models, hardware_profiles, planner, meshplan and the cli.py shim."""
+    order = (*PACKAGES, "cli")
+    wrong = sorted(f"{a} -> {b}" for a, b in package_edges(import_graph(sources()))
+                   if order.index(b) > order.index(a))
+    assert ("cost_models", "meshcore") in package_edges(import_graph(sources()))  # the graph was read
+    assert wrong == []
 
 
 def test_no_import_circles() -> None:
@@ -116,9 +132,9 @@ def test_no_import_circles() -> None:
 
 def test_the_checks_can_fail() -> None:
     """An upward import and a circle, made up, are both reported."""
-    edges = {"planner.core.model": {"planner.search.space"}, "planner.search.space": {"planner.core.model"}}
-    assert upward(edges) == ["planner.core.model -> planner.search.space"]
-    assert circles(edges) == [["planner.core.model", "planner.search.space"]]
+    edges = {"meshcore.model": {"planner.search.space"}, "planner.search.space": {"meshcore.model"}}
+    assert upward(edges) == ["meshcore.model -> planner.search.space"]
+    assert circles(edges) == [["meshcore.model", "planner.search.space"]]
 
 
 def test_modules_stay_small() -> None:

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from hardware_profiles import load_hardware
+from meshcore import Dtype, JobSpec
 from planner import InputError, load_plan, plan, save_plan
-from planner.core import Dtype, JobSpec
 from planner.inputs.loaders import load_model
 from planner.outputs import bands
 from planner.outputs.bands import (

@@ -13,7 +13,7 @@ import yaml
 import planner
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 from planner.studies.calibrate import _predict, calibrate, check, fragment, load_runs, params_seen
 from planner.studies.fit import Param
 

@@ -12,8 +12,8 @@ from cost_models.comm import Collective, collective_time, group_link, nccl_choic
 from cost_models.pipeline import bubble_fraction, pipeline_time
 from cost_models.schedules import in_flight
 from hardware_profiles import HardwareOverrides, load_hardware
+from meshcore import AttentionKernel, Group, Runtime, Schedule
 from planner import evaluate
-from planner.core import AttentionKernel, Group, Runtime, Schedule
 
 MEGATRON_2022 = Runtime(attention=AttentionKernel.UNFUSED, overlap_grad_reduce=False, overlap_param_gather=False,
                         multi_rail=False)
@@ -147,7 +147,7 @@ def test_fp8_param_gather_halves_the_weight_gathers_of_fp8_training() -> None:
     """Megatron --fp8-param-gather: FSDP gathers fp8 weights, 1 byte per parameter instead of bf16's 2, so the
     gathers take about half as long (the gradient reduce-scatters do not change); bf16 training is unaffected."""
     from cost_models.sync import gather_bytes
-    from planner.core import Dtype, JobSpec
+    from meshcore import Dtype, JobSpec
     h100 = load_hardware("h100-sxm", 16)
     on = Runtime(fp8_param_gather=True)
     assert gather_bytes(JobSpec(seq_len=4096, global_batch=16, dtype=Dtype.FP8, runtime=on), h100) == 1.0
@@ -168,7 +168,7 @@ def test_sequence_parallel_collectives_as_transformer_engine_runs_them() -> None
     casts: an all-gather is a quarter of a bf16 all-reduce-equivalent instead of a half."""
     from cost_models.knobs import LayerKnobs
     from cost_models.layer import _tp_comm, decoder_layer_time
-    from planner.core import Dtype, JobSpec, Recompute
+    from meshcore import Dtype, JobSpec, Recompute
     from planner.inputs.loaders import load_model
 
     model, cluster = load_model("llama3-70b"), load_hardware("h100-sxm", 8)
@@ -191,7 +191,7 @@ def test_fp8_gemm_takes_the_curve_point_of_an_equally_long_bf16_gemm() -> None:
     at that point of the curve (times fp8_matmul_ratio): fixed per-kernel costs weigh on it as on the shorter bf16
     GEMM, so fp8 saturates at twice the size."""
     from cost_models.compute import Gemm, gemm_time
-    from planner.core import Dtype
+    from meshcore import Dtype
 
     gpu = load_hardware("h100-sxm", 8).gpu
     ratio = gpu.peak_fp8_tflops / gpu.peak_bf16_tflops  # type: ignore[operator]
@@ -208,7 +208,7 @@ def test_ring_attention_pays_its_merges_and_half_blocks() -> None:
     from cost_models.compute import flash_attention_time, memory_time
     from cost_models.knobs import LayerKnobs
     from cost_models.layer import _attention_core, ring_attention_merge_time
-    from planner.core import JobSpec, Recompute
+    from meshcore import JobSpec, Recompute
     from planner.inputs.loaders import load_model
 
     model, cluster = load_model("llama3-8b"), load_hardware("h100-sxm", 8)
@@ -231,7 +231,7 @@ def test_cross_entropy_reads_and_writes_fp32_logits() -> None:
     from cost_models.compute import Gemm, gemm_fwd_bwd_time, memory_time
     from cost_models.knobs import LayerKnobs
     from cost_models.layer import head_time
-    from planner.core import Dtype, JobSpec, Recompute
+    from meshcore import Dtype, JobSpec, Recompute
     from planner.inputs.loaders import load_model
 
     model, cluster = load_model("llama3-8b"), load_hardware("h100-sxm", 8)
@@ -253,8 +253,8 @@ def test_unfused_squared_relu_costs_its_extra_passes() -> None:
     from cost_models.knobs import LayerKnobs
     from cost_models.layer import decoder_layer_time
     from cost_models.step import decoder_activation
-    from planner.core import JobSpec, Recompute
-    from planner.core.enums import Activation
+    from meshcore import JobSpec, Recompute
+    from meshcore.enums import Activation
     from planner.inputs.loaders import model_from_mapping
 
     gelu = model_from_mapping({"name": "n", "num_layers": 4, "hidden_size": 4096, "ffn_hidden_size": 16384,

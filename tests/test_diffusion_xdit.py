@@ -20,7 +20,7 @@ import yaml
 from cost_models.diffusion_comm import sdpa_flash_rate, sockets_spanned
 from cost_models.diffusion_parts import vae_decoder_work
 from hardware_profiles import load_hardware
-from planner.core.diffusion import DiffusionJob, DiffusionLayout
+from meshcore.diffusion import DiffusionJob, DiffusionLayout
 from planner.inputs.diffusion import load_diffusion_model
 from planner.outputs.xfuser_args import xfuser_arguments, xfuser_command
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from launcher_support import deepspeed_config
 
+from meshcore import Activation, ModelSpec, Runtime, Schedule, ZeroStage
+from meshcore.errors import UnsupportedModelError
 from planner import plan
-from planner.core import Activation, ModelSpec, Runtime, Schedule, ZeroStage
-from planner.core.errors import UnsupportedModelError
 from planner.outputs.emitters import CAPABILITIES, NEVER_SUBSTITUTED, Emitted, Target, UnsupportedPlanError, emit
 from planner.outputs.emitters.megatron import arguments
 from planner.outputs.emitters.titan_flavors import FLAVORS, Flavor, flavor_of
@@ -411,7 +411,7 @@ def test_planning_for_torchtitan_keeps_to_one_wave() -> None:
 
 def _with_modules(modules: str, dtype: str = "bf16") -> Plan:
     """The DeepSeek-V3 golden case's plan with selective recomputation of `modules` (a pin)."""
-    from planner.core import Recompute, RecomputeModule
+    from meshcore import Recompute, RecomputeModule
 
     return plan("deepseek-v3", "h800", gpus=2048, seq_len=4096, global_batch=15360, dtype=dtype,
                 spec=SearchSpec(tp=1, pp=16, cp=1, ep=64, zero=1, mbs=1, top_k=1, schedule=Schedule.ONE_F_ONE_B,
@@ -557,7 +557,7 @@ def test_planning_for_torchtitan_leaves_out_ddp_beside_other_dimensions() -> Non
     """torchtitan 0.2.2 runs DDP only as the sole parallelism: its capability keeps ZeRO-0 with dp > 1 to layouts
     without tp, pp or cp, while a search without it does rank such layouts for this job."""
     import planner
-    from planner.core import ZeroStage
+    from meshcore import ZeroStage
     from planner.outputs.emitters import for_launcher
     from planner.search.space import SearchSpec
 

@@ -15,11 +15,11 @@ from cost_models.elementwise import elementwise_bytes, fused_elementwise_bytes
 from cost_models.knobs import LayerKnobs
 from cost_models.sac import kept_token_bytes, linears
 from hardware_profiles import load_hardware
+from meshcore import Dtype, Recompute, Runtime
+from meshcore.errors import InputError, SpecError
+from meshcore.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe, FsdpForm, HeldMemory, SelectiveForm
+from meshcore.framework import Framework
 from planner.api import evaluate, resolve
-from planner.core import Dtype, Recompute, Runtime
-from planner.core.errors import InputError, SpecError
-from planner.core.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe, FsdpForm, HeldMemory, SelectiveForm
-from planner.core.framework import Framework
 from planner.inputs.execution import execution_from_mapping
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime, with_execution

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cost_models import flops as F
+from meshcore import AttentionKernel, Runtime
 from planner import evaluate, load_model
-from planner.core import AttentionKernel, Runtime
 from planner.inputs.loaders import model_preset_names, published_params
 
 MOE_PRESETS = [n for n in model_preset_names() if load_model(n).moe is not None]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import planner
 from cli import app
 from hardware_profiles import HardwareOverrides, load_hardware
-from planner.core.errors import InputError, MeshplanError
+from meshcore.errors import InputError, MeshplanError
 from planner.search.space import SearchSpec
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hardware_profiles import HardwareOverrides, load_hardware, preset_names
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 
 PRESETS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200-nvl72", "mi300x", "l40s",
            "rtx4090", "v100-32gb", "h800"]

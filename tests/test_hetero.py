@@ -14,9 +14,9 @@ from cli import app
 from cost_models.hetero import predict_hetero
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
+from meshcore import JobSpec, Recompute, Schedule, Target, ZeroStage
+from meshcore.cluster import HeteroCluster, NodeGroup
 from planner.api import make_layout, resolve
-from planner.core import JobSpec, Recompute, Schedule, Target, ZeroStage
-from planner.core.cluster import HeteroCluster, NodeGroup
 from planner.inputs.loaders import load_model
 from planner.outputs.emitters.common import UnsupportedPlanError
 from planner.outputs.heteroplan import HeteroPlan, emit_hetero, hetero_plan_dict, placement

@@ -21,8 +21,8 @@ from cost_models.host import (
 from cost_models.knobs import LayerKnobs
 from cost_models.layer import decoder_layer_time
 from hardware_profiles import load_hardware
-from planner.core import JobSpec, Recompute
-from planner.core.errors import SpecError
+from meshcore import JobSpec, Recompute
+from meshcore.errors import SpecError
 from planner.inputs.loaders import load_model
 
 H100 = load_hardware("h100-sxm", 16)
@@ -108,7 +108,7 @@ def test_small_layers_become_host_bound_as_tp_grows() -> None:
     layer code: at TP 1 the GPU's kernels hide the host; as TP divides the GPU's work and adds collective calls
     the host's issue time is exposed, more at TP 8 than at TP 2 (the shape the issue reports for single-node A100
     Megatron-DeepSpeed runs: the error grows with TP)."""
-    from planner.core import AttentionKernel, Runtime
+    from meshcore import AttentionKernel, Runtime
     from planner.inputs.loaders import model_from_mapping
 
     a100 = load_hardware("a100-80gb", 8)

@@ -18,8 +18,8 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from planner.core.errors import InputError
-from planner.core.inputfile import MAX_NESTING, MAX_SPEC_BYTES
+from meshcore.errors import InputError
+from meshcore.inputfile import MAX_NESTING, MAX_SPEC_BYTES
 from planner.search.space import SearchSpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """Names are never code (issue 37): a name that reaches an emitted file is refused where it is read unless it is made
-of the safe characters (planner.core.checks.identifier), and, independently of that, every emitter and `trial`
+of the safe characters (meshcore.checks.identifier), and, independently of that, every emitter and `trial`
 keeps any text on its comment line and quotes what it puts in shell words. The emitted shell scripts are parsed with
 `bash -n` and run with stub launchers on PATH: no marker file may appear."""
 
@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 import hardware_profiles
 import planner
 from cli import app
-from planner.core.checks import MAX_NAME_LEN, identifier
-from planner.core.errors import InputError
-from planner.core.fileio import is_script
+from meshcore.checks import MAX_NAME_LEN, identifier
+from meshcore.errors import InputError
+from meshcore.fileio import is_script
 from planner.outputs.emitters import FRAMEWORK, Target, emit
 from planner.outputs.emitters.common import UnsupportedPlanError
 from planner.outputs.plan import Plan
@@ -176,7 +176,7 @@ def test_a_substituted_megatron_script_keeps_its_interpreter_line(plans: dict[Ta
     """emit writes the nearest layout Megatron-LM runs for a torchtitan plan; its NOTE goes after the `#!` line."""
     zbv = planner.plan("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64,
                        runtime=planner.Runtime(framework="any"),
-                       spec=SearchSpec(top_k=1, schedule_choices=(planner.core.Schedule.ZB_V,), pp=2))
+                       spec=SearchSpec(top_k=1, schedule_choices=(planner.Schedule.ZB_V,), pp=2))
     emitted = emit(zbv, Target.MEGATRON)
     lines = emitted.text.splitlines()
     assert emitted.note is not None and lines[0] == "#!/usr/bin/env bash" and lines[1].startswith("# NOTE: ")

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 import planner
 from cli import app
 from hardware_profiles import load_hardware
-from planner.core import Runtime, ZeroStage
-from planner.core.errors import InputError
-from planner.core.framework import Framework
+from meshcore import Runtime, ZeroStage
+from meshcore.errors import InputError
+from meshcore.framework import Framework
 from planner.inputs.runtimes import load_runtime
 from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, replicate_options

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from cli import app
 from cost_models.diffusion import transformer_params
 from hardware_profiles import load_hardware
-from planner.core import GIB, ModelSpec
-from planner.core.diffusion import DiffusionJob
-from planner.core.inference import EdgeJob, KvFormat, Objective, PoolMode, ServingJob, WeightFormat
+from meshcore import GIB, ModelSpec
+from meshcore.diffusion import DiffusionJob
+from meshcore.inference import EdgeJob, KvFormat, Objective, PoolMode, ServingJob, WeightFormat
 from planner.inputs.diffusion import load_diffusion_model
 from planner.inputs.loaders import load_model
 from planner.outputs.launch_args import sglang_commands, vllm_commands

@@ -27,8 +27,8 @@ from typing import Any
 import launcher_support as support
 import pytest
 
+from meshcore import ModelSpec, Recompute, Runtime, Schedule
 from planner import plan
-from planner.core import ModelSpec, Recompute, Runtime, Schedule
 from planner.outputs.emitters import Target, emit
 from planner.outputs.plan import Plan
 from planner.search.space import SearchSpec
@@ -296,7 +296,7 @@ def megatron_degrees(text: str, num_layers: int) -> dict[str, int]:
 
 
 def placement_groups(rank: int, d: dict[str, int]) -> dict[str, list[int]]:
-    """The ranks that share each group with `rank`, placed as meshplan prices them (planner/core/specs.py Layout:
+    """The ranks that share each group with `rank`, placed as meshplan prices them (meshcore/specs.py Layout:
     TP innermost, then CP, DP, PP outermost; Megatron-LM's default order tp-cp-ep-dp-pp)."""
     sizes = {"tp": d["tp"], "cp": d["cp"], "dp": d["dp"], "pp": d["pp"]}
     strides, stride = {}, 1

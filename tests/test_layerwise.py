@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cli import app
 from hardware_profiles import HardwareOverrides, load_hardware
-from planner.core import GIB
+from meshcore import GIB
 from planner.search.chain import LayerChoice, plan_chain, read_chain
 from planner.search.layerwise import price, setting
 from planner.search.layerwise_dp import best_plan, plan_layerwise

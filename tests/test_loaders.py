@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cost_models.flops import total_params
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 from planner.inputs.loaders import REQUIRED_MODEL_KEYS, load_model, model_from_mapping
 
 TINY = {"name": "tiny", "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 1024,
@@ -238,7 +238,7 @@ def test_hf_moe_fields_of_the_wrong_type_are_named(tmp_path: Path) -> None:
 def test_activation_from_yaml_and_hf_config(tmp_path: Path) -> None:
     """`activation` defaults to what the MLP implies (SwiGLU gated, GELU plain); a Hugging Face config's hidden_act
     names it (relu2: Nemotron's squared ReLU); a wrong or inconsistent one says what is allowed."""
-    from planner.core.enums import Activation
+    from meshcore.enums import Activation
 
     assert model_from_mapping(TINY, "m.yaml").activation is Activation.GELU
     assert model_from_mapping({**TINY, "gated_mlp": True}, "m.yaml").activation is Activation.SWIGLU

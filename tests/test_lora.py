@@ -8,9 +8,9 @@ import pytest
 from cost_models.compute import Gemm, gemm_fwd_bwd_time, gemm_time
 from cost_models.params import lora_fraction, lora_params
 from hardware_profiles import load_hardware
+from meshcore import Dtype, Target
+from meshcore.errors import InputError, SpecError
 from planner import evaluate, load_plan, plan, resolve, save_plan
-from planner.core import Dtype, Target
-from planner.core.errors import InputError, SpecError
 from planner.inputs.loaders import load_model
 from planner.outputs.emitters import emit
 from planner.outputs.emitters.common import UnsupportedPlanError
@@ -67,6 +67,6 @@ def test_bad_lora_input() -> None:
     with pytest.raises(InputError, match="lora_rank"):
         resolve("llama3-8b", "rtx4090", **JOB, lora_rank=-1)
     with pytest.raises(SpecError, match="trainable_fraction"):
-        from planner.core import JobSpec
+        from meshcore import JobSpec
 
         JobSpec(seq_len=8, global_batch=1, trainable_fraction=1.5)

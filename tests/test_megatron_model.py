@@ -15,7 +15,7 @@ from test_emitters import _megatron_kwargs
 
 import planner
 from cost_models.flops import total_params
-from planner.core.errors import UnsupportedModelError
+from meshcore.errors import UnsupportedModelError
 from planner.outputs.emitters import Target, emit
 from planner.search.space import SearchSpec
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cost_models import memory as M
+from meshcore import GIB, AttentionKernel, Recompute, Runtime
 from planner import evaluate, load_model
-from planner.core import GIB, AttentionKernel, Recompute, Runtime
 
 UNFUSED = AttentionKernel.UNFUSED
 NAMES = {"megatron-22b": "megatron-22b", "gpt3-175b": "gpt3-175b", "megatron-530b": "megatron-530b",

@@ -1,4 +1,4 @@
-"""The device mesh (planner/core/mesh.py): validation that names every factor, process groups equal to the rank
+"""The device mesh (meshcore/mesh.py): validation that names every factor, process groups equal to the rank
 lists Megatron-core and torchtitan build, network tiers on a cluster, and HSDP's pricing (cost_models/sync.py)."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from cost_models.comm import Collective, collective_time, p2p_time
 from cost_models.step import evaluate_layout
 from cost_models.sync import grad_sync_times
 from hardware_profiles import load_hardware
+from meshcore import DEFAULT_RECOMPUTE_MODULES, Layout, Offload, Recompute, Runtime, Schedule, ZeroStage
+from meshcore.errors import LayoutError
+from meshcore.layout import MemoryPolicy, Pipeline
+from meshcore.mesh import DENSE_ORDER, EXPERT_ORDER, Dim, Group, Mesh, Tier
 from planner import load_plan, save_plan
 from planner.api import evaluate, make_layout, resolve
-from planner.core import DEFAULT_RECOMPUTE_MODULES, Layout, Offload, Recompute, Runtime, Schedule, ZeroStage
-from planner.core.errors import LayoutError
-from planner.core.layout import MemoryPolicy, Pipeline
-from planner.core.mesh import DENSE_ORDER, EXPERT_ORDER, Dim, Group, Mesh, Tier
 from planner.outputs.emitters import Target, emit
 from planner.outputs.plan import Plan
 from planner.outputs.planfile import plan_to_dict

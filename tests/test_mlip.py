@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from cli import app
 from cost_models.mlip import ghost_atoms, interpolate
 from hardware_profiles import HardwareOverrides, load_hardware
-from planner.core.errors import InfeasibleError, InputError
-from planner.core.mlip import CostRow, MlipCostTable, MlipJob
+from meshcore.errors import InfeasibleError, InputError
+from meshcore.mlip import CostRow, MlipCostTable, MlipJob
 from planner.inputs.mlip import load_cost_table, parse_cost_table
 from planner.search.mlip import brute_force, search_mlip
 

@@ -21,10 +21,10 @@ from cost_models.params import rank_params
 from cost_models.prediction import StageLayers
 from cost_models.step import evaluate_layout, layout_costs, stage_cost
 from hardware_profiles import load_hardware
+from meshcore import GIB, JobSpec, Layout, Recompute, Runtime, ZeroStage
+from meshcore.errors import LayoutError, SpecError
 from planner import plan as run_plan
 from planner.api import make_layout, resolve
-from planner.core import GIB, JobSpec, Layout, Recompute, Runtime, ZeroStage
-from planner.core.errors import LayoutError, SpecError
 from planner.inputs.loaders import load_model
 from planner.outputs.plan import Plan
 from planner.outputs.planfile import plan_to_dict, save_plan
@@ -315,7 +315,7 @@ def test_v_placed_split_of_a_mixed_stack_competes_with_balanced_chunks() -> None
     """On Llama 4's alternating dense/MoE stack a ZB-V layout is also offered the per-rank split (rank 0 holds
     embedding and head, so it gets fewer layers); the cost model prices it as the chunks really fall and it
     beats the balanced chunks here."""
-    from planner.core import Schedule
+    from meshcore import Schedule
 
     result = run_plan("llama4-maverick", "h100-sxm", gpus=256, seq_len=8192, global_batch=512, runtime=ANY,
                       spec=SearchSpec(pp=4, tp=1, cp=4, ep=64, schedule=Schedule.ZB_V, top_k=1))

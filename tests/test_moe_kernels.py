@@ -17,8 +17,8 @@ from cost_models.layer import decoder_layer_time
 from cost_models.moe import moe_gemms
 from cost_models.moe_kernels import TE_GROUPED_STREAMS, expert_gemm_groups, expert_gemms_concurrent, permutation_bytes
 from hardware_profiles import load_hardware
-from planner.core import Dtype, JobSpec, Recompute, Runtime
-from planner.core.execution import TE_CURRENT, TE_DELAYED, Execution, ExpertGemms, Fp8Recipe
+from meshcore import Dtype, JobSpec, Recompute, Runtime
+from meshcore.execution import TE_CURRENT, TE_DELAYED, Execution, ExpertGemms, Fp8Recipe
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime
 

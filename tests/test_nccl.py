@@ -13,8 +13,8 @@ import yaml
 from cost_models import nccl
 from cost_models.comm import Collective, nccl_choice
 from hardware_profiles import HardwareOverrides, load_hardware
-from planner.core import ClusterSpec
-from planner.core.mesh import Group
+from meshcore import ClusterSpec
+from meshcore.mesh import Group
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "nccl"
 

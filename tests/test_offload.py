@@ -18,9 +18,9 @@ from cost_models.offload import (
     pcie_time,
 )
 from hardware_profiles import load_hardware
+from meshcore import HostSpec, Offload, Runtime, ZeroStage
+from meshcore.errors import InfeasibleError, InputError, LayoutError, SpecError
 from planner.api import evaluate, make_layout, resolve
-from planner.core import HostSpec, Offload, Runtime, ZeroStage
-from planner.core.errors import InfeasibleError, InputError, LayoutError, SpecError
 from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, reported, search
 from planner.search.ilp import SolveOptions, Solver
@@ -158,8 +158,8 @@ def test_launchers_write_what_they_can_offload() -> None:
     targets that do not write offloading refuse by name (strict) rather than write a layout that cannot fit."""
     import json
 
+    from meshcore import Target
     from planner import plan
-    from planner.core import Target
     from planner.outputs.emitters import emit
     from planner.outputs.emitters.common import UnsupportedPlanError
     from planner.outputs.emitters.megatron import arguments

@@ -21,10 +21,10 @@ from cost_models.offload import (
     pcie_time,
 )
 from hardware_profiles import load_hardware
+from meshcore import GIB, Offload, Runtime, Target
+from meshcore.errors import InfeasibleError
+from meshcore.framework import Framework
 from planner.api import evaluate, plan
-from planner.core import GIB, Offload, Runtime, Target
-from planner.core.errors import InfeasibleError
-from planner.core.framework import Framework
 from planner.outputs.emitters import emit
 from planner.outputs.emitters.common import UnsupportedPlanError
 from planner.search.space import SearchSpec

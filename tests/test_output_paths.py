@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from planner.core.errors import InputError
-from planner.core.fileio import write_text_atomic, writes_stdout
+from meshcore.errors import InputError
+from meshcore.fileio import write_text_atomic, writes_stdout
 
 DATA = "schema_version: 1\n"
 

@@ -16,9 +16,9 @@ from cost_models.knobs import LayerKnobs
 from cost_models.layer import _attention_core, decoder_layer_time
 from cost_models.packing import documents, packed_attended_fraction, packed_key_len
 from hardware_profiles import load_hardware
+from meshcore import JobSpec, Recompute
+from meshcore.errors import InputError, SpecError
 from planner.api import doc_lengths, resolve
-from planner.core import JobSpec, Recompute
-from planner.core.errors import InputError, SpecError
 from planner.inputs.loaders import load_model
 from planner.outputs.planread import load_plan
 

@@ -8,8 +8,8 @@ import math
 import pytest
 from pick_best import DATA, Job, Measured, evaluate_job, load_jobs, make_runtime, score
 
-from planner.core import AttentionKernel
-from planner.core.framework import Framework
+from meshcore import AttentionKernel
+from meshcore.framework import Framework
 
 
 def test_score_hand_made_example() -> None:

@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
+from meshcore import Runtime
 from planner import InputError, load_plan, plan, save_plan
-from planner.core import Runtime
 from planner.outputs.planfile import plan_to_dict
 
 runner = CliRunner()

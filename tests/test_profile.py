@@ -14,8 +14,8 @@ from cli import app
 from cost_models import flops as F
 from cost_models import memory as M
 from cost_models.profile import COLUMNS, read_costs
+from meshcore import AttentionKernel, Recompute, Runtime
 from planner import InputError, evaluate, load_model
-from planner.core import AttentionKernel, Recompute, Runtime
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
 runner = CliRunner()

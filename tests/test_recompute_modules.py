@@ -14,10 +14,10 @@ from cli import app
 from cost_models import memory as M
 from cost_models.knobs import LayerKnobs
 from cost_models.layer import RecomputeTime, decoder_layer_time, module_recompute_time
+from meshcore import AttentionKernel, Dtype, JobSpec, Layout, Recompute, RecomputeModule, ZeroStage
+from meshcore.errors import LayoutError
 from planner import evaluate, load_model, plan
 from planner.api import resolve
-from planner.core import AttentionKernel, Dtype, JobSpec, Layout, Recompute, RecomputeModule, ZeroStage
-from planner.core.errors import LayoutError
 from planner.search.space import Candidate, SearchSpec, module_family, module_sets, next_module_set, recompute_options
 
 FLASH = AttentionKernel.FLASH

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 from planner.inputs.runlogs import (
     DeepSpeedLog,
     Launcher,

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 import planner
 from cli import app
 from cost_models.flops import total_params
-from planner.core import Runtime, Schedule
-from planner.core.errors import InfeasibleError, InputError, LayoutError, UnsupportedModelError
-from planner.core.framework import DEFAULT_FRAMEWORK, Framework
+from meshcore import Runtime, Schedule
+from meshcore.errors import InfeasibleError, InputError, LayoutError, UnsupportedModelError
+from meshcore.framework import DEFAULT_FRAMEWORK, Framework
 from planner.inputs.loaders import model_preset_names
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.emitters import FRAMEWORK, emit

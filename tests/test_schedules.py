@@ -10,7 +10,7 @@ import pytest
 from cost_models.pipeline import pipeline_time
 from cost_models.schedules import closed_form, in_flight, program
 from cost_models.simulator import Durations, Op, OpKind, Program, simulate
-from planner.core import Runtime, Schedule
+from meshcore import Runtime, Schedule
 
 ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
 
@@ -178,7 +178,7 @@ def test_zbv_split_unloads_the_first_rank() -> None:
                                              (5, 2, Schedule.ZB_V), (1, 1, Schedule.ONE_F_ONE_B),
                                              (3, 2, Schedule.WAVE), (4, 6, Schedule.WAVE)])
 def test_rank_chunks_inverts_chunk_rank(pp: int, vpp: int, schedule: Schedule) -> None:
-    from planner.core import Layout
+    from meshcore import Layout
 
     lay = Layout(pp=pp, vpp=vpp, schedule=schedule)
     for rank in range(pp):
@@ -223,8 +223,8 @@ def test_wave_order_runs_in_torch(pp: int, m: int) -> None:
 def test_wave_chunks_and_layout_rules() -> None:
     """A wave layout needs an even vpp, pp > 1 and 2p micro-batches; its per-rank split is shared over the
     rank's chunks in wave order (ZB-V's halving is the two-chunk case)."""
-    from planner.core import JobSpec, Layout
-    from planner.core.errors import LayoutError
+    from meshcore import JobSpec, Layout
+    from meshcore.errors import LayoutError
     from planner.inputs.loaders import load_model
     from planner.search.splits import v_chunks
 
@@ -264,8 +264,8 @@ def test_interleaved_pipeline_sends_overlap_compute() -> None:
     default): only the contention κ = 1 − overlap_efficiency of their time stays on the critical path. Without
     it, and in plain 1F1B (which waits on each), all of it does."""
     from hardware_profiles import load_hardware
+    from meshcore import Runtime
     from planner import evaluate
-    from planner.core import Runtime
     kw = dict(gpus=64, seq_len=8192, global_batch=128, tp=4, pp=8, mbs=1, dtype="fp8")
     kappa = 1 - load_hardware("h100-sxm", 64).gpu.overlap_efficiency
     waits = evaluate("llama3-70b", "h100-sxm", vpp=5, runtime=Runtime(overlap_p2p_comm=False), **kw)

@@ -7,9 +7,9 @@ import pytest
 from tiny_models import TINY_DEEPSEEK
 
 from hardware_profiles import load_hardware
+from meshcore import JobSpec
 from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
-from planner.core import JobSpec
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, reported, search
@@ -134,7 +134,7 @@ def test_search_is_never_worse_than_a_published_layout_in_the_model() -> None:
 
 def test_job_spec_runtime_changes_the_answer() -> None:
     """Unfused attention makes selective recomputation a real choice (it is pruned with fused attention)."""
-    from planner.core import AttentionKernel, Runtime
+    from meshcore import AttentionKernel, Runtime
 
     cluster = load_hardware("a100-80gb", 64)
     pr = resolve("gpt3-175b", cluster, gpus=64, seq_len=2048, global_batch=64,

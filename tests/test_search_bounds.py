@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from tiny_models import TINY_DEEPSEEK
 
 from cost_models.step import evaluate_layout, layer_times
+from meshcore import GIB, WAVE_PLACED, Layout, Recompute
 from planner.api import Problem, resolve
-from planner.core import GIB, WAVE_PLACED, Layout, Recompute
 from planner.inputs.loaders import model_from_mapping
 from planner.search.bounds import SearchBounds
 from planner.search.exact import _price, balanced_only

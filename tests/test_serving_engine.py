@@ -15,9 +15,9 @@ from cli import app
 from cost_models.serving_deploy import batch_at_rate, decode_memory, evaluate_serving, tpot
 from cost_models.serving_engine import md1_wait, prefill_stall_tpot, scheduler_wait
 from hardware_profiles import load_hardware
-from planner.core.engine import Engine, EngineProfile
-from planner.core.errors import InputError
-from planner.core.inference import PoolMode, ReplicaLayout, ServingJob, ServingLayout
+from meshcore.engine import Engine, EngineProfile
+from meshcore.errors import InputError
+from meshcore.inference import PoolMode, ReplicaLayout, ServingJob, ServingLayout
 from planner.inputs.engines import engine_from_mapping, load_engine
 from planner.inputs.loaders import load_model
 from planner.search.infer_serving import search_serving

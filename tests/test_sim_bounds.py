@@ -18,8 +18,8 @@ from tiny_models import TINY_DEEPSEEK
 from cost_models.schedules import SPLIT_BACKWARD, W_SHARE, program
 from cost_models.simulator import Durations, makespan
 from cost_models.step import evaluate_layout
+from meshcore import Runtime, Schedule
 from planner.api import resolve
-from planner.core import Runtime, Schedule
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime
 from planner.search.exact import _price, balanced_only, reported, search
@@ -234,7 +234,7 @@ def test_no_candidate_beats_the_plan_as_reported(job: tuple) -> None:  # type: i
     """On random small jobs, every candidate of the space (each recompute-module variant too) priced as a plan reports
     it: none has a lower step than the plan's best, and the top-k hold every candidate below their last but a
     module-set variant no faster than the cheaper set it follows (dominated: the search does not price it)."""
-    from planner.core.errors import InfeasibleError, LayoutError
+    from meshcore.errors import InfeasibleError, LayoutError
 
     model, hw, gpus, seq, batch, runtime = job
     pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))

@@ -80,14 +80,14 @@ def test_workers_give_the_same_rows() -> None:
 
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5])
 def test_workers_must_be_a_positive_integer(workers: object) -> None:
-    from planner.core.errors import InputError
+    from meshcore.errors import InputError
 
     with pytest.raises(InputError, match="--workers must be a positive integer"):
         sweep(JOB, Varied.GPUS, ["8"], workers=workers)  # type: ignore[arg-type]
 
 
 def test_a_bad_value_is_named_before_planning() -> None:
-    from planner.core.errors import InputError
+    from meshcore.errors import InputError
 
     with pytest.raises(InputError, match="'x' is not a number"):
         sweep(JOB, Varied.GPUS, ["8", "x"], workers=2)

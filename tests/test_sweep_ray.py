@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from planner.core.errors import InputError, SpecError
+from meshcore.errors import InputError, SpecError
 from planner.studies.sweep import Job, Varied, sweep
 from planner.studies.sweep_ray import MISSING_RAY, _connected, _init_args, _task_error
 

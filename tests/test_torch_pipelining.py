@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.core import Schedule
+from meshcore import Schedule
 from planner.outputs.emitters.actions import action_rows
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")

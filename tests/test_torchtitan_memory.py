@@ -10,10 +10,10 @@ from published import titan_observations
 
 from cost_models import held as H
 from cost_models.memory import BUFFER_ALLOWANCE_GIB
+from meshcore import Recompute, Runtime
+from meshcore.execution import HeldMemory
+from meshcore.framework import Framework
 from planner.api import evaluate
-from planner.core import Recompute, Runtime
-from planner.core.execution import HeldMemory
-from planner.core.framework import Framework
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime
 

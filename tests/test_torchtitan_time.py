@@ -11,8 +11,8 @@ import pytest
 from cost_models.compute import flash_attention_time, gemm_fwd_bwd_time, gemm_time, memory_time
 from cost_models.gemms import attention_gemms, gemms_time, split_gemms, split_gemms_time
 from hardware_profiles import load_hardware
-from planner.core import Dtype, JobSpec, Runtime
-from planner.core.framework import Framework
+from meshcore import Dtype, JobSpec, Runtime
+from meshcore.framework import Framework
 from planner.inputs.loaders import load_model
 from planner.inputs.runtimes import load_runtime, with_execution
 from planner.studies.fit import BOUNDS, Param

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import planner
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 from planner.outputs.emitters import FRAMEWORK, Target, for_launcher
 from planner.outputs.planread import load_plan
 from planner.search.space import SearchSpec

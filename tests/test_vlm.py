@@ -11,10 +11,10 @@ import pytest
 from cost_models import flops as F
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
+from meshcore import JobSpec, Layout, Schedule
+from meshcore.errors import InputError, LayoutError
 from planner import plan as run_plan
 from planner.api import make_layout, resolve
-from planner.core import JobSpec, Layout, Schedule
-from planner.core.errors import InputError, LayoutError
 from planner.inputs.loaders import load_model, model_from_hf_config, model_from_mapping, model_mapping
 from planner.outputs.emitters import Target, UnsupportedPlanError, emit
 from planner.outputs.planfile import save_plan

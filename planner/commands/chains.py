@@ -35,7 +35,7 @@ def print_chain(chain: ChainPlans, out: Path | None, as_json: bool) -> None:
     """Write and print the plans of a chain table."""
     import yaml
 
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
 
     if out is not None:
         write_text_atomic(out, yaml.safe_dump(chain.document, sort_keys=False))

@@ -14,8 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cost_models.prediction import Prediction
-from planner.commands.lazy import app as lazy_app
-from planner.core import (
+from meshcore import (
     AttentionKernel,
     ClusterSpec,
     Dtype,
@@ -24,7 +23,7 @@ from planner.core import (
     ModelSpec,
     Runtime,
 )
-from planner.core.checks import (
+from meshcore.checks import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_SEQ_LEN,
@@ -33,9 +32,10 @@ from planner.core.checks import (
     physical,
     real,
 )
-from planner.core.errors import InputError, MeshplanError, SpecError
-from planner.core.execution import Fp8Recipe
-from planner.core.framework import DEFAULT_FRAMEWORK, Framework
+from meshcore.errors import InputError, MeshplanError, SpecError
+from meshcore.execution import Fp8Recipe
+from meshcore.framework import DEFAULT_FRAMEWORK, Framework
+from planner.commands.lazy import app as lazy_app
 
 app = lazy_app  # the root app (planner.commands.lazy builds each command from its module when it runs)
 
@@ -319,7 +319,7 @@ def int_list(text: str, flag: str) -> list[int]:
 def report_to_stderr(*outputs: Path | None) -> bool:
     """Whether one of `outputs` is standard output (`--out -`): the report printed beside it then goes to standard
     error, so that what is piped on is the output file alone."""
-    from planner.core.fileio import writes_stdout
+    from meshcore.fileio import writes_stdout
 
     return any(o is not None and writes_stdout(o) for o in outputs)
 
@@ -335,7 +335,7 @@ def write_and_print(document: dict[str, Any], out: Path | None, as_json: bool,
                     dumps: Callable[[dict[str, Any], Path], str], summary: Callable[[dict[str, Any]], str]) -> None:
     """Write a plan document to `out` (atomically, in the format its suffix names) when given, then print it as JSON,
     or as its summary and where it was written (to standard error when `out` is standard output)."""
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
 
     if out is not None:
         write_text_atomic(out, dumps(document, out))

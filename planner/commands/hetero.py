@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
+from meshcore import Dtype, Recompute, Runtime, Target
+from meshcore.errors import InputError
 from planner.commands.common import report_to_stderr
-from planner.core import Dtype, Recompute, Runtime, Target
-from planner.core.errors import InputError
 
 
 def refuse_with_cluster(given: dict[str, bool]) -> None:
@@ -25,9 +25,9 @@ def plan_on_cluster(cluster: Path, model: str | None, seq_len: int, batch: int, 
                     max_tp: int | None, max_mbs: int, top_k: int, partial: bool, out: Path | None, as_json: bool,
                     emit_target: Target | None, record_timing: bool) -> None:
     """Plan (planner.api.plan_cluster), print the table or JSON, write the plan file, print a launcher config."""
+    from meshcore import ZeroStage
+    from meshcore.fileio import write_text_atomic
     from planner.api import plan_cluster
-    from planner.core import ZeroStage
-    from planner.core.fileio import write_text_atomic
     from planner.outputs.heteroplan import HeteroPlan, emit_hetero, hetero_plan_dict
     from planner.search.hetero import HeteroSpec
 

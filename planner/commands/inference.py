@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
+from meshcore.checks import MAX_GPUS
+from meshcore.engine import Engine
+from meshcore.inference import KvFormat, Objective, PoolMode, WeightFormat
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
-from planner.core.checks import MAX_GPUS
-from planner.core.engine import Engine
-from planner.core.inference import KvFormat, Objective, PoolMode, WeightFormat
 
 infer_app = typer.Typer(no_args_is_help=True, help="Plan inference: LLM serving, edge pipelines, diffusion "
                                                    "transformers.")
@@ -68,8 +68,8 @@ def serve(
 
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
-        from planner.core.errors import InputError, SpecError
-        from planner.core.inference import ServingJob
+        from meshcore.errors import InputError, SpecError
+        from meshcore.inference import ServingJob
         from planner.inputs.engines import load_engine
         from planner.inputs.loaders import load_model
         from planner.outputs.inferplan import serving_document
@@ -117,8 +117,8 @@ def edge(
 
     def action() -> None:
         from hardware_profiles import load_hardware
-        from planner.core.errors import InputError, SpecError
-        from planner.core.inference import EdgeJob
+        from meshcore.errors import InputError, SpecError
+        from meshcore.inference import EdgeJob
         from planner.inputs.loaders import load_model
         from planner.outputs.inferplan import edge_document
         from planner.search.infer_edge import search_edge
@@ -164,8 +164,8 @@ def diffusion(
 
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
-        from planner.core.diffusion import DiffusionJob, image_tokens
-        from planner.core.errors import InputError, SpecError
+        from meshcore.diffusion import DiffusionJob, image_tokens
+        from meshcore.errors import InputError, SpecError
         from planner.inputs.diffusion import load_diffusion_model
         from planner.outputs.inferplan import diffusion_document
         from planner.search.infer_diffusion import search_diffusion

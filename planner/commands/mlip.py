@@ -31,8 +31,8 @@ def plan_cmd(
 
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
-        from planner.core.errors import InputError, SpecError
-        from planner.core.mlip import MlipJob
+        from meshcore.errors import InputError, SpecError
+        from meshcore.mlip import MlipJob
         from planner.inputs.mlip import load_cost_table
         from planner.outputs.mlipplan import mlip_document, mlip_summary
         from planner.outputs.recplan import dumps

@@ -8,6 +8,20 @@ from typing import Annotated
 
 import typer
 
+from meshcore import (
+    AttentionKernel,
+    Dtype,
+    Recompute,
+    Schedule,
+)
+from meshcore import Target as EmitTarget
+from meshcore.checks import (
+    MAX_GPUS,
+    MAX_WORKERS,
+    TIME_LIMIT_S,
+)
+from meshcore.errors import InputError
+from meshcore.framework import DEFAULT_FRAMEWORK, Framework
 from planner.commands.chains import chain_table, no_chain_launcher, print_chain
 from planner.commands.common import (
     Attention,
@@ -41,20 +55,6 @@ from planner.commands.common import (
     run,
     runtime_of,
 )
-from planner.core import (
-    AttentionKernel,
-    Dtype,
-    Recompute,
-    Schedule,
-)
-from planner.core import Target as EmitTarget
-from planner.core.checks import (
-    MAX_GPUS,
-    MAX_WORKERS,
-    TIME_LIMIT_S,
-)
-from planner.core.errors import InputError
-from planner.core.framework import DEFAULT_FRAMEWORK, Framework
 from planner.search.ilp import Solver
 
 
@@ -209,6 +209,7 @@ def plan(
 ) -> None:
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
+    from meshcore.fileio import write_text_atomic
     from planner.api import (
         cost_table_warning,
         model_and_costs,
@@ -218,7 +219,6 @@ def plan(
         restricted_spec,
     )
     from planner.api import plan as run_plan
-    from planner.core.fileio import write_text_atomic
     from planner.outputs.planfile import dumps, plan_to_dict
     from planner.outputs.report import plan_table
     from planner.search.space import MAX_TOP_K, SearchSpec
@@ -298,7 +298,7 @@ def plan(
             if out is not None:
                 typer.echo(f"\nplan written to {out}", err=err)
         if target is not None:
-            from planner.core.fileio import is_script
+            from meshcore.fileio import is_script
             from planner.outputs.emitters import emit as emit_config
 
             emitted = emit_config(result, target)
@@ -348,7 +348,7 @@ def emit(
                                                           "instead of writing the best layout it can run.")] = False,
 ) -> None:
     """Turn a plan into a launcher configuration (Megatron-LM, torchtitan, DeepSpeed, NeMo)."""
-    from planner.core.fileio import is_script, write_text_atomic
+    from meshcore.fileio import is_script, write_text_atomic
     from planner.outputs.emitters import emit as emit_config
     from planner.outputs.planread import load_plan
 
@@ -377,7 +377,7 @@ def explain(
                                                             "differ).")] = False,
 ) -> None:
     """Show why a plan is what it is: timeline, memory per stage, breakdown, the binding constraint."""
-    from planner.core.fileio import write_bytes_atomic, write_text_atomic
+    from meshcore.fileio import write_bytes_atomic, write_text_atomic
     from planner.outputs.explain import explanation, render_png
     from planner.outputs.explain_html import render_html
     from planner.outputs.planread import load_plan

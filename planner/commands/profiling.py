@@ -8,11 +8,11 @@ from typing import Annotated
 
 import typer
 
-from planner.commands.common import Model, Progress, check, int_list, needs, output_path, profile_app, run
-from planner.core.checks import (
+from meshcore.checks import (
     MAX_SEQ_LEN,
 )
-from planner.core.errors import InputError
+from meshcore.errors import InputError
+from planner.commands.common import Model, Progress, check, int_list, needs, output_path, profile_app, run
 
 
 @profile_app.command("layers")
@@ -28,7 +28,7 @@ def profile_layers(
                                                                 "median is kept.")] = 5,
 ) -> None:
     """Time real decoder, embedding and LM-head layers with PyTorch and write a cost table."""
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
     from planner.inputs.loaders import load_model
 
     def action() -> None:
@@ -61,7 +61,7 @@ def profile_network(
                                                                 "1000.")] = 5,
 ) -> None:
     """Time all-reduce, all-gather, reduce-scatter, all-to-all and send/recv; fit alpha-beta."""
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
 
     def action() -> None:
         if backend not in ("gloo", "nccl"):
@@ -92,7 +92,7 @@ def profile_host(
 ) -> None:
     """Measure the host's fixed costs: operators per layer pass and time per operator, a collective call, a host sync,
     an optimizer step."""
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
     from planner.inputs.loaders import load_model
 
     def action() -> None:

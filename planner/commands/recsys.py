@@ -8,16 +8,16 @@ from typing import Annotated
 
 import typer
 
+from meshcore.checks import MAX_GPUS, TIME_LIMIT_S
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
-from planner.core.checks import MAX_GPUS, TIME_LIMIT_S
 
 recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
 app.add_typer(recsys_app, name="recsys")
 
 
 def _kinds(text: str) -> frozenset:
-    from planner.core.errors import InputError
-    from planner.core.recsys import ShardingKind
+    from meshcore.errors import InputError
+    from meshcore.recsys import ShardingKind
 
     allowed = ", ".join(k.value for k in ShardingKind)
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -56,9 +56,9 @@ def plan_cmd(
 
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
-        from planner.core.errors import InputError, SpecError
-        from planner.core.fileio import write_text_atomic
-        from planner.core.recsys import RecJob
+        from meshcore.errors import InputError, SpecError
+        from meshcore.fileio import write_text_atomic
+        from meshcore.recsys import RecJob
         from planner.inputs.recsys import load_recsys_model
         from planner.outputs.recplan import dumps, recsys_document, recsys_summary
         from planner.outputs.torchrec import torchrec_python

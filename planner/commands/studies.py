@@ -8,6 +8,18 @@ from typing import Annotated
 
 import typer
 
+from meshcore import (
+    AttentionKernel,
+    Dtype,
+    Runtime,
+)
+from meshcore.checks import (
+    MAX_GPUS,
+    MAX_WORKERS,
+)
+from meshcore.errors import InfeasibleError, InputError
+from meshcore.framework import DEFAULT_FRAMEWORK
+from meshcore.text import comment
 from planner.commands.common import (
     Attention,
     DtypeOpt,
@@ -26,18 +38,6 @@ from planner.commands.common import (
     report_to_stderr,
     run,
 )
-from planner.core import (
-    AttentionKernel,
-    Dtype,
-    Runtime,
-)
-from planner.core.checks import (
-    MAX_GPUS,
-    MAX_WORKERS,
-)
-from planner.core.errors import InfeasibleError, InputError
-from planner.core.framework import DEFAULT_FRAMEWORK
-from planner.core.text import comment
 from planner.studies.sweep import Varied
 
 
@@ -70,7 +70,7 @@ def sweep(
 ) -> None:
     """What-if studies: best plan against GPU count, hardware, bandwidth, sequence or batch; or the GPUs
     needed to train --tokens in --days."""
-    from planner.core.fileio import write_bytes_atomic, write_text_atomic
+    from meshcore.fileio import write_bytes_atomic, write_text_atomic
     from planner.outputs.report import plan_table
     from planner.studies.sweep import Job, capacity, sweep_plot, sweep_table, sweep_title
     from planner.studies.sweep import sweep as run_sweep
@@ -174,7 +174,7 @@ def calibrate(
     """Fit the hardware profile's physical parameters to your own measured runs (held-out check first)."""
     import yaml
 
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
     from planner.studies.calibrate import calibrate as fit_runs
     from planner.studies.calibrate import check, fragment, load_runs, report
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core import ModelSpec
-from planner.core.checks import finite, is_integer
-from planner.core.errors import InputError
+from meshcore import ModelSpec
+from meshcore.checks import finite, is_integer
+from meshcore.errors import InputError
 
 ATTENTION_KEYS = ("sliding_window", "global_attention_every", "rope_theta", "norm_eps")
 _HF_EPS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_profiles import load_hardware
-from planner.core.checks import (
+from meshcore.checks import (
     BANDWIDTH_GBS,
     EFFICIENCY,
     MAX_GPUS,
@@ -30,8 +30,8 @@ from planner.core.checks import (
     physical,
     real,
 )
-from planner.core.cluster import GroupLink, HeteroCluster, NodeGroup
-from planner.core.errors import InputError, SpecError
+from meshcore.cluster import GroupLink, HeteroCluster, NodeGroup
+from meshcore.errors import InputError, SpecError
 from planner.inputs.yamlfile import read_yaml, refuse_non_file
 
 TOP = ("groups",), ("name", "links")
@@ -45,7 +45,7 @@ def _keys(data: Any, keys: tuple[tuple[str, ...], tuple[str, ...]], where: str) 
 
 
 def _name(value: Any, where: str) -> str:
-    """A group's name: an identifier (planner.core.checks.identifier) of at most 64 characters, without '+'."""
+    """A group's name: an identifier (meshcore.checks.identifier) of at most 64 characters, without '+'."""
     identifier(value, f"{where}: name")
     if "+" in value or len(value) > 64:
         raise InputError(f"{where}: name must be at most 64 characters without '+', got {value!r}")

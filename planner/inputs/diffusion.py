@@ -7,9 +7,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from planner.core.checks import finite
-from planner.core.diffusion import DiffusionModel
-from planner.core.errors import InputError, SpecError
+from meshcore.checks import finite
+from meshcore.diffusion import DiffusionModel
+from meshcore.errors import InputError, SpecError
 from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
 
 REQUIRED_KEYS = ("hidden_size", "num_heads", "ffn_hidden_size", "double_layers", "single_layers", "patch_size",

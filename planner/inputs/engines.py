@@ -1,4 +1,4 @@
-"""Serving-engine profiles: hardware_profiles/engines/ENGINE-VERSION.yaml -> EngineProfile (planner.core.engine).
+"""Serving-engine profiles: hardware_profiles/engines/ENGINE-VERSION.yaml -> EngineProfile (meshcore.engine).
 The schema is in hardware_profiles/engines/README.md."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from planner.core.checks import choice, flag, mapping_keys
-from planner.core.engine import Engine, EngineProfile, PrefillPolicy
-from planner.core.errors import InputError, SpecError
-from planner.core.inputfile import safe_load
+from meshcore.checks import choice, flag, mapping_keys
+from meshcore.engine import Engine, EngineProfile, PrefillPolicy
+from meshcore.errors import InputError, SpecError
+from meshcore.inputfile import safe_load
 
 VERSIONS: MappingProxyType[Engine, str] = MappingProxyType({Engine.VLLM: "0.6.0", Engine.SGLANG: "0.3.0"})
 _KEYS = ("engine", "version", "host_fixed_s", "host_per_seq_s", "scheduler_steps", "overlap",

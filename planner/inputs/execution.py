@@ -1,5 +1,5 @@
 """The `execution` section of a runtime profile (hardware_profiles/runtimes/NAME.yaml) ->
-planner.core.execution.Execution. Every key is optional (a missing one keeps Megatron-core's value, `Execution()`);
+meshcore.execution.Execution. Every key is optional (a missing one keeps Megatron-core's value, `Execution()`);
 an unknown key is an error naming the allowed ones. Schema: hardware_profiles/SCHEMA.md, "Runtime profiles"."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from planner.core.checks import choice, flag, mapping_keys, real
-from planner.core.errors import InputError
-from planner.core.execution import (
+from meshcore.checks import choice, flag, mapping_keys, real
+from meshcore.errors import InputError
+from meshcore.execution import (
     AttentionImpl,
     Elementwise,
     ElementwiseBytes,

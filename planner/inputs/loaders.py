@@ -14,11 +14,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from planner.core import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
-from planner.core.checks import MAX_LAYERS, MAX_WIDTH, choice, identifier, integer, is_integer, not_found
-from planner.core.enums import Activation
-from planner.core.errors import InputError, SpecError
-from planner.core.inputfile import MAX_SPEC_BYTES, parse_json, parse_yaml, read_text, shown
+from meshcore import MLASpec, ModelSpec, MoESpec, Norm, VisionSpec
+from meshcore.checks import MAX_LAYERS, MAX_WIDTH, choice, identifier, integer, is_integer, not_found
+from meshcore.enums import Activation
+from meshcore.errors import InputError, SpecError
+from meshcore.inputfile import MAX_SPEC_BYTES, parse_json, parse_yaml, read_text, shown
 from planner.inputs.attention_keys import ATTENTION_KEYS, attention_fields, attention_mapping, hf_attention_keys
 from planner.inputs.yamlfile import packaged_presets, refuse_non_file
 

@@ -21,10 +21,10 @@ import csv
 import io
 from pathlib import Path
 
-from planner.core.checks import finite, is_integer
-from planner.core.errors import InputError, SpecError
-from planner.core.inputfile import MAX_TABLE_BYTES, read_text, shown
-from planner.core.mlip import CostRow, MlipCostTable
+from meshcore.checks import finite, is_integer
+from meshcore.errors import InputError, SpecError
+from meshcore.inputfile import MAX_TABLE_BYTES, read_text, shown
+from meshcore.mlip import CostRow, MlipCostTable
 
 META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
 META_OPTIONAL = ("name", "device", "source")

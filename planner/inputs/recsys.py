@@ -7,9 +7,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from planner.core.checks import choice, identifier, mapping_keys
-from planner.core.errors import InputError, SpecError
-from planner.core.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
+from meshcore.checks import choice, identifier, mapping_keys
+from meshcore.errors import InputError, SpecError
+from meshcore.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
 from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
 
 MODEL_REQUIRED = ("dense_features", "bottom_mlp", "top_mlp", "tables")

@@ -49,7 +49,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -1,4 +1,4 @@
-"""Runtime profiles: hardware_profiles/runtimes/NAME.yaml -> RuntimeProfile (planner.core.framework), one per
+"""Runtime profiles: hardware_profiles/runtimes/NAME.yaml -> RuntimeProfile (meshcore.framework), one per
 runtime at the version meshplan pins. The schema is in hardware_profiles/SCHEMA.md ("Runtime profiles"); an
 unknown or missing key is an error naming the allowed ones."""
 
@@ -9,12 +9,12 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-from planner.core.checks import choice, flag, integer, mapping_keys
-from planner.core.enums import Offload, Schedule, Target
-from planner.core.errors import InputError
-from planner.core.framework import Capabilities, Framework, RuntimeProfile
-from planner.core.inputfile import safe_load
-from planner.core.job import Runtime
+from meshcore.checks import choice, flag, integer, mapping_keys
+from meshcore.enums import Offload, Schedule, Target
+from meshcore.errors import InputError
+from meshcore.framework import Capabilities, Framework, RuntimeProfile
+from meshcore.inputfile import safe_load
+from meshcore.job import Runtime
 from planner.inputs.execution import execution_from_mapping
 
 _ABOUT = ("name", "label", "package", "version", "emit", "source")

@@ -1,5 +1,5 @@
 """YAML the inputs read, always with a safe loader: the packaged preset files and a user's files. A user's file is read
-bounded and parsed with libyaml where installed (planner/core/inputfile.py); one that cannot be read, decoded or
+bounded and parsed with libyaml where installed (meshcore/inputfile.py); one that cannot be read, decoded or
 parsed, or is over its size limit, is a one-line InputError naming it; a name that is neither a preset nor a YAML
 file is one naming what is allowed."""
 
@@ -10,8 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from planner.core.errors import InputError
-from planner.core.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, safe_load, shown
+from meshcore.errors import InputError
+from meshcore.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text, safe_load, shown
 
 T = TypeVar("T")
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from planner.core import ClusterSpec, Dtype, JobSpec, ModelSpec
-from planner.core.errors import InputError
-from planner.core.inputfile import MAX_SPEC_BYTES, parse_yaml, read_text, safe_load, shown
+from meshcore import ClusterSpec, Dtype, JobSpec, ModelSpec
+from meshcore.errors import InputError
+from meshcore.inputfile import MAX_SPEC_BYTES, parse_yaml, read_text, safe_load, shown
 
 MIN_RESIDUALS = 4  # fewer residuals than this do not make a quantile band: fall back to a coarser key
 MIN_HALF_WIDTH = 0.02  # no band is narrower than ±2 %: published step times themselves vary that much
@@ -310,7 +310,7 @@ def dumps_bands(table: BandTable) -> str:
 
 def save_bands(table: BandTable, path: str | Path) -> None:
     """Write the table as YAML, atomically."""
-    from planner.core.fileio import write_text_atomic
+    from meshcore.fileio import write_text_atomic
 
     write_text_atomic(Path(path), dumps_bands(table))
 

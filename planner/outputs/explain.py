@@ -17,7 +17,7 @@ from cost_models.prediction import Prediction
 from cost_models.schedules import program
 from cost_models.simulator import Event, OpKind, SimResult
 from cost_models.step import pipeline_hop_time
-from planner.core import Layout
+from meshcore import Layout
 from planner.outputs.plan import Plan
 from planner.outputs.verdict import plan_verdict, seconds
 from planner.search.ranked import Ranked

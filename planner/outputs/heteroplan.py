@@ -23,9 +23,9 @@ from typing import Any
 
 from cost_models.prediction import Prediction
 from hardware_profiles import profile_mapping
-from planner.core import JobSpec, Layout, ModelSpec, Schedule, Target
-from planner.core.cluster import HeteroCluster, HeteroLayout
-from planner.core.text import comment
+from meshcore import JobSpec, Layout, ModelSpec, Schedule, Target
+from meshcore.cluster import HeteroCluster, HeteroLayout
+from meshcore.text import comment
 from planner.inputs.loaders import model_mapping
 from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan

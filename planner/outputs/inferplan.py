@@ -16,10 +16,10 @@ import yaml
 from cost_models.diffusion import DiffusionPrediction
 from cost_models.serving_deploy import ServingPrediction
 from hardware_profiles import profile_mapping
-from planner.core import GIB, ClusterSpec, ModelSpec
-from planner.core.diffusion import DiffusionJob, DiffusionModel
-from planner.core.errors import InputError
-from planner.core.inference import EdgeJob, Family, ServingJob
+from meshcore import GIB, ClusterSpec, ModelSpec
+from meshcore.diffusion import DiffusionJob, DiffusionModel
+from meshcore.errors import InputError
+from meshcore.inference import EdgeJob, Family, ServingJob
 from planner.inputs.diffusion import diffusion_mapping
 from planner.inputs.loaders import model_mapping
 from planner.outputs.launch_args import sglang_commands, vllm_commands

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import shlex
 
-from planner.core.inference import KvFormat, ReplicaLayout, ServingJob, ServingLayout, WeightFormat
-from planner.core.text import comment
+from meshcore.inference import KvFormat, ReplicaLayout, ServingJob, ServingLayout, WeightFormat
+from meshcore.text import comment
 
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from cost_models.mlip import MlipPrediction
-from planner.core import GIB, ClusterSpec
-from planner.core.mlip import MlipJob
+from meshcore import GIB, ClusterSpec
+from meshcore.mlip import MlipJob
 from planner.outputs.planfile import MESHPLAN_VERSION
 from planner.search.mlip import MlipSearch
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from planner.core import ClusterSpec, JobSpec, ModelSpec
+from meshcore import ClusterSpec, JobSpec, ModelSpec
 from planner.outputs.bands import StepBand, band_for, load_bands, step_band
 from planner.search.ranked import Certificate, Ranked
 

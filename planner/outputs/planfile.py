@@ -24,7 +24,7 @@ import yaml
 from cost_models.profile import MeasuredCosts
 from cost_models.schedules import LAUNCHERS
 from hardware_profiles import profile_mapping
-from planner.core import (
+from meshcore import (
     JobSpec,
     Layout,
     ModelSpec,
@@ -33,9 +33,9 @@ from planner.core import (
     non_default_modules,
     offload_names,
 )
-from planner.core.checks import path_argument
-from planner.core.errors import InputError
-from planner.core.framework import Framework
+from meshcore.checks import path_argument
+from meshcore.errors import InputError
+from meshcore.framework import Framework
 from planner.inputs.loaders import model_mapping
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict

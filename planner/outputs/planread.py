@@ -26,7 +26,7 @@ from cost_models.prediction import Breakdown
 from cost_models.profile import MIN_LAYER_MS, MeasuredCosts, MeasuredLayer, least_decoder_activation
 from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile
-from planner.core import (
+from meshcore import (
     AttentionKernel,
     ClusterSpec,
     Dtype,
@@ -40,10 +40,10 @@ from planner.core import (
     Schedule,
     ZeroStage,
 )
-from planner.core.checks import path_argument
-from planner.core.errors import InputError, MeshplanError
-from planner.core.inputfile import MAX_PLAN_BYTES, parse_json, parse_yaml, read_text, shown
-from planner.core.text import one_line
+from meshcore.checks import path_argument
+from meshcore.errors import InputError, MeshplanError
+from meshcore.inputfile import MAX_PLAN_BYTES, parse_json, parse_yaml, read_text, shown
+from meshcore.text import one_line
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import with_execution
 from planner.outputs.plan import Plan

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from planner.core import GIB, ClusterSpec
+from meshcore import GIB, ClusterSpec
 from planner.outputs.planfile import MESHPLAN_VERSION
 from planner.outputs.torchrec import compute_kernel, torchrec_plan
 from planner.search.recsys import RecPlan

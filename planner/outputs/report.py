@@ -6,7 +6,7 @@ from typing import Any
 
 from cost_models.prediction import Prediction, StageCost
 from cost_models.schedules import LAUNCHERS
-from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
+from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict, describe
 from planner.outputs.plan import Plan

@@ -17,7 +17,7 @@ from cost_models.pipeline import ZB_HIDES
 from cost_models.schedules import W_SHARE, wave_bubble
 from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
-from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory

@@ -26,9 +26,9 @@ from cost_models.pipeline import pipeline_time
 from cost_models.profile import SHAPE_COLUMNS, checked_rows, read_frame, same_value
 from cost_models.schedules import in_flight
 from cost_models.sync import adam_step_time, grad_sync_times
-from planner.core import GIB, ClusterSpec, Schedule, ZeroStage
-from planner.core.errors import InfeasibleError, InputError
-from planner.core.mesh import Mesh
+from meshcore import GIB, ClusterSpec, Schedule, ZeroStage
+from meshcore.errors import InfeasibleError, InputError
+from meshcore.mesh import Mesh
 from planner.search.partition import best_boundaries
 
 LLM_KINDS = {"embedding", "decoder", "lm_head"}

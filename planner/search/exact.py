@@ -48,7 +48,7 @@ from cost_models.step import (
     rank_stage_layers,
     stage_cost,
 )
-from planner.core import (
+from meshcore import (
     GIB,
     WAVE_PLACED,
     ClusterSpec,
@@ -59,7 +59,7 @@ from planner.core import (
     ZeroStage,
     check_expert_degrees,
 )
-from planner.core.errors import InfeasibleError, LayoutError
+from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.memory_floors import ROUNDING

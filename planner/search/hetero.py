@@ -1,7 +1,7 @@
 """Search across node groups of different hardware: which groups carry the pipeline in which order, each group's TP
 degree, the shared data-parallel degree, micro-batch size and recomputation, and the layer split over the stages.
 
-The space (planner.core.cluster.HeteroLayout): every pipeline replica spans the groups the same way, so a group g
+The space (meshcore.cluster.HeteroLayout): every pipeline replica spans the groups the same way, so a group g
 with N_g GPUs used at TP degree t_g hosts p_g = N_g / (t_g · dp) consecutive stages; a group may be left idle.
 Stages then number P = Σ p_g. One candidate is (dp, mbs, ZeRO, recomputation, the order of the groups used, their
 TP degrees); for each, the layer split and each stage's count of fully recomputed layers are solved exactly:
@@ -35,9 +35,9 @@ from cost_models.hetero import group_costs, hetero_stage, predict_hetero, stage_
 from cost_models.knobs import LayerActivations, LayerTimes
 from cost_models.prediction import Prediction, StageLayers
 from cost_models.step import LayoutCosts, layer_activations, layer_times, layout_knobs
-from planner.core import GIB, JobSpec, ModelSpec, Recompute, ZeroStage
-from planner.core.cluster import HeteroCluster, HeteroLayout, HeteroStage
-from planner.core.errors import InfeasibleError, InputError
+from meshcore import GIB, JobSpec, ModelSpec, Recompute, ZeroStage
+from meshcore.cluster import HeteroCluster, HeteroLayout, HeteroStage
+from meshcore.errors import InfeasibleError, InputError
 from planner.search.partition import SplitProblem, best_boundaries, least_bottleneck, segments, stage_tables
 from planner.search.space import divisors
 

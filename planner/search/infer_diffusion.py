@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cost_models.diffusion import DiffusionPrediction, evaluate_diffusion
-from planner.core import ClusterSpec
-from planner.core.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens
-from planner.core.errors import InfeasibleError
-from planner.core.inference import Objective
+from meshcore import ClusterSpec
+from meshcore.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens
+from meshcore.errors import InfeasibleError
+from meshcore.inference import Objective
 
 PATCH_FACTORS = (1, 2, 4, 8)  # PipeFusion patches = stages x factor
 

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cost_models.edge import DeviceCosts, device_costs
-from planner.core import GIB, ClusterSpec, ModelSpec
-from planner.core.errors import InfeasibleError
-from planner.core.inference import EdgeJob, Objective
+from meshcore import GIB, ClusterSpec, ModelSpec
+from meshcore.errors import InfeasibleError
+from meshcore.inference import EdgeJob, Objective
 
 MAX_ORDERED = 4  # devices whose orders are all tried
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from cost_models.serving import prefill_cost
 from cost_models.serving_deploy import ServingPrediction, decode_memory, evaluate_serving
-from planner.core import ClusterSpec, ModelSpec
-from planner.core.errors import InfeasibleError
-from planner.core.inference import Objective, PoolMode, ReplicaLayout, ServingJob, ServingLayout
+from meshcore import ClusterSpec, ModelSpec
+from meshcore.errors import InfeasibleError
+from meshcore.inference import Objective, PoolMode, ReplicaLayout, ServingJob, ServingLayout
 
 MAX_PP = 16
 

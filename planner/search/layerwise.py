@@ -42,8 +42,8 @@ from cost_models.comm import Collective, collective, send_recv
 from cost_models.pipeline import pipeline_time
 from cost_models.schedules import in_flight
 from cost_models.sync import OPTIMIZER_BYTES_PER_PARAM, grad_sync_times
-from planner.core import GIB, ClusterSpec, Schedule, ZeroStage
-from planner.core.mesh import Group, Mesh
+from meshcore import GIB, ClusterSpec, Schedule, ZeroStage
+from meshcore.mesh import Group, Mesh
 from planner.search.chain import ChainTable, LayerChoice
 
 

@@ -34,8 +34,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cost_models import memory as M
-from planner.core import GIB, ClusterSpec, ZeroStage
-from planner.core.errors import InfeasibleError, InputError
+from meshcore import GIB, ClusterSpec, ZeroStage
+from meshcore.errors import InfeasibleError, InputError
 from planner.search.chain import ChainPlan, ChainTable, LayerChoice
 from planner.search.layerwise import (
     Priced,

@@ -32,7 +32,7 @@ from cost_models.params import StageParams, embedding_params, head_params, one_l
 from cost_models.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
 from cost_models.sync import host_state_bytes, stage_states
-from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
 from planner.search.floors import packing_floor
 from planner.search.space import Candidate
 

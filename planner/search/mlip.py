@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cost_models.mlip import MlipPrediction, evaluate_split, interpolate
-from planner.core import GIB, ClusterSpec
-from planner.core.errors import InfeasibleError
-from planner.core.mlip import MlipCostTable, MlipJob, MlipSplit
+from meshcore import GIB, ClusterSpec
+from meshcore.errors import InfeasibleError
+from meshcore.mlip import MlipCostTable, MlipJob, MlipSplit
 from planner.search.space import divisors
 
 

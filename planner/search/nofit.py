@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from cost_models import memory as M
-from planner.core import GIB, JobSpec, Offload, offload_names
+from meshcore import GIB, JobSpec, Offload, offload_names
 from planner.search.bounds import SearchBounds
 from planner.search.searchspec import SearchSpec
 from planner.search.space import Candidate

@@ -17,8 +17,8 @@ import math
 import time
 from dataclasses import replace
 
-from planner.core import ClusterSpec, JobSpec, ModelSpec
-from planner.core.errors import InfeasibleError, LayoutError
+from meshcore import ClusterSpec, JobSpec, ModelSpec
+from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver

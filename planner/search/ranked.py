@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_models.prediction import Prediction
-from planner.core import (
+from meshcore import (
     Layout,
 )
 from planner.search.ilp import Solver

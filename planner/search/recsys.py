@@ -28,10 +28,10 @@ from cost_models.recsys import (
     every_rank_piece,
     one_rank_piece,
 )
-from planner.core import ClusterSpec
-from planner.core.enums import GIB
-from planner.core.errors import InfeasibleError
-from planner.core.recsys import (
+from meshcore import ClusterSpec
+from meshcore.enums import GIB
+from meshcore.errors import InfeasibleError
+from meshcore.recsys import (
     EmbeddingTable,
     RecJob,
     RecModel,

@@ -1,14 +1,14 @@
 """The search space of one runtime: a SearchSpec narrowed to what the runtime's profile says it runs
-(planner.core.framework.Capabilities), keeping every pin and limit the user gave. A pin the runtime cannot run is
+(meshcore.framework.Capabilities), keeping every pin and limit the user gave. A pin the runtime cannot run is
 an InputError naming the runtime, the pin and what it runs instead, never silently dropped."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from planner.core import Layout, ModelSpec, Offload, Schedule, non_default_modules
-from planner.core.errors import InputError, LayoutError
-from planner.core.framework import Framework, RuntimeProfile
+from meshcore import Layout, ModelSpec, Offload, Schedule, non_default_modules
+from meshcore.errors import InputError, LayoutError
+from meshcore.framework import Framework, RuntimeProfile
 from planner.search.searchspec import SearchSpec
 
 

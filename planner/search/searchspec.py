@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core import Offload, Recompute, RecomputeModule, Schedule, with_implied
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, choice, flag, integer, optional_integer
-from planner.core.errors import InputError
+from meshcore import Offload, Recompute, RecomputeModule, Schedule, with_implied
+from meshcore.checks import MAX_GLOBAL_BATCH, MAX_GPUS, choice, flag, integer, optional_integer
+from meshcore.errors import InputError
 
 MIN_TOKENS_PER_CP_RANK = 2048  # below this the per-step attention blocks are launch-bound (not modelled)
 MAX_VPP = 16

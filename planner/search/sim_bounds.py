@@ -35,7 +35,7 @@ from cost_models.knobs import LayerTime
 from cost_models.schedules import SPLIT_BACKWARD, W_SHARE
 from cost_models.simulator import Durations, Program
 from cost_models.step import pipeline_hop_time
-from planner.core import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from planner.search.bounds import SearchBounds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.simulate import simulable

@@ -14,7 +14,7 @@ from cost_models.prediction import Prediction
 from cost_models.schedules import SPLIT_BACKWARD, W_SHARE, program
 from cost_models.simulator import Durations, SimResult, makespan, simulate
 from cost_models.step import pipeline_hop_time
-from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec
+from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec
 
 MAX_EVENTS = 200_000  # simulated ops x devices (the event loop scans the devices per op)
 

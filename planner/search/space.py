@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from itertools import product
 
-from planner.core import (
+from meshcore import (
     DEFAULT_RECOMPUTE_MODULES,
     WAVE_PLACED,
     AttentionKernel,
@@ -46,8 +46,8 @@ from planner.core import (
     Schedule,
     ZeroStage,
 )
-from planner.core.errors import LayoutError
-from planner.core.layout import sp_multiple
+from meshcore.errors import LayoutError
+from meshcore.layout import sp_multiple
 from planner.search.searchspec import MAX_TOP_K as MAX_TOP_K  # re-exported: SearchSpec's home was this module
 from planner.search.searchspec import MAX_VPP, MIN_TOKENS_PER_CP_RANK
 from planner.search.searchspec import SearchSpec as SearchSpec
@@ -281,7 +281,7 @@ def replicate_options(tp: int, cp: int, dp: int, zero: ZeroStage, cluster: Clust
                       ) -> list[int]:
     """HSDP replicate factors r for a ZeRO stage: 1 (shard over every data-parallel rank), and where the runtime
     shards over part of them at this stage (`SearchSpec.hsdp_zero_choices`) every r > 1 dividing dp whose shard
-    group, tp·cp·dp/r consecutive ranks (planner.core.mesh: TP innermost, then CP, then the shard), fills a power
+    group, tp·cp·dp/r consecutive ranks (meshcore.mesh: TP innermost, then CP, then the shard), fills a power
     of four of whole scale-up domains (1, 4, 16, 64, ... nodes): one node as torchtitan's HSDP recipes use, up to
     the 128-512 GPU groups of JAX-style FSDP at scale, a factor of 4 apart to keep the space small (every other
     factor is a pin away: `dp_replicate`). A shard group inside part of a node saves little traffic over a whole

@@ -10,7 +10,7 @@ from cost_models.step import (
     LayoutCosts,
     stage_cost,
 )
-from planner.core import (
+from meshcore import (
     GIB,
     Recompute,
     Schedule,

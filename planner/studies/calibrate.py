@@ -25,14 +25,14 @@ from types import MappingProxyType
 from typing import Any
 
 from cost_models.step import evaluate_layout
-from planner.core import ClusterSpec, JobSpec, Layout, ModelSpec
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MEMORY_GIB, MAX_SEQ_LEN
-from planner.core.errors import InputError, LayoutError
-from planner.core.inputfile import MAX_LOG_BYTES, MAX_PLAN_BYTES, MIB, parse_yaml, read_text, shown
+from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec
+from meshcore.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_MEMORY_GIB, MAX_SEQ_LEN
+from meshcore.errors import InputError, LayoutError
+from meshcore.inputfile import MAX_LOG_BYTES, MAX_PLAN_BYTES, MIB, parse_yaml, read_text, shown
 from planner.studies.fit import BOUNDS, Param, apply, current_value, fit
 
 MIN_RUNS = 2
-# upper bounds of a run's numbers (planner.core.checks for the job; a step of a day; a GPU's memory)
+# upper bounds of a run's numbers (meshcore.checks for the job; a step of a day; a GPU's memory)
 RUN_LIMITS = MappingProxyType({"gpus": MAX_GPUS, "seq_len": MAX_SEQ_LEN, "global_batch": MAX_GLOBAL_BATCH,
                                "step_time_s": 86400.0, "peak_memory_gib": MAX_MEMORY_GIB})
 LAYOUT_KEYS = ("tp", "pp", "cp", "vpp", "mbs", "zero", "recompute", "recompute_modules", "sp", "schedule",

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from planner.core import ClusterSpec, EfficiencyCurve
-from planner.core.execution import Execution
+from meshcore import ClusterSpec, EfficiencyCurve
+from meshcore.execution import Execution
 
 
 class Param(str, Enum):

@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from hardware_profiles import HardwareOverrides
+from meshcore import Dtype, Runtime, Schedule
+from meshcore.checks import MAX_GPUS, MAX_WORKERS, integer, real
+from meshcore.errors import InfeasibleError, InputError, LayoutError
 from planner.api import plan
-from planner.core import Dtype, Runtime, Schedule
-from planner.core.checks import MAX_GPUS, MAX_WORKERS, integer, real
-from planner.core.errors import InfeasibleError, InputError, LayoutError
 from planner.outputs.plan import Plan
 from planner.outputs.report import layout_line
 from planner.search.space import SearchSpec

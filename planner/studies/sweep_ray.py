@@ -23,7 +23,7 @@ from contextlib import contextmanager, suppress
 from types import ModuleType
 from typing import Any, TypeVar
 
-from planner.core.errors import InputError, MeshplanError
+from meshcore.errors import InputError, MeshplanError
 
 R = TypeVar("R")
 

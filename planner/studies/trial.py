@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
-from planner.core.errors import InputError
-from planner.core.fileio import write_text_atomic
-from planner.core.text import comment
+from meshcore.errors import InputError
+from meshcore.fileio import write_text_atomic
+from meshcore.text import comment
 from planner.outputs.emitters import Target, emit
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan

@@ -11,7 +11,7 @@ can run (`CAPABILITIES`) and emits that layout instead, saying so in the result'
 header where the format has comments, and with the predicted cost of the change: never a silently
 different configuration. An action list is only ever the plan's own (it pairs with the plan's layout).
 A model the launcher cannot build at all (torchtitan builds only its own flavors) raises
-`UnsupportedModelError` (planner.core.errors), which no other layout would help: it is never substituted.
+`UnsupportedModelError` (meshcore.errors), which no other layout would help: it is never substituted.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from planner.core import Schedule, Target
-from planner.core.errors import InfeasibleError
-from planner.core.fileio import is_script
-from planner.core.framework import Framework
-from planner.core.text import comment
+from meshcore import Schedule, Target
+from meshcore.errors import InfeasibleError
+from meshcore.fileio import is_script
+from meshcore.framework import Framework
+from meshcore.text import comment
 from planner.outputs.emitters import actions, deepspeed, megatron, nemo, torchtitan
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from cost_models.schedules import program
 from cost_models.simulator import Op, OpKind
-from planner.core import Schedule
+from meshcore import Schedule
 from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan
 

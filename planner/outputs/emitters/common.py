@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.core import Layout, Offload, Recompute, ZeroStage, module_names, non_default_modules, offload_names
-from planner.core.errors import MeshplanError
-from planner.core.text import one_line
+from meshcore import Layout, Offload, Recompute, ZeroStage, module_names, non_default_modules, offload_names
+from meshcore.errors import MeshplanError
+from meshcore.text import one_line
 from planner.outputs.plan import Plan
 
 

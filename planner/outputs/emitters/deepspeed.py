@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from cost_models.offload import GRADIENT_BUCKET_ELEMENTS
-from planner.core import (
+from meshcore import (
     AttentionKernel,
     Offload,
     Recompute,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.core import (
+from meshcore import (
     Activation,
     AttentionKernel,
     Dtype,
@@ -27,8 +27,8 @@ from planner.core import (
     module_names,
     offload_names,
 )
-from planner.core.errors import UnsupportedModelError
-from planner.core.text import comment
+from meshcore.errors import UnsupportedModelError
+from meshcore.text import comment
 from planner.outputs.emitters.common import (
     UnsupportedPlanError,
     describe,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core import Recompute, Schedule, ZeroStage, module_names, non_default_modules
-from planner.core.text import comment
+from meshcore import Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from meshcore.text import comment
 from planner.outputs.emitters.common import (
     UnsupportedPlanError,
     describe,

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from planner.core import MLASpec, ModelSpec, MoESpec
-from planner.core.errors import UnsupportedModelError
+from meshcore import MLASpec, ModelSpec, MoESpec
+from meshcore.errors import UnsupportedModelError
 
 # MoE fields that fix the architecture; router_bias is left out: torchtitan keeps an expert bias for
 # load balancing on every MoE flavor (MoEArgs.load_balance_coeff 1e-3), whatever the checkpoint has

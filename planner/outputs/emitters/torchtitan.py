@@ -45,9 +45,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
-from planner.core.errors import UnsupportedModelError
-from planner.core.text import comment
+from meshcore import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from meshcore.errors import UnsupportedModelError
+from meshcore.text import comment
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, offload_runner
 from planner.outputs.emitters.titan_flavors import flavor_of, mtp_caveat
 from planner.outputs.plan import Plan

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import BANDWIDTH_GBS, MAX_GPUS, MAX_NAME_LEN, MAX_WIDTH, identifier, integer, real
-from planner.core.errors import SpecError
+from meshcore.checks import BANDWIDTH_GBS, MAX_GPUS, MAX_NAME_LEN, MAX_WIDTH, identifier, integer, real
+from meshcore.errors import SpecError
 
 MAX_ROWS = 10**11  # rows of one table: above the largest published production tables (~10^10)
 MAX_TABLES = 1024

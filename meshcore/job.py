@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MOE_LOAD_FACTOR, integer, physical, real
-from planner.core.enums import AttentionKernel, Dtype
-from planner.core.errors import SpecError
-from planner.core.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe
-from planner.core.framework import DEFAULT_FRAMEWORK, Framework
-from planner.core.measured import MeasuredCosts
+from meshcore.checks import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, MOE_LOAD_FACTOR, integer, physical, real
+from meshcore.enums import AttentionKernel, Dtype
+from meshcore.errors import SpecError
+from meshcore.execution import MEGATRON_EXECUTION, Execution, Fp8Recipe
+from meshcore.framework import DEFAULT_FRAMEWORK, Framework
+from meshcore.measured import MeasuredCosts
 
 MAX_LORA_RANK = 65536
 MAX_PACKED_DOCS = 4096  # document lengths a job may list (a distribution's sample, not a dataset)
@@ -51,7 +51,7 @@ class Runtime:
     # them only when the data is needed (Megatron-LM's default with interleaving, --no-overlap-p2p-communication
     # turns it off; torch.distributed.pipelining's runtime always); 1F1B without chunks waits on each
     overlap_p2p_comm: bool = True
-    # how the runtime executes a layout (its profile's `execution` section, planner.core.execution): filled from
+    # how the runtime executes a layout (its profile's `execution` section, meshcore.execution): filled from
     # hardware_profiles/runtimes/<framework>.yaml by planner.api.resolve; None prices as Megatron-core runs it
     execution: Execution | None = None
     # torch.compile of each transformer block (torchtitan training.compile); None: the runtime's default

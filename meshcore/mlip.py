@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import MAX_GPUS, description, identifier, integer, real
-from planner.core.errors import SpecError
+from meshcore.checks import MAX_GPUS, description, identifier, integer, real
+from meshcore.errors import SpecError
 
 MAX_ATOMS = 10**10
 

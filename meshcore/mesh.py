@@ -21,7 +21,7 @@ DP replicate, PP. The etp·ep·edp_shard ranks of one data-parallel replica of o
 tp·cp·dp_shard ranks read again; the replicate and pipeline coordinates are shared with the dense mesh.
 
 A group's members are the ranks that differ only in its dimensions: (degree, stride) runs, merged where they
-are adjacent in the order (TP x CP is one run of tp·cp at stride 1). On a cluster (planner.core.hardware) a group
+are adjacent in the order (TP x CP is one run of tp·cp at stride 1). On a cluster (meshcore.hardware) a group
 with runs (d_i, s_i) has Π min(d_i, max(1, D // s_i)) members in each aligned block of D consecutive ranks: one
 scale-up domain (D = scale_up_size) or one node (D = gpus_per_node). It crosses the scale-out network (NICs)
 when a scale-up domain does not hold all of it; a group of one crosses nothing.
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property, lru_cache
 
-from planner.core.checks import MAX_GPUS, integer
-from planner.core.errors import LayoutError
-from planner.core.hardware import ClusterSpec
+from meshcore.checks import MAX_GPUS, integer
+from meshcore.errors import LayoutError
+from meshcore.hardware import ClusterSpec
 
 
 class Dim(str, Enum):

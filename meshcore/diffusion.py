@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, identifier, integer, real
-from planner.core.errors import LayoutError, SpecError
-from planner.core.inference import Objective
+from meshcore.checks import MAX_GPUS, MAX_LAYERS, MAX_WIDTH, identifier, integer, real
+from meshcore.errors import LayoutError, SpecError
+from meshcore.inference import Objective
 
 MAX_PARAMS = 1e13  # text encoders + VAE, or a whole model: 10 trillion parameters (the largest have ~1e12)
 TEXT_ENCODER_NAMES = ("t5-xxl", "clip-l", "clip-g")  # architectures in cost_models/diffusion_parts.py

@@ -2,7 +2,7 @@
 
 Three families share the number formats and objectives here: LLM serving on GPU clusters (`ServingJob`,
 `ReplicaLayout`, `ServingLayout`), a transformer pipelined over a few edge devices (`EdgeJob`) and diffusion
-transformers (planner.core.diffusion). Times are seconds, memory bytes unless a name says GiB.
+transformers (meshcore.diffusion). Times are seconds, memory bytes unless a name says GiB.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, integer, real
-from planner.core.engine import EngineProfile
-from planner.core.errors import LayoutError, SpecError
+from meshcore.checks import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, integer, real
+from meshcore.engine import EngineProfile
+from meshcore.errors import LayoutError, SpecError
 
 MIN_SLO_S, MAX_SLO_S = 1e-6, 86400.0  # a microsecond (below any kernel launch) to a day
 MIN_RATE, MAX_RATE = 1e-6, 1e9  # requests per second: one in 11.6 days to a billion

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, identifier, integer, real
-from planner.core.enums import Activation, LayerKind, Norm
-from planner.core.errors import LayoutError, SpecError
+from meshcore.checks import MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH, identifier, integer, real
+from meshcore.enums import Activation, LayerKind, Norm
+from meshcore.errors import LayoutError, SpecError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 planner.inputs.runtimes): its FSDP form, the attention kernel it calls, element-wise fusion with and without
 torch.compile, its FP8 recipes, what its selective activation checkpointing keeps, and its fixed host costs.
 
-`Capabilities` (planner.core.framework) says WHAT a runtime runs; `Execution` says HOW FAST and in how much memory:
+`Capabilities` (meshcore.framework) says WHAT a runtime runs; `Execution` says HOW FAST and in how much memory:
 the cost model (cost_models/) reads it from `JobSpec.runtime.execution`, which planner.api.resolve fills from the
 runtime's profile. The defaults describe Megatron-core with Transformer Engine, the stack the cost model was first
 calibrated on (an `Execution()` prices a layout exactly as before runtimes had execution profiles).

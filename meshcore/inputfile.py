@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 
 KIB = 1024
 MIB = 1024 * KIB

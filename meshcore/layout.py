@@ -1,7 +1,7 @@
 """A parallel layout: the degrees, schedule, recomputation and stage split of a plan, with the rules
 Megatron-LM enforces (`Layout.validate`).
 
-Layout = mesh + pipeline + memory policy. `Layout.mesh` (planner.core.mesh: degrees, rank order, process groups),
+Layout = mesh + pipeline + memory policy. `Layout.mesh` (meshcore.mesh: degrees, rank order, process groups),
 `Layout.pipeline` (`Pipeline`: stages, model chunks, schedule, micro-batch, split; where each chunk runs) and
 `Layout.memory` (`MemoryPolicy`: ZeRO stage, recomputation, offloading) are frozen views of its fields, each with
 its own rules. Layout itself keeps one flat set of constructor keywords (`Layout(tp=8, pp=2, zero=...)`) and
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from planner.core.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
-from planner.core.enums import (
+from meshcore.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
+from meshcore.enums import (
     DEFAULT_RECOMPUTE_MODULES,
     WAVE_PLACED,
     Offload,
@@ -26,10 +26,10 @@ from planner.core.enums import (
     wave_rank,
     with_implied,
 )
-from planner.core.errors import LayoutError
-from planner.core.job import JobSpec
-from planner.core.mesh import Mesh
-from planner.core.model import ModelSpec, check_expert_degrees
+from meshcore.errors import LayoutError
+from meshcore.job import JobSpec
+from meshcore.mesh import Mesh
+from meshcore.model import ModelSpec, check_expert_degrees
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class MemoryPolicy:
 class Layout:
     """A parallel layout: the device mesh (`mesh`: degrees, rank order, process groups), the pipeline (`pipeline`:
     schedule and split) and the memory policy (`memory`: ZeRO stage, recomputation, offloading). Placement on the
-    GPU mesh is TP innermost, then CP, DP (shard, then replicate), PP outermost (planner.core.mesh).
+    GPU mesh is TP innermost, then CP, DP (shard, then replicate), PP outermost (meshcore.mesh).
 
     `dp_replicate` is the replicate factor of data parallelism (HSDP: dp = dp_shard x dp_replicate, ZeRO/FSDP
     shards over the cp·dp_shard ranks and all-reduces each shard over dp_replicate replicas; PyTorch FSDP2's
@@ -202,7 +202,7 @@ class Layout:
 
     @cached_property
     def mesh(self) -> Mesh:
-        """The device mesh of this layout (planner.core.mesh): the cost model's process groups and their tiers.
+        """The device mesh of this layout (meshcore.mesh): the cost model's process groups and their tiers.
         Raises LayoutError (naming the factors) when dp_replicate does not divide dp or the experts do not fold."""
         self._check_replicate()
         return Mesh.of(tp=self.tp, cp=self.cp, dp_shard=self.dp // self.dp_replicate, dp_replicate=self.dp_replicate,
@@ -265,7 +265,7 @@ class Layout:
 
     def validate(self, model: ModelSpec, job: JobSpec, num_gpus: int) -> None:
         """Raise LayoutError naming the first rule this layout breaks (the rules Megatron-LM
-        enforces, REFERENCE.md section 2, and the mesh's own, planner.core.mesh): the degrees' types, the mesh
+        enforces, REFERENCE.md section 2, and the mesh's own, meshcore.mesh): the degrees' types, the mesh
         against the GPUs, the model's heads, the experts, the memory policy, the sequence and batch, the pipeline."""
         self._check_types()
         self._check_replicate()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,11 @@
 the error types and the input bounds. It imports nothing from the rest of meshplan, so the cost model
 (`cost_models`) can build on it alone.
 
-The spec types are re-exported here (`from planner.core import Layout, Mesh, ModelSpec`); `errors`, `checks` and
+The spec types are re-exported here (`from meshcore import Layout, Mesh, ModelSpec`); `errors`, `checks` and
 `fileio` are imported as modules of their own.
 """
 
-from planner.core.enums import (
+from meshcore.enums import (
     DEFAULT_RECOMPUTE_MODULES,
     GIB,
     WAVE_PLACED,
@@ -27,12 +27,12 @@ from planner.core.enums import (
     wave_rank,
     with_implied,
 )
-from planner.core.hardware import ClusterSpec, CollectiveSpec, EfficiencyCurve, Fabric, GpuSpec, HostSpec, LinkSpec
-from planner.core.job import JobSpec, Runtime
-from planner.core.layout import Layout, MemoryPolicy, Pipeline, non_default_modules
-from planner.core.measured import MeasuredCosts, MeasuredLayer
-from planner.core.mesh import DataGroups, Dim, Group, Mesh, Tier
-from planner.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
+from meshcore.hardware import ClusterSpec, CollectiveSpec, EfficiencyCurve, Fabric, GpuSpec, HostSpec, LinkSpec
+from meshcore.job import JobSpec, Runtime
+from meshcore.layout import Layout, MemoryPolicy, Pipeline, non_default_modules
+from meshcore.measured import MeasuredCosts, MeasuredLayer
+from meshcore.mesh import DataGroups, Dim, Group, Mesh, Tier
+from meshcore.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
 
 __all__ = [
     "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "CollectiveSpec",

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
-from planner.core.errors import InputError, MeshplanError
+from meshcore.errors import InputError, MeshplanError
 
 E = TypeVar("E", bound=Enum)
 
@@ -45,7 +45,7 @@ TIME_LIMIT_S = (1e-2, MAX_TIME_LIMIT_S)  # one solver run: 10 ms to a day
 # digits, space and . _ - + / ( ) : @ , only, at most MAX_NAME_LEN characters. No quote, `$`, backtick, backslash,
 # `;`, `&`, `|`, `<`, `>`, `*`, `?`, `~`, `#`, newline or other control character can ever be in one, so a name can
 # neither end a comment line nor a quoted word of an emitted shell script (the emitters quote and flatten them as
-# well: planner/core/text.py).
+# well: meshcore/text.py).
 NAME_CHARACTERS = "ASCII letters, digits, spaces and . _ - + / ( ) : @ ,"
 MAX_NAME_LEN = 200
 MAX_DESCRIPTION_LEN = 500  # free text kept in a record (a table's source, a profile's description)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from planner.core.errors import InputError
+from meshcore.errors import InputError
 
 
 def current_umask() -> int:

@@ -1,6 +1,6 @@
 """Text that goes into emitted files: one line, whatever it was given.
 
-Names are validated where they are read (planner.core.checks.identifier); independently of that, every text
+Names are validated where they are read (meshcore.checks.identifier); independently of that, every text
 interpolated into a comment of an emitted script or config goes through `one_line`, so that no value, however it
 reached a plan, can end a comment line and start a command. Values interpolated into shell words are quoted with
 shlex.quote by the emitters themselves.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.enums import Offload, Schedule, Target
-from planner.core.execution import Execution
+from meshcore.enums import Offload, Schedule, Target
+from meshcore.execution import Execution
 
 
 class Framework(str, Enum):
@@ -81,7 +81,7 @@ class RuntimeProfile:
     target: Target | None  # the configuration `emit` writes for it; None for `any`
     capabilities: Capabilities
     source: str  # where the capabilities were read
-    execution: Execution = Execution()  # how it runs a layout: what the cost model prices (planner.core.execution)
+    execution: Execution = Execution()  # how it runs a layout: what the cost model prices (meshcore.execution)
 
     @property
     def title(self) -> str:

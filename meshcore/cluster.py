@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from planner.core.checks import BANDWIDTH_GBS, EFFICIENCY, MAX_GPUS, MAX_PHYSICAL, identifier, integer, physical, real
-from planner.core.enums import Recompute, Schedule, ZeroStage
-from planner.core.errors import SpecError
-from planner.core.hardware import ClusterSpec, LinkSpec
-from planner.core.job import JobSpec
-from planner.core.layout import Layout
+from meshcore.checks import BANDWIDTH_GBS, EFFICIENCY, MAX_GPUS, MAX_PHYSICAL, identifier, integer, physical, real
+from meshcore.enums import Recompute, Schedule, ZeroStage
+from meshcore.errors import SpecError
+from meshcore.hardware import ClusterSpec, LinkSpec
+from meshcore.job import JobSpec
+from meshcore.layout import Layout
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum, IntEnum
 from typing import TypeVar
 
-from planner.core.errors import LayoutError
+from meshcore.errors import LayoutError
 
 GIB = 1024**3
 

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import MAX_GPUS, finite, identifier, integer, real
-from planner.core.enums import Dtype
-from planner.core.errors import SpecError
+from meshcore.checks import MAX_GPUS, finite, identifier, integer, real
+from meshcore.enums import Dtype
+from meshcore.errors import SpecError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from planner.core.checks import integer, real
-from planner.core.errors import SpecError
+from meshcore.checks import integer, real
+from meshcore.errors import SpecError
 
 
 class Engine(str, Enum):
