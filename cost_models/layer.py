@@ -265,7 +265,6 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     gpu, t = cluster.gpu, knobs.tp
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
-    kv_local = kv_heads_per_rank(model, t) * model.head_dim
     split = job.runtime.priced_execution.split_projections and model.mla is None
     groups = split_gemms(model, tokens, t) if split else ()
     fwd, bwd = split_gemms_time(groups[:2], cluster, job) if split else layer_gemms_time(
@@ -286,22 +285,8 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     ew_f, ew_b = elementwise_time(model, job, knobs, tokens, gpu, moe)
     fwd, bwd = fwd + core_f + ew_f, bwd + core_b + ew_b
     act_bytes_tp = tokens * h * 2
-    if knobs.sp and knobs.tp > 1:
-        tp_fwd, tp_bwd = sequence_parallel_tp_time(cluster, job, knobs, tokens, h, 1 + mlp_collectives, gemm_f, gemm_b)
-        amax_f, amax_b = amax_reductions_time(job, cluster, knobs, 1 + mlp_collectives)
-        tp_fwd, tp_bwd = tp_fwd + amax_f, tp_bwd + amax_b
-    else:
-        tp_fwd = tp_bwd = _tp_comm(cluster, knobs, act_bytes_tp, 1 + mlp_collectives, job.runtime.multi_rail)
-        if job.runtime.tp_comm_overlap and knobs.tp > 1:  # chunked and pipelined with the GEMMs beside them
-            tp_fwd, tp_bwd = gpu.exposed(tp_fwd, gemm_f), gpu.exposed(tp_bwd, gemm_b)
-    cp_f = cp_b = 0.0
-    if knobs.cp > 1:
-        d_qk, d_v = head_dims(model)
-        kv_width = (model.num_attention_heads / t * (d_qk + d_v) if model.mla is not None
-                    else 2 * kv_local)
-        block = tokens * kv_width * 2
-        ring = (knobs.cp - 1) * send_recv(block, knobs.mesh.neighbours(Dim.CP), cluster)
-        cp_f, cp_b = gpu.exposed(ring, core_f), gpu.exposed(2 * ring, core_b)
+    tp_fwd, tp_bwd = _layer_tp_time(model, job, cluster, knobs, tokens, 1 + mlp_collectives, gemm_f, gemm_b)
+    cp_f, cp_b = _cp_ring_time(model, cluster, knobs, tokens, core_f, core_b)
     if knobs.recompute is Recompute.FULL:
         recompute, tp_re, ep_re = fwd, tp_fwd, ep_fwd
     elif op_sac(job, knobs, moe):
@@ -322,6 +307,37 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
                            tp_collective_calls(knobs.tp, knobs.sp))
     host += job.runtime.priced_execution.host_layer_s * (2 + (recompute > 0))  # the runtime's fixed cost per pass
     return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep, host)
+
+
+def _layer_tp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float,
+                   collectives: int, gemm_f: float, gemm_b: float) -> tuple[float, float]:
+    """Exposed TP communication of one layer's forward and backward: `collectives` all-reduces of its activations
+    (tokens x hidden, 2 bytes), or under sequence parallelism their reduce-scatter and all-gather pairs with the
+    amax reductions of fp8; with TP communication overlap, hidden behind the GEMMs beside them."""
+    gpu, h = cluster.gpu, model.hidden_size
+    if knobs.sp and knobs.tp > 1:
+        tp_fwd, tp_bwd = sequence_parallel_tp_time(cluster, job, knobs, tokens, h, collectives, gemm_f, gemm_b)
+        amax_f, amax_b = amax_reductions_time(job, cluster, knobs, collectives)
+        return tp_fwd + amax_f, tp_bwd + amax_b
+    tp_fwd = tp_bwd = _tp_comm(cluster, knobs, tokens * h * 2, collectives, job.runtime.multi_rail)
+    if job.runtime.tp_comm_overlap and knobs.tp > 1:  # chunked and pipelined with the GEMMs beside them
+        tp_fwd, tp_bwd = gpu.exposed(tp_fwd, gemm_f), gpu.exposed(tp_bwd, gemm_b)
+    return tp_fwd, tp_bwd
+
+
+def _cp_ring_time(model: ModelSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float, core_f: float,
+                  core_b: float) -> tuple[float, float]:
+    """Exposed ring-attention traffic of one layer's forward and backward under CP: cp − 1 sends of the local
+    K and V blocks to the ring neighbour (twice in backward: the blocks and their gradients), hidden behind the
+    attention core of the same pass."""
+    if knobs.cp == 1:
+        return 0.0, 0.0
+    d_qk, d_v = head_dims(model)
+    kv_width = (model.num_attention_heads / knobs.tp * (d_qk + d_v) if model.mla is not None
+                else 2 * kv_heads_per_rank(model, knobs.tp) * model.head_dim)
+    block = tokens * kv_width * 2
+    ring = (knobs.cp - 1) * send_recv(block, knobs.mesh.neighbours(Dim.CP), cluster)
+    return cluster.gpu.exposed(ring, core_f), cluster.gpu.exposed(2 * ring, core_b)
 
 
 def embedding_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:

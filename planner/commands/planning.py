@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -51,11 +50,13 @@ from planner.commands.common import (
     global_batch_of,
     output_path,
     png_needs_matplotlib,
-    report_to_stderr,
     run,
     runtime_of,
 )
 from planner.search.ilp import Solver
+
+if TYPE_CHECKING:
+    from planner.search.space import SearchSpec
 
 
 @app.command()
@@ -209,19 +210,11 @@ def plan(
 ) -> None:
     """Search for the fastest layout that fits; print it with the top-k alternatives, write a plan file."""
     from hardware_profiles import HardwareOverrides
-    from meshcore.fileio import write_text_atomic
-    from planner.api import (
-        cost_table_warning,
-        model_and_costs,
-        offload_choice,
-        plan_chain_table,
-        recompute_choice,
-        restricted_spec,
-    )
+    from planner.api import cost_table_warning, model_and_costs, plan_chain_table, restricted_spec
     from planner.api import plan as run_plan
-    from planner.outputs.planfile import dumps, plan_to_dict
-    from planner.outputs.report import plan_table
-    from planner.search.space import MAX_TOP_K, SearchSpec
+    from planner.commands.hetero import plan_on_cluster, refuse_with_cluster
+    from planner.commands.planout import show_plan
+    from planner.search.space import MAX_TOP_K
 
     def action() -> None:
         check({"--gpus": (gpus, 1, MAX_GPUS), "--top-k": (top_k, 1, MAX_TOP_K)},
@@ -230,20 +223,11 @@ def plan(
         degrees(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, max_tp=max_tp, max_mbs=max_mbs)
         batch = global_batch_of(seq_len, global_batch, global_batch_tokens)
         if cluster is not None:
-            from planner.commands.hetero import plan_on_cluster, refuse_with_cluster
-
-            refuse_with_cluster({"--hardware": hardware is not None, "--gpus": gpus is not None,
-                                 "--costs": costs is not None, "--pp": pp is not None, "--cp": cp not in (None, 1),
-                                 "--vpp": vpp not in (None, 1), "--ep": ep not in (None, 1),
-                                 "--etp": etp not in (None, 1),
-                                 "--schedule": schedule not in (None, Schedule.ONE_F_ONE_B),
-                                 "--offload": offload is not None, "--recompute-modules": recompute_modules is not None,
-                                 "--sp/--no-sp": sp is not None, "--launcher": launcher is not None,
-                                 "--solver": solver is not Solver.DP, "--even-split": even_split,
-                                 "--lora-rank": lora_rank != 0, "--emit-out": emit_out is not None,
-                                 "--packed-doc-len": packed_doc_len is not None,
-                                 "--gpus-per-node/--inter-node-gbps/--memory-gib": any(
-                                     x is not None for x in (gpus_per_node, inter_node_gbps, memory_gib))})
+            refuse_with_cluster(cluster_conflicts(
+                hardware=hardware, gpus=gpus, costs=costs, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, schedule=schedule,
+                offload=offload, recompute_modules=recompute_modules, sp=sp, launcher=launcher, solver=solver,
+                even_split=even_split, lora_rank=lora_rank, emit_out=emit_out, packed_doc_len=packed_doc_len,
+                overrides=(gpus_per_node, inter_node_gbps, memory_gib)))
             plan_on_cluster(cluster, model, seq_len, batch, dtype, runtime_of(
                 attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap, moe_dedup_dispatch),
                 tp=tp, mbs=mbs, zero=zero, recompute=recompute, max_tp=max_tp, max_mbs=min(max_mbs, 16), top_k=top_k,
@@ -266,20 +250,13 @@ def plan(
         runtime = runtime_of(attention, moe_capacity_factor, moe_load_imbalance, moe_comm_overlap,
                              moe_dedup_dispatch, launcher_framework(launcher, runtime_name), compile_blocks, fp8_recipe)
         model_spec, runtime, limits = model_and_costs(model, costs, seq_len, runtime)
-        warning = cost_table_warning(runtime, hardware)
-        if warning is not None:
+        if (warning := cost_table_warning(runtime, hardware)) is not None:
             typer.echo(warning, err=True)
-        target = emit_target or (default_target(runtime.framework) if emit_out is not None else None)
-        rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
-                       else (recompute, None))
-        auto = offload is not None and offload.strip() == "auto"
-        spec = restricted_spec(SearchSpec(
-            tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, dp_replicate=dp_replicate, recompute=rc,
-            sp=sp,
-            recompute_modules=modules or None, schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp,
-            top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split,
-            offload=None if auto or offload is None else offload_choice(offload), offload_auto=auto),
-            limits, launcher)
+        spec = restricted_spec(search_spec(
+            tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, dp_replicate=dp_replicate,
+            recompute=recompute, recompute_modules=recompute_modules, offload=offload, sp=sp, schedule=schedule,
+            max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp, top_k=top_k, no_partial_recompute=no_partial_recompute,
+            even_split=even_split), limits, launcher)
         label = "searching layouts" if workers == 1 else f"searching layouts in {workers} processes"
         with Progress(label, exact=False) as progress:
             if workers > 1:  # the parts report nothing while they run
@@ -288,29 +265,48 @@ def plan(
                               runtime=runtime, overrides=overrides, lora_rank=lora_rank,
                               packed_doc_lens=packed_doc_len or "", spec=spec, solver=solver,
                               time_limit_s=time_limit, progress=progress.update, workers=workers)
-        if out is not None:
-            write_text_atomic(out, dumps(result, out, record_timing))
-        err = report_to_stderr(out, emit_out)
-        if as_json:
-            typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2), err=err)
-        else:
-            typer.echo(plan_table(result), err=err)
-            if out is not None:
-                typer.echo(f"\nplan written to {out}", err=err)
-        if target is not None:
-            from meshcore.fileio import is_script
-            from planner.outputs.emitters import emit as emit_config
-
-            emitted = emit_config(result, target)
-            if emitted.note:
-                typer.echo(f"note: {emitted.note}", err=True)
-            if emit_out is None:
-                typer.echo(emitted.text)
-            else:
-                write_text_atomic(emit_out, emitted.text, executable=is_script(emitted.text))
-                typer.echo(f"{target.value} configuration written to {emit_out}", err=err)
+        target = emit_target or (default_target(runtime.framework) if emit_out is not None else None)
+        show_plan(result, out, as_json, record_timing, target, emit_out)
 
     run(action)
+
+
+def cluster_conflicts(*, hardware: str | None, gpus: int | None, costs: Path | None, pp: int | None, cp: int | None,
+                      vpp: int | None, ep: int | None, etp: int | None, schedule: Schedule | None,
+                      offload: str | None, recompute_modules: str | None, sp: bool | None,
+                      launcher: EmitTarget | None, solver: Solver, even_split: bool, lora_rank: int,
+                      emit_out: Path | None, packed_doc_len: str | None,
+                      overrides: tuple[object, ...]) -> dict[str, bool]:
+    """flag -> whether it is given: the flags of `meshplan plan` that do not apply with --cluster."""
+    return {"--hardware": hardware is not None, "--gpus": gpus is not None, "--costs": costs is not None,
+            "--pp": pp is not None, "--cp": cp not in (None, 1), "--vpp": vpp not in (None, 1),
+            "--ep": ep not in (None, 1), "--etp": etp not in (None, 1),
+            "--schedule": schedule not in (None, Schedule.ONE_F_ONE_B), "--offload": offload is not None,
+            "--recompute-modules": recompute_modules is not None, "--sp/--no-sp": sp is not None,
+            "--launcher": launcher is not None, "--solver": solver is not Solver.DP, "--even-split": even_split,
+            "--lora-rank": lora_rank != 0, "--emit-out": emit_out is not None,
+            "--packed-doc-len": packed_doc_len is not None,
+            "--gpus-per-node/--inter-node-gbps/--memory-gib": any(x is not None for x in overrides)}
+
+
+def search_spec(*, tp: int | None, pp: int | None, cp: int | None, vpp: int | None, ep: int | None,
+                etp: int | None, mbs: int | None, zero: int | None, dp_replicate: int | None,
+                recompute: Recompute | None, recompute_modules: str | None, offload: str | None, sp: bool | None,
+                schedule: Schedule | None, max_tp: int | None, max_mbs: int, no_cp: bool, top_k: int,
+                no_partial_recompute: bool, even_split: bool) -> SearchSpec:
+    """The search space of `meshplan plan`'s flags: the pins, --recompute-modules (selective recomputation of
+    those modules), --offload (targets, or "auto": the search chooses), --even-split (no solved split)."""
+    from planner.api import offload_choice, recompute_choice
+    from planner.search.space import SearchSpec
+
+    rc, modules = (recompute_choice(recompute, recompute_modules) if recompute_modules is not None
+                   else (recompute, None))
+    auto = offload is not None and offload.strip() == "auto"
+    return SearchSpec(
+        tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, mbs=mbs, zero=zero, dp_replicate=dp_replicate, recompute=rc,
+        sp=sp, recompute_modules=modules or None, schedule=schedule, max_tp=max_tp, max_mbs=max_mbs, no_cp=no_cp,
+        top_k=top_k, partial_recompute=not (no_partial_recompute or even_split), uneven_split=not even_split,
+        offload=None if auto or offload is None else offload_choice(offload), offload_auto=auto)
 
 
 def default_target(framework: Framework) -> EmitTarget:

@@ -28,7 +28,9 @@ from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan
 
 
-def config(plan: Plan) -> dict[str, Any]:
+def refuse_unrunnable(plan: Plan) -> None:
+    """UnsupportedPlanError naming what of the plan's layout DeepSpeed's config cannot express, and the nearest
+    plan it can."""
     lay, job = plan.best.layout, plan.job
     f = facts(plan)
     if lay.ep > 1 or lay.etp > 1:
@@ -66,6 +68,12 @@ def config(plan: Plan) -> dict[str, Any]:
         raise UnsupportedPlanError("DeepSpeed's offload_optimizer also moves the gradients to the host in every "
                                    "backward; this plan keeps them on the GPU: the nearest plan offloads them "
                                    "(--offload optimizer,gradients)")
+
+
+def config(plan: Plan) -> dict[str, Any]:
+    refuse_unrunnable(plan)
+    lay, job = plan.best.layout, plan.job
+    f = facts(plan)
     zero: dict[str, Any] = {"stage": int(lay.zero), "overlap_comm": job.runtime.overlap_grad_reduce,
                             "contiguous_gradients": True, **offload_sections(lay.offload, lay.zero)}
     cfg: dict[str, Any] = {

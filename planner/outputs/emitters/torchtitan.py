@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshcore import Dtype, Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from meshcore import Dtype, Layout, Recompute, Schedule, ZeroStage, module_names, non_default_modules
 from meshcore.errors import UnsupportedModelError
 from meshcore.text import comment
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, offload_runner
@@ -77,9 +77,8 @@ def model_parts(plan: Plan) -> list[list[str]]:
     return parts
 
 
-def sections(plan: Plan) -> dict[str, dict[str, Any]]:
-    lay, job, model = plan.best.layout, plan.job, plan.model
-    flavor = flavor_of(model)  # before the layout: no other layout helps a model torchtitan cannot build
+def refuse_unrunnable(lay: Layout) -> None:
+    """UnsupportedPlanError naming what of `lay` torchtitan cannot run, and the nearest plan it can."""
     if lay.offload:
         raise UnsupportedPlanError("torchtitan's CPU offload moves FSDP's weights, gradients and optimizer together, "
                                    f"which meshplan does not write yet ({offload_runner(lay.offload)}); the nearest "
@@ -102,6 +101,11 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     if lay.schedule not in (*SCHEDULES, *BY_ACTIONS) and lay.pp > 1:
         raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
+
+
+def parallelism_section(plan: Plan) -> dict[str, Any]:
+    """The [parallelism] table: the mesh degrees, FSDP's resharding, the pipeline schedule and its parts."""
+    lay, model = plan.best.layout, plan.model
     sharded = lay.zero >= ZeroStage.GRADIENTS
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": lay.dp_replicate if sharded else lay.dp,
@@ -125,6 +129,14 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             parallelism["pipeline_parallel_expert_parallel_overlap"] = overlap
         if listed:
             parallelism["pipeline_parallel_schedule_csv"] = ACTIONS_FILE
+    return parallelism
+
+
+def sections(plan: Plan) -> dict[str, dict[str, Any]]:
+    lay, job, model = plan.best.layout, plan.job, plan.model
+    flavor = flavor_of(model)  # before the layout: no other layout helps a model torchtitan cannot build
+    refuse_unrunnable(lay)
+    parallelism = parallelism_section(plan)
     mode = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
     checkpoint: dict[str, Any] = {"mode": mode}
     if mode == "selective":

@@ -1,0 +1,49 @@
+"""What `meshplan plan` does with a searched plan: write the plan file, print the table or JSON, print or write
+the launcher configuration of --emit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from meshcore import Target
+from planner.commands.common import report_to_stderr
+from planner.outputs.plan import Plan
+
+
+def show_plan(result: Plan, out: Path | None, as_json: bool, record_timing: bool,
+              target: Target | None, emit_out: Path | None) -> None:
+    """Write `result` to `out` (if given), print it (to standard error when a file goes to standard output), then
+    the configuration of `target` to standard output or `emit_out`."""
+    from meshcore.fileio import write_text_atomic
+    from planner.outputs.planfile import dumps, plan_to_dict
+    from planner.outputs.report import plan_table
+
+    if out is not None:
+        write_text_atomic(out, dumps(result, out, record_timing))
+    err = report_to_stderr(out, emit_out)
+    if as_json:
+        typer.echo(json.dumps(plan_to_dict(result, record_timing), indent=2), err=err)
+    else:
+        typer.echo(plan_table(result), err=err)
+        if out is not None:
+            typer.echo(f"\nplan written to {out}", err=err)
+    if target is not None:
+        emit_plan(result, target, emit_out, err)
+
+
+def emit_plan(result: Plan, target: Target, emit_out: Path | None, err: bool) -> None:
+    """The configuration of `target` for `result`, with its note on standard error; to `emit_out` if given."""
+    from meshcore.fileio import is_script, write_text_atomic
+    from planner.outputs.emitters import emit as emit_config
+
+    emitted = emit_config(result, target)
+    if emitted.note:
+        typer.echo(f"note: {emitted.note}", err=True)
+    if emit_out is None:
+        typer.echo(emitted.text)
+    else:
+        write_text_atomic(emit_out, emitted.text, executable=is_script(emitted.text))
+        typer.echo(f"{target.value} configuration written to {emit_out}", err=err)
