@@ -1,7 +1,7 @@
 """Memory calibration for benchmarks/calibration.py: the peaks a runtime's published runs printed against the
 predicted figure that runtime prints (torchtitan: torch.cuda max reserved, `Prediction.reserved_gib`).
 
-What a runtime holds at its peak is read from its code (cost_models/held.py, the `memory` section of its runtime
+What a runtime holds at its peak is read from its code (cost_models/memory/held.py, the `memory` section of its runtime
 profile); two quantities of its caching allocator are not and are fitted here, on the printed peaks, by bounded least
 squares of log(predicted / printed) with priors from benchmarks/data/calibration/prior_<runtime>.yaml:
 `reserve_share` (what the allocator reserves beyond the peak's allocations, as a share of what each step allocates

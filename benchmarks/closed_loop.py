@@ -40,8 +40,8 @@ def _train(rank: int, world: int, port: int, mode: str, layers: int, steps: int,
     import torch
     import torch.distributed as dist
 
-    from cost_models.layerprofile import decoder_module, scaled
-    from cost_models.torch_reference import Head
+    from cost_models.profile.layerprofile import decoder_module, scaled
+    from cost_models.profile.torch_reference import Head
     from planner.inputs.loaders import load_model
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -109,7 +109,7 @@ def _train(rank: int, world: int, port: int, mode: str, layers: int, steps: int,
 def measure(mode: str, layers: int, steps: int) -> tuple[float, float]:
     import torch.multiprocessing as mp
 
-    from cost_models.netprofile import _free_port
+    from cost_models.profile.netprofile import _free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "t")
@@ -128,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from cost_models.layerprofile import profile_layers, scaled, table
-    from cost_models.netprofile import fit, fragment
-    from cost_models.netprofile import measure as measure_network
-    from cost_models.profile import read_costs
+    from cost_models.profile.layerprofile import profile_layers, scaled, table
+    from cost_models.profile.netprofile import fit, fragment
+    from cost_models.profile.netprofile import measure as measure_network
+    from cost_models.profile.tables import read_costs
     from hardware_profiles import load_hardware
     from meshcore import Runtime
     from planner import evaluate

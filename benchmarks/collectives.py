@@ -3,7 +3,8 @@
     python benchmarks/collectives.py
 
 For every measured row: the collective, ranks, message size, the measured time and bus bandwidth, meshplan's
-(cost_models.comm.collective: NCCL's algorithm and protocol choice of cost_models/nccl.py, on the profile the data
+(cost_models.comm.collectives.collective: NCCL's algorithm and protocol choice of cost_models/comm/nccl.py, on the
+profile the data
 file names with its NIC rate and NVLS setting) and, beside it, the ring-only α-β price meshplan used before (every
 step at the tier's latency, busbw = the bottleneck link). nccl-tests runs one communicator over all ranks, so rings
 use every NIC of a node (multi-rail). Then the mean |error| in time per data file and size regime (under 1 MiB,
@@ -23,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cost_models.comm import NCCL_KINDS, Collective, bandwidth_factor, collective, link_of, nccl_choice  # noqa: E402
+from cost_models.comm.collectives import NCCL_KINDS, Collective, bandwidth_factor, collective, link_of, nccl_choice  # noqa: E402
 from hardware_profiles import HardwareOverrides, load_hardware  # noqa: E402
 from meshcore import ClusterSpec  # noqa: E402
 from meshcore.mesh import Group  # noqa: E402
@@ -61,8 +62,8 @@ def time_us(kind: Collective, nbytes: float, busbw_gbs: float, ranks: int) -> fl
 
 
 def predicted_us(row: Row, cluster: ClusterSpec) -> float:
-    """NCCL's choice (cost_models/nccl.py) for all-reduce, all-gather and reduce-scatter; send/recv as
-    cost_models.comm prices it."""
+    """NCCL's choice (cost_models/comm/nccl.py) for all-reduce, all-gather and reduce-scatter; send/recv as
+    cost_models.comm.collectives prices it."""
     group = Group.line(row.ranks, 1)
     if row.kind in NCCL_KINDS:
         return nccl_choice(row.kind, row.nbytes, group, cluster, multi_rail=True).seconds * 1e6

@@ -2,7 +2,8 @@
 ZeRO-Offload, ZeRO-Infinity and Fuyou on one GPU, and RoundPipe's measured baselines on 8 x RTX 4090 (DeepSpeed
 ZeRO-2 and ZeRO-Infinity, Megatron-LM's pipeline, Mobius). Each record is priced as its run was set up: the run's
 own layout evaluated (`layout`), the best layout of a search on the runtime that runs it (`plan`), or stage
-swapping (`stage_swap`, cost_models/stage_swap.py: Mobius, which no runtime meshplan writes for runs). The prediction
+swapping (`stage_swap`, cost_models/memory/stage_swap.py: Mobius, which no runtime meshplan writes for runs). The
+prediction
 is printed beside the figure with the difference; nothing is fitted (the presets as they are, the fragments the data
 names for a run's setting). What a record assumes is in its `verified` field.
 
@@ -21,10 +22,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cost_models.knobs import LayerKnobs  # noqa: E402
-from cost_models.layer import decoder_layer_time, head_time  # noqa: E402
-from cost_models.params import one_layer_params  # noqa: E402
-from cost_models.stage_swap import SwapStage, stage_swap_step  # noqa: E402
+from cost_models.compute.knobs import LayerKnobs  # noqa: E402
+from cost_models.compute.layer import decoder_layer_time, head_time  # noqa: E402
+from cost_models.memory.params import one_layer_params  # noqa: E402
+from cost_models.memory.stage_swap import SwapStage, stage_swap_step  # noqa: E402
 from meshcore import Recompute, Runtime  # noqa: E402
 from meshcore.framework import Framework  # noqa: E402
 from planner.api import evaluate, plan, resolve  # noqa: E402

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from cost_models.flops import model_flops_per_sequence, narayanan_iteration_flops
+from cost_models.compute.flops import model_flops_per_sequence, narayanan_iteration_flops
 from cost_models.prediction import Prediction
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware

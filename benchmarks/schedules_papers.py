@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machine import machine_line  # noqa: E402
 
-from cost_models.schedules import program  # noqa: E402
-from cost_models.simulator import Durations, simulate  # noqa: E402
+from cost_models.pipeline.schedules import program  # noqa: E402
+from cost_models.pipeline.simulator import Durations, simulate  # noqa: E402
 from meshcore import Schedule  # noqa: E402
 
 SETTINGS = [(8, 24), (8, 32), (8, 64), (16, 48), (16, 64), (16, 128), (32, 96), (32, 128), (32, 256)]

@@ -3,7 +3,7 @@
     python benchmarks/wave_order.py [--seconds S]
 
 For one wave (two chunks per rank, placed down and back up) and unit-free per-chunk times f = 1, b = 2
-(backward twice forward), each row prints the step of meshplan's order (cost_models.schedules, simulated),
+(backward twice forward), each row prints the step of meshplan's order (cost_models.pipeline.schedules, simulated),
 the optimum over all orders whose per-rank activation peak is no larger than ours (CP-SAT: one interval per
 F and B, no overlap on a rank, the pipeline's dependencies, a reservoir of chunk activations per rank), the
 optimum with no memory limit, and the lower bound m(F + B) + (p − 1)(f + b) (rank p − 1 cannot start before
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from machine import machine_line  # noqa: E402
 from ortools.sat.python import cp_model  # noqa: E402
 
-from cost_models.schedules import in_flight, program  # noqa: E402
-from cost_models.simulator import Durations, simulate  # noqa: E402
+from cost_models.pipeline.schedules import in_flight, program  # noqa: E402
+from cost_models.pipeline.simulator import Durations, simulate  # noqa: E402
 from meshcore import Schedule, wave_chunks, wave_rank  # noqa: E402
 
 CASES = [(2, 4), (3, 6), (4, 8), (4, 12), (6, 12)]  # (pp, micro-batches)

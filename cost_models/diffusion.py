@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, collective_time
-from cost_models.compute import flash_attention_time, memory_time
+from cost_models.comm.collectives import Collective, collective_time
+from cost_models.compute.kernels import flash_attention_time, memory_time
 from cost_models.diffusion_comm import ring_overhead, sdpa_flash_rate, send_recv, ulysses_time
 from cost_models.diffusion_parts import TEXT_ENCODERS, encoder_time, vae_decode_time
-from cost_models.memory import BUFFER_ALLOWANCE_GIB
+from cost_models.memory.footprint import BUFFER_ALLOWANCE_GIB
 from cost_models.serving import stage_layers
 from meshcore import GIB, ClusterSpec, Dtype
 from meshcore.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens, t5_tokens, text_tokens
@@ -77,7 +77,8 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
     or one PipeFusion patch) spread over the sp ranks: GEMMs at the curve's efficiency (roofline with the
     block's weights), element-wise traffic, one fused-attention kernel per ring block of seq/ring keys, the Ulysses
     all-to-alls and what the ring adds (diffusion_comm); at least the host's time to issue the block's operators
-    (COMPILED_STREAM_OPS per stream at the profile's host_op_us, as cost_models/host.py prices a layer), which binds
+    (COMPILED_STREAM_OPS per stream at the profile's host_op_us, as cost_models/compute/host.py prices a layer), which
+    binds
     when a rank's share (a PipeFusion patch, a short sequence over many ranks) is small."""
     gpu, h = cluster.gpu, model.hidden_size
     tokens = rows * queries / layout.sp

@@ -7,7 +7,7 @@ SD3 pipelines without PipeFusion; yunchang's LongContextAttention with PipeFusio
   each between two layout copies (`permute(...).contiguous()` before, `reshape/permute` after): four HBM passes
   of the message beside the NCCL all-to-all.
 - Ring (degree r): r fused-attention kernels, one per key block of S/r keys (their efficiency at that key length:
-  cost_models.compute.attention_efficiency), and between them the merge of each block's output into an fp32
+  cost_models.compute.kernels.attention_efficiency), and between them the merge of each block's output into an fp32
   accumulator (PyTorch's `_SDPAMerger` in torch.distributed.tensor.experimental._attention, which xDiT's USP calls
   through `_templated_ring_attention`: `out - sigmoid(block_lse - lse) * (out - block_out)`). Under torch.compile
   (xfuser's `--use_torch_compile`) the merge's element-wise ops fuse into one kernel per step that reads the fp32
@@ -38,8 +38,8 @@ memory at `host.cross_socket_gbs`, which every group crossing the sockets at onc
 
 from __future__ import annotations
 
-from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
-from cost_models.compute import attention_efficiency, memory_time
+from cost_models.comm.collectives import Collective, all_to_all_time, collective_time, p2p_time
+from cost_models.compute.kernels import attention_efficiency, memory_time
 from meshcore import ClusterSpec, Dtype, GpuSpec
 
 BYTES = 2.0
@@ -88,7 +88,8 @@ def _cross_socket_time(nbytes_per_rank: float, size: int, stride: int, cluster: 
 
 
 def all_to_all(nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> float:
-    """One all-to-all of `nbytes` per rank: NCCL's (cost_models.comm) or, across sockets, the slower of that and
+    """One all-to-all of `nbytes` per rank: NCCL's (cost_models.comm.collectives) or, across sockets, the slower of
+    that and
     the cross-socket share."""
     if size <= 1:
         return 0.0

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, collective_time, p2p_time
-from cost_models.compute import flash_attention_time, memory_time
+from cost_models.comm.collectives import Collective, collective_time, p2p_time
+from cost_models.compute.kernels import flash_attention_time, memory_time
 from meshcore import ClusterSpec, Dtype
 
 BYTES = 2.0  # bf16

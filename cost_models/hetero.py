@@ -5,7 +5,8 @@ of the group layout with the stage's TP degree, `stage_cost` at the stage's pipe
 embedding or LM head it holds, its activations in flight, its ZeRO traffic, gradient reduction (the stage's dp
 ranks all sit in its group) and optimizer step are the model's usual ones. What changes is the pipeline send:
 
-    hop(a, b) = same group:  p2p_time on that group, stride tp·dp          (cost_models.comm, as homogeneous)
+    hop(a, b) = same group:  p2p_time on that group, stride tp·dp          (cost_models.comm.collectives, as
+    homogeneous)
                 across:      α_link + S / min(link, scale-up of a, scale-up of b) bus bandwidth,
                              S = mbs·seq·hidden·2 / min(tp_a, tp_b) bytes
 Across groups every GPU of the narrower stage (fewer TP ranks) sends or receives its 1/min(tp_a, tp_b) share of
@@ -14,7 +15,7 @@ send of a stage whose tp·dp ranks fill a scale-up domain. A stage's send time p
 its hop out (cost_models.step.pipeline_hops for one chunk per rank).
 
 The step is the homogeneous one (cost_models.step, `_predict`): 1F1B over the uneven stage times
-(cost_models.pipeline), plus the slowest stage's gradient reduction and optimizer step, plus the tied-embedding
+(cost_models.pipeline.stages), plus the slowest stage's gradient reduction and optimizer step, plus the tied-embedding
 all-reduce across the first and last stage. MFU divides by the peaks of the GPUs the layout uses, group by group.
 """
 
@@ -22,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cost_models import flops as F
-from cost_models.comm import Collective, collective_time, p2p_time
-from cost_models.knobs import LayerActivations, LayerTimes
-from cost_models.pipeline import bubble_fraction, pipeline_time
+from cost_models.comm.collectives import Collective, collective_time, p2p_time
+from cost_models.compute import flops as F
+from cost_models.compute.knobs import LayerActivations, LayerTimes
+from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.step import LayoutCosts, layout_costs, stage_cost
 from meshcore import ClusterSpec, JobSpec, ModelSpec, Schedule
@@ -40,7 +41,7 @@ def activation_bytes(model: ModelSpec, job: JobSpec, mbs: int, tp: int) -> float
 
 def link_cluster(cluster: HeteroCluster, a: str, b: str) -> ClusterSpec:
     """Group `a`'s ClusterSpec with the a-b link as its scale-out network and the slower scale-up of the two: a send
-    priced on it with a stride past the scale-up domain crosses the link (cost_models.comm.group_link)."""
+    priced on it with a stride past the scale-up domain crosses the link (cost_models.comm.collectives.group_link)."""
     ca, cb = cluster.group(a).cluster, cluster.group(b).cluster
     up = min(ca.scale_up, cb.scale_up, key=lambda link: link.bus_bytes_per_s)
     return replace(ca, scale_out=cluster.link(a, b), scale_up=up)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.comm.collectives import Collective, collective_time, p2p_time
 from meshcore import GIB, ClusterSpec
 from meshcore.mlip import MlipCostTable, MlipJob, MlipSplit, MlipStrategy
 
@@ -92,7 +92,8 @@ class MlipPrediction:
 def evaluate_split(table: MlipCostTable, job: MlipJob, cluster: ClusterSpec, split: MlipSplit) -> MlipPrediction:
     """Step = ceil(S / replicas) x (table time at N/d + ghosts atoms + 2·layers halo exchanges) + gradient
     all-reduce. Halo exchanges run at the scale-up link while a structure's domains share a scale-up domain,
-    else through the NIC (cost_models.comm.p2p_time; neighbours exchange concurrently, so one exchange costs one
+    else through the NIC (cost_models.comm.collectives.p2p_time; neighbours exchange concurrently, so one exchange
+    costs one
     message of the brick's whole ghost shell)."""
     d = split.domains
     ghosts = ghost_atoms(table, job.atoms, split.grid)

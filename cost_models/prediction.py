@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cost_models.knobs import LayerTime
+from cost_models.compute.knobs import LayerTime
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class StageCost:
     layers: StageLayers = field(default_factory=lambda: StageLayers())
     offload_s: float = 0.0  # per micro-batch: host copies (weights, activations) their passes do not hide
     host_gib: float = 0.0  # host memory per GPU: offloaded optimizer state, weights and activations
-    reserve_gib: float = 0.0  # what the caching allocator reserves beyond the peak's allocations (cost_models.held)
+    # what the caching allocator reserves beyond the peak's allocations (cost_models.memory.held)
+    reserve_gib: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -103,7 +104,7 @@ class Prediction:
     def reserved_gib(self) -> float:
         """What torch.cuda.max_memory_reserved would report on the busiest GPU (torchtitan prints it as its memory):
         each stage's allocations at its peak (without what lives outside the caching allocator) and the allocator's
-        reserve, capped by the GPU less that outside memory (cost_models.held.reserved_gib)."""
+        reserve, capped by the GPU less that outside memory (cost_models.memory.held.reserved_gib)."""
         return max(min(s.peak_memory_gib - s.buffers_gib + s.reserve_gib, self.memory_capacity_gib - s.buffers_gib)
                    for s in self.stages)
 

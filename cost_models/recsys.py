@@ -8,7 +8,7 @@ the embedding part, which waits for the slowest rank. The embedding work of one 
 This is the form of TorchRec's planner estimator (torchrec/distributed/planner/shard_estimators.py: per-shard
 forward and backward compute as bytes over a kernel bandwidth, backward about twice the forward, plus input and
 output communication), written down from its description and stated per rank so that an ILP can sum it; the
-constants are meshplan's own (the GPU's HBM bandwidth and achievable share, cost_models/comm.py's links).
+constants are meshplan's own (the GPU's HBM bandwidth and achievable share, cost_models/comm/collectives.py's links).
 
 A piece of a table held by one rank (a table-wise table, one column shard) costs its holder the lookups of the
 whole global batch and sends its pooled outputs to the others; every other rank receives its share. A row-wise
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, all_to_all_time, collective_time
+from cost_models.comm.collectives import Collective, all_to_all_time, collective_time
 from meshcore import ClusterSpec
 from meshcore.enums import GIB
 from meshcore.recsys import (
@@ -154,7 +154,8 @@ def every_rank_piece(table: EmbeddingTable, kind: ShardingKind, model: RecModel,
 
 def a2a_terms(job: RecJob, cluster: ClusterSpec) -> tuple[float, float]:
     """(seconds per byte, fixed seconds) of one rank's all-to-all traffic to or from the other `gpus` - 1 ranks,
-    from cost_models/comm.py's all-to-all (whose bytes include the rank's own share; NVLink inside a node, the NIC
+    from cost_models/comm/collectives.py's all-to-all (whose bytes include the rank's own share; NVLink inside a node,
+    the NIC
     across nodes; one latency per peer)."""
     n = job.gpus
     if n <= 1:

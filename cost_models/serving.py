@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.comm import Collective, all_to_all_time, collective_time, p2p_time
-from cost_models.compute import flash_attention_time, gemm_efficiency, memory_time
-from cost_models.flops import attention_weight_params, mlp_params_of_width
-from cost_models.memory import (
+from cost_models.comm.collectives import Collective, all_to_all_time, collective_time, p2p_time
+from cost_models.compute.flops import attention_weight_params, mlp_params_of_width
+from cost_models.compute.kernels import flash_attention_time, gemm_efficiency, memory_time
+from cost_models.memory.footprint import (
     BUFFER_ALLOWANCE_GIB,
     decoder_params_per_rank,
     embedding_params_per_rank,

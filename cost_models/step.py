@@ -1,13 +1,13 @@
 """One training step of a layout: per-stage time and memory, the pipeline, data-parallel
 reduction, optimizer, and the headline figures (tokens/s, model and hardware TFLOP/s, MFU, HFU).
 
-Step time = pipeline(stage times per micro-batch)                       (cost_models.pipeline)
+Step time = pipeline(stage times per micro-batch)                       (cost_models.pipeline.stages)
           + max over stages of (exposed gradient reduction + optimizer step)
           + tied-embedding gradient all-reduce between first and last stage (pp > 1).
 Stage time per micro-batch = Σ its layers' LayerTime + 2 pipeline send/recv per model chunk
           (+ exposed ZeRO-2 gradient reduce-scatters, ZeRO-3 weight gathers as well).
 Data-parallel reduction, weight gathers and the optimizer: cost_models.sync; parameters per rank:
-cost_models.params; the result types: cost_models.prediction.
+cost_models.memory.params; the result types: cost_models.prediction.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from cost_models import flops as F
-from cost_models import held as H
-from cost_models import memory as M
-from cost_models.comm import Collective, collective, send_recv
-from cost_models.compute import Gemm, gemm_fwd_bwd_time
-from cost_models.host import microbatch_sync_s, step_sync_s
-from cost_models.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
-from cost_models.layer import decoder_layer_time, embedding_time, head_time, vision_time
-from cost_models.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
-from cost_models.params import StageParams, embedding_params, head_params, one_layer_params
-from cost_models.pipeline import bubble_fraction, pipeline_time
+from cost_models.comm.collectives import Collective, collective, send_recv
+from cost_models.compute import flops as F
+from cost_models.compute.host import microbatch_sync_s, step_sync_s
+from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time
+from cost_models.compute.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
+from cost_models.compute.layer import decoder_layer_time, embedding_time, head_time, vision_time
+from cost_models.compute.sac import recomputed_flops_per_token, sac_activation_bytes
+from cost_models.memory import footprint as M
+from cost_models.memory import held as H
+from cost_models.memory.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
+from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params
+from cost_models.pipeline.schedules import W_SHARE, in_flight
+from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
-from cost_models.sac import recomputed_flops_per_token, sac_activation_bytes
-from cost_models.schedules import W_SHARE, in_flight
 from cost_models.sync import (
     dp_reduce_exposed,
     gather_bytes,
@@ -67,7 +67,8 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
                   last: bool) -> tuple[float, float, float, float]:
     """(stored decoder activations, other activations and working buffers, activations offloaded to the host, the
-    allocator's reserve beyond them: cost_models.held) in bytes. Offloaded activations leave the GPU about two layers'
+    allocator's reserve beyond them: cost_models.memory.held) in bytes. Offloaded activations leave the GPU about two
+    layers'
     worth: one going out, one coming back in."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs

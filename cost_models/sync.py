@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import math
 
-from cost_models import memory as M
-from cost_models.comm import Collective, collective
-from cost_models.compute import memory_time
-from cost_models.knobs import LayerActivations, LayerTime, LayerTimes
-from cost_models.offload import (
+from cost_models.comm.collectives import Collective, collective
+from cost_models.compute.kernels import memory_time
+from cost_models.compute.knobs import LayerActivations, LayerTime, LayerTimes
+from cost_models.memory import footprint as M
+from cost_models.memory.offload import (
     HOST_GRADIENT_BYTES,
     HOST_OPTIMIZER_BYTES,
     HOST_WEIGHT_BYTES,
@@ -34,7 +34,7 @@ from cost_models.offload import (
     layer_offload_exposed,
     offloaded_optimizer_step,
 )
-from cost_models.params import StageParams
+from cost_models.memory.params import StageParams
 from cost_models.prediction import StageLayers
 from meshcore import (
     ClusterSpec,
@@ -228,7 +228,7 @@ def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
 
 def optimizer_time(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
     """Adam step over the trained parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on): on the
-    GPU, or on the host with the optimizer offloaded (cost_models/offload.py)."""
+    GPU, or on the host with the optimizer offloaded (cost_models/memory/offload.py)."""
     local = local_params(params, layout) * job.trainable_fraction
     if Offload.OPTIMIZER in layout.offload:
         off = layout.offload

@@ -1,5 +1,5 @@
 """The optional `collectives` section of a hardware profile: which of NCCL's algorithms and protocols the system
-has (meshcore.CollectiveSpec, priced by cost_models/nccl.py; SCHEMA.md says what each key means)."""
+has (meshcore.CollectiveSpec, priced by cost_models/comm/nccl.py; SCHEMA.md says what each key means)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ def _parse_names(cls: type[N], text: str, what: str, also: str = "") -> frozense
 
 class RecomputeModule(str, Enum):
     """Parts of a decoder layer that selective recomputation may recompute: megatron-core 0.16.1's
-    `--recompute-modules` choices (TransformerConfig.recompute_modules; cost_models.memory says what each frees).
+    `--recompute-modules` choices (TransformerConfig.recompute_modules; cost_models.memory.footprint says what each
+    frees).
     layernorm, mla_up_proj and moe_act discard their outputs after use and recompute them in backward; core_attn,
     mlp, moe and shared_experts checkpoint their block, keeping its input."""
 
@@ -70,7 +71,7 @@ def module_names(modules: frozenset[RecomputeModule]) -> list[str]:
 
 
 class Schedule(str, Enum):
-    """Pipeline schedules (cost_models.schedules has their closed forms and op orders)."""
+    """Pipeline schedules (cost_models.pipeline.schedules has their closed forms and op orders)."""
 
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
@@ -143,7 +144,8 @@ def offload_names(offload: frozenset[Offload]) -> list[str]:
 
 
 class Activation(str, Enum):
-    """The MLP's activation, as its kernels run it (cost_models.layer.activation_bytes prices each): gated ones halve
+    """The MLP's activation, as its kernels run it (cost_models.compute.layer.activation_bytes prices each): gated
+    ones halve
     FC1's doubled output (gate · up), plain ones map FC1's output element-wise."""
 
     SWIGLU = "swiglu"  # silu(gate) · up, fused (Megatron-core bias_swiglu; Llama, Qwen, Mistral, DeepSeek)

@@ -38,7 +38,7 @@ class Fp8Recipe(str, Enum):
 
 
 class ExpertGemms(str, Enum):
-    """How a runtime issues an MoE layer's per-expert GEMMs (cost_models.moe_kernels.expert_gemm_groups)."""
+    """How a runtime issues an MoE layer's per-expert GEMMs (cost_models.compute.moe_kernels.expert_gemm_groups)."""
 
     TE_STREAMS = "te-streams"  # Transformer Engine GroupedLinear: one cuBLAS GEMM per expert on 4 streams
     ONE_KERNEL = "one-kernel"  # one grouped kernel for all local experts (torch._grouped_mm, legacy GroupedMLP)
@@ -48,8 +48,8 @@ class ExpertGemms(str, Enum):
 class SelectiveForm(str, Enum):
     """What `--recompute selective` means in a runtime."""
 
-    MODULES = "modules"  # Megatron-core --recompute-modules (core_attn by default): cost_models.memory
-    OP_SAC = "op-sac"  # torchtitan's per-op selective checkpointing: cost_models.sac
+    MODULES = "modules"  # Megatron-core --recompute-modules (core_attn by default): cost_models.memory.footprint
+    OP_SAC = "op-sac"  # torchtitan's per-op selective checkpointing: cost_models.compute.sac
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Elementwise:
 
 @dataclass(frozen=True)
 class Fp8Casts:
-    """What an FP8 recipe quantises, in HBM bytes per element, around each FP8 GEMM (cost_models.compute):
+    """What an FP8 recipe quantises, in HBM bytes per element, around each FP8 GEMM (cost_models.compute.kernels):
     input_bytes     the forward's input X [m, k] (amax, scale, cast; with a transposed copy where the recipe keeps
                     one for the weight gradient);
     grad_bytes      the backward's output gradient dY [m, n];
@@ -113,7 +113,7 @@ class WorkingBytes:
 @dataclass(frozen=True)
 class HeldMemory:
     """What a runtime holds at its memory peak beyond weights, optimizer state and stored activations, and how its
-    allocator reserves it (cost_models/held.py prices each; the defaults are Megatron-core's pricing as before):
+    allocator reserves it (cost_models/memory/held.py prices each; the defaults are Megatron-core's pricing as before):
     parallel_logit_bytes  bytes per logit of the vocabulary-parallel loss (tp > 1) at its backward peak (None: the
                           runtime's logit_bytes);
     kept_logit_bytes      bytes per logit of every micro-batch's output the last pipeline stage keeps to the step's
@@ -148,27 +148,29 @@ TE_CURRENT = Fp8Casts(Fp8Recipe.CURRENT, 6.0, 6.0)  # the same after an amax pas
 class Execution:
     """How a runtime executes a layout (module docstring); every field says where the cost model reads it.
 
-    fsdp: ZeRO-3's gather unit (cost_models.sync: gathers per layer; cost_models.memory: gathered working set);
+    fsdp: ZeRO-3's gather unit (cost_models.sync: gathers per layer; cost_models.memory.footprint: gathered
+    working set);
     reshard_under_pp: FSDP frees gathered weights after the forward also under a pipeline (False: torchtitan keeps a
       stage's weights gathered across its micro-batches: one gather per step, the unsharded weights in memory);
     sharded_weight_bytes, optimizer_bytes: bytes per sharded parameter of the weights and the optimizer state
       (Megatron: bf16 weights 2, fp32 master + Adam 12; FSDP2: fp32 weights that are the master copy 4, Adam 8);
     attention, attention_rate: the kernel and its rate against the GPU profile's fused-attention figures, per GPU
-      architecture (cost_models.compute.flash_attention_time; missing architecture: 1);
+      architecture (cost_models.compute.kernels.flash_attention_time; missing architecture: 1);
     attention_backward: the kernel's backward rate over its forward rate, per architecture (missing: the GPU
       profile's attention_backward_ratio);
     split_projections: the model's query, key and value projections and its gate and up projections are separate
       GEMMs reading one input (torchtitan's Llama: wq, wk, wv; w1, w3), not one fused GEMM each
-      (cost_models.gemms.split_gemms);
+      (cost_models.compute.gemms.split_gemms);
     compile_default: torch.compile when the job does not say (Runtime.compile);
     eager, compiled: element-wise bytes per token without and with torch.compile (None: Transformer Engine's and
-      Megatron-core's fused kernels as cost_models.layer prices them);
+      Megatron-core's fused kernels as cost_models.compute.layer prices them);
     fp8: the FP8 recipes it runs with their casts, the first its default (Runtime.fp8_recipe);
     selective: what `--recompute selective` recomputes and keeps;
     ring_merge: ring attention's element-wise bytes per step and token (coefficients of q and kv), None: Transformer
-      Engine's (cost_models.layer.ring_attention_merge_time);
-    logit_bytes: bytes per logit the loss holds at its peak on the last stage (cost_models.memory.logits_bytes);
-    expert_gemms: how the per-expert GEMMs of an MoE layer are issued (cost_models.moe_kernels);
+      Engine's (cost_models.compute.layer.ring_attention_merge_time);
+    logit_bytes: bytes per logit the loss holds at its peak on the last stage
+    (cost_models.memory.footprint.logits_bytes);
+    expert_gemms: how the per-expert GEMMs of an MoE layer are issued (cost_models.compute.moe_kernels);
     host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
       recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides;
     memory: what it holds at its memory peak beyond states and stored activations, and its allocator (HeldMemory).

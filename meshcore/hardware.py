@@ -112,7 +112,8 @@ class Fabric(str, Enum):
 @dataclass(frozen=True)
 class CollectiveSpec:
     """Which of NCCL's collective algorithms and protocols a system has, and the bandwidths that are not the links'
-    (cost_models/nccl.py; hardware_profiles/SCHEMA.md, section `collectives`). NCCL's own rules, src/graph/tuning.cc
+    (cost_models/comm/nccl.py; hardware_profiles/SCHEMA.md, section `collectives`). NCCL's own rules,
+    src/graph/tuning.cc
     (v2.23+): NVLS needs NVSwitch with SHARP (Hopper and later, NVSwitch 3); LL128 needs NVLink between the GPUs
     and, between nodes before Hopper, a NIC no further than a PCIe switch (not over PXN); PAT runs all-gather and
     reduce-scatter with one GPU per node; LL's bandwidth is capped per GPU generation (llMaxBws: Volta 39, Ampere
@@ -155,7 +156,7 @@ class HostSpec:
     gpus_per_socket: int = 0
     cross_socket_gbs: float = 0.0
     # CPU Adam (DeepSpeed's vectorised DeepSpeedCPUAdam): millions of parameters one core updates per second where a
-    # measurement says so (cost_models/offload.py); 0: bandwidth-bound only (CPU_ADAM_BYTES per parameter)
+    # measurement says so (cost_models/memory/offload.py); 0: bandwidth-bound only (CPU_ADAM_BYTES per parameter)
     adam_mparams_per_core: float = 0.0
     # NVMe (ZeRO-Infinity's third tier): the node's array read or write rate, GB/s (0: no NVMe for offloading), and
     # the capacity offloading may use, GiB
@@ -193,7 +194,7 @@ class ClusterSpec:
     scale_up: LinkSpec
     scale_out: LinkSpec
     # host seconds (µs) to issue one operator of the training framework's layer code (Python, dispatcher, launch):
-    # a layer pass cannot run faster than the host issues its kernels (cost_models/host.py)
+    # a layer pass cannot run faster than the host issues its kernels (cost_models/compute/host.py)
     host_op_us: float = DEFAULT_HOST_OP_US
     host: HostSpec = HostSpec()
     collectives: CollectiveSpec = CollectiveSpec()  # NCCL's algorithms and protocols on this system

@@ -113,7 +113,7 @@ class JobSpec:
     trainable_fraction: float = 1.0
     lora_rank: int = 0  # the LoRA rank the trainable fraction comes from (0: not LoRA); reported, not priced
     # packed sequences: the lengths of the documents packed into each sequence, laid in order and repeated, the last
-    # cut at seq_len; each attends only to itself (cost_models/packing.py). Empty: one document per sequence
+    # cut at seq_len; each attends only to itself (cost_models/compute/packing.py). Empty: one document per sequence
     packed_doc_lens: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:

@@ -188,7 +188,8 @@ class Layout:
     etp: int = 1
     # what selective recomputation recomputes (Megatron's --recompute-modules); empty unless recompute is selective
     recompute_modules: frozenset[RecomputeModule] = frozenset()
-    # what lives in host memory (cost_models/offload.py); streaming the weights implies offloading their optimizer
+    # what lives in host memory (cost_models/memory/offload.py); streaming the weights implies offloading their
+    # optimizer
     offload: frozenset[Offload] = frozenset()
     # the replicate factor of dp (HSDP); the search does not enumerate it yet (SearchSpec leaves it 1)
     dp_replicate: int = 1

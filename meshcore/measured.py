@@ -1,4 +1,4 @@
-"""Measured per-layer costs from a cost table (read by `cost_models.profile`): with them the step is priced from
+"""Measured per-layer costs from a cost table (read by `cost_models.profile.tables`): with them the step is priced from
 the rows instead of the analytical compute model."""
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Any
 
-from cost_models.params import lora_fraction
+from cost_models.memory.params import lora_fraction
 from cost_models.prediction import Prediction
-from cost_models.profile import MeasuredCosts, read_costs
+from cost_models.profile.tables import MeasuredCosts, read_costs
 from cost_models.step import evaluate_layout
 from hardware_profiles import HardwareOverrides, apply_overrides, load_hardware
 from meshcore import (
@@ -108,9 +108,10 @@ def resolve(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, s
     """Turn names/paths into specs (specs pass through unchanged). Every argument is checked for its type and
     range first (meshcore.checks: gpus in [1, MAX_GPUS], seq_len in [1, MAX_SEQ_LEN], global_batch in
     [1, MAX_GLOBAL_BATCH]; bool is not an integer here), with an InputError naming it. `lora_rank` > 0 fine-tunes
-    LoRA adapters of that rank on every decoder linear layer over frozen weights (cost_models.params.lora_params);
+    LoRA adapters of that rank on every decoder linear layer over frozen weights
+    (cost_models.memory.params.lora_params);
     0 trains every weight. `packed_doc_lens` (a tuple or "512,1024,...") packs documents of those lengths into each
-    sequence, each attending only to itself (cost_models/packing.py); empty: one document per sequence."""
+    sequence, each attending only to itself (cost_models/compute/packing.py); empty: one document per sequence."""
     _instance(model, ModelSpec | str, "model", "a preset name, a model file path or a ModelSpec")
     _instance(hardware, ClusterSpec | str, "hardware", "a preset name, a profile path or a ClusterSpec")
     integer(gpus, "gpus", 1, MAX_GPUS)

@@ -14,9 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("meshcore", "cost_models", "hardware_profiles", "planner", "meshplan")  # bottom to top
 # bottom to top: a module may import its own layer and the layers below it
-LAYERS = ("meshcore", "cost_models", "hardware_profiles", "planner.inputs", "planner.search", "planner.outputs",
-          "planner.api", "planner.studies", "planner.commands", "planner.cli", "cli", "planner.__main__", "planner",
-          "meshplan")
+LAYERS = ("meshcore", "cost_models.comm", "cost_models.pipeline", "cost_models.compute", "cost_models.memory",
+          "cost_models.profile", "cost_models", "hardware_profiles", "planner.inputs", "planner.search",
+          "planner.outputs", "planner.api", "planner.studies", "planner.commands", "planner.cli", "cli",
+          "planner.__main__", "planner", "meshplan")
 MAX_LINES = 440  # "about 400": the largest rooms today are the log parsers and calibrate
 # A function's length: the lines of its body, signature, decorators and docstring not counted (the typer commands'
 # signatures are their flags, one a line). Nested functions count in the function that holds them.

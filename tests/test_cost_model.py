@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.comm import Collective, collective_time, group_link, nccl_choice, p2p_time
-from cost_models.pipeline import bubble_fraction, pipeline_time
-from cost_models.schedules import in_flight
+from cost_models.comm.collectives import Collective, collective_time, group_link, nccl_choice, p2p_time
+from cost_models.pipeline.schedules import in_flight
+from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from hardware_profiles import HardwareOverrides, load_hardware
 from meshcore import AttentionKernel, Group, Runtime, Schedule
 from planner import evaluate
@@ -39,7 +39,7 @@ def test_tiers_follow_placement() -> None:
     ib = collective_time(Collective.ALL_REDUCE, 1e9, 8, 8, c)
     assert ib > 5 * nv
     # nccl-tests factors on a ring: all-reduce moves 2(n−1)/n, all-gather (n−1)/n of the buffer, beside NCCL's
-    # latencies (cost_models/nccl.py)
+    # latencies (cost_models/comm/nccl.py)
     ar, ag = (nccl_choice(kind, 1e9, Group.line(8, 1), c) for kind in (Collective.ALL_REDUCE, Collective.ALL_GATHER))
     assert ar.seconds == pytest.approx(nv) and ag.seconds == pytest.approx(collective_time(Collective.ALL_GATHER,
                                                                                            1e9, 8, 1, c))
@@ -95,7 +95,7 @@ def test_faster_network_never_slower() -> None:
 def test_fp8_is_faster_than_bf16_on_h100() -> None:
     """Where the GPU bounds the step (TP 1, 2) fp8 GEMMs make it faster; Llama-3-8B at TP 8 and one sequence per
     micro-batch is host-bound (each layer pass issues the same operators, and TP 8's collective calls, whatever the
-    GEMMs' dtype: cost_models/host.py), so fp8 gains nothing there and is never slower."""
+    GEMMs' dtype: cost_models/compute/host.py), so fp8 gains nothing there and is never slower."""
     for tp in (1, 2):
         kw = dict(gpus=8, seq_len=4096, global_batch=32, tp=tp, mbs=1)
         assert evaluate("llama3-8b", "h100-sxm", dtype="fp8", **kw).step_time_s < \
@@ -166,8 +166,8 @@ def test_sequence_parallel_collectives_as_transformer_engine_runs_them() -> None
     row layers' gradient all-gathers are: the column layers' input re-gather and dgrad reduce-scatter run beside their
     dgrad and wgrad GEMMs (TE linear.py / layernorm_linear.py), costing kappa of their time. fp8 gathers 1-byte
     casts: an all-gather is a quarter of a bf16 all-reduce-equivalent instead of a half."""
-    from cost_models.knobs import LayerKnobs
-    from cost_models.layer import _tp_comm, decoder_layer_time
+    from cost_models.compute.knobs import LayerKnobs
+    from cost_models.compute.layer import _tp_comm, decoder_layer_time
     from meshcore import Dtype, JobSpec, Recompute
     from planner.inputs.loaders import load_model
 
@@ -190,7 +190,7 @@ def test_fp8_gemm_takes_the_curve_point_of_an_equally_long_bf16_gemm() -> None:
     """The efficiency curve is one of bf16 FLOPs; an fp8 GEMM of F FLOPs lasts as long as a bf16 one of F/2 and sits
     at that point of the curve (times fp8_matmul_ratio): fixed per-kernel costs weigh on it as on the shorter bf16
     GEMM, so fp8 saturates at twice the size."""
-    from cost_models.compute import Gemm, gemm_time
+    from cost_models.compute.kernels import Gemm, gemm_time
     from meshcore import Dtype
 
     gpu = load_hardware("h100-sxm", 8).gpu
@@ -205,9 +205,9 @@ def test_ring_attention_pays_its_merges_and_half_blocks() -> None:
     """Causal ring attention (cp 2) costs more than the same attention FLOPs at s/cp keys: the steps after the
     diagonal run on half blocks, and every step merges its output (forward) and its dQ, dK, dV (backward) at HBM
     speed."""
-    from cost_models.compute import flash_attention_time, memory_time
-    from cost_models.knobs import LayerKnobs
-    from cost_models.layer import _attention_core, ring_attention_merge_time
+    from cost_models.compute.kernels import flash_attention_time, memory_time
+    from cost_models.compute.knobs import LayerKnobs
+    from cost_models.compute.layer import _attention_core, ring_attention_merge_time
     from meshcore import JobSpec, Recompute
     from planner.inputs.loaders import load_model
 
@@ -228,9 +228,9 @@ def test_ring_attention_pays_its_merges_and_half_blocks() -> None:
 def test_cross_entropy_reads_and_writes_fp32_logits() -> None:
     """Megatron-core's vocabulary-parallel cross-entropy works on an fp32 copy of the logits: 22 bytes per logit
     forward (copy and max, shift-exp-sum, normalise) and 14 backward (scale the saved softmax, cast to bf16)."""
-    from cost_models.compute import Gemm, gemm_fwd_bwd_time, memory_time
-    from cost_models.knobs import LayerKnobs
-    from cost_models.layer import head_time
+    from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time, memory_time
+    from cost_models.compute.knobs import LayerKnobs
+    from cost_models.compute.layer import head_time
     from meshcore import Dtype, JobSpec, Recompute
     from planner.inputs.loaders import load_model
 
@@ -249,9 +249,9 @@ def test_unfused_squared_relu_costs_its_extra_passes() -> None:
     stored activations are the same."""
     from dataclasses import replace
 
-    from cost_models.compute import memory_time
-    from cost_models.knobs import LayerKnobs
-    from cost_models.layer import decoder_layer_time
+    from cost_models.compute.kernels import memory_time
+    from cost_models.compute.knobs import LayerKnobs
+    from cost_models.compute.layer import decoder_layer_time
     from cost_models.step import decoder_activation
     from meshcore import JobSpec, Recompute
     from meshcore.enums import Activation

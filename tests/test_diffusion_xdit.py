@@ -44,7 +44,7 @@ def test_vae_decoder_flops_match_the_architecture() -> None:
 
 def test_flash_attention_2_on_hopper_runs_at_the_measured_rate() -> None:
     # tritonbench, pytorch/pytorch#142132: SDPA flash at (1, 24, 4608, 128) 329 TFLOP/s on H100 (cuDNN 631)
-    from cost_models.compute import attention_efficiency
+    from cost_models.compute.kernels import attention_efficiency
 
     h100 = load_hardware("h100-sxm", 1).gpu
     rate = h100.peak_bf16_tflops * attention_efficiency(h100, 4608, 128) * sdpa_flash_rate(h100)

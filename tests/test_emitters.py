@@ -467,7 +467,7 @@ def test_flavors_are_what_torchtitan_builds(flavor: Flavor) -> None:
     import torch
     from torchtitan.protocols.train_spec import get_train_spec
 
-    from cost_models.flops import total_params
+    from cost_models.compute.flops import total_params
 
     train_spec = get_train_spec(flavor.module)
     args = dataclasses.replace(train_spec.model_args[flavor.flavor])

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.compute import Gemm, flash_attention_time, gemm_fwd_bwd_time
-from cost_models.elementwise import elementwise_bytes, fused_elementwise_bytes
-from cost_models.knobs import LayerKnobs
-from cost_models.sac import kept_token_bytes, linears
+from cost_models.compute.elementwise import elementwise_bytes, fused_elementwise_bytes
+from cost_models.compute.kernels import Gemm, flash_attention_time, gemm_fwd_bwd_time
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.sac import kept_token_bytes, linears
 from hardware_profiles import load_hardware
 from meshcore import Dtype, Recompute, Runtime
 from meshcore.errors import InputError, SpecError
@@ -127,7 +127,7 @@ def test_torchtitan_keeps_a_stages_weights_gathered_under_pp() -> None:
     """torchtitan does not reshard under a pipeline: the stage's weights stay gathered and its gradients accumulate
     in fp32; Megatron-FSDP gathers per module and frees them."""
     kw = dict(gpus=64, seq_len=4096, global_batch=64, tp=8, pp=4, mbs=1, zero=3, recompute="full")
-    # torchtitan's FSDP with Megatron's pricing of the rest of the peak (cost_models/held.py: HeldMemory())
+    # torchtitan's FSDP with Megatron's pricing of the rest of the peak (cost_models/memory/held.py: HeldMemory())
     fsdp_only = replace(load_runtime(Framework.TORCHTITAN).execution, memory=HeldMemory(), logit_bytes=6.0)
     titan = evaluate("llama3-70b", "h100-sxm", runtime=Runtime(framework=Framework.TORCHTITAN, execution=fsdp_only),
                      **kw)
@@ -150,7 +150,7 @@ def test_torchtitans_published_runs_are_within_the_issue_target() -> None:
 
 def test_op_sac_counts_its_recomputed_matmuls_in_hardware_flops() -> None:
     """HFU counts what the per-op policy runs again: wk, wo and w3 (2·n·k each per token) on every dense layer."""
-    from cost_models.sac import recomputed_flops_per_token
+    from cost_models.compute.sac import recomputed_flops_per_token
 
     model = load_model("llama3-8b")
     assert recomputed_flops_per_token(model) == 2 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336)

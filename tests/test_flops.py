@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models import flops as F
+from cost_models.compute import flops as F
 from meshcore import AttentionKernel, Runtime
 from planner import evaluate, load_model
 from planner.inputs.loaders import model_preset_names, published_params

@@ -277,7 +277,7 @@ def test_random_api_calls() -> None:
             raise AssertionError(f"{target}({name}={value!r}) was accepted")
 
 
-# item 2: cost tables, cell by cell (cost_models/profile.py, planner/search/chain.py)
+# item 2: cost tables, cell by cell (cost_models/profile/tables.py, planner/search/chain.py)
 def _table(tmp_path: Path, rows: list[dict[str, Any]], name: str = "costs.csv") -> str:
     from fuzz_inputs import _csv
 
@@ -335,7 +335,7 @@ def _cost_table_cases() -> list[tuple[str, Any, str]]:
 @pytest.mark.parametrize(("name", "rows", "message"), _cost_table_cases(), ids=[c[0] for c in _cost_table_cases()])
 def test_bad_cost_tables_name_the_row_the_column_and_the_value(tmp_path: Path, name: str,
                                                                rows: list[dict[str, Any]], message: str) -> None:
-    from cost_models.profile import read_costs
+    from cost_models.profile.tables import read_costs
 
     path = _table(tmp_path, rows)
     args = ["plan", "--costs", path, "--hardware", "h100-sxm", "--gpus", "4", "--seq-len", "128", "--global-batch", "8"]
@@ -451,7 +451,7 @@ def test_plan_files_as_written_still_load(tmp_path: Path, fuzz_inputs: Any) -> N
 
 # found by benchmarks/fuzz.py
 def test_api_paths_and_runtime_fields_are_checked(tmp_path: Path, fuzz_inputs: Any) -> None:
-    from cost_models.profile import read_costs
+    from cost_models.profile.tables import read_costs
 
     job = {"gpus": 4, "seq_len": 512, "global_batch": 8}
     plan = planner.load_plan(fuzz_inputs.plan_path)

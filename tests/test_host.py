@@ -1,4 +1,4 @@
-"""Host issue time (cost_models/host.py): a layer pass is never shorter than the host's time to issue it."""
+"""Host issue time (cost_models/compute/host.py): a layer pass is never shorter than the host's time to issue it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from cost_models.host import (
+from cost_models.compute.host import (
     BACKWARD_OPS_RATIO,
     COLLECTIVE_HOST_OPS,
     DRAIN_OPS,
@@ -18,8 +18,8 @@ from cost_models.host import (
     step_sync_s,
     tp_collective_calls,
 )
-from cost_models.knobs import LayerKnobs
-from cost_models.layer import decoder_layer_time
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.layer import decoder_layer_time
 from hardware_profiles import load_hardware
 from meshcore import JobSpec, Recompute
 from meshcore.errors import SpecError
@@ -85,7 +85,7 @@ def test_negative_host_time_is_refused() -> None:
 
 def test_tp_collectives_are_host_calls_only_with_tp() -> None:
     """Megatron skips the collective of a TP group of one; without SP two all-reduces each way, with SP the four
-    gathers and scatters forward and six backward of cost_models.layer.sequence_parallel_tp_time."""
+    gathers and scatters forward and six backward of cost_models.compute.layer.sequence_parallel_tp_time."""
     assert tp_collective_calls(1, False) == (0.0, 0.0) == tp_collective_calls(1, True)
     assert tp_collective_calls(8, False) == (2.0, 2.0)
     assert tp_collective_calls(8, True) == (4.0, 6.0)

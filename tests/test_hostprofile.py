@@ -1,4 +1,5 @@
-"""meshplan profile host (cost_models/hostprofile.py): the host's fixed costs measured with PyTorch, here on a CPU.
+"""meshplan profile host (cost_models/profile/hostprofile.py): the host's fixed costs measured with PyTorch, here on a
+CPU.
 Times on a shared CPU say nothing about a GPU host; what is held is that the routine counts and times what it says,
 and that its fragment merges over a preset."""
 
@@ -10,18 +11,18 @@ import pytest
 
 pytest.importorskip("torch")
 
-from cost_models import host  # noqa: E402
-from cost_models.hostprofile import count_ops, measure, tiny  # noqa: E402
+from cost_models.compute import host  # noqa: E402
+from cost_models.profile.hostprofile import count_ops, measure, tiny  # noqa: E402
 from hardware_profiles import load_hardware  # noqa: E402
 from planner.inputs.loaders import load_model  # noqa: E402
 
 
 def test_counts_the_operators_a_layer_dispatches() -> None:
     """A decoder layer's forward dispatches dozens of aten operators (views included) and its backward more: the
-    coarse counts of cost_models/host.py (25 forward, twice that backward) sit below them."""
+    coarse counts of cost_models/compute/host.py (25 forward, twice that backward) sit below them."""
     import torch
 
-    from cost_models.layerprofile import decoder_module
+    from cost_models.profile.layerprofile import decoder_module
 
     model = tiny(load_model("llama3-8b"))
     module, _ = decoder_module(model)

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cost_models.flops import total_params
+from cost_models.compute.flops import total_params
 from meshcore.errors import InputError
 from planner.inputs.loaders import REQUIRED_MODEL_KEYS, load_model, model_from_mapping
 
@@ -285,7 +285,7 @@ def test_hf_sliding_window_rope_theta_and_norm_eps_reach_the_cost_and_megatron(t
     of s²/2: 0.75 of causal), Gemma 2 keeps every second layer global, and the Megatron arguments state the window,
     the rotary base and the norm epsilon (they were ignored without a word)."""
     import planner
-    from cost_models.flops import attended_fraction
+    from cost_models.compute.flops import attended_fraction
     from planner.outputs.emitters.megatron import arguments
 
     base = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

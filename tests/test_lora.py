@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models.compute import Gemm, gemm_fwd_bwd_time, gemm_time
-from cost_models.params import lora_fraction, lora_params
+from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time, gemm_time
+from cost_models.memory.params import lora_fraction, lora_params
 from hardware_profiles import load_hardware
 from meshcore import Dtype, Target
 from meshcore.errors import InputError, SpecError

@@ -14,7 +14,7 @@ import pytest
 from test_emitters import _megatron_kwargs
 
 import planner
-from cost_models.flops import total_params
+from cost_models.compute.flops import total_params
 from meshcore.errors import UnsupportedModelError
 from planner.outputs.emitters import Target, emit
 from planner.search.space import SearchSpec

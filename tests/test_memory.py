@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models import memory as M
+from cost_models.memory import footprint as M
 from meshcore import GIB, AttentionKernel, Recompute, Runtime
 from planner import evaluate, load_model
 

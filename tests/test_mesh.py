@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models.comm import Collective, collective_time, p2p_time
+from cost_models.comm.collectives import Collective, collective_time, p2p_time
 from cost_models.step import evaluate_layout
 from cost_models.sync import grad_sync_times
 from hardware_profiles import load_hardware
@@ -319,7 +319,8 @@ def test_hsdp_sync_is_shard_reduce_scatter_replica_all_reduce_shard_gather() -> 
 
 def test_hsdp_inside_a_node_beats_flat_fsdp_when_latency_dominates() -> None:
     """A small message (1e5 parameters) on 16 nodes: a flat ring over 128 ranks pays NCCL's latency over 127 hops
-    (cost_models/nccl.py), HSDP a ring of 8 on NVLink and a tree over 16 nodes (log2 16 network hops each way); HSDP
+    (cost_models/comm/nccl.py), HSDP a ring of 8 on NVLink and a tree over 16 nodes (log2 16 network hops each way);
+    HSDP
     is over twice as cheap, with or without multi-rail rings. For a large message
     with multi-rail rings the flat ring spreads its bytes over a node's 8 NICs and is the cheaper one: HSDP trades
     latency and per-rank NIC traffic, not bytes."""

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from cost_models import flops as F
-from cost_models import memory as M
-from cost_models.comm import all_to_all_time
-from cost_models.gemms import attention_gemms
-from cost_models.knobs import LayerKnobs
-from cost_models.layer import decoder_layer_time
-from cost_models.moe import moe_gemms
-from cost_models.params import rank_params
+from cost_models.comm.collectives import all_to_all_time
+from cost_models.compute import flops as F
+from cost_models.compute.gemms import attention_gemms
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.layer import decoder_layer_time
+from cost_models.compute.moe import moe_gemms
+from cost_models.memory import footprint as M
+from cost_models.memory.params import rank_params
 from cost_models.prediction import StageLayers
 from cost_models.step import evaluate_layout, layout_costs, stage_cost
 from hardware_profiles import load_hardware
@@ -276,8 +276,8 @@ def test_deduplicated_dispatch_crosses_each_node_once() -> None:
     """DeepEP-style dispatch: a token goes once to each remote node holding its experts; with 8 nodes and
     k = 8 uniformly routed copies that is 8(1 − (7/8)^8)·7/8 ≈ 4.6 NIC crossings instead of 7, and DeepSeek-V3's
     group-limited routing (4 of 8 groups, one group per node at EP64) caps it at 4·7/8 = 3.5."""
-    from cost_models.comm import dedup_dispatch_time
-    from cost_models.moe import node_limit
+    from cost_models.comm.collectives import dedup_dispatch_time
+    from cost_models.compute.moe import node_limit
 
     cluster = load_hardware("h800", 2048)
     out, up = cluster.scale_out, cluster.scale_up

@@ -1,5 +1,6 @@
-"""The kernels of a mixture-of-experts layer beside its all-to-alls (cost_models/moe_kernels.py) and FP8 casts under
-sequence parallelism (cost_models/fp8.py), against the code that runs them and NVIDIA's published H100 runs."""
+"""The kernels of a mixture-of-experts layer beside its all-to-alls (cost_models/compute/moe_kernels.py) and FP8 casts
+under
+sequence parallelism (cost_models/compute/fp8.py), against the code that runs them and NVIDIA's published H100 runs."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.compute import Gemm, gemm_time
-from cost_models.fp8 import amax_reductions_time, sequence_parallel_casts, sharded_cast_bytes
-from cost_models.gemms import mlp_gemms
-from cost_models.knobs import LayerKnobs
-from cost_models.layer import decoder_layer_time
-from cost_models.moe import moe_gemms
-from cost_models.moe_kernels import TE_GROUPED_STREAMS, expert_gemm_groups, expert_gemms_concurrent, permutation_bytes
+from cost_models.compute.fp8 import amax_reductions_time, sequence_parallel_casts, sharded_cast_bytes
+from cost_models.compute.gemms import mlp_gemms
+from cost_models.compute.kernels import Gemm, gemm_time
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.layer import decoder_layer_time
+from cost_models.compute.moe import moe_gemms
+from cost_models.compute.moe_kernels import (
+    TE_GROUPED_STREAMS,
+    expert_gemm_groups,
+    expert_gemms_concurrent,
+    permutation_bytes,
+)
 from hardware_profiles import load_hardware
 from meshcore import Dtype, JobSpec, Recompute, Runtime
 from meshcore.execution import TE_CURRENT, TE_DELAYED, Execution, ExpertGemms, Fp8Recipe

@@ -1,4 +1,4 @@
-"""NCCL's algorithm and protocol choice (cost_models/nccl.py) against NCCL's own tuning constants and published
+"""NCCL's algorithm and protocol choice (cost_models/comm/nccl.py) against NCCL's own tuning constants and published
 nccl-tests figures (benchmarks/data/nccl/)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cost_models import nccl
-from cost_models.comm import Collective, nccl_choice
+from cost_models.comm import nccl
+from cost_models.comm.collectives import Collective, nccl_choice
 from hardware_profiles import HardwareOverrides, load_hardware
 from meshcore import ClusterSpec
 from meshcore.mesh import Group

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models.comm import Collective, bandwidth_factor
+from cost_models.comm.collectives import Collective, bandwidth_factor
 from hardware_profiles import load_hardware
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
@@ -17,7 +17,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list, Path]:
-    from cost_models.netprofile import SIZES, fit, fragment, measure
+    from cost_models.profile.netprofile import SIZES, fit, fragment, measure
 
     calls: list[tuple[int, int]] = []
     samples = measure("gloo", 2, repeats=3, progress=lambda done, total: calls.append((done, total)))

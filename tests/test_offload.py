@@ -1,4 +1,4 @@
-"""Host offloading (cost_models/offload.py): what it frees on the GPU, what it costs in PCIe copies and CPU time,
+"""Host offloading (cost_models/memory/offload.py): what it frees on the GPU, what it costs in PCIe copies and CPU time,
 what it needs of host memory, and the layouts it is valid for."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from cost_models.knobs import LayerTime
-from cost_models.offload import (
+from cost_models.compute.knobs import LayerTime
+from cost_models.memory.offload import (
     CPU_ADAM_BYTES,
     cpu_adam_time,
     host_bandwidth_per_gpu,

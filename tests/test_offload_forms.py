@@ -1,4 +1,4 @@
-"""The offload forms of issue 33 (cost_models/offload.py): gradients offloaded in the backward, the NVMe tier,
+"""The offload forms of issue 33 (cost_models/memory/offload.py): gradients offloaded in the backward, the NVMe tier,
 single-GPU plans on the runtime that runs them (DeepSpeed), and what the DeepSpeed emitter writes for them, checked
 by DeepSpeed's own config parser and PEFT's LoraConfig."""
 
@@ -10,8 +10,8 @@ import warnings
 import pytest
 from launcher_support import deepspeed_config
 
-from cost_models.knobs import LayerTime
-from cost_models.offload import (
+from cost_models.compute.knobs import LayerTime
+from cost_models.memory.offload import (
     GRADIENT_BUCKET_ELEMENTS,
     NVME_ADAM_BYTES,
     cpu_adam_time,
@@ -172,7 +172,7 @@ def test_zero_above_0_alone_only_to_offload() -> None:
 
 def test_stage_swapping_hides_the_next_stage_behind_the_current() -> None:
     """Mobius (Feng et al., ASPLOS 2023): a GPU's pass over its stages is load₁ + Σ max(m·tᵢ, loadᵢ₊₁)."""
-    from cost_models.stage_swap import SwapStage, stage_swap_step, swapped_pass
+    from cost_models.memory.stage_swap import SwapStage, stage_swap_step, swapped_pass
 
     cluster = load_hardware("rtx4090", 8)
     w = 1e9
@@ -189,8 +189,8 @@ def test_the_nvme_tier_has_a_capacity() -> None:
     array does not hold them, the 40 TB one of rtx4090-workstation does."""
     from dataclasses import replace
 
-    from cost_models.flops import total_params
-    from cost_models.offload import nvme_fits
+    from cost_models.compute.flops import total_params
+    from cost_models.memory.offload import nvme_fits
     from planner.api import make_layout, resolve
 
     problem = resolve("llama2-13b", "rtx4090-workstation", gpus=1, seq_len=1024, global_batch=8, runtime=DS)

@@ -41,7 +41,7 @@ def test_the_data_names_its_sources() -> None:
 
 
 def test_mobius_on_8_rtx4090() -> None:
-    """Stage swapping (cost_models/stage_swap.py) of Qwen3-1.7B on 8 x RTX 4090: Mobius measured 39,370 tokens/s
+    """Stage swapping (cost_models/memory/stage_swap.py) of Qwen3-1.7B on 8 x RTX 4090: Mobius measured 39,370 tokens/s
     (RoundPipe artifact, row Mobius/4090)."""
     assert RECORDS["roundpipe_mobius_qwen3_1p7b"]["published"]["value"] == 39370.22
     assert _predicted("roundpipe_mobius_qwen3_1p7b") == pytest.approx(39370.22, rel=0.2)

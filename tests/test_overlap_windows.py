@@ -76,8 +76,8 @@ def test_fsdp_prefetch_leaves_one_unit_exposed() -> None:
     """ZeRO-3 beside windows far longer than its traffic: κ of the traffic is exposed, plus the forward's first
     gather and the backward's last reduce-scatter, which nothing runs beside (one of 4·32 modules each on Llama-3-8B
     under Megatron-FSDP)."""
-    from cost_models.comm import Collective, collective
-    from cost_models.knobs import LayerTime
+    from cost_models.comm.collectives import Collective, collective
+    from cost_models.compute.knobs import LayerTime
     from cost_models.step import layout_costs
     from cost_models.sync import gather_bytes, sharded_dp_exposed
     from planner.api import make_layout, resolve

@@ -1,4 +1,4 @@
-"""What the distribution installs (issue 31 item 9): the packages planner, cost_models, hardware_profiles and
+"""What the distribution installs (issue 31 item 9): the packages meshcore, planner, cost_models, hardware_profiles and
 meshplan, and no top-level module named `cli` (cli.py is the checkout's shim; the console script runs
 planner.cli:main); `import meshplan` gives the planner's API."""
 
@@ -31,7 +31,8 @@ def test_nothing_generic_is_installed_unprefixed() -> None:
     setuptools = project["tool"]["setuptools"]
     assert "py-modules" not in setuptools  # the top-level cli.py stays out of site-packages
     found = find_packages(str(ROOT), include=setuptools["packages"]["find"]["include"])
-    assert {name.split(".")[0] for name in found} == {"planner", "cost_models", "hardware_profiles", "meshplan"}
+    assert {name.split(".")[0] for name in found} == {"meshcore", "planner", "cost_models", "hardware_profiles",
+                                                      "meshplan"}
 
 
 def test_the_entry_points_are_one_command_line() -> None:

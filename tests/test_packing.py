@@ -1,4 +1,4 @@
-"""Packed sequences (cost_models/packing.py): documents packed into one sequence attend within themselves, as
+"""Packed sequences (cost_models/compute/packing.py): documents packed into one sequence attend within themselves, as
 Megatron-core's PackedSeqParams / Transformer Engine's THD and FlashAttention's varlen kernels (cu_seqlens) compute
 them; the job field, the CLI flag and the plan file."""
 
@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models.flops import attended_fraction
-from cost_models.knobs import LayerKnobs
-from cost_models.layer import _attention_core, decoder_layer_time
-from cost_models.packing import documents, packed_attended_fraction, packed_key_len
+from cost_models.compute.flops import attended_fraction
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.layer import _attention_core, decoder_layer_time
+from cost_models.compute.packing import documents, packed_attended_fraction, packed_key_len
 from hardware_profiles import load_hardware
 from meshcore import JobSpec, Recompute
 from meshcore.errors import InputError, SpecError

@@ -11,9 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models import flops as F
-from cost_models import memory as M
-from cost_models.profile import COLUMNS, read_costs
+from cost_models.compute import flops as F
+from cost_models.memory import footprint as M
+from cost_models.profile.tables import COLUMNS, read_costs
 from meshcore import AttentionKernel, Recompute, Runtime
 from planner import InputError, evaluate, load_model
 
@@ -84,8 +84,8 @@ def test_measured_activations_are_the_tensors_the_layer_saves(table: Path) -> No
 def test_reference_block_activations_are_the_tensors_it_saves(monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference block (what is profiled without transformers) measured the same way, whether or not
     transformers is installed here."""
-    from cost_models import layerprofile
-    from cost_models.torch_reference import Block
+    from cost_models.profile import layerprofile
+    from cost_models.profile.torch_reference import Block
 
     monkeypatch.setattr(layerprofile, "decoder_module", lambda part: (Block(part), "reference block"))
     model = layerprofile.scaled(load_model("llama3-8b"), 0.0625)
@@ -106,8 +106,8 @@ def test_hugging_face_layers_when_transformers_is_installed(table: Path) -> None
 def test_profiled_block_flops_equal_the_formula() -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
-    from cost_models.layerprofile import scaled, shard
-    from cost_models.torch_reference import Block
+    from cost_models.profile.layerprofile import scaled, shard
+    from cost_models.profile.torch_reference import Block
 
     model = scaled(load_model("llama3-8b"), 0.0625)
     for tp in (1, 2):

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models import memory as M
-from cost_models.knobs import LayerKnobs
-from cost_models.layer import RecomputeTime, decoder_layer_time, module_recompute_time
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.layer import RecomputeTime, decoder_layer_time, module_recompute_time
+from cost_models.memory import footprint as M
 from meshcore import AttentionKernel, Dtype, JobSpec, Layout, Recompute, RecomputeModule, ZeroStage
 from meshcore.errors import LayoutError
 from planner import evaluate, load_model, plan

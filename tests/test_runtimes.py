@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import planner
 from cli import app
-from cost_models.flops import total_params
+from cost_models.compute.flops import total_params
 from meshcore import Runtime, Schedule
 from meshcore.errors import InfeasibleError, InputError, LayoutError, UnsupportedModelError
 from meshcore.framework import DEFAULT_FRAMEWORK, Framework

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from cost_models.pipeline import pipeline_time
-from cost_models.schedules import closed_form, in_flight, program
-from cost_models.simulator import Durations, Op, OpKind, Program, simulate
+from cost_models.pipeline.schedules import closed_form, in_flight, program
+from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, simulate
+from cost_models.pipeline.stages import pipeline_time
 from meshcore import Runtime, Schedule
 
 ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
@@ -129,7 +129,7 @@ def test_p2p_latency_bounds() -> None:
 
 
 def test_deadlock_is_reported() -> None:
-    from cost_models.simulator import Op, OpKind
+    from cost_models.pipeline.simulator import Op, OpKind
 
     bad = Program(2, (0, 1), ((Op(OpKind.B, 0, 0), Op(OpKind.F, 0, 0)), (Op(OpKind.F, 0, 1), Op(OpKind.B, 0, 1))),
                   False)
@@ -145,7 +145,7 @@ def test_zbv_order_is_torchs(pp: int, m: int) -> None:
                                     reason="torch is not installed (the [profile] extra)")
     from types import SimpleNamespace
 
-    from cost_models.simulator import OpKind
+    from cost_models.pipeline.simulator import OpKind
 
     kinds = {"F": OpKind.F, "I": OpKind.B, "W": OpKind.W}
     ours = program(Schedule.ZB_V, pp, m, 2)
@@ -208,7 +208,7 @@ def test_wave_order_runs_in_torch(pp: int, m: int) -> None:
     lowering adds the sends and receives and dry-runs the result without a deadlock."""
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
                                     reason="torch is not installed (the [profile] extra)")
-    from cost_models.simulator import OpKind
+    from cost_models.pipeline.simulator import OpKind
 
     kinds = {OpKind.F: schedules._ComputationType.FORWARD, OpKind.B: schedules._ComputationType.FULL_BACKWARD}
     ours = program(Schedule.WAVE, pp, m, 2)
@@ -282,7 +282,7 @@ def test_sweep_equals_event_loop(seed: int) -> None:
     """Where the orders fix every op the simulator advances one device at a time (`_sweep`); the event loop, which
     the deferred weight gradients of ZB-H1 need, gives the same events, times, peaks and busy seconds on those
     programs, with random per-chunk durations and hops."""
-    from cost_models.simulator import _simulate_deferred, _sweep, makespan
+    from cost_models.pipeline.simulator import _simulate_deferred, _sweep, makespan
 
     rng = random.Random(seed)
     schedule = rng.choice([s for s in Schedule if s is not Schedule.ZB_H1])

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_models import TINY_DEEPSEEK
 
-from cost_models.schedules import SPLIT_BACKWARD, W_SHARE, program
-from cost_models.simulator import Durations, makespan
+from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE, program
+from cost_models.pipeline.simulator import Durations, makespan
 from cost_models.step import evaluate_layout
 from meshcore import Runtime, Schedule
 from planner.api import resolve

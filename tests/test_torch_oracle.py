@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from cost_models import flops as F
+from cost_models.compute import flops as F
 from planner import load_model
 from planner.inputs.loaders import model_from_mapping
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[profile]')")
 nn = torch.nn
-from cost_models.torch_reference import Reference  # noqa: E402
+from cost_models.profile.torch_reference import Reference  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["llama3-8b", "qwen2.5-7b", "gpt3-175b", "llama2-70b"])

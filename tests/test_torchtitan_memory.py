@@ -1,4 +1,4 @@
-"""Memory as torchtitan holds it (cost_models/held.py, the `memory` section of hardware_profiles/runtimes/
+"""Memory as torchtitan holds it (cost_models/memory/held.py, the `memory` section of hardware_profiles/runtimes/
 torchtitan.yaml) against the peaks torchtitan's December 2024 tables print (pytorch/torchtitan,
 benchmarks/llama3_h100_202412_torchtitan.md, Tables 1-6: max reserved GiB, the maximum over the GPUs of a run), and
 Megatron's pricing left as it was."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from published import titan_observations
 
-from cost_models import held as H
-from cost_models.memory import BUFFER_ALLOWANCE_GIB
+from cost_models.memory import held as H
+from cost_models.memory.footprint import BUFFER_ALLOWANCE_GIB
 from meshcore import Recompute, Runtime
 from meshcore.execution import HeldMemory
 from meshcore.framework import Framework
@@ -63,7 +63,7 @@ def test_published_peaks(runs: dict[str, tuple[float, float]], run: str, toleran
 
 def test_the_printed_peaks_within_seven_percent_without_a_systematic_sign(runs: dict[str, tuple[float, float]]) -> None:
     """All 18 runs: mean |error| at most 7 % (issue 29), neither side holding more than 13 of them; before
-    cost_models/held.py the model was 18 % under, on all 18."""
+    cost_models/memory/held.py the model was 18 % under, on all 18."""
     errors = [predicted / printed - 1 for printed, predicted in runs.values()]
     assert len(errors) == 18
     assert sum(abs(e) for e in errors) / len(errors) <= 0.07

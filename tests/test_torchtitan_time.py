@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cost_models.compute import flash_attention_time, gemm_fwd_bwd_time, gemm_time, memory_time
-from cost_models.gemms import attention_gemms, gemms_time, split_gemms, split_gemms_time
+from cost_models.compute.gemms import attention_gemms, gemms_time, split_gemms, split_gemms_time
+from cost_models.compute.kernels import flash_attention_time, gemm_fwd_bwd_time, gemm_time, memory_time
 from hardware_profiles import load_hardware
 from meshcore import Dtype, JobSpec, Runtime
 from meshcore.framework import Framework

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cost_models import flops as F
+from cost_models.compute import flops as F
 from cost_models.step import evaluate_layout
 from hardware_profiles import load_hardware
 from meshcore import JobSpec, Layout, Schedule

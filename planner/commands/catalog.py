@@ -10,7 +10,7 @@ from planner.commands.common import app
 @app.command()
 def models() -> None:
     """List the built-in model presets."""
-    from cost_models.flops import active_params, total_params
+    from cost_models.compute.flops import active_params, total_params
     from planner.inputs.loaders import load_model, model_preset_names
 
     typer.echo(f"{'preset':16} {'params':>9} {'active':>9} {'layers':>6} {'hidden':>6} {'heads':>5} {'kv':>4} "

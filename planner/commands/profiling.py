@@ -36,8 +36,8 @@ def profile_layers(
             raise InputError(f"--device must be cpu or cuda, got {device!r}")
         check({"--seq-len": (seq_len, 1, MAX_SEQ_LEN)})
         needs("torch", "profile", "profiling")
-        from cost_models.layerprofile import decoder_module, scaled, shard, table
-        from cost_models.layerprofile import profile_layers as measure
+        from cost_models.profile.layerprofile import decoder_module, scaled, shard, table
+        from cost_models.profile.layerprofile import profile_layers as measure
         spec, tps = scaled(load_model(model), scale), int_list(tp, "--tp")
         with Progress("timing layers") as bar:
             rows = measure(spec, tps, int_list(mbs, "--mbs"), seq_len, device, repeats, bar.update)
@@ -67,7 +67,7 @@ def profile_network(
         if backend not in ("gloo", "nccl"):
             raise InputError(f"--backend must be gloo or nccl, got {backend!r}")
         needs("torch", "profile", "profiling")
-        from cost_models.netprofile import fit, fragment, measure
+        from cost_models.profile.netprofile import fit, fragment, measure
 
         with Progress("timing collectives") as bar:
             samples = measure(backend, procs, repeats, bar.update)
@@ -99,7 +99,7 @@ def profile_host(
         if device not in ("cpu", "cuda"):
             raise InputError(f"--device must be cpu or cuda, got {device!r}")
         needs("torch", "profile", "profiling")
-        from cost_models.hostprofile import fragment, measure
+        from cost_models.profile.hostprofile import fragment, measure
 
         spec = load_model(model)
         with Progress("timing the host") as bar:
@@ -108,7 +108,7 @@ def profile_host(
         write_text_atomic(out, fragment(result, spec.name))
         typer.echo(f"operators per forward {result.forward_ops}, per backward {result.backward_ops} (aten); "
                    f"{result.aten_us:.2f} us each; host_op_us {result.op_us:.2f} us (per operator as "
-                   "cost_models/host.py counts them)")
+                   "cost_models/compute/host.py counts them)")
         typer.echo(f"collective call {result.collective_us:.1f} us, host sync {result.sync_us:.1f} us, "
                    f"optimizer step {result.step_ms:.3f} ms")
         typer.echo(f"fragment written to {out}")

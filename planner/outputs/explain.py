@@ -13,9 +13,9 @@ import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cost_models.pipeline.schedules import program
+from cost_models.pipeline.simulator import Event, OpKind, SimResult
 from cost_models.prediction import Prediction
-from cost_models.schedules import program
-from cost_models.simulator import Event, OpKind, SimResult
 from cost_models.step import pipeline_hop_time
 from meshcore import Layout
 from planner.outputs.plan import Plan

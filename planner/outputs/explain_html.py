@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import html
 
+from cost_models.pipeline.schedules import LAUNCHERS
+from cost_models.pipeline.simulator import Event
 from cost_models.prediction import Prediction
-from cost_models.schedules import LAUNCHERS
-from cost_models.simulator import Event
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.explain import COLORS, KIND_NAMES, MEMORY_COLORS, Explanation, breakdown_colors
 from planner.outputs.report import layout_dict

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from cost_models.profile import MeasuredCosts
-from cost_models.schedules import LAUNCHERS
+from cost_models.pipeline.schedules import LAUNCHERS
+from cost_models.profile.tables import MeasuredCosts
 from hardware_profiles import profile_mapping
 from meshcore import (
     JobSpec,

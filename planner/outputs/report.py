@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cost_models.pipeline.schedules import LAUNCHERS
 from cost_models.prediction import Prediction, StageCost
-from cost_models.schedules import LAUNCHERS
 from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict, describe

@@ -10,11 +10,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from cost_models.knobs import LayerKnobs, LayerTime
-from cost_models.offload import layer_offload_exposed
-from cost_models.params import StageParams
-from cost_models.pipeline import ZB_HIDES
-from cost_models.schedules import W_SHARE, wave_bubble
+from cost_models.compute.knobs import LayerKnobs, LayerTime
+from cost_models.memory.offload import layer_offload_exposed
+from cost_models.memory.params import StageParams
+from cost_models.pipeline.schedules import W_SHARE, wave_bubble
+from cost_models.pipeline.stages import ZB_HIDES
 from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
@@ -75,7 +75,7 @@ class SearchBounds(RankMemory):
         stage's layer time (with the least exposed ZeRO traffic, `_traffic_floor`, the least over the offload
         choices, as the tail's), forward and backward (the slowest rank takes at least A), each schedule's
         bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved),
-        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.ZB_HIDES), A + (p − 1)·f̄/2 (ZB-V,
+        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.stages.ZB_HIDES), A + (p − 1)·f̄/2 (ZB-V,
         DualPipeV) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's schedules; each is at
         least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
         return self.shape_floor(group[0], [(c.schedule, c.vpp) for c in group], offloads)
@@ -195,7 +195,7 @@ class SearchBounds(RankMemory):
         (`_zb_h1_hidden`), the step tail at least the average stage's gradient reduction and optimizer step. Exposed
         communication is convex in (bytes, compute), so pricing it on the average stage under-estimates the average
         (Jensen).
-        ZB-V and the wave add the bubble of cost_models.pipeline on their slowest chunk, which takes at least the
+        ZB-V and the wave add the bubble of cost_models.pipeline.stages on their slowest chunk, which takes at least the
         average chunk's forward and its time without it (less the weight gradients ZB-V moves)."""
         stage, hop, forward, backward, tail = self._family(c, self.beside(c))
         stage += recomputed
@@ -270,7 +270,8 @@ class SearchBounds(RankMemory):
 
     def _offload_floor(self, c: Candidate) -> float:
         """Exposed host copies of the average stage per micro-batch, at the least: each layer's copies as
-        cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with parameter
+        cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with
+        parameter
         offload, its stored activations with activation offload), every decoder layer over pp ranks, each at the
         cheaper of its own recomputation and full recomputation (whose smaller copy may hide behind a longer
         backward) net of the time full recomputation adds, which the bound's other terms do not count. That time

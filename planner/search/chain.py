@@ -20,11 +20,11 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from cost_models import memory as M
-from cost_models.comm import send_recv
-from cost_models.pipeline import pipeline_time
-from cost_models.profile import SHAPE_COLUMNS, checked_rows, read_frame, same_value
-from cost_models.schedules import in_flight
+from cost_models.comm.collectives import send_recv
+from cost_models.memory import footprint as M
+from cost_models.pipeline.schedules import in_flight
+from cost_models.pipeline.stages import pipeline_time
+from cost_models.profile.tables import SHAPE_COLUMNS, checked_rows, read_frame, same_value
 from cost_models.sync import adam_step_time, grad_sync_times
 from meshcore import GIB, ClusterSpec, Schedule, ZeroStage
 from meshcore.errors import InfeasibleError, InputError
@@ -70,7 +70,7 @@ class ChainTable:
 
 
 def read_chain(path: str) -> ChainTable:
-    """A chain table, every cell checked (cost_models.profile.checked_rows): counts, tp, mbs and seq_len whole
+    """A chain table, every cell checked (cost_models.profile.tables.checked_rows): counts, tp, mbs and seq_len whole
     numbers, times and bytes finite and non-negative, one count per kind, one seq_len, at most MAX_CHAIN_LAYERS
     layers; an InputError names the row, the column, the value and what is allowed."""
     frame = read_frame(path)

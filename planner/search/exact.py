@@ -4,7 +4,7 @@
    (`space.offload_options`); the others join it, sharing its group's floor, when that group comes up.
 2. Memory bound: a family whose weights, gradients and optimizer state alone (sharded as its ZeRO
    stage allows, spread evenly over the pipeline) exceed the GPU is dropped.
-3. Time bound: no split beats m·(Σ layer times)/pp (cost_models.pipeline: the slowest stage is at
+3. Time bound: no split beats m·(Σ layer times)/pp (cost_models.pipeline.stages: the slowest stage is at
    least the average), computed from per-layer times cached per (tp, cp, sp, mbs, recompute).
    Candidates are priced in increasing order of this bound and the scan stops when the bound
    reaches the k-th best step time found: every layout left is provably no better (best-first
@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from cost_models.schedules import program
-from cost_models.simulator import Durations
+from cost_models.pipeline.schedules import program
+from cost_models.pipeline.simulator import Durations
 from cost_models.step import (
     LayerActivations,
     LayerTimes,

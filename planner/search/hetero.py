@@ -8,7 +8,7 @@ TP degrees); for each, the layer split and each stage's count of fully recompute
 
     stage s (on its group, at its pipeline rank) holding n layers, r recomputed:
         T_s(n, r) = t0_s + (n − 1)·t1_s + r·tr_s,  M_s(n, r) = m0_s + (n − 1)·m1_s − r·mr_s (+ transient)  <= cap_s
-    minimise J = (m − 1)·max_s T_s + Σ_s T_s  (1F1B, cost_models.pipeline)
+    minimise J = (m − 1)·max_s T_s + Σ_s T_s  (1F1B, cost_models.pipeline.stages)
 
 The coefficients are read off `stage_cost` on the stage's own group (cost_models.hetero) with the sends into and
 out of the stage in t0_s; the per-stage tables come from planner.search.partition (`stage_tables` of a one-stage
@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cost_models.compute.knobs import LayerActivations, LayerTimes
 from cost_models.hetero import group_costs, hetero_stage, predict_hetero, stage_hops
-from cost_models.knobs import LayerActivations, LayerTimes
 from cost_models.prediction import Prediction, StageLayers
 from cost_models.step import LayoutCosts, layer_activations, layer_times, layout_knobs
 from meshcore import GIB, JobSpec, ModelSpec, Recompute, ZeroStage

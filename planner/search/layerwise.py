@@ -20,13 +20,14 @@ the wider TP group gathers the activation of its samples, S = output_bytes(earli
 (the earlier row covers mbs x t'/G samples), forward an all-gather and backward a reduce-scatter of its
 gradient, both over t_hi ranks at stride 1 inside the scale-up domain (G <= its size):
     reshard = 2 x collective_time(ALL_GATHER, S, t_hi) = 2 x [α (t_hi − 1) + (t_hi − 1)/t_hi · S / busbw]
-(cost_models.comm; nccl-tests factors). Between pipeline stages a send carries any layout (every receiving rank
+(cost_models.comm.collectives; nccl-tests factors). Between pipeline stages a send carries any layout (every receiving
+rank
 receives the part it needs): forward each rank sends its row's output_bytes, backward the gradient of the
 stage's input for the first layer's samples, the earlier layer's group output x t/G.
 A stage's per-micro-batch time T_s is the sum of its layers' forward + backward (+ forward when recomputed),
 reshards and sends; its tail is its gradient reduction and weight gather per TP degree in use (one collective
 each over the parameters at that degree, cost_models.sync.grad_sync_times, affine in the bytes) plus Adam on
-the local shard; memory is states (cost_models.memory.state_bytes per parameter) + in_flight(1F1B) x stored
+the local shard; memory is states (cost_models.memory.footprint.state_bytes per parameter) + in_flight(1F1B) x stored
 activations + the transient + the buffer allowance. The step is the uniform planner's:
     step = (m − 1) · max_s T_s + Σ_s T_s + max_s tail_s.
 With every layer at t = G and nothing recomputed this is exactly the uniform plan (tp G, the same dp and mbs).
@@ -37,10 +38,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from cost_models import memory as M
-from cost_models.comm import Collective, collective, send_recv
-from cost_models.pipeline import pipeline_time
-from cost_models.schedules import in_flight
+from cost_models.comm.collectives import Collective, collective, send_recv
+from cost_models.memory import footprint as M
+from cost_models.pipeline.schedules import in_flight
+from cost_models.pipeline.stages import pipeline_time
 from cost_models.sync import OPTIMIZER_BYTES_PER_PARAM, grad_sync_times
 from meshcore import GIB, ClusterSpec, Schedule, ZeroStage
 from meshcore.mesh import Group, Mesh
@@ -103,7 +104,7 @@ class Setting:
 
 def tp_terms(tp: int, group: int, dp: int, cluster: ClusterSpec, grad_bytes: int) -> TpTerms:
     """Layers at `tp`: n = dp·G/tp ranks at stride tp. grad_sync_times is affine in the parameters P on each of
-    NCCL's (algorithm, protocol) pieces (latency + factor·P·bytes/algbw, cost_models/nccl.py), so the tail of P
+    NCCL's (algorithm, protocol) pieces (latency + factor·P·bytes/algbw, cost_models/comm/nccl.py), so the tail of P
     parameters is sync_alpha + tail_per_param·P on the large-message piece gradient reductions run on, the second
     term adding Adam's 38 bytes per locally updated parameter (cost_models.sync.adam_step_time)."""
     mesh = Mesh(tp=tp, dp_shard=dp * group // tp)  # the layer's G/t replicas join the data-parallel ranks

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cost_models import memory as M
+from cost_models.memory import footprint as M
 from meshcore import GIB, ClusterSpec, ZeroStage
 from meshcore.errors import InfeasibleError, InputError
 from planner.search.chain import ChainPlan, ChainTable, LayerChoice

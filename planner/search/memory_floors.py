@@ -3,7 +3,8 @@ candidate can return, so that a candidate which cannot fit is dropped before its
 
 GPU (`RankMemory.memory_floor`): a rank holding layers costs (cost_models.step.stage_cost)
     states of its parameters + stored activations · micro-batches in flight + its end pieces + buffers,
-states linear in the parameters (cost_models.sync.stage_states) and a fully recomputed layer storing its input only.
+states linear in the parameters (cost_models.sync.stage_states) and a fully recomputed layer storing its input
+only.
 So a rank r costs at least fixed_r + Σ over its layers of c_rk, with fixed_r what rank r holds whatever its layers:
 the buffers, ZeRO-3's gathered modules, the two layers' worth that activation offloading keeps on the GPU, on the
 embedding rank its states and its activations in flight, on the head rank its states, the logits and the
@@ -16,7 +17,7 @@ transient copy is left out (>= 0).
 Host (`RankMemory.host_floor`, with offloading): a GPU's host bytes are its offloaded optimizer state and weights
 (linear in its parameters, cost_models.sync.host_state_bytes) and, with activation offloading, its stored
 activations · micro-batches in flight; the node holding the busiest rank keeps min(GPUs per stage, GPUs per node)
-GPUs of that rank's stage (cost_models.offload.node_host_bytes), each needing at least the rank's floor.
+GPUs of that rank's stage (cost_models.memory.offload.node_host_bytes), each needing at least the rank's floor.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from cost_models import flops as F
-from cost_models import memory as M
-from cost_models.knobs import LayerActivations, LayerKnobs
-from cost_models.offload import host_capacity_bytes, offload_working_bytes
-from cost_models.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
-from cost_models.schedules import in_flight
+from cost_models.compute import flops as F
+from cost_models.compute.knobs import LayerActivations, LayerKnobs
+from cost_models.memory import footprint as M
+from cost_models.memory.offload import host_capacity_bytes, offload_working_bytes
+from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
+from cost_models.pipeline.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
 from cost_models.sync import host_state_bytes, stage_states
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
@@ -115,7 +116,7 @@ class RankMemory:
         return self._rank_info[key]
 
     def alive(self, c: Candidate) -> tuple[float, ...]:
-        """Micro-batches each rank keeps in flight (`cost_models.schedules.in_flight`)."""
+        """Micro-batches each rank keeps in flight (`cost_models.pipeline.schedules.in_flight`)."""
         m = self.job.global_batch // (c.dp * c.mbs)
         key = (c.schedule, c.pp, m, c.vpp)
         if key not in self._in_flight:

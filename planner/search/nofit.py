@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from cost_models import memory as M
+from cost_models.memory import footprint as M
 from meshcore import GIB, JobSpec, Offload, offload_names
 from planner.search.bounds import SearchBounds
 from planner.search.searchspec import SearchSpec

@@ -6,7 +6,7 @@ r, read off the cost model by `planner.search.exact`):
     M_s(n, r) = m0_s + (n − 1)·m1_s − r·mr_s + transient·[r > 0]   <=  capacity
 The first stage carries the embedding, the last the LM head and loss (in t0, m0), and stage s keeps
 activations of more or fewer micro-batches (in m1, mr), so every stage has its own line.
-The 1F1B step time is J = (m − 1)·max_s T_s + Σ_s T_s (cost_models.pipeline); for ZB-H1 the sum
+The 1F1B step time is J = (m − 1)·max_s T_s + Σ_s T_s (cost_models.pipeline.stages); for ZB-H1 the sum
 term of every stage but the last drops its weight-gradient time W_s = w0_s + (n − 1)·w1, which the
 schedule hides in the cooldown.
 

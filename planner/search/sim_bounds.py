@@ -4,7 +4,8 @@ A plan reports, and the search ranks by, `Ranked.step_time_s`: the discrete-even
 pipeline is simulated (`planner.search.simulate.simulable`), else the closed form. The closed-form bounds of
 `planner.search.bounds` are below the closed form, not the simulator (on uneven stages, or with the zero-bubble
 schedules, the simulator is often the faster of the two): these are below the simulator, from its rules
-(cost_models.simulator) alone. With per-chunk forward f_c, backward b_c (the input gradient when the backward is
+(cost_models.pipeline.simulator) alone. With per-chunk forward f_c, backward b_c (the input gradient when the backward
+is
 split) and weight gradient w_c, T_d the work of device d per micro-batch (the sum over its chunks; the simulator's
 durations share a rank's stage time, sends excluded, over its chunks) and m micro-batches:
   (work)  the device does m·T_d of work and runs one op at a time: makespan >= m·T_d;
@@ -31,9 +32,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cost_models.knobs import LayerTime
-from cost_models.schedules import SPLIT_BACKWARD, W_SHARE
-from cost_models.simulator import Durations, Program
+from cost_models.compute.knobs import LayerTime
+from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE
+from cost_models.pipeline.simulator import Durations, Program
 from cost_models.step import pipeline_hop_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from planner.search.bounds import SearchBounds
@@ -226,7 +227,7 @@ def split_floor(rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: 
 
 def trailing_w(schedule: Schedule, stage: int) -> int:
     """The most weight-gradient ops stage `stage`'s order runs after its last input gradient: the pending ones and the
-    one the last input gradient releases (ZB-H1 keeps d pending, ZB-H2 2d: cost_models.zero_bubble)."""
+    one the last input gradient releases (ZB-H1 keeps d pending, ZB-H2 2d: cost_models.pipeline.zero_bubble)."""
     return (2 * stage if schedule is Schedule.ZB_H2 else stage) + 1
 
 

@@ -223,8 +223,8 @@ def expert_options(model: ModelSpec, tp: int, inner: int, sp: bool, spec: Search
 
 
 def module_sets(model: ModelSpec, attention: AttentionKernel) -> list[frozenset[RecomputeModule]]:
-    """Selective module sets worth searching for `model`, nested and cheapest first (cost_models.memory and
-    cost_models.layer price them): layernorm (the separate norms of MLA and MoE layers: a memory-bound kernel),
+    """Selective module sets worth searching for `model`, nested and cheapest first (cost_models.memory.footprint and
+    cost_models.compute.layer price them): layernorm (the separate norms of MLA and MoE layers: a memory-bound kernel),
     then moe_act (MoE: the experts' activation, no all-to-all), then mla_up_proj (MLA: two GEMMs); each step frees
     bytes the previous set keeps. Dense models with fused norms get none; with unfused attention each set also
     recomputes core_attn (its s x s terms dominate). mlp, moe and shared_experts re-run GEMMs (and moe its

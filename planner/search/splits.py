@@ -3,9 +3,9 @@ several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP 
 
 from __future__ import annotations
 
-from cost_models.pipeline import ZB_HIDES
+from cost_models.pipeline.schedules import W_SHARE, in_flight
+from cost_models.pipeline.stages import ZB_HIDES
 from cost_models.prediction import StageLayers
-from cost_models.schedules import W_SHARE, in_flight
 from cost_models.step import (
     LayoutCosts,
     stage_cost,
@@ -21,7 +21,8 @@ from planner.search.ilp_kinds import solve_kinds_ilp
 from planner.search.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
 from planner.search.space import SearchSpec
 
-# ZB-H1 and ZB-H2 are split for the closed form of cost_models.pipeline with each stage but the last hiding ZB_HIDES
+# ZB-H1 and ZB-H2 are split for the closed form of cost_models.pipeline.stages with each stage but the last hiding
+# ZB_HIDES
 # of its weight gradients (2 and 3), the most `zero_bubble_hidden` takes off: ZB-H1's where T_W <= T_F (the paper's
 # case), ZB-H2's where T_B >= 2T_W; elsewhere the split solved is that of this objective, below the closed form.
 

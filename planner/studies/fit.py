@@ -5,7 +5,7 @@ The parameters are physical shares and rates of one GPU generation, never per-ru
   large GEMMs come to peak, and how large a GEMM must be to get there;
 - `fp8_matmul_ratio`, `attention_efficiency`, `overlap_efficiency`, `memory_efficiency` of the GPU;
 - `scale_up_efficiency`, `scale_out_efficiency`: achieved bus bandwidth over line rate of NVLink and the NICs;
-- `host_op_us`: the host's time to issue one operator of the framework's layer code (cost_models/host.py);
+- `host_op_us`: the host's time to issue one operator of the framework's layer code (cost_models/compute/host.py);
 - `peak_scale`: the sustained tensor clock of a power-limited part over its profile's derived one (its peaks scale);
 - `attention_rate`: a runtime's attention kernel over the GPU profile's fused-attention figures
   (Execution.attention_rate on the GPU's architecture), fitted per runtime.
@@ -61,7 +61,7 @@ BOUNDS: dict[Param, tuple[float, float, float]] = {
     # on a capped part's sustained clock; torchtitan's note "between SXM and NVL" is about those datasheet peaks.)
     Param.PEAK_SCALE: (0.80, 1.12, 0.05),
     Param.ATTENTION_RATE: (0.3, 1.0, 0.1),
-    # memory (cost_models/held.py): the caching allocator's reserve over what a step allocates and frees, and the
+    # memory (cost_models/memory/held.py): the caching allocator's reserve over what a step allocates and frees, and the
     # memory outside it (CUDA context, NCCL buffers), fitted on a runtime's printed peaks
     Param.RESERVE_SHARE: (0.0, 0.8, 0.15),
     Param.OUTSIDE_ALLOCATOR_GIB: (0.5, 16.0, 3.0),

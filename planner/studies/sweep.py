@@ -229,7 +229,7 @@ def _plan_node_size(job: Job) -> int:
 
 def _fewest_at_peak(job: Job, tokens: float, days: float) -> int:
     """GPUs needed even at 100 % MFU: no smaller count can meet the target, so none is planned."""
-    from cost_models.flops import model_flops_per_sequence
+    from cost_models.compute.flops import model_flops_per_sequence
     from hardware_profiles import load_hardware
     from planner.inputs.loaders import load_model
 

@@ -5,13 +5,13 @@ One row per pipeline rank, one cell per op: `{stage}{type}{micro-batch}`, stage 
 order, type F (forward), B (full backward), or I and W (input and weight gradient) for the zero-bubble schedules
 (DualPipeV has both). torch
 infers which rank holds each chunk from the rows and adds the sends and receives itself. The orders are those of
-`cost_models.schedules.program`, the ones the simulator prices: every schedule meshplan searches has one.
+`cost_models.pipeline.schedules.program`, the ones the simulator prices: every schedule meshplan searches has one.
 """
 
 from __future__ import annotations
 
-from cost_models.schedules import program
-from cost_models.simulator import Op, OpKind
+from cost_models.pipeline.schedules import program
+from cost_models.pipeline.simulator import Op, OpKind
 from meshcore import Schedule
 from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cost_models.offload import GRADIENT_BUCKET_ELEMENTS
+from cost_models.memory.offload import GRADIENT_BUCKET_ELEMENTS
 from meshcore import (
     AttentionKernel,
     Offload,
@@ -107,7 +107,7 @@ NVME_PATH = "/local_nvme"  # where DeepSpeed swaps to: set it to the NVMe mount 
 def offload_sections(offload: frozenset[Offload], zero: ZeroStage) -> dict[str, Any]:
     """zero_optimization's offload_optimizer (ZeRO 1-3) and offload_param (ZeRO-3): the CPU, NVMe (with its
     nvme_path) or, for what the plan keeps on the GPU, explicitly none; with gradients offloaded the reduce bucket
-    the cost model gives the GPU (cost_models.offload.GRADIENT_BUCKET_ELEMENTS)."""
+    the cost model gives the GPU (cost_models.memory.offload.GRADIENT_BUCKET_ELEMENTS)."""
     device = "nvme" if Offload.NVME in offload else "cpu"
     where = {"device": device, "pin_memory": True, **({"nvme_path": NVME_PATH} if device == "nvme" else {})}
     out: dict[str, Any] = {}

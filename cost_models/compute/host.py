@@ -84,7 +84,7 @@ def tp_collective_calls(tp: int, sp: bool) -> tuple[float, float]:
     """(forward, backward) tensor-parallel collective calls of one decoder layer: without sequence parallelism an
     all-reduce after each row-parallel layer, each way (2, 2); with it an all-gather before each column layer and a
     reduce-scatter after each row layer forward (4), and in the backward the row layers' gradient all-gathers, the
-    column layers' input re-gathers and their reduce-scatters (6: cost_models.layer.sequence_parallel_tp_time).
+    column layers' input re-gathers and their reduce-scatters (6: cost_models.compute.layer.sequence_parallel_tp_time).
     None at TP 1."""
     if tp == 1:
         return 0.0, 0.0

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cost_models.comm import Collective, collective
-from cost_models.compute import Gemm
-from cost_models.knobs import LayerKnobs
+from cost_models.comm.collectives import Collective, collective
+from cost_models.compute.kernels import Gemm
+from cost_models.compute.knobs import LayerKnobs
 from meshcore import ClusterSpec, JobSpec
 from meshcore.execution import Fp8Casts, Fp8Recipe
 

@@ -20,7 +20,7 @@ class LayerTime:
     tp_comm: float = 0.0
     cp_comm: float = 0.0  # exposed part only
     ep_comm: float = 0.0  # expert-parallel all-to-all (and expert-TP gathers), not overlapped
-    host: float = 0.0  # the GPU waiting for the host to issue kernels (cost_models/host.py)
+    host: float = 0.0  # the GPU waiting for the host to issue kernels (cost_models/compute/host.py)
 
     @property
     def total(self) -> float:

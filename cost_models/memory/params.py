@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models import flops as F
-from cost_models import memory as M
+from cost_models.compute import flops as F
+from cost_models.memory import footprint as M
 from meshcore import (
     JobSpec,
     ModelSpec,
@@ -86,7 +86,7 @@ def lora_params(model: ModelSpec, rank: int) -> float:
     Attention: the q, k, v (or MLA's) projections and the output projection; a dense MLP's gate, up and down
     projections; an MoE layer's shared experts and each routed expert the same way. Embeddings, norms, the router
     and the LM head stay frozen without adapters. Llama-2-7B at rank 8: 19,988,480, as PEFT prints it."""
-    from cost_models.gemms import attention_gemms  # the projection shapes, at tp 1
+    from cost_models.compute.gemms import attention_gemms  # the projection shapes, at tp 1
 
     def mlp(width: float) -> float:
         return rank * ((2 if model.gated_mlp else 1) * (h + width) + (width + h))

@@ -1,11 +1,11 @@
-"""Measure layers with PyTorch: the rows of a cost table (cost_models/profile.py).
+"""Measure layers with PyTorch: the rows of a cost table (cost_models/profile/tables.py).
 
 Real layers are built at the model's dimensions (or scaled down with `scale` to fit a CPU): a decoder
 layer as one TP rank holds it (heads, KV heads and FFN divided by tp), the vocabulary-parallel
 embedding and the LM head with the final norm and cross-entropy. Decoder layers of Llama-shaped
 models (gated MLP, RMSNorm, no biases) are Hugging Face's LlamaDecoderLayer with PyTorch's fused
 attention when transformers is installed, else the project's reference block
-(cost_models.torch_reference, explicit attention). Each is timed forward and
+(cost_models.profile.torch_reference, explicit attention). Each is timed forward and
 backward (warm-up, repeats, median; CUDA events on a GPU, perf_counter on a CPU); the activations are
 the forward's peak allocation on a GPU (max_memory_allocated; the GPU runs bf16), and on a CPU the
 tensors saved for backward, counted with saved-tensor hooks (parameters excluded) and recorded at
@@ -125,7 +125,7 @@ def _measure(module: Any, make_input: Callable[[], Any], loss_of: Callable[[Any]
 
 def decoder_module(part: ModelSpec) -> tuple[Any, str]:
     """One TP rank's decoder layer, and what built it."""
-    from cost_models.torch_reference import Block
+    from cost_models.profile.torch_reference import Block
 
     llama_like = (part.mlp_activation.value == "swiglu" and part.norm.value == "rmsnorm"
                   and not (part.qkv_bias or part.linear_bias))
@@ -163,7 +163,7 @@ def profile_layers(model: ModelSpec, tps: list[int], mbss: list[int], seq_len: i
     micro-batch size; `progress(done, total)` after each of them."""
     import torch
 
-    from cost_models.torch_reference import Head
+    from cost_models.profile.torch_reference import Head
 
     device = torch.device(device_name)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -194,7 +194,7 @@ def profile_layers(model: ModelSpec, tps: list[int], mbss: list[int], seq_len: i
 
 
 def table(model: ModelSpec, rows: list[Row], device_name: str) -> str:
-    """The cost-table CSV (cost_models/profile.py documents the columns)."""
+    """The cost-table CSV (cost_models/profile/tables.py documents the columns)."""
     import pandas as pd
 
     frame = pd.DataFrame([r.__dict__ for r in rows])

@@ -48,7 +48,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from cost_models.flops import mlp_params_of_width, norm_params, projector_weights_and_biases, vision_outer_params
+from cost_models.compute.flops import (
+    kv_heads_per_rank,
+    mlp_params_of_width,
+    norm_params,
+    projector_weights_and_biases,
+    vision_outer_params,
+)
 from meshcore import (
     DEFAULT_RECOMPUTE_MODULES,
     AttentionKernel,
@@ -63,11 +69,6 @@ from meshcore import (
 BUFFER_ALLOWANCE_GIB = 2.0
 ADAM_STATE_BYTES = 12.0
 WEIGHT_BYTES = 2.0
-
-
-def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
-    """KV heads held by one TP rank; when tp exceeds the KV heads they are replicated."""
-    return max(1, model.num_kv_heads // tp)
 
 
 def attention_params_per_rank(model: ModelSpec, tp: int) -> float:
@@ -297,7 +298,8 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp
 
 def logits_bytes(model: ModelSpec, seq_len: int, mbs: int, tp: int, cp: int, per_logit: float = 6.0) -> float:
     """Last stage: what the loss holds per logit at its peak (`per_logit`, Execution.logit_bytes or the runtime's
-    vocabulary-parallel figure, cost_models.held.loss_logit_bytes): Megatron's vocabulary-parallel cross-entropy the
+    vocabulary-parallel figure, cost_models.memory.held.loss_logit_bytes): Megatron's vocabulary-parallel
+    cross-entropy the
     bf16 logits and its fp32 softmax (2 + 4); torchtitan's F.cross_entropy(pred.float()) at its backward peak the
     saved fp32 log-softmax and two fp32 gradients (4 + 4 + 4)."""
     return mbs * seq_len / cp * model.vocab_size / tp * per_logit

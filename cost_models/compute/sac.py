@@ -22,10 +22,10 @@ input all-gathers. While it does, the layer holds its unrecomputed activations (
 
 from __future__ import annotations
 
-from cost_models.compute import Gemm
-from cost_models.gemms import counted_gemms_time
-from cost_models.knobs import LayerKnobs
-from cost_models.memory import kv_heads_per_rank
+from cost_models.compute.flops import kv_heads_per_rank
+from cost_models.compute.gemms import counted_gemms_time
+from cost_models.compute.kernels import Gemm
+from cost_models.compute.knobs import LayerKnobs
 from meshcore import ClusterSpec, JobSpec, ModelSpec, Recompute
 from meshcore.execution import SelectiveForm
 

@@ -35,7 +35,7 @@ Two more forms:
 
 from __future__ import annotations
 
-from cost_models.knobs import LayerTime
+from cost_models.compute.knobs import LayerTime
 from meshcore import ClusterSpec, JobSpec, Layout, Offload
 
 PCIE_EFFICIENCY = 0.8

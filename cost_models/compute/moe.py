@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import (
+from cost_models.comm.collectives import (
     Collective,
     all_to_all,
     collective,
     dedup_dispatch,
 )
-from cost_models.compute import ELEMENTWISE_BACKWARD, Gemm, activation_bytes, memory_time
-from cost_models.gemms import counted_gemms_time, mlp_gemms
-from cost_models.knobs import LayerKnobs
-from cost_models.moe_kernels import expert_gemm_groups, expert_gemms_concurrent, permutation_bytes
+from cost_models.compute.gemms import counted_gemms_time, mlp_gemms
+from cost_models.compute.kernels import ELEMENTWISE_BACKWARD, Gemm, activation_bytes, memory_time
+from cost_models.compute.knobs import LayerKnobs
+from cost_models.compute.moe_kernels import expert_gemm_groups, expert_gemms_concurrent, permutation_bytes
 from meshcore import ClusterSpec, Dtype, JobSpec, ModelSpec
 from meshcore.execution import ExpertGemms
 from meshcore.mesh import Group, Mesh

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from cost_models.compute import Gemm, gemm_fwd_bwd_time
-from cost_models.fp8 import sequence_parallel_casts
-from cost_models.knobs import LayerKnobs
-from cost_models.memory import kv_heads_per_rank
+from cost_models.compute.flops import kv_heads_per_rank
+from cost_models.compute.fp8 import sequence_parallel_casts
+from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time
+from cost_models.compute.knobs import LayerKnobs
 from meshcore import ClusterSpec, Dtype, JobSpec, ModelSpec
 
 

@@ -15,12 +15,12 @@ and micro-batch T_F, T_B, T_W; p stages, m micro-batches; M_B the activations of
   (2p − 1)·M_B.
 - ZB-V (section 6; torch's ScheduleZBVZeroBubble): two chunks per rank placed as a V.
 
-Each order is a tuple of `Op` per stage; the simulator (cost_models.simulator) runs it as written.
+Each order is a tuple of `Op` per stage; the simulator (cost_models.pipeline.simulator) runs it as written.
 """
 
 from __future__ import annotations
 
-from cost_models.simulator import Op, OpKind
+from cost_models.pipeline.simulator import Op, OpKind
 
 
 def split_1f1b(chunk: int, m: int, warmup: int, pending: int, w_before_f: bool) -> tuple[Op, ...]:

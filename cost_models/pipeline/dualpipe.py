@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from cost_models.simulator import Op, OpKind
+from cost_models.pipeline.simulator import Op, OpKind
 
 
 def dualpipev_order(rank: int, pp: int, m: int) -> tuple[Op, ...]:

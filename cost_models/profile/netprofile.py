@@ -1,8 +1,8 @@
-"""Measure collectives with torch.distributed and fit the α-β model of cost_models.comm.
+"""Measure collectives with torch.distributed and fit the α-β model of cost_models.comm.collectives.
 
 Each of all_reduce, all_gather, reduce_scatter, all_to_all and send/recv is timed over message sizes
 (warm-up, repeats, median of the slowest rank), converted to bus bandwidth with the nccl-tests
-conventions (busbw = size/time x factor; factors in cost_models.comm), and fitted to
+conventions (busbw = size/time x factor; factors in cost_models.comm.collectives), and fitted to
 t = α + factor·S / B (α from the smallest messages, B from the largest). The fit becomes a
 hardware-profile fragment for the tier the processes share
 (`node:` scale-up bandwidth and latency at efficiency 1, since B is already what was achieved), which
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from cost_models.comm import Collective, bandwidth_factor
+from cost_models.comm.collectives import Collective, bandwidth_factor
 
 SIZES = tuple(2**k for k in range(12, 23, 2))  # 4 KiB .. 4 MiB (float32 elements x 4 bytes)
 WARMUP = 3

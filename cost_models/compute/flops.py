@@ -2,7 +2,7 @@
 
 Conventions (those of Narayanan et al. 2021 and Korthikanti et al. 2022, and of FlopCounterMode):
 a multiply-add is 2 FLOPs; only matrix multiplications are counted (norms, softmax and other
-element-wise work is priced as memory traffic in `cost_models.compute`); attention scores and values
+element-wise work is priced as memory traffic in `cost_models.compute.kernels`); attention scores and values
 are counted in full (4·s²·a·d per sequence and layer, no causal halving), as MFU figures in those
 papers do. Backward = 2 x forward (input and weight gradients).
 """
@@ -258,3 +258,8 @@ def narayanan_iteration_flops(batch: int, seq_len: int, layers: int, hidden: int
     return 96.0 * batch * seq_len * layers * hidden**2 * (
         1 + seq_len / (6 * hidden) + vocab / (16 * layers * hidden)
     )
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads held by one TP rank; when tp exceeds the KV heads they are replicated."""
+    return max(1, model.num_kv_heads // tp)

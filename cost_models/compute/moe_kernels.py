@@ -7,7 +7,7 @@ transformer_engine/common/util/multi_stream.h)."""
 
 from __future__ import annotations
 
-from cost_models.compute import Gemm
+from cost_models.compute.kernels import Gemm
 from meshcore.execution import ExpertGemms
 
 # Transformer Engine's grouped GEMM (GroupedLinear -> general_grouped_gemm -> nvte_multi_stream_cublas_gemm) issues

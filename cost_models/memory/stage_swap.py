@@ -5,7 +5,7 @@ The model is cut into S = k·G stages for G GPUs, more stages than GPUs can hold
 each for all m micro-batches (GPipe order: every forward, then every backward in reverse), and holds only the
 stage it runs and the one it prefetches. A stage's 16-bit weights come in over PCIe before its forward and again
 before its backward, prefetched while the stage before it computes; its gradients go back beside its backward;
-Adam runs on the host (cost_models/offload.py, as ZeRO-Offload), after the last backward. With the copy of the
+Adam runs on the host (cost_models/memory/offload.py, as ZeRO-Offload), after the last backward. With the copy of the
 next stage hidden behind the current one, a GPU's pass over its k stages takes
     pass = load₁ + Σᵢ max(m·tᵢ, loadᵢ₊₁)          loadᵢ = Wᵢ / PCIe (gradients out: the other direction)
 and the pipeline fills once per pass: (G − 1) micro-batch stage times before the last GPU starts. The step is
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.knobs import LayerTime
-from cost_models.offload import cpu_adam_time, pcie_time
+from cost_models.compute.knobs import LayerTime
+from cost_models.memory.offload import cpu_adam_time, pcie_time
 from meshcore import ClusterSpec
 
 

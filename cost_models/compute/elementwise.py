@@ -5,9 +5,9 @@ counts their bytes (meshcore.execution.Elementwise, hardware_profiles/runtimes/N
 
 from __future__ import annotations
 
-from cost_models.compute import ELEMENTWISE_BACKWARD, activation_bytes, memory_time
-from cost_models.knobs import LayerKnobs
-from cost_models.memory import kv_heads_per_rank
+from cost_models.compute.flops import kv_heads_per_rank
+from cost_models.compute.kernels import ELEMENTWISE_BACKWARD, activation_bytes, memory_time
+from cost_models.compute.knobs import LayerKnobs
 from meshcore import GpuSpec, JobSpec, ModelSpec
 
 

@@ -1,6 +1,7 @@
 """Memory as a runtime holds it at its peak, beyond weights, optimizer state and stored activations, and what its
 caching allocator reserves (meshcore.execution.HeldMemory, the `memory` section of a runtime profile). The
-defaults price Megatron-core as cost_models/memory.py always has; torchtitan's values are read from its code at the
+defaults price Megatron-core as cost_models/memory/footprint.py always has; torchtitan's values are read from its code
+at the
 build of its December 2024 tables (torchtitan 9dec370, torch 1963fc8; hardware_profiles/runtimes/torchtitan.yaml):
 
 - the loss: train.py `F.cross_entropy(pred.flatten(0, 1).float(), labels)`. Without TP, ATen's log_softmax keeps its

@@ -1,9 +1,11 @@
-"""Measure the host's fixed costs with PyTorch: what `meshplan profile host` writes and cost_models/host.py prices.
+"""Measure the host's fixed costs with PyTorch: what `meshplan profile host` writes and cost_models/compute/host.py
+prices.
 
 A decoder layer (`layerprofile.decoder_module`, the model shrunk to one head group of width 64 and a sequence of
 8 tokens, so that every kernel is far shorter than its launch and a pass's wall time is the host's) runs forward and
 backward eagerly. The aten operators each pass dispatches are counted with a TorchDispatchMode (views and other
-host-only operators among them); cost_models/host.py counts coarser operators (`host.forward_ops`: a fused norm, a
+host-only operators among them); cost_models/compute/host.py counts coarser operators (`host.forward_ops`: a fused
+norm, a
 linear layer, the attention kernel, ...), so the host time per operator it prices (the node's host_op_us) is the
 least wall time of a forward and backward over that count, forward_ops·(1 + BACKWARD_OPS_RATIO); the time per aten
 operator is printed beside it. On a GPU the pass is not synchronised inside (the host's issue rate, launches
@@ -39,7 +41,7 @@ class HostProfile:
     forward_ops: int  # aten operators of one decoder layer's forward
     backward_ops: int  # and of its backward
     aten_us: float  # host microseconds per aten operator (forward and backward together, the least of the repeats)
-    counted_ops: float  # operators of a forward and backward as cost_models/host.py counts them
+    counted_ops: float  # operators of a forward and backward as cost_models/compute/host.py counts them
     op_us: float  # host microseconds per such operator (the node's host_op_us)
     collective_us: float  # one torch.distributed all_reduce call
     sync_us: float  # what one host synchronisation adds (GPU only)
@@ -131,7 +133,7 @@ def measure(model: ModelSpec, device_name: str = "cpu", repeats: int = 5) -> Hos
     """Count and time the host's work for `model`'s decoder layer on `device_name` (cpu or cuda)."""
     import torch
 
-    from cost_models.layerprofile import decoder_module
+    from cost_models.profile.layerprofile import decoder_module
 
     if device_name not in ("cpu", "cuda"):
         raise InputError(f"--device must be cpu or cuda, got {device_name!r}")
@@ -149,7 +151,7 @@ def measure(model: ModelSpec, device_name: str = "cpu", repeats: int = 5) -> Hos
 def _measure(model: ModelSpec, device: Any, repeats: int, decoder_module: Callable[[ModelSpec], Any]) -> HostProfile:
     import torch
 
-    from cost_models import host
+    from cost_models.compute import host
 
     module, built_with = decoder_module(tiny(model))
     module = module.to(device)
@@ -177,18 +179,18 @@ def _measure(model: ModelSpec, device: Any, repeats: int, decoder_module: Callab
 
 def fragment(profile: HostProfile, model: str) -> str:
     """A hardware-profile fragment (the node's host_op_us) with the other measurements as comments, set beside the
-    counts cost_models/host.py assumes."""
-    from cost_models import host
+    counts cost_models/compute/host.py assumes."""
+    from cost_models.compute import host
 
     op = max(profile.op_us, 1e-3)
     lines = [f"# Measured by `meshplan profile host` on {profile.device} ({model}'s decoder layer: "
              f"{profile.built_with},",
              f"# width {TINY_HEAD_DIM}, {TINY_TOKENS} tokens, so the host, not the kernels, sets the time):",
              f"#   operators per forward {profile.forward_ops}, per backward {profile.backward_ops} "
-             f"(ratio {profile.backward_ops / max(1, profile.forward_ops):.2f}; cost_models/host.py assumes "
+             f"(ratio {profile.backward_ops / max(1, profile.forward_ops):.2f}; cost_models/compute/host.py assumes "
              f"{host.BACKWARD_OPS_RATIO:g})",
-             f"#   host time per aten operator {profile.aten_us:.2f} us; per operator as cost_models/host.py counts "
-             f"them ({profile.counted_ops:g} per forward and backward) {profile.op_us:.2f} us",
+             f"#   host time per aten operator {profile.aten_us:.2f} us; per operator as cost_models/compute/host.py "
+             f"counts them ({profile.counted_ops:g} per forward and backward) {profile.op_us:.2f} us",
              f"#   one torch.distributed all_reduce call {profile.collective_us:.1f} us = "
              f"{profile.collective_us / op:.1f} operators (assumed {host.COLLECTIVE_HOST_OPS:g})",
              f"#   one host sync adds {profile.sync_us:.1f} us = {profile.sync_us / op:.1f} operators (assumed "

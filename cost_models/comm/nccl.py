@@ -9,7 +9,7 @@ This module keeps that structure and NCCL's own latency constants (µs, per algo
 NVLink, PCIe or the network) and takes the bandwidths from the hardware profile: B_up, the scale-up tier's
 achieved bus bandwidth, and, for a group that spans scale-up domains, B_x = min(B_up, r · B_nic) with r the NICs
 the group's members in one domain drive together (all of them with NCCL's PXN / multi-rail rings, else their own
-one: cost_models.comm.link_of). Algorithms (`Algorithm`):
+one: cost_models.comm.collectives.link_of). Algorithms (`Algorithm`):
 - RING: busbw B (Simple), 0.92 B (LL128), min(LL cap, B/2) (LL); algbw = busbw / f, f = 2(n-1)/n for all-reduce,
   (n-1)/n for all-gather and reduce-scatter. Latency base + Σ per-hop latency over its 2(n-1) or n-1 steps, the
   hops between domains at the network's latency.
@@ -36,7 +36,8 @@ from meshcore import ClusterSpec, Fabric
 
 
 class Kind(str, Enum):
-    """The collectives NCCL prices by algorithm (send/recv and all-to-all are peer-to-peer: cost_models.comm)."""
+    """The collectives NCCL prices by algorithm (send/recv and all-to-all are peer-to-peer:
+    cost_models.comm.collectives)."""
 
     ALL_REDUCE = "all_reduce"
     ALL_GATHER = "all_gather"

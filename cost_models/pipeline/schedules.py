@@ -10,14 +10,15 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
                        weight-gradient share of d more (m >= p; Qi et al. 2024 Figure 3: (p − 1)(F + B_in − W))
   ZB-H2                T = m(F + B) + (p − 1)·max(F, F + B_in − 2W)             in flight: 2(p − d) − 1, plus the
                        weight-gradient share of 2d more (m >= 2p − 1; each stage's own span has the paper's
-                       bubble (p − 1)(F + B_in − 2W), zero when F = B_in = W: cost_models.zero_bubble)
+                       bubble (p − 1)(F + B_in − 2W), zero when F = B_in = W: cost_models.pipeline.zero_bubble)
   ZB-V (2 chunks)      T = m(F + B) + (p − 1)·max(f, b) + (p − 2)·max(f − b, 0)     in flight: p on every rank
                        with f = F/2 and b = B_in/2 the per-chunk forward and input-gradient times, for m >= 2p − 1
                        and f <= 2b (found exactly by the simulator on this order; beyond it the simulator rules)
   wave, v = 2W chunks  T = m(F + B) + 2(p − 1)·max(F, B)/v                  in flight: Σ over the rank's chunks
                        exact for m >= v·p, an upper bound from 2p          c of min(v·p − c, m), over v
 Interleaved needs m % p == 0. ZB-H1 and ZB-H2 (Qi et al. 2024) split backward into input gradient B_in and
-weight gradient W = W_SHARE·B and fix every op in the order the paper's Figure 3 draws (cost_models.zero_bubble); the
+weight gradient W = W_SHARE·B and fix every op in the order the paper's Figure 3 draws
+(cost_models.pipeline.zero_bubble); the
 activations in flight of every order that fixes its W passes are counted off the order itself (`order_peaks`), which
 is what the simulator's peaks are.
 ZB-V (Qi et al. 2024, section 6) places two chunks per rank as a V (chunk k on rank k, then rank 2p − 1 − k:
@@ -38,9 +39,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from cost_models.dualpipe import dualpipev_order
-from cost_models.simulator import Op, OpKind, Program
-from cost_models.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
+from cost_models.pipeline.dualpipe import dualpipev_order
+from cost_models.pipeline.simulator import Op, OpKind, Program
+from cost_models.pipeline.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
 from meshcore import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)

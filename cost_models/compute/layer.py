@@ -29,22 +29,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.comm import (
+from cost_models.comm.collectives import (
     Collective,
     collective,
     send_recv,
 )
-from cost_models.compute import (
-    Gemm,
-    activation_bytes,
-    flash_attention_time,
-    gemm_fwd_bwd_time,
-    memory_time,
-)
-from cost_models.elementwise import elementwise_time
-from cost_models.flops import attended_fraction
-from cost_models.fp8 import amax_reductions_time
-from cost_models.gemms import (
+from cost_models.compute.elementwise import elementwise_time
+from cost_models.compute.flops import attended_fraction, kv_heads_per_rank
+from cost_models.compute.fp8 import amax_reductions_time
+from cost_models.compute.gemms import (
     attention_gemms,
     gemms_time,
     head_dims,
@@ -53,12 +46,18 @@ from cost_models.gemms import (
     split_gemms,
     split_gemms_time,
 )
-from cost_models.host import layer_host_wait, tp_collective_calls
-from cost_models.knobs import LayerKnobs, LayerTime
-from cost_models.memory import kv_heads_per_rank
-from cost_models.moe import moe_mlp_time, routed_rows
-from cost_models.packing import packed_attended_fraction, packed_key_len
-from cost_models.sac import op_sac, sac_recompute_time
+from cost_models.compute.host import layer_host_wait, tp_collective_calls
+from cost_models.compute.kernels import (
+    Gemm,
+    activation_bytes,
+    flash_attention_time,
+    gemm_fwd_bwd_time,
+    memory_time,
+)
+from cost_models.compute.knobs import LayerKnobs, LayerTime
+from cost_models.compute.moe import moe_mlp_time, routed_rows
+from cost_models.compute.packing import packed_attended_fraction, packed_key_len
+from cost_models.compute.sac import op_sac, sac_recompute_time
 from meshcore import (
     AttentionKernel,
     ClusterSpec,
@@ -203,7 +202,7 @@ class RecomputeTime:
 def module_recompute_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, moe: bool,
                           redo: RecomputeTime) -> tuple[float, float, float]:
     """(compute, TP, EP) seconds selective recomputation of `knobs.modules` adds to one layer's backward: the
-    forward of what it recomputes (megatron-core 0.16.1, cost_models.memory for what each frees).
+    forward of what it recomputes (megatron-core 0.16.1, cost_models.memory.footprint for what each frees).
       core_attn      the unfused attention core's forward; a fused kernel recomputes its scores anyway: 0.
       layernorm      the separate norms (MLA's input norm, an MoE layer's pre-MLP norm): memory-bound, 4h·r
                      bytes per token each (read and write 2h·r).

@@ -4,15 +4,17 @@ Per-stage times t_i (forward + backward of one micro-batch, all chunks of the ra
 - GPipe, 1F1B:     T = Σ_i t_i + (m − 1)·max_i t_i            (Narayanan et al. 2021 section 2.2)
 - interleaved, v:  T = (m − 1/v)·max_i t_i + (1/v)·Σ_i t_i
 - ZB-H1, ZB-H2:    T = Σ_i t_i − Σ_{i<p−1} h_i + (m − 1)·max_i t_i, h_i what stage i hides
-                   (`zero_bubble_hidden`): on uniform stages the closed forms of cost_models.schedules, the paper's
+                   (`zero_bubble_hidden`): on uniform stages the closed forms of cost_models.pipeline.schedules, the
+                   paper's
                    (p − 1)(F + B_in − W) and (p − 1)·max(F, F + B_in − 2W) where W <= F (Qi et al. 2024 Figure 3)
-- ZB-V:            T = m·max_i t_i + the uniform bubble of cost_models.schedules.zbv_bubble on the largest
+- ZB-V:            T = m·max_i t_i + the uniform bubble of cost_models.pipeline.schedules.zbv_bubble on the largest
                    per-chunk forward and input-gradient times (the simulator re-prices uneven stages)
-- DualPipeV:       T = m·max_i t_i + cost_models.schedules.dualpipev_bubble on the largest per-chunk forward and
+- DualPipeV:       T = m·max_i t_i + cost_models.pipeline.schedules.dualpipev_bubble on the largest per-chunk forward
+and
                    2b − w (b, w the per-chunk input and weight gradients)
-- wave, v chunks:  T = m·max_i t_i + cost_models.schedules.wave_bubble on the largest per-chunk forward and
+- wave, v chunks:  T = m·max_i t_i + cost_models.pipeline.schedules.wave_bubble on the largest per-chunk forward and
                    backward times (the slowest chunk paces every hand-off; the simulator re-prices)
-Each reduces to the uniform closed form of cost_models.schedules, which the discrete-event simulator
+Each reduces to the uniform closed form of cost_models.pipeline.schedules, which the discrete-event simulator
 reproduces (tests/test_schedules.py); for uneven stages the simulator stays the reference.
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cost_models.schedules import W_SHARE, dualpipev_bubble, wave_bubble, zbv_bubble
+from cost_models.pipeline.schedules import W_SHARE, dualpipev_bubble, wave_bubble, zbv_bubble
 from meshcore import Schedule
 
 
@@ -57,7 +59,7 @@ ZB_HIDES = {Schedule.ZB_H1: 2, Schedule.ZB_H2: 3}  # `zero_bubble_hidden` is at 
 def zero_bubble_hidden(schedule: Schedule, stage_time: float, forward: float, weight_grad: float) -> float:
     """What a stage but the last of ZB-H1 or ZB-H2 takes off the 1F1B sum: with input gradient b = t − f − w, ZB-H1
     t − max(f, b, f + b − w) and ZB-H2 t − max(f, f + b − 2w) (uniform: 2w when w <= f and w <= b, the papers'
-    case; cost_models.zero_bubble). At most 2w (ZB-H1) and 3w (ZB-H2)."""
+    case; cost_models.pipeline.zero_bubble). At most 2w (ZB-H1) and 3w (ZB-H2)."""
     t, f, w = stage_time, forward, weight_grad
     b = t - f - w
     if schedule is Schedule.ZB_H2:

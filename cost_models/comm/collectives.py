@@ -6,7 +6,7 @@ domain (NVLink/NVSwitch island): k = min(size, scale_up_size // stride) for `siz
 (`Group.per_domain`). The functions here take the mesh's `Group`; their (size, stride) twins serve the workloads
 whose layouts have no mesh yet (serving, diffusion, recommendation, MLIP, heterogeneous clusters).
 
-All-reduce, all-gather and reduce-scatter are priced as NCCL runs them (`nccl_choice`, cost_models/nccl.py): the
+All-reduce, all-gather and reduce-scatter are priced as NCCL runs them (`nccl_choice`, cost_models/comm/nccl.py): the
 algorithm (ring, tree, NVLS, NVLS-tree, PAT) and protocol (LL, LL128, Simple) with the least latency + S / algbw for
 the message size, group size and placement, so small messages pay NCCL's fixed per-call latency and large groups
 a tree's log of the domains where NCCL would run one. All-to-all and send/recv keep the α-β form
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from cost_models import nccl
+from cost_models.comm import nccl
 from meshcore import ClusterSpec, LinkSpec
 from meshcore.mesh import Group, Tier
 
@@ -83,7 +83,7 @@ def collective_time(kind: Collective, nbytes: float, size: int, stride: int, clu
 def collective(kind: Collective, nbytes: float, group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> float:
     """Seconds for one collective over `nbytes` (the full buffer; the per-rank message for a send/recv, whose group
     is the pair); a group of one moves nothing. All-reduce, all-gather and reduce-scatter are priced as NCCL picks
-    their algorithm and protocol (`nccl_choice`, cost_models/nccl.py) on the group's placement and bottleneck link;
+    their algorithm and protocol (`nccl_choice`, cost_models/comm/nccl.py) on the group's placement and bottleneck link;
     all-to-all and send/recv by the α-β form of the module docstring. The one entry point of every layout's
     collectives (TP, CP, DP/ZeRO/FSDP, HSDP's replicas, EP, PP)."""
     size = group.size
@@ -111,7 +111,7 @@ def placement(group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> n
 def nccl_choice(kind: Collective, nbytes: float, group: Group, cluster: ClusterSpec,
                 multi_rail: bool = False) -> nccl.Choice:
     """NCCL's algorithm, protocol and time for an all-reduce, all-gather or reduce-scatter on the group
-    (cost_models/nccl.py)."""
+    (cost_models/comm/nccl.py)."""
     return nccl.choose(NCCL_KINDS[kind], nbytes, placement(group, cluster, multi_rail), cluster)
 
 

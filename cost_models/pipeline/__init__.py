@@ -1,0 +1,1 @@
+"""Pipeline schedules: op orders, closed forms and the discrete-event simulator."""

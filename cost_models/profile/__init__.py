@@ -1,0 +1,1 @@
+"""Measurement with PyTorch: cost tables, layer, network and host profiles."""
