@@ -26,8 +26,8 @@ MAX_FUNCTION_LINES = 60
 # that no longer applies fails test_long_function_exceptions_still_apply: remove it.
 LONG_FUNCTIONS = {
     "planner.search.exact._search": "the exact search's loop; rewritten for speed in another branch this session",
-    "cost_models.simulator._simulate_deferred": "the event simulator; rewritten with the schedules (issue 32)",
-    "cost_models.simulator._sweep": "the event simulator; rewritten with the schedules (issue 32)",
+    "cost_models.pipeline.simulator._simulate_deferred": "the event simulator; rewritten with the schedules (issue 32)",
+    "cost_models.pipeline.simulator._sweep": "the event simulator; rewritten with the schedules (issue 32)",
 }
 
 
