@@ -50,7 +50,7 @@ def ghost_atoms(table: MlipCostTable, atoms: int, grid: tuple[int, int, int]) ->
     d = grid[0] * grid[1] * grid[2]
     if d == 1:
         return 0.0
-    side = (atoms / table.density) ** (1.0 / 3.0)
+    side = float((atoms / table.density) ** (1.0 / 3.0))
     a, b, c = (side / p for p in grid)
     r = table.cutoff_a
     shell = table.density * ((a + 2 * r) * (b + 2 * r) * (c + 2 * r) - a * b * c)

@@ -69,7 +69,7 @@ def zipf_share(fraction: float, rows: int, skew: float) -> float:
         return (top - 1.0) / (rows - 1.0) if top > 1.0 else fraction
     if abs(skew - 1.0) < 1e-9:
         return math.log(top) / math.log(rows)
-    return (top ** (1.0 - skew) - 1.0) / (rows ** (1.0 - skew) - 1.0)
+    return float((top ** (1.0 - skew) - 1.0) / (rows ** (1.0 - skew) - 1.0))
 
 
 def state_bytes_per_row(optimizer: EmbeddingOptimizer, cols: int) -> float:

@@ -18,14 +18,13 @@ import math
 from dataclasses import dataclass
 
 from cost_models.comm.collectives import Collective, all_to_all_time, collective_time, p2p_time
-from cost_models.compute.flops import attention_weight_params, mlp_params_of_width
+from cost_models.compute.flops import attention_weight_params, kv_heads_per_rank, mlp_params_of_width
 from cost_models.compute.kernels import flash_attention_time, gemm_efficiency, memory_time
 from cost_models.memory.footprint import (
     BUFFER_ALLOWANCE_GIB,
     decoder_params_per_rank,
     embedding_params_per_rank,
     expert_params_per_rank,
-    kv_heads_per_rank,
     lm_head_params_per_rank,
 )
 from meshcore import GIB, ClusterSpec, Dtype, GpuSpec, ModelSpec
@@ -157,7 +156,7 @@ def touched_expert_share(model: ModelSpec, tokens: float) -> float:
     1 − (1 − k/E)^tokens. A decode step reads only those experts' weights."""
     if model.moe is None:
         return 1.0
-    return 1.0 - (1.0 - model.moe.top_k / model.moe.num_experts) ** max(tokens, 0.0)
+    return 1.0 - float((1.0 - model.moe.top_k / model.moe.num_experts) ** max(tokens, 0.0))
 
 
 def _collectives(model: ModelSpec, cluster: ClusterSpec, r: ReplicaLayout, tokens: float, moe: bool) -> float:

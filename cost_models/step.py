@@ -19,7 +19,9 @@ from cost_models.comm.collectives import Collective, collective, send_recv
 from cost_models.compute import flops as F
 from cost_models.compute.host import microbatch_sync_s, step_sync_s
 from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time
-from cost_models.compute.knobs import LayerActivations, LayerKnobs, LayerTime, LayerTimes
+from cost_models.compute.knobs import LayerActivations as LayerActivations  # re-exported: the search imports both
+from cost_models.compute.knobs import LayerKnobs, LayerTime
+from cost_models.compute.knobs import LayerTimes as LayerTimes
 from cost_models.compute.layer import decoder_layer_time, embedding_time, head_time, vision_time
 from cost_models.compute.sac import recomputed_flops_per_token, sac_activation_bytes
 from cost_models.memory import footprint as M

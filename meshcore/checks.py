@@ -72,7 +72,7 @@ def integer(value: object, name: str, low: int = 1, high: int | None = None,
     """`value` as an int in [low, high]; a bool, float or string is refused, as is anything out of range."""
     if not is_integer(value):
         raise error(f"{name} must be an integer {_allowed(low, high)}, got {value!r} ({type(value).__name__})")
-    number = int(value)  # type: ignore[call-overload]
+    number: int = int(value)  # type: ignore[call-overload]
     if number < low or (high is not None and number > high):
         raise error(f"{name} must be an integer {_allowed(low, high)}, got {number}")
     return number

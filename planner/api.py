@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cost_models.memory.params import lora_fraction
 from cost_models.prediction import Prediction
-from cost_models.profile.tables import MeasuredCosts, read_costs
+from cost_models.profile.tables import read_costs
 from cost_models.step import evaluate_layout
 from hardware_profiles import HardwareOverrides, apply_overrides, load_hardware
 from meshcore import (
@@ -25,6 +25,7 @@ from meshcore import (
     Dtype,
     JobSpec,
     Layout,
+    MeasuredCosts,
     ModelSpec,
     Offload,
     Recompute,

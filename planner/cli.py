@@ -31,6 +31,9 @@ except (KeyboardInterrupt, ImportError) as exc:
     raise SystemExit(130) from None
 
 
+__all__ = ["app", "main"]
+
+
 def main() -> None:
     """Console-script entry point. Ctrl-C exits 130 without a traceback, also while typer builds the command line
     (the imports above have their own guard)."""

@@ -72,7 +72,7 @@ def count_ops(module: Any, x: Any) -> tuple[int, int]:
 
     class Count(TorchDispatchMode):
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__()  # type: ignore[no-untyped-call]  # torch leaves it untyped
             self.n = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]

@@ -152,7 +152,8 @@ def decoder_module(part: ModelSpec) -> tuple[Any, str]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             pos = torch.arange(x.shape[1], device=x.device)[None]
             out = self.layer(x, position_embeddings=self.rope(x, pos), position_ids=pos)
-            return out[0] if isinstance(out, tuple) else out
+            hidden: torch.Tensor = out[0] if isinstance(out, tuple) else out
+            return hidden
 
     return HFDecoder(), "transformers LlamaDecoderLayer"
 

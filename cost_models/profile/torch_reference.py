@@ -46,7 +46,8 @@ class Block(nn.Module):
             act = (nn.functional.silu(gate) if kind == "swiglu" else nn.functional.gelu(gate)) * up
         else:
             act = torch.pow(nn.functional.relu(up), 2) if kind == "squared_relu" else nn.functional.gelu(up)
-        return x + self.down(act)
+        out: torch.Tensor = x + self.down(act)
+        return out
 
 
 class Reference(nn.Module):
@@ -65,7 +66,8 @@ class Reference(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = self.norm(x)
-        return self.head(x) if self.head is not None else x @ self.embed.weight.T
+        logits: torch.Tensor = self.head(x) if self.head is not None else x @ self.embed.weight.T
+        return logits
 
 
 class Head(nn.Module):

@@ -4,18 +4,21 @@ plan, write the plan file and the TorchRec sharding plan."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from meshcore.checks import MAX_GPUS, TIME_LIMIT_S
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
 
+if TYPE_CHECKING:
+    from meshcore.recsys import ShardingKind
+
 recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
 app.add_typer(recsys_app, name="recsys")
 
 
-def _kinds(text: str) -> frozenset:
+def _kinds(text: str) -> frozenset[ShardingKind]:
     from meshcore.errors import InputError
     from meshcore.recsys import ShardingKind
 

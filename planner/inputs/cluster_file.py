@@ -47,9 +47,10 @@ def _keys(data: Any, keys: tuple[tuple[str, ...], tuple[str, ...]], where: str) 
 def _name(value: Any, where: str) -> str:
     """A group's name: an identifier (meshcore.checks.identifier) of at most 64 characters, without '+'."""
     identifier(value, f"{where}: name")
-    if "+" in value or len(value) > 64:
+    name = str(value)
+    if "+" in name or len(name) > 64:
         raise InputError(f"{where}: name must be at most 64 characters without '+', got {value!r}")
-    return value
+    return name
 
 
 def _group(data: Any, where: str, base: Path) -> NodeGroup:

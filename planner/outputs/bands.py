@@ -305,7 +305,7 @@ def dumps_bands(table: BandTable) -> str:
               "# Written by `python benchmarks/calibration.py --write-bands` from leave-one-source-out residuals,\n"
               "# and replaced each time calibration is rerun.\n"
               f"# This file: coverage {table.coverage:g}, {kind}; residuals: {table.residuals}\n")
-    return header + yaml.safe_dump(table_mapping(table), sort_keys=False, width=120)
+    return header + str(yaml.safe_dump(table_mapping(table), sort_keys=False, width=120))
 
 
 def save_bands(table: BandTable, path: str | Path) -> None:

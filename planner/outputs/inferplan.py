@@ -56,7 +56,8 @@ def _serving_prediction(p: ServingPrediction) -> dict[str, Any]:
     mem = p.memory
     out.update(weights_gib=mem.weights / GIB, kv_cache_gib=max(mem.kv_budget, 0.0) / GIB,
                workspace_gib=mem.workspace / GIB, engine_memory_gib=mem.capacity / GIB)
-    return _plain(out)
+    plain: dict[str, Any] = _plain(out)
+    return plain
 
 
 def serving_document(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, gpus: int,
@@ -92,7 +93,8 @@ def edge_document(model: ModelSpec, devices: list[ClusterSpec], job: EdgeJob, pl
 
 
 def _diffusion_prediction(p: DiffusionPrediction) -> dict[str, Any]:
-    return _plain({**asdict(p), "fits": p.fits})
+    plain: dict[str, Any] = _plain({**asdict(p), "fits": p.fits})
+    return plain
 
 
 def diffusion_document(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, gpus: int,
@@ -114,7 +116,7 @@ def dumps(document: dict[str, Any], path: str | Path) -> str:
     """YAML, or JSON when the name ends in .json."""
     if str(path).endswith(".json"):
         return json.dumps(document, indent=2) + "\n"
-    return yaml.safe_dump(document, sort_keys=False, width=120)
+    return str(yaml.safe_dump(document, sort_keys=False, width=120))
 
 
 def is_inference_plan(data: Any) -> bool:

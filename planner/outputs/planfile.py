@@ -22,11 +22,11 @@ from typing import Any
 import yaml
 
 from cost_models.pipeline.schedules import LAUNCHERS
-from cost_models.profile.tables import MeasuredCosts
 from hardware_profiles import profile_mapping
 from meshcore import (
     JobSpec,
     Layout,
+    MeasuredCosts,
     ModelSpec,
     fileio,
     module_names,
@@ -171,7 +171,7 @@ def dumps(plan: Plan, path: str | Path, record_timing: bool = False) -> str:
     data = plan_to_dict(plan, record_timing)
     if str(path).endswith(".json"):
         return json.dumps(data, indent=2) + "\n"
-    return yaml.safe_dump(data, sort_keys=False, width=120)
+    return str(yaml.safe_dump(data, sort_keys=False, width=120))
 
 
 def save_plan(plan: Plan, path: str | Path, record_timing: bool = False) -> None:

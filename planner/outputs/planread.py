@@ -23,7 +23,7 @@ import jsonschema
 
 from cost_models.memory.params import lora_fraction
 from cost_models.prediction import Breakdown
-from cost_models.profile.tables import MIN_LAYER_MS, MeasuredCosts, MeasuredLayer, least_decoder_activation
+from cost_models.profile.tables import MIN_LAYER_MS, least_decoder_activation
 from cost_models.step import evaluate_layout
 from hardware_profiles import parse_profile
 from meshcore import (
@@ -32,6 +32,8 @@ from meshcore import (
     Dtype,
     JobSpec,
     Layout,
+    MeasuredCosts,
+    MeasuredLayer,
     ModelSpec,
     Offload,
     Recompute,

@@ -59,4 +59,4 @@ def dumps(document: dict[str, Any], path: str | Path) -> str:
     """YAML, or JSON when the name ends in .json."""
     if str(path).endswith(".json"):
         return json.dumps(document, indent=2) + "\n"
-    return yaml.safe_dump(document, sort_keys=False, width=120)
+    return str(yaml.safe_dump(document, sort_keys=False, width=120))

@@ -10,12 +10,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from cost_models.compute.knobs import LayerKnobs, LayerTime
+from cost_models.compute.knobs import LayerKnobs, LayerTime, LayerTimes
 from cost_models.memory.offload import layer_offload_exposed
 from cost_models.memory.params import StageParams
 from cost_models.pipeline.schedules import W_SHARE, wave_bubble
 from cost_models.pipeline.stages import ZB_HIDES
-from cost_models.step import LayerTimes, layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
+from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs

@@ -182,7 +182,9 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
     def stage_bytes(s: int, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | float:
         """Bytes on stage s holding layers a..b-1: states, activations in flight, buffers."""
         alive = in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1)
-        return (pre_w[b] - pre_w[a]) * state + alive * (pre_a[b] - pre_a[a]) + M.BUFFER_ALLOWANCE_GIB * GIB
+        held: np.ndarray | float = ((pre_w[b] - pre_w[a]) * state + alive * (pre_a[b] - pre_a[a])
+                                    + M.BUFFER_ALLOWANCE_GIB * GIB)
+        return held
 
     fits = np.stack([stage_bytes(s, i, j) <= cap for s in range(pp)])
     split = best_split(cost, fits, m)

@@ -103,7 +103,8 @@ def sum_costs(p: SplitProblem, times: np.ndarray) -> np.ndarray:
         return times
     n = np.arange(p.num_layers + 1, dtype=float)
     hidden = np.array([p.w0[s] + (n - 1) * p.w1 if s < p.num_stages - 1 else 0 * n for s in range(p.num_stages)])
-    return times - hidden
+    costs: np.ndarray = times - hidden
+    return costs
 
 
 def least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] | None:
