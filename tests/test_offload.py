@@ -22,8 +22,9 @@ from meshcore import HostSpec, Offload, Runtime, ZeroStage
 from meshcore.errors import InfeasibleError, InputError, LayoutError, SpecError
 from planner.api import evaluate, make_layout, resolve
 from planner.search.bounds import SearchBounds
-from planner.search.exact import _price, reported, search
+from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.pricing import price, reported
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
 BOX = load_hardware("rtx4090", 8)
@@ -121,7 +122,7 @@ def _exhaustive_best(model: str, hw: str, gpus: int, seq: int, batch: int, spec:
             pool.append(c)
             c = next_module_set(c, family, pr.job)
     bounds = SearchBounds(pr.model, pr.cluster, pr.job)
-    priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c)) for c in pool]
+    priced = [price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c)) for c in pool]
     reports = [reported(pr.model, pr.cluster, pr.job, p) for p in priced]  # as a plan reports each
     best = min(r.step_time_s for r in reports if r is not None)
     return best, sum(1 for c in pool if c.offload)

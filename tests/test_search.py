@@ -12,8 +12,9 @@ from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
-from planner.search.exact import _price, reported, search
+from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.pricing import price, reported
 from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, candidates, module_family, next_module_set
 
@@ -43,7 +44,7 @@ def _check_against_exhaustive(pr: Problem, spec: SearchSpec) -> list:
     simulated, else the closed form); the pruned search must find the same best. Returns the priced candidates."""
     spec = for_runtime(spec, load_runtime(pr.job.runtime.framework))  # what search() narrows to, too
     times = SearchBounds(pr.model, pr.cluster, pr.job)
-    priced = [_price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
+    priced = [price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), times.get(c))
               for c in _every_candidate(pr, spec)]
     reports = [reported(pr.model, pr.cluster, pr.job, p) for p in priced]
     best = min(r.step_time_s for r in reports if r is not None)

@@ -20,9 +20,9 @@ from meshcore import GIB, WAVE_PLACED, Layout, Recompute
 from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.search.bounds import SearchBounds
-from planner.search.exact import _price, balanced_only
 from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.pricing import balanced_only, price
 from planner.search.space import Candidate, SearchSpec, candidates, module_sets, offload_options
 
 # (model, hardware, GPUs, sequence, global batch, every offload choice): small jobs where many candidates are near
@@ -120,7 +120,7 @@ def test_a_dropped_candidate_has_no_layout_that_fits() -> None:
         spec, capacity = _spec(index), pr.cluster.gpu.memory_gib * GIB
         dropped = infeasible = 0
         for c in rng.sample(pool, min(len(pool), 400)):  # enough that the share is stable as the space grows
-            priced = _price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
+            priced = price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
                             bounds.activations(c))
             balanced = balanced_only(c, spec)
             drop = (bounds.memory_floor(c, balanced) > capacity

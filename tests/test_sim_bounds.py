@@ -22,8 +22,9 @@ from meshcore import Runtime, Schedule
 from planner.api import resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime
-from planner.search.exact import _price, balanced_only, reported, search
+from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.pricing import balanced_only, price, reported
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds, SplitMemory, SplitPaths, durations_floor, split_rows
 from planner.search.simulate import simulated_step_time
@@ -248,7 +249,7 @@ def test_no_candidate_beats_the_plan_as_reported(job: tuple) -> None:  # type: i
     for c in candidates(pr.model, pr.cluster, pr.job, spec):
         before: float | None = None
         while c is not None:
-            priced = _price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c))
+            priced = price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c))
             found = reported(pr.model, pr.cluster, pr.job, priced)
             step = None if found is None else found.step_time_s
             if step is not None:

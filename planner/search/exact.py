@@ -34,40 +34,19 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
-from cost_models.pipeline.schedules import program
 from cost_models.pipeline.simulator import Durations
-from cost_models.step import (
-    LayerActivations,
-    LayerTimes,
-    evaluate_costs,
-    layout_costs,
-    rank_layer_ids,
-    rank_stage_layers,
-    stage_cost,
-)
-from meshcore import (
-    GIB,
-    WAVE_PLACED,
-    ClusterSpec,
-    JobSpec,
-    ModelSpec,
-    Offload,
-    Schedule,
-    ZeroStage,
-    check_expert_degrees,
-)
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage, check_expert_degrees
 from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.memory_floors import ROUNDING
 from planner.search.nofit import fit_hints, no_fit_message
+from planner.search.pricing import balanced_only, floored, price, simulated
 from planner.search.ranked import Certificate, Ranked, SearchResult
 from planner.search.runtime_space import for_runtime
-from planner.search.sim_bounds import ReportedBounds, durations_floor
-from planner.search.simulate import durations, simulated_step_time, step_tail
+from planner.search.sim_bounds import ReportedBounds
 from planner.search.space import (
     Candidate,
     SearchSpec,
@@ -78,71 +57,14 @@ from planner.search.space import (
     no_layout_reason,
     offload_options,
 )
-from planner.search.splits import solve_split, split_problem, v_chunks
+from planner.search.splits import split_problem
 
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class _Priced:
-    ranked: Ranked | None  # the least closed-form step of `layouts`
-    infeasible: bool
-    gap: float
-    optimal: bool
-    layouts: tuple[Ranked, ...] = ()  # every layout of the candidate that fits: the solved split, then the balanced
-
-
-def reported(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, priced: _Priced) -> Ranked | None:
-    """The candidate as a plan reports it: of its layouts that fit, the one with the least reported step time
-    (`Ranked.step_time_s`: simulated where the pipeline is simulated, else the closed form), the first on a tie."""
-    found = [_simulated(model, cluster, job, r) for r in priced.layouts]
-    return min(found, key=lambda r: r.step_time_s, default=None)
-
-
-def _simulated(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked,
-               d: Durations | None = None) -> Ranked:
-    return replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction, d))
-
-
-def balanced_only(c: Candidate, spec: SearchSpec) -> bool:
-    """Whether `_price` prices the candidate's balanced chunks alone (interleaved, or no uneven splits)."""
-    return (c.vpp > 1 and c.schedule not in WAVE_PLACED) or not spec.uneven_split
-
-
-def _price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
-           solver: Solver, options: SolveOptions, times: LayerTimes,
-           activations: LayerActivations | None = None) -> _Priced:
-    """Split and price one candidate; ranked is None when nothing fits.
-
-    With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
-    by the same cost model: the split solver optimises the pipeline term, the full model also prices the
-    step's tail (gradient reduction, optimizer), so the plan is never slower than the plain even split.
-    ZB-V and the wave are split the same way per rank (on a uniform stack a rank's cost depends only on how many
-    layers it holds), each rank's layers then shared over its chunks; on a stack of mixed kinds the wave's chunks
-    hold other kinds than the one-chunk split assumed, so there the split is a candidate that the cost model
-    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced."""
-    balanced = c.layout()
-    gap, optimal = 0.0, True
-    costs = layout_costs(model, cluster, job, balanced, times, activations)
-    if balanced_only(c, spec):  # balanced chunks: stage 0 keeps the most in flight
-        ids = rank_layer_ids(balanced, model.num_layers)[0]
-        if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
-            return _Priced(None, True, gap, optimal)
-        layouts = [balanced]
-    else:
-        split, gap, optimal = solve_split(costs, spec, solver, options)
-        if split is None:
-            return _Priced(None, True, gap, optimal)
-        chunks = v_chunks(split.layers, c.vpp) if c.schedule in WAVE_PLACED else split.layers
-        solved = replace(balanced, stage_layers=chunks,
-                         recompute_layers=split.recompute if any(split.recompute) else None)
-        layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
-    fitting = [Ranked(layout, prediction) for layout in layouts
-               for prediction in (evaluate_costs(replace(costs, layout=layout)),) if prediction.fits]
-    best = min(fitting, key=lambda r: r.prediction.step_time_s, default=None)
-    return _Priced(best, best is None, gap, optimal, tuple(fitting))
+Group = tuple[Candidate, list[tuple[Schedule, int]]]  # a group's first candidate and its (schedule, vpp) shapes
+Members = list[tuple[int, int]]  # families sharing a `floor_key`: (family, its (ep, etp) choice)
+Entry = tuple[float, tuple[int, ...], int, int, Candidate | Group | Members]
 
 
 class Incumbent(Protocol):
@@ -158,241 +80,280 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
            progress: ProgressFn | None = None, incumbent: Incumbent | None = None) -> SearchResult:
     """The fastest layouts that fit (best first), with the search's certificate. Python's cyclic garbage collector
     is paused meanwhile: the search holds a few hundred thousand candidates and their heap entries, which every full
-    collection would walk (about 0.4 s a search for the MoE benchmarks) while it leaves almost no cycles behind."""
+    collection would walk (about 0.4 s a search for the MoE benchmarks) while it leaves almost no cycles behind
+    (its state is one `_Search`, freed by reference counting when it returns)."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _search(model, cluster, job, spec, solver, options, progress, incumbent)
+        start = time.perf_counter()
+        spec = for_runtime(spec or SearchSpec(), load_runtime(job.runtime.framework))
+        check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
+        state = _Search(model, cluster, job, spec, solver, options or SolveOptions(), progress, incumbent)
+        state.run()
+        return state.result(time.perf_counter() - start)
     finally:
         if paused:
             gc.enable()
 
 
-def _search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None, solver: Solver,
-            options: SolveOptions | None, progress: ProgressFn | None, incumbent: Incumbent | None) -> SearchResult:
-    start = time.perf_counter()
-    spec, options = for_runtime(spec or SearchSpec(), load_runtime(job.runtime.framework)), options or SolveOptions()
-    check_expert_degrees(model, spec.ep or 1, spec.etp or 1)  # a pin the model rules out, named as such
-    layer_times = ReportedBounds(model, cluster, job, spec.partial_recompute)
-    capacity, host_capacity = cluster.gpu.memory_gib * GIB, layer_times.host_capacity()
-    built = list(families(model, cluster, job, spec))
-    if not built:
-        raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
-    nvme = cluster.host.nvme_gbs > 0
-    offloads = {(z, alone): tuple(offload_options(z, spec, alone, nvme)) for z in ZeroStage for alone in (False, True)}
+class _Search:
+    """One best-first search over a heap. Entries are (key, sort key, level, tie, item): families at their floor
+    (level -1, a `Members` list), groups at theirs (level 0), candidates at their bound (level 1), at their tight
+    bound (level 2; tie 1: at the bound of their split's paths) and priced layouts waiting to be simulated (level 3).
 
-    def choices(c: Candidate) -> tuple[frozenset[Offload], ...]:
-        return offloads[c.zero, c.dp * c.cp == 1]
-    variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
+    The candidates sharing a `floor` enter as one group there (sort key (), below every other; groups tie-break on
+    their order) and, when it reaches the top, each is queued at its bound; there a candidate is dropped if its memory
+    floor exceeds the GPU or else re-queued at its tight bound (with the recomputation it needs to fit), and priced
+    when it reaches the top again: in the order of (tight bound, sort key), most bounds never computed. Module-set
+    variants (`space.module_family`: none or the default selective, then each set) join at their bound once their
+    cheaper sibling reaches its own; one is dominated, and never priced, when that sibling fits at a step time no
+    more than the variant's bound (it frees memory for a looser split or fewer recomputed layers, which cannot repay
+    more). A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced
+    first. HSDP candidates (dp_replicate > 1) are variants of the same candidate sharded over every data-parallel
+    rank in the same way: they hold more state, so they can only win on exposed communication, and are dominated
+    when that sibling's step is no more than their bound. Above the groups, the families sharing a `floor_key` wait
+    as one entry (a list of them) at `family_floor`, below every floor of their groups."""
 
-    def within_state_bound(c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec, solver: Solver,
+                 options: SolveOptions, progress: ProgressFn | None, incumbent: Incumbent | None) -> None:
+        self.model, self.cluster, self.job, self.spec = model, cluster, job, spec
+        self.solver, self.options, self.progress, self.incumbent = solver, options, progress, incumbent
+        self.bounds = ReportedBounds(model, cluster, job, spec.partial_recompute)
+        self.capacity, self.host_capacity = cluster.gpu.memory_gib * GIB, self.bounds.host_capacity()
+        self.built = list(families(model, cluster, job, spec))
+        if not self.built:
+            raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
+        nvme = cluster.host.nvme_gbs > 0
+        self.offloads = {(z, alone): tuple(offload_options(z, spec, alone, nvme))
+                         for z in ZeroStage for alone in (False, True)}
+        self.variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
+        self.tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0, "fitting": 0,
+                      "held": 0, "total": 0}
+        self.groups: list[Group] = []  # every group queued so far
+        self.family = module_family(model, job, spec)
+        self.top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by reported step time (negated)
+        self.steps: dict[Candidate, float | None] = {}  # settled: the reported step, None: nothing fits or dominated
+        self.sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
+        self.dominated: set[Candidate] = set()
+        self.waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # to simulate
+        self.worst_gap, self.all_optimal = 0.0, True
+        self.heap = self._family_entries()
+
+    def choices(self, c: Candidate) -> tuple[frozenset[Offload], ...]:
+        return self.offloads[c.zero, c.dp * c.cp == 1]
+
+    def _family_entries(self) -> list[Entry]:
+        """The candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter
+        the heap as one entry below the floor of each of their groups (`family_floor`), and become groups when it
+        reaches the top (`expand`): most never do, and neither their groups' floors nor their state bounds are
+        computed."""
+        floors: dict[tuple[object, ...], Members] = {}
+        for f, (first, shapes, experts, _) in enumerate(self.built):
+            self.tally["total"] += len(self.choices(first)) * len(shapes) * len(experts)
+            for e, (ep, etp) in enumerate(experts):
+                floors.setdefault((first.tp, first.cp, first.sp, first.mbs, first.recompute, ep, etp, first.modules,
+                                   first.pp), []).append((f, e))
+        heap: list[Entry] = []
+        for i, members in enumerate(floors.values()):
+            first, shapes, experts, _ = self.built[members[0][0]]
+            ep, etp = experts[members[0][1]]
+            c = first if (ep, etp) == (first.ep, first.etp) else replace(first, ep=ep, etp=etp)
+            heap.append((self.bounds.family_floor(c, [(s, v) for v, s in shapes]), (), -1, i, members))
+        heapq.heapify(heap)
+        return heap
+
+    def within_state_bound(self, c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
         """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
         floor, which is their group's. Offloading only takes states off the GPU: when c fits without, all do."""
+        bounds = self.bounds
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp,
-               layer_times.beside(c) if beside is None else beside)
-        if key not in variants:
-            if not c.offload and layer_times.state_bound(c) <= capacity:
-                variants[key] = choices(c)
+               bounds.beside(c) if beside is None else beside)
+        if key not in self.variants:
+            if not c.offload and bounds.state_bound(c) <= self.capacity:
+                self.variants[key] = self.choices(c)
             else:
-                variants[key] = tuple(o for o in choices(c)
-                                      if layer_times.state_bound(replace(c, offload=o)) <= capacity)
-        return variants[key]
+                self.variants[key] = tuple(o for o in self.choices(c)
+                                           if bounds.state_bound(replace(c, offload=o)) <= self.capacity)
+        return self.variants[key]
 
-    # the candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter the heap
-    # as one entry below the floor of each of their groups (`family_floor`), and become groups when it reaches the top
-    # (`expand`): most never do, and neither their groups' floors nor their state bounds are computed
-    floors: dict[tuple[object, ...], list[tuple[int, int]]] = {}
-    total = 0
-    for f, (first, shapes, experts, _) in enumerate(built):
-        total += len(choices(first)) * len(shapes) * len(experts)
-        for e, (ep, etp) in enumerate(experts):
-            floors.setdefault((first.tp, first.cp, first.sp, first.mbs, first.recompute, ep, etp, first.modules,
-                               first.pp), []).append((f, e))
-    tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0, "fitting": 0, "held": 0}
-    groups: list[tuple[Candidate, list[tuple[Schedule, int]]]] = []  # every group queued so far
-
-    def expand(members: list[tuple[int, int]]) -> None:
+    def expand(self, members: Members) -> None:
         """Queue the groups of these (family, (ep, etp) choice)s at their floors, each its first candidate within the
         state bound and its (schedule, vpp) shapes that hold one."""
         for f, e in members:
-            first, shapes, experts, _ = built[f]
+            first, shapes, experts, _ = self.built[f]
             ep, etp = experts[e]
-            tally["held"] += len(choices(first)) * len(shapes)
+            self.tally["held"] += len(self.choices(first)) * len(shapes)
             base = first if (ep, etp) == (first.ep, first.etp) else Candidate(
                 first.tp, first.cp, first.pp, first.dp, first.mbs, first.vpp, first.zero, first.recompute, first.sp,
                 first.schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
-            sides = [layer_times.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
-            fits = {side: len(within_state_bound(base, side)) for side in set(sides)}
+            sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
+            fits = {side: len(self.within_state_bound(base, side)) for side in set(sides)}
             held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
             if not held:
                 continue
-            tally["fitting"] += sum(fits[side] for side in sides)
+            self.tally["fitting"] += sum(fits[side] for side in sides)
             vpp, schedule = shapes[next(i for i, side in enumerate(sides) if fits[side])]
             c = Candidate(first.tp, first.cp, first.pp, first.dp, first.mbs, vpp, first.zero, first.recompute,
                           first.sp, schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
-            groups.append((c, held))
-            heapq.heappush(heap, (layer_times.shape_floor(c, held, choices(c)), (), 0, len(groups), (c, held)))
+            self.groups.append((c, held))
+            heapq.heappush(self.heap, (self.bounds.shape_floor(c, held, self.choices(c)), (), 0, len(self.groups),
+                                       (c, held)))
 
-    # best-first over a heap. Entries are (key, sort key, level, tie, candidate or group); the candidates sharing a
-    # `floor` enter as one group there (sort key (), below every other; groups tie-break on their order) and, when it
-    # reaches the top, each is queued at its bound; there a candidate is dropped if its memory floor exceeds the GPU or
-    # else re-queued at its tight bound (with the recomputation it needs to fit), and priced when it reaches the top
-    # again: in the order of (tight bound, sort key), most bounds never computed. Module-set variants
-    # (`space.module_family`: none or the default selective, then each set) join at their bound once their cheaper
-    # sibling reaches its own; one is dominated, and never priced, when that sibling fits at a step time no more than
-    # the variant's bound (it frees memory for a looser split or fewer recomputed layers, which cannot repay more).
-    # A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced first.
-    # HSDP candidates (dp_replicate > 1) are variants of the same candidate sharded over every data-parallel rank in
-    # the same way: they hold more state, so they can only win on exposed communication, and are dominated when that
-    # sibling's step is no more than their bound. Above the groups, the families sharing a `floor_key` wait as one
-    # entry (a list of them) at `family_floor`, below every floor of their groups.
-    family = module_family(model, job, spec)
-    Group = tuple[Candidate, list[tuple[Schedule, int]]]
-    heap: list[tuple[float, tuple[int, ...], int, int, Candidate | Group | list[tuple[int, int]]]] = []
-    for i, members in enumerate(floors.values()):
-        first, shapes, experts, _ = built[members[0][0]]
-        ep, etp = experts[members[0][1]]
-        c = first if (ep, etp) == (first.ep, first.etp) else replace(first, ep=ep, etp=etp)
-        heap.append((layer_times.family_floor(c, [(s, v) for v, s in shapes]), (), -1, i, members))
-    heapq.heapify(heap)
-    top: list[tuple[float, tuple[int, ...], Ranked]] = []  # max-heap by reported step time (negated)
-    steps: dict[Candidate, float | None] = {}  # settled: the reported step, None where nothing fits or it is dominated
-    sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
-    dominated: set[Candidate] = set()
-    waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # priced, to simulate: by floor
-    worst_gap, all_optimal = 0.0, True
+    def queue_group(self, group: Group) -> None:
+        """A group at its floor: each offload choice of each of its shapes queued at its bound."""
+        first, held = group
+        for schedule, vpp in held:
+            base = first if (schedule, vpp) == (first.schedule, first.vpp) else replace(first, vpp=vpp,
+                                                                                          schedule=schedule)
+            for o in self.within_state_bound(base):
+                c = base if o == base.offload else replace(base, offload=o)
+                heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
 
-    def kth() -> float:
+    def kth(self) -> float:
         """The k-th best reported step so far (here, or in the other parts of a split search): nothing whose bound
         reaches it can enter the top-k."""
-        own = -top[0][0] if len(top) >= spec.top_k else math.inf
-        return own if incumbent is None else min(own, incumbent.kth())
+        own = -self.top[0][0] if len(self.top) >= self.spec.top_k else math.inf
+        return own if self.incumbent is None else min(own, self.incumbent.kth())
 
-    def keep(c: Candidate, ranked: Ranked) -> None:
-        steps[c] = ranked.step_time_s
-        if incumbent is not None:
-            incumbent.offer(ranked.step_time_s)
+    def keep(self, c: Candidate, ranked: Ranked) -> None:
+        self.steps[c] = ranked.step_time_s
+        if self.incumbent is not None:
+            self.incumbent.offer(ranked.step_time_s)
         entry = (-ranked.step_time_s, tuple(-x for x in c.sort_key()), ranked)
-        if len(top) < spec.top_k:
-            heapq.heappush(top, entry)
-        elif entry[:2] > top[0][:2]:
-            heapq.heapreplace(top, entry)
+        if len(self.top) < self.spec.top_k:
+            heapq.heappush(self.top, entry)
+        elif entry[:2] > self.top[0][:2]:
+            heapq.heapreplace(self.top, entry)
 
-    def settle(c: Candidate) -> None:
+    def dominated_by_sibling(self, c: Candidate) -> bool:
+        """Whether `c`'s cheaper sibling (priced first) fits at a step no more than c's bound, or is dominated."""
+        before = self.sibling.get(c)
+        if before is None:
+            return False
+        self.settle(before)
+        if before in self.waiting:
+            self.simulate(before, math.inf)  # its reported step decides
+        step = self.steps[before]
+        return before in self.dominated or (step is not None and self.bounds.key(c) >= step)
+
+    def settle(self, c: Candidate) -> None:
         """Price `c` (its cheaper sibling first) unless priced or dominated; a simulated one waits at its floor."""
-        nonlocal worst_gap, all_optimal
-        if c in steps or c in waiting:
+        if c in self.steps or c in self.waiting:
             return
-        before = sibling.get(c)
-        if before is not None:
-            settle(before)
-            if before in waiting:
-                simulate(before, math.inf)  # its reported step decides
-            step = steps[before]
-            if before in dominated or (step is not None and layer_times.key(c) >= step):
-                steps[c] = None
-                dominated.add(c)
-                return
-        priced = _price(model, cluster, job, c, spec, solver, options, layer_times.get(c), layer_times.activations(c))
-        tally["evaluated"] += 1
-        worst_gap, all_optimal = max(worst_gap, priced.gap), all_optimal and priced.optimal
-        if progress is not None:
-            progress(tally["evaluated"] + tally["floored"], total + tally["expanded"])
+        if self.dominated_by_sibling(c):
+            self.steps[c] = None
+            self.dominated.add(c)
+            return
+        model, cluster, job, bounds = self.model, self.cluster, self.job, self.bounds
+        priced = price(model, cluster, job, c, self.spec, self.solver, self.options, bounds.get(c),
+                       bounds.activations(c))
+        self.tally["evaluated"] += 1
+        self.worst_gap, self.all_optimal = max(self.worst_gap, priced.gap), self.all_optimal and priced.optimal
+        if self.progress is not None:
+            self.progress(self.tally["evaluated"] + self.tally["floored"], self.tally["total"] + self.tally["expanded"])
         if priced.ranked is None:
-            steps[c] = None
-            tally["infeasible"] += 1
-        elif not layer_times.simulated(c):
-            keep(c, priced.ranked)
+            self.steps[c] = None
+            self.tally["infeasible"] += 1
+        elif not bounds.simulated(c):
+            self.keep(c, priced.ranked)
         else:  # each layout at the least the simulator can return for it (sim_bounds.durations_floor)
-            waiting[c] = sorted(_floored(model, cluster, job, r, i) for i, r in enumerate(priced.layouts))
-            heapq.heappush(heap, (waiting[c][0][0], c.sort_key(), 3, 0, c))
+            self.waiting[c] = sorted(floored(model, cluster, job, r, i) for i, r in enumerate(priced.layouts))
+            heapq.heappush(self.heap, (self.waiting[c][0][0], c.sort_key(), 3, 0, c))
 
-    def simulate(c: Candidate, below: float) -> None:
+    def simulate(self, c: Candidate, below: float) -> None:
         """Simulate the layouts of `c` whose floor is below `below` and below the best of them simulated so far;
         keep the least (the first on a tie). None is kept when none is below `below`: it cannot enter the top-k."""
         best: tuple[float, int, Ranked] | None = None
-        for floor, i, ranked, d in waiting.pop(c):
+        for floor, i, ranked, d in self.waiting.pop(c):
             if floor >= below or (best is not None and floor > best[0]):
                 break
-            found = _simulated(model, cluster, job, ranked, d)
-            tally["simulated"] += 1
+            found = simulated(self.model, self.cluster, self.job, ranked, d)
+            self.tally["simulated"] += 1
             if best is None or (found.step_time_s, i) < best[:2]:
                 best = (found.step_time_s, i, found)
-        steps[c] = None
+        self.steps[c] = None
         if best is not None:
-            keep(c, best[2])
+            self.keep(c, best[2])
 
-    while heap:
-        bound, key, level, tie, item = heapq.heappop(heap)
-        if bound >= kth():
-            break
-        if isinstance(item, list):  # families at their floor: their groups
-            expand(item)
-            continue
-        if isinstance(item, tuple):  # a group at its floor: each offload choice of each queued at its bound
-            first, held = item
-            for schedule, vpp in held:
-                base = first if (schedule, vpp) == (first.schedule, first.vpp) else replace(first, vpp=vpp,
-                                                                                              schedule=schedule)
-                for o in within_state_bound(base):
-                    c = base if o == base.offload else replace(base, offload=o)
-                    heapq.heappush(heap, (layer_times.key(c), c.sort_key(), 1, 0, c))
-            continue
-        cand = item
-        if cand.dp_replicate > 1 and spec.dp_replicate is None and cand not in sibling:
-            sibling[cand] = replace(cand, dp_replicate=1)  # HSDP: priced only where it may beat sharding over all
+    def run(self) -> None:
+        """Pop the heap until its least key reaches the k-th best reported step (or it runs dry)."""
+        while self.heap:
+            bound, key, level, tie, item = heapq.heappop(self.heap)
+            if bound >= self.kth():
+                break
+            if isinstance(item, list):  # families at their floor: their groups
+                self.expand(item)
+            elif isinstance(item, tuple):
+                self.queue_group(item)
+            else:
+                self.candidate(item, bound, key, level, tie)
+
+    def candidate(self, c: Candidate, bound: float, key: tuple[int, ...], level: int, tie: int) -> None:
+        """A candidate at the top of the heap, at its bound (level 1), its tight bound (2) or its simulation floor
+        (3)."""
+        if c.dp_replicate > 1 and self.spec.dp_replicate is None and c not in self.sibling:
+            self.sibling[c] = replace(c, dp_replicate=1)  # HSDP: priced only where it may beat sharding over all
         if level == 3:
-            if cand in waiting:  # (not simulated already for a variant's dominance)
-                simulate(cand, kth())
-            continue
-        if level == 2:
-            if tie or cand in steps or not layer_times.simulated(cand) or balanced_only(cand, spec):
-                settle(cand)
-            elif not (kth() < math.inf and layer_times.split_refuses(cand, kth())):  # else no split can beat the top-k
-                heapq.heappush(heap, (layer_times.split_bound(cand, bound), key, 2, 1, cand))  # (its paths)
-            continue
-        balanced = balanced_only(cand, spec)
-        if (layer_times.memory_floor(cand, balanced) > capacity  # no layout of it fits on the GPU
-                or layer_times.host_floor(cand, balanced) > host_capacity):  # or in its node's host memory
-            steps[cand] = None
-            tally["floored"] += 1
+            if c in self.waiting:  # (not simulated already for a variant's dominance)
+                self.simulate(c, self.kth())
+        elif level == 2:
+            self.tight(c, bound, key, tie)
+        else:
+            self.bounded(c, key)
+
+    def tight(self, c: Candidate, bound: float, key: tuple[int, ...], tie: int) -> None:
+        """A candidate at its tight bound: priced, or re-queued at the bound of its split's paths (unless no split
+        can beat the top-k)."""
+        bounds = self.bounds
+        if tie or c in self.steps or not bounds.simulated(c) or balanced_only(c, self.spec):
+            self.settle(c)
+        elif not (self.kth() < math.inf and bounds.split_refuses(c, self.kth())):
+            heapq.heappush(self.heap, (bounds.split_bound(c, bound), key, 2, 1, c))
+
+    def bounded(self, c: Candidate, key: tuple[int, ...]) -> None:
+        """A candidate at its bound: dropped by its memory floors, else re-queued at its tight bound; its next
+        module set joins at its own bound."""
+        bounds, balanced = self.bounds, balanced_only(c, self.spec)
+        if (bounds.memory_floor(c, balanced) > self.capacity  # no layout of it fits on the GPU
+                or bounds.host_floor(c, balanced) > self.host_capacity):  # or in its node's host memory
+            self.steps[c] = None
+            self.tally["floored"] += 1
         else:  # re-queued at the bound with the recomputation it needs
-            heapq.heappush(heap, (layer_times.tight_key(cand, balanced), key, 2, 0, cand))
-        nxt = next_module_set(cand, family, job)
+            heapq.heappush(self.heap, (bounds.tight_key(c, balanced), key, 2, 0, c))
+        nxt = next_module_set(c, self.family, self.job)
         if nxt is not None:
-            sibling[nxt] = cand
-            heapq.heappush(heap, (layer_times.key(nxt), nxt.sort_key(), 1, 0, nxt))
-            tally["expanded"] += 1
-    evaluated, infeasible, expanded, floored = (tally[k] for k in ("evaluated", "infeasible", "expanded", "floored"))
-    if not tally["fitting"]:  # (the heap ran dry: every family was expanded)
-        pool = list(candidates(model, cluster, job, spec, offload_variants=False))
-        raise InfeasibleError(no_fit_message(layer_times, _with_choices(pool, choices), fit_hints(spec, job)))
-    if not top:
-        pool = [replace(first, vpp=vpp, schedule=schedule) for first, held in groups for schedule, vpp in held]
-        raise InfeasibleError(no_fit_message(layer_times, _with_choices(pool, within_state_bound),
-                                              fit_hints(spec, job)))
-    ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
-    cert = Certificate(
-        method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the reported "
-               "step (the discrete-event pipeline simulator's where it runs)", solver=solver,
-        candidates=total + expanded, evaluated=evaluated, pruned_memory=tally["held"] - tally["fitting"] + floored,
-        pruned_time=total - tally["held"] + tally["fitting"] + expanded - evaluated - floored, infeasible=infeasible,
-        solve_time_s=time.perf_counter() - start,
-        optimal=all_optimal, gap=worst_gap, simulated=tally["simulated"])
-    log.info("searched %d candidates: %d priced (%d simulated), %d pruned by memory, %d by the time bound, %d did not "
-             "fit", cert.candidates, cert.evaluated, cert.simulated, cert.pruned_memory, cert.pruned_time,
-             cert.infeasible)
-    return SearchResult(ranked[0], tuple(ranked[1:]), cert)
+            self.sibling[nxt] = c
+            heapq.heappush(self.heap, (bounds.key(nxt), nxt.sort_key(), 1, 0, nxt))
+            self.tally["expanded"] += 1
 
+    def result(self, seconds: float) -> SearchResult:
+        """The top-k, best first, with the certificate; InfeasibleError where nothing fits."""
+        self._refuse_empty()
+        t = self.tally
+        total, evaluated, expanded, floored_ = t["total"], t["evaluated"], t["expanded"], t["floored"]
+        ranked = [e[2] for e in sorted(self.top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
+        cert = Certificate(
+            method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the "
+                   "reported step (the discrete-event pipeline simulator's where it runs)", solver=self.solver,
+            candidates=total + expanded, evaluated=evaluated, pruned_memory=t["held"] - t["fitting"] + floored_,
+            pruned_time=total - t["held"] + t["fitting"] + expanded - evaluated - floored_,
+            infeasible=t["infeasible"], solve_time_s=seconds, optimal=self.all_optimal, gap=self.worst_gap,
+            simulated=t["simulated"])
+        log.info("searched %d candidates: %d priced (%d simulated), %d pruned by memory, %d by the time bound, %d did "
+                 "not fit", cert.candidates, cert.evaluated, cert.simulated, cert.pruned_memory, cert.pruned_time,
+                 cert.infeasible)
+        return SearchResult(ranked[0], tuple(ranked[1:]), cert)
 
-def _floored(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked, index: int
-             ) -> tuple[float, int, Ranked, Durations]:
-    """(the least simulated step `r` can have, its index, r, its simulator durations): the work and path bounds on
-    its chunks' durations (`durations_floor`) plus the step's tail."""
-    d, lay = durations(model, cluster, job, r.layout, r.prediction), r.layout
-    floor = durations_floor(program(lay.schedule, lay.pp, r.prediction.num_microbatches, lay.vpp), d,
-                            r.prediction.num_microbatches)
-    return (floor + step_tail(r.prediction)) * (1 - ROUNDING), index, r, d
+    def _refuse_empty(self) -> None:
+        """InfeasibleError, naming what does not fit, where the top-k is empty."""
+        model, cluster, job, spec = self.model, self.cluster, self.job, self.spec
+        if not self.tally["fitting"]:  # (the heap ran dry: every family was expanded)
+            pool = list(candidates(model, cluster, job, spec, offload_variants=False))
+            raise InfeasibleError(no_fit_message(self.bounds, _with_choices(pool, self.choices), fit_hints(spec, job)))
+        if not self.top:
+            pool = [replace(first, vpp=vpp, schedule=schedule) for first, held in self.groups for schedule, vpp in held]
+            raise InfeasibleError(no_fit_message(self.bounds, _with_choices(pool, self.within_state_bound),
+                                                  fit_hints(spec, job)))
 
 
 def _with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[frozenset[Offload], ...]]

@@ -1,0 +1,97 @@
+"""Pricing one candidate of the exact search (planner.search.exact): its split solved and its layouts priced by the
+cost model (`price`), the layout a plan reports of them (`reported`), and the least the simulator can return for a
+layout (`floored`), at which it waits to be simulated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cost_models.pipeline.schedules import program
+from cost_models.pipeline.simulator import Durations
+from cost_models.step import (
+    LayerActivations,
+    LayerTimes,
+    evaluate_costs,
+    layout_costs,
+    rank_layer_ids,
+    rank_stage_layers,
+    stage_cost,
+)
+from meshcore import WAVE_PLACED, ClusterSpec, JobSpec, ModelSpec
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.memory_floors import ROUNDING
+from planner.search.ranked import Ranked
+from planner.search.sim_bounds import durations_floor
+from planner.search.simulate import durations, simulated_step_time, step_tail
+from planner.search.space import Candidate, SearchSpec
+from planner.search.splits import solve_split, v_chunks
+
+
+@dataclass(frozen=True)
+class Priced:
+    ranked: Ranked | None  # the least closed-form step of `layouts`
+    infeasible: bool
+    gap: float
+    optimal: bool
+    layouts: tuple[Ranked, ...] = ()  # every layout of the candidate that fits: the solved split, then the balanced
+
+
+def reported(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, priced: Priced) -> Ranked | None:
+    """The candidate as a plan reports it: of its layouts that fit, the one with the least reported step time
+    (`Ranked.step_time_s`: simulated where the pipeline is simulated, else the closed form), the first on a tie."""
+    found = [simulated(model, cluster, job, r) for r in priced.layouts]
+    return min(found, key=lambda r: r.step_time_s, default=None)
+
+
+def simulated(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked, d: Durations | None = None) -> Ranked:
+    """`r` with its simulated step (`d`: its simulator durations, when the caller has them)."""
+    return replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction, d))
+
+
+def balanced_only(c: Candidate, spec: SearchSpec) -> bool:
+    """Whether `price` prices the candidate's balanced chunks alone (interleaved, or no uneven splits)."""
+    return (c.vpp > 1 and c.schedule not in WAVE_PLACED) or not spec.uneven_split
+
+
+def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
+           solver: Solver, options: SolveOptions, times: LayerTimes,
+           activations: LayerActivations | None = None) -> Priced:
+    """Split and price one candidate; ranked is None when nothing fits.
+
+    With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
+    by the same cost model: the split solver optimises the pipeline term, the full model also prices the
+    step's tail (gradient reduction, optimizer), so the plan is never slower than the plain even split.
+    ZB-V and the wave are split the same way per rank (on a uniform stack a rank's cost depends only on how many
+    layers it holds), each rank's layers then shared over its chunks; on a stack of mixed kinds the wave's chunks
+    hold other kinds than the one-chunk split assumed, so there the split is a candidate that the cost model
+    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced."""
+    balanced = c.layout()
+    gap, optimal = 0.0, True
+    costs = layout_costs(model, cluster, job, balanced, times, activations)
+    if balanced_only(c, spec):  # balanced chunks: stage 0 keeps the most in flight
+        ids = rank_layer_ids(balanced, model.num_layers)[0]
+        if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
+            return Priced(None, True, gap, optimal)
+        layouts = [balanced]
+    else:
+        split, gap, optimal = solve_split(costs, spec, solver, options)
+        if split is None:
+            return Priced(None, True, gap, optimal)
+        chunks = v_chunks(split.layers, c.vpp) if c.schedule in WAVE_PLACED else split.layers
+        solved = replace(balanced, stage_layers=chunks,
+                         recompute_layers=split.recompute if any(split.recompute) else None)
+        layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
+    fitting = [Ranked(layout, prediction) for layout in layouts
+               for prediction in (evaluate_costs(replace(costs, layout=layout)),) if prediction.fits]
+    best = min(fitting, key=lambda r: r.prediction.step_time_s, default=None)
+    return Priced(best, best is None, gap, optimal, tuple(fitting))
+
+
+def floored(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked, index: int
+             ) -> tuple[float, int, Ranked, Durations]:
+    """(the least simulated step `r` can have, its index, r, its simulator durations): the work and path bounds on
+    its chunks' durations (`durations_floor`) plus the step's tail."""
+    d, lay = durations(model, cluster, job, r.layout, r.prediction), r.layout
+    floor = durations_floor(program(lay.schedule, lay.pp, r.prediction.num_microbatches, lay.vpp), d,
+                            r.prediction.num_microbatches)
+    return (floor + step_tail(r.prediction)) * (1 - ROUNDING), index, r, d
