@@ -80,14 +80,10 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
         if strict or target in NEVER_SUBSTITUTED:
             raise
         reason = str(exc)
-    job = replace(plan.job, runtime=replace(plan.job.runtime, framework=FRAMEWORK[target]))
     try:
-        # the substitute offloads where the plan did (each choice the launcher's runtime runs): no silent drop
-        result = search(plan.model, plan.cluster, job, replace(CAPABILITIES[target], top_k=1,
-                                                               offload_auto=bool(plan.best.layout.offload)))
+        nearest = substitute(plan, target)
     except InfeasibleError as exc:
         raise UnsupportedPlanError(f"{reason}; and no layout {target.value} can run fits this job ({exc})") from None
-    nearest = Plan(plan.model, plan.cluster, job, result.best, (), result.certificate)
     old, new = plan.best.prediction.step_time_s, nearest.best.prediction.step_time_s
     note = (f"{target.value} cannot run this plan ({reason.split(';')[0]}); written instead: the fastest layout it can "
             f"run, {layout_summary(nearest.best.layout)}, predicted {new:.3f} s/step ({100 * (new / old - 1):+.1f} % "
@@ -97,6 +93,16 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
     if prefix is not None:
         text = with_header_line(text, comment(f"NOTE: {note}", prefix))
     return Emitted(text, note)
+
+
+def substitute(plan: Plan, target: Target) -> Plan:
+    """The fastest layout `target` runs for the job of `plan` (InfeasibleError when none fits): what `emit` writes
+    when the launcher cannot run the plan's own layout."""
+    job = replace(plan.job, runtime=replace(plan.job.runtime, framework=FRAMEWORK[target]))
+    # the substitute offloads where the plan did (each choice the launcher's runtime runs): no silent drop
+    result = search(plan.model, plan.cluster, job, replace(CAPABILITIES[target], top_k=1,
+                                                           offload_auto=bool(plan.best.layout.offload)))
+    return Plan(plan.model, plan.cluster, job, result.best, (), result.certificate)
 
 
 def with_header_line(text: str, line: str) -> str:
@@ -118,4 +124,4 @@ def for_launcher(spec: SearchSpec, target: Target) -> SearchSpec:
 
 
 __all__ = ["CAPABILITIES", "FRAMEWORK", "NEVER_SUBSTITUTED", "Emitted", "Target", "UnsupportedPlanError", "emit",
-           "for_launcher"]
+           "for_launcher", "substitute"]
