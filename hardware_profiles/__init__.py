@@ -293,8 +293,11 @@ def apply_overrides(cluster: ClusterSpec, overrides: HardwareOverrides) -> Clust
     if overrides.gpus_per_node is not None:
         size = min(cluster.scale_up_size, overrides.gpus_per_node) \
             if cluster.scale_up_size == cluster.gpus_per_node else cluster.scale_up_size
+        links = cluster.collectives.links[:size]  # a smaller node of the same board: its first GPUs' links
+        collectives = replace(cluster.collectives, links=tuple(row[:size] for row in links))
         try:
-            cluster = replace(cluster, gpus_per_node=overrides.gpus_per_node, scale_up_size=size)
+            cluster = replace(cluster, gpus_per_node=overrides.gpus_per_node, scale_up_size=size,
+                              collectives=collectives)
         except SpecError as exc:
             raise InputError(str(exc)) from None
     return cluster

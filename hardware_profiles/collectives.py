@@ -10,9 +10,9 @@ from meshcore.checks import real
 from meshcore.errors import InputError, SpecError
 
 KEYS = ("fabric", "nvls", "nvls_efficiency", "ll128", "ll128_pxn", "pat", "tree", "ll_max_gbs", "ll_max_net_gbs",
-        "net_overhead_us")
+        "net_overhead_us", "links", "link_gbs")
 _FLAGS = ("nvls", "ll128", "ll128_pxn", "pat", "tree")
-_NUMBERS = {"nvls_efficiency": 2.0, "ll_max_gbs": 1e5, "ll_max_net_gbs": 1e5, "net_overhead_us": 1e3}
+_NUMBERS = {"nvls_efficiency": 2.0, "ll_max_gbs": 1e5, "ll_max_net_gbs": 1e5, "net_overhead_us": 1e3, "link_gbs": 1e4}
 
 
 def parse_collectives(body: dict[str, Any], where: str) -> CollectiveSpec:
@@ -32,6 +32,13 @@ def parse_collectives(body: dict[str, Any], where: str) -> CollectiveSpec:
         if key in body:
             low_open = key != "net_overhead_us"  # a host may post for free; the others divide
             values[key] = real(body[key], f"{where}: {key}", 0.0, upper, low_open=low_open)
+    if "links" in body:
+        rows = body["links"]
+        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+            raise InputError(f"{where}: links must be a list of rows (NVLinks between GPU i and GPU j), got {rows!r}")
+        values["links"] = tuple(tuple(row) for row in rows)
+        if "link_gbs" not in body:
+            raise InputError(f"{where}: links needs link_gbs (GB/s per direction of one link)")
     try:
         return CollectiveSpec(**values)
     except SpecError as exc:
@@ -40,4 +47,8 @@ def parse_collectives(body: dict[str, Any], where: str) -> CollectiveSpec:
 
 def collectives_mapping(spec: CollectiveSpec) -> dict[str, Any]:
     """The inverse of `parse_collectives`."""
-    return {"fabric": spec.fabric.value, **{key: getattr(spec, key) for key in KEYS if key != "fabric"}}
+    out = {"fabric": spec.fabric.value,
+           **{key: getattr(spec, key) for key in KEYS if key not in ("fabric", "links", "link_gbs")}}
+    if spec.links:
+        out |= {"links": [list(row) for row in spec.links], "link_gbs": spec.link_gbs}
+    return out

@@ -131,9 +131,26 @@ class CollectiveSpec:
     ll_max_gbs: float = 87.7  # LL protocol's bus-bandwidth cap inside one node, GB/s
     ll_max_net_gbs: float = 20.4  # the same across nodes (llMaxBws: 20.4 on Intel hosts, 19.0 on AMD)
     net_overhead_us: float = 1.0  # host cost of posting one network send (getNetOverhead: Intel 1, AMD 2 µs)
+    # a scale-up domain wired GPU to GPU rather than through a switch (DGX-1's hybrid cube mesh, 4-GPU SXM2 boards,
+    # NVLink-bridged PCIe pairs): links[i][j] NVLinks between GPUs i and j of one domain (nvidia-smi topo -m's NV#),
+    # each `link_gbs` per direction; empty: a switch gives every group the full scale_up_gbs (cost_models/comm/rings.py)
+    links: tuple[tuple[int, ...], ...] = ()
+    link_gbs: float = 0.0
 
     def __post_init__(self) -> None:
         real(self.nvls_efficiency, "collectives nvls_efficiency", 0.0, 2.0, error=SpecError)
+        if self.links:
+            n = len(self.links)
+            if any(len(row) != n for row in self.links):
+                lengths = [len(r) for r in self.links]
+                raise SpecError(f"collectives links must be a square matrix, got rows of {lengths}")
+            for i, row in enumerate(self.links):
+                for j, count in enumerate(row):
+                    integer(count, f"collectives links[{i}][{j}]", 0, 64, SpecError)
+                    if count != self.links[j][i] or (i == j and count):
+                        raise SpecError(f"collectives links must be symmetric with a zero diagonal; "
+                                        f"links[{i}][{j}] = {count}, links[{j}][{i}] = {self.links[j][i]}")
+            real(self.link_gbs, "collectives link_gbs", 0.0, 1e4, error=SpecError)
         real(self.ll_max_gbs, "collectives ll_max_gbs", 0.0, 1e5, error=SpecError)
         real(self.ll_max_net_gbs, "collectives ll_max_net_gbs", 0.0, 1e5, error=SpecError)
         real(self.net_overhead_us, "collectives net_overhead_us", 0.0, 1e3, low_open=False, error=SpecError)
@@ -210,3 +227,6 @@ class ClusterSpec:
             raise SpecError(
                 f"{self.num_gpus} GPUs is not a whole number of {self.gpus_per_node}-GPU nodes"
             )
+        links = len(self.collectives.links)
+        if links and links != self.scale_up_size:
+            raise SpecError(f"collectives links describe {links} GPUs, the scale-up domain has {self.scale_up_size}")

@@ -25,6 +25,7 @@ from enum import Enum
 from functools import lru_cache
 
 from cost_models.comm import nccl
+from cost_models.comm.rings import intra_bus
 from meshcore import ClusterSpec, LinkSpec
 from meshcore.memo import Same
 from meshcore.mesh import Group, Tier
@@ -106,8 +107,9 @@ def placement(group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> n
     domain and (across domains) of the bottleneck link `link_of` gives."""
     link, crosses = link_of(cluster, group, multi_rail)
     local = max(1, group.per_domain(cluster))
-    return nccl.Placement(group.size, local, cluster.scale_up.bus_bytes_per_s,
-                          link.bus_bytes_per_s if crosses else 0.0, multi_rail and local > 1)
+    intra = intra_bus(cluster, group)  # a wired (switchless) domain: the rings among the members' links
+    return nccl.Placement(group.size, local, intra, min(intra, link.bus_bytes_per_s) if crosses else 0.0,
+                          multi_rail and local > 1)
 
 
 def nccl_choice(kind: Collective, nbytes: float, group: Group, cluster: ClusterSpec,
