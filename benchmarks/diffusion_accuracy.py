@@ -22,11 +22,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cost_models.diffusion import evaluate_diffusion  # noqa: E402
 from hardware_profiles import load_hardware  # noqa: E402
-from meshcore.diffusion import DiffusionJob, DiffusionLayout  # noqa: E402
-from planner.inputs.diffusion import load_diffusion_model  # noqa: E402
-from planner.search.infer_diffusion import search_diffusion  # noqa: E402
+from planner.workloads.diffusion.cost import evaluate_diffusion  # noqa: E402
+from planner.workloads.diffusion.inputs import load_diffusion_model  # noqa: E402
+from planner.workloads.diffusion.search import search_diffusion  # noqa: E402
+from planner.workloads.diffusion.spec import DiffusionJob, DiffusionLayout  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "inference" / "xdit.yaml"
 

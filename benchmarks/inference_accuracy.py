@@ -20,16 +20,18 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cost_models.diffusion import evaluate_diffusion  # noqa: E402
-from cost_models.serving_deploy import batch_at_rate, decode_memory, evaluate_serving  # noqa: E402
 from hardware_profiles import load_hardware  # noqa: E402
-from meshcore.diffusion import DiffusionJob, DiffusionLayout  # noqa: E402
-from meshcore.engine import EngineProfile  # noqa: E402
-from meshcore.inference import EdgeJob, PoolMode, ReplicaLayout, ServingJob, ServingLayout  # noqa: E402
-from planner.inputs.diffusion import load_diffusion_model  # noqa: E402
-from planner.inputs.engines import load_engine  # noqa: E402
+from meshcore.inference import ReplicaLayout  # noqa: E402
 from planner.inputs.loaders import load_model  # noqa: E402
-from planner.search.infer_edge import search_edge  # noqa: E402
+from planner.workloads.diffusion.cost import evaluate_diffusion  # noqa: E402
+from planner.workloads.diffusion.inputs import load_diffusion_model  # noqa: E402
+from planner.workloads.diffusion.spec import DiffusionJob, DiffusionLayout  # noqa: E402
+from planner.workloads.edge.search import search_edge  # noqa: E402
+from planner.workloads.edge.spec import EdgeJob  # noqa: E402
+from planner.workloads.serving.cost import batch_at_rate, decode_memory, evaluate_serving  # noqa: E402
+from planner.workloads.serving.engine import EngineProfile  # noqa: E402
+from planner.workloads.serving.engines import load_engine  # noqa: E402
+from planner.workloads.serving.spec import PoolMode, ServingJob, ServingLayout  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "inference" / "published.yaml"
 VLLM_SCHEDULER_STEPS = 10  # the benchmark's vLLM flag (published.yaml's source)

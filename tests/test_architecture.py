@@ -14,9 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("meshcore", "cost_models", "hardware_profiles", "planner", "meshplan")  # bottom to top
 # bottom to top: a module may import its own layer and the layers below it
+# planner.workloads: the rooms (serving, diffusion, edge, recsys, mlip), each its spec, inputs, cost, search and
+# output on the shared layers below; nothing below imports a room
 LAYERS = ("meshcore", "cost_models", "hardware_profiles", "planner.inputs", "planner.search", "planner.outputs",
-          "planner.api", "planner.studies", "planner.commands", "planner.cli", "cli", "planner.__main__", "planner",
-          "meshplan")
+          "planner.workloads", "planner.api", "planner.studies", "planner.commands", "planner.cli", "cli",
+          "planner.__main__", "planner", "meshplan")
 MAX_LINES = 440  # "about 400": the largest rooms today are the log parsers and calibrate
 # A function's length: the lines of its body, signature, decorators and docstring not counted (the typer commands'
 # signatures are their flags, one a line). Nested functions count in the function that holds them.

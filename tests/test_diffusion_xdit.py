@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from cost_models.diffusion_comm import sdpa_flash_rate, sockets_spanned
-from cost_models.diffusion_parts import vae_decoder_work
 from hardware_profiles import load_hardware
-from meshcore.diffusion import DiffusionJob, DiffusionLayout
-from planner.inputs.diffusion import load_diffusion_model
-from planner.outputs.xfuser_args import xfuser_arguments, xfuser_command
+from planner.workloads.diffusion.comm import sdpa_flash_rate, sockets_spanned
+from planner.workloads.diffusion.inputs import load_diffusion_model
+from planner.workloads.diffusion.parts import vae_decoder_work
+from planner.workloads.diffusion.spec import DiffusionJob, DiffusionLayout
+from planner.workloads.diffusion.xfuser import xfuser_arguments, xfuser_command
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -78,7 +78,7 @@ def test_warm_h100_figures_within_20_percent() -> None:
 
 
 def test_latency_holds_encoders_and_vae() -> None:
-    from cost_models.diffusion import evaluate_diffusion
+    from planner.workloads.diffusion.cost import evaluate_diffusion
 
     model, job = load_diffusion_model("flux1-dev"), DiffusionJob(1024, 28)
     p = evaluate_diffusion(model, load_hardware("h100-sxm", 4), job, DiffusionLayout(ulysses=4))

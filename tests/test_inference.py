@@ -15,17 +15,19 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models.diffusion import transformer_params
 from hardware_profiles import load_hardware
 from meshcore import GIB, ModelSpec
-from meshcore.diffusion import DiffusionJob
-from meshcore.inference import EdgeJob, KvFormat, Objective, PoolMode, ServingJob, WeightFormat
-from planner.inputs.diffusion import load_diffusion_model
+from meshcore.inference import KvFormat, Objective, WeightFormat
 from planner.inputs.loaders import load_model
-from planner.outputs.launch_args import sglang_commands, vllm_commands
-from planner.search.infer_diffusion import search_diffusion
-from planner.search.infer_edge import brute_force, search_edge
-from planner.search.infer_serving import search_serving
+from planner.workloads.diffusion.cost import transformer_params
+from planner.workloads.diffusion.inputs import load_diffusion_model
+from planner.workloads.diffusion.search import search_diffusion
+from planner.workloads.diffusion.spec import DiffusionJob
+from planner.workloads.edge.search import brute_force, search_edge
+from planner.workloads.edge.spec import EdgeJob
+from planner.workloads.serving.launch import sglang_commands, vllm_commands
+from planner.workloads.serving.search import search_serving
+from planner.workloads.serving.spec import PoolMode, ServingJob
 
 runner = CliRunner()
 TINY = ModelSpec(name="tiny", num_layers=6, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
@@ -84,7 +86,7 @@ def test_serving_physics() -> None:
     assert weights_s < best.tpot_s < 1.3 * weights_s
     flops_s = 2 * 8.03e9 * 1024 / (cluster.gpu.peak_bf16_tflops * 1e12)
     assert flops_s < best.ttft_s < 4 * flops_s
-    from cost_models.serving import kv_bytes_per_token_layer
+    from cost_models.inference import kv_bytes_per_token_layer
     ds = load_model("deepseek-v3")
     assert kv_bytes_per_token_layer(ds, 8, KvFormat.BF16) == (512 + 64) * 2
 

@@ -1,5 +1,5 @@
 """Serving-engine profiles (hardware_profiles/engines/) and what they add to the serving roofline
-(cost_models/serving_engine.py), against SGLang's published "SGLang v0.3.0 vs vLLM v0.6.0" benchmark
+(planner/workloads/serving/iteration.py), against SGLang's published "SGLang v0.3.0 vs vLLM v0.6.0" benchmark
 (sgl-project/sglang benchmark/benchmark_vllm_060/README.md; benchmarks/data/inference/published.yaml): Llama 3.1 8B
 on 1 A100-80GB and 70B on 4 H100, ShareGPT (mean prompt 230, output 194 tokens), vLLM --num-scheduler-steps 10."""
 
@@ -12,15 +12,16 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models.serving_deploy import batch_at_rate, decode_memory, evaluate_serving, tpot
-from cost_models.serving_engine import md1_wait, prefill_stall_tpot, scheduler_wait
 from hardware_profiles import load_hardware
-from meshcore.engine import Engine, EngineProfile
 from meshcore.errors import InputError
-from meshcore.inference import PoolMode, ReplicaLayout, ServingJob, ServingLayout
-from planner.inputs.engines import engine_from_mapping, load_engine
+from meshcore.inference import ReplicaLayout
 from planner.inputs.loaders import load_model
-from planner.search.infer_serving import search_serving
+from planner.workloads.serving.cost import batch_at_rate, decode_memory, evaluate_serving, tpot
+from planner.workloads.serving.engine import Engine, EngineProfile
+from planner.workloads.serving.engines import engine_from_mapping, load_engine
+from planner.workloads.serving.iteration import md1_wait, prefill_stall_tpot, scheduler_wait
+from planner.workloads.serving.search import search_serving
+from planner.workloads.serving.spec import PoolMode, ServingJob, ServingLayout
 
 PROMPT, OUTPUT = 230, 194
 

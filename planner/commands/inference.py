@@ -9,9 +9,10 @@ from typing import Annotated, Any
 import typer
 
 from meshcore.checks import MAX_GPUS
-from meshcore.engine import Engine
-from meshcore.inference import KvFormat, Objective, PoolMode, WeightFormat
+from meshcore.inference import KvFormat, Objective, WeightFormat
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
+from planner.workloads.serving.engine import Engine
+from planner.workloads.serving.spec import PoolMode
 
 infer_app = typer.Typer(no_args_is_help=True, help="Plan inference: LLM serving, edge pipelines, diffusion "
                                                    "transformers.")
@@ -26,7 +27,8 @@ KvDtype = Annotated[KvFormat, typer.Option("--kv-dtype", help="KV-cache number f
 
 
 def _emit_plan(document: dict[str, Any], out: Path | None, as_json: bool) -> None:
-    from planner.outputs.inferplan import dumps, summary
+    from planner.outputs.inferplan import dumps
+    from planner.workloads.plans import summary
 
     write_and_print(document, out, as_json, dumps, summary)
 
@@ -69,11 +71,11 @@ def serve(
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
         from meshcore.errors import InputError, SpecError
-        from meshcore.inference import ServingJob
-        from planner.inputs.engines import load_engine
         from planner.inputs.loaders import load_model
-        from planner.outputs.inferplan import serving_document
-        from planner.search.infer_serving import search_serving
+        from planner.workloads.serving.engines import load_engine
+        from planner.workloads.serving.plan import serving_document
+        from planner.workloads.serving.search import search_serving
+        from planner.workloads.serving.spec import ServingJob
 
         check({"--gpus": (gpus, 1, MAX_GPUS), "--tp": (tp, 1, 1024), "--pp": (pp, 1, 1024)})
         profile = load_engine(engine)
@@ -118,10 +120,10 @@ def edge(
     def action() -> None:
         from hardware_profiles import load_hardware
         from meshcore.errors import InputError, SpecError
-        from meshcore.inference import EdgeJob
         from planner.inputs.loaders import load_model
-        from planner.outputs.inferplan import edge_document
-        from planner.search.infer_edge import search_edge
+        from planner.workloads.edge.plan import edge_document
+        from planner.workloads.edge.search import search_edge
+        from planner.workloads.edge.spec import EdgeJob
 
         names = [d.strip() for d in devices.split(",") if d.strip()]
         if not 1 <= len(names) <= 16:
@@ -164,11 +166,11 @@ def diffusion(
 
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
-        from meshcore.diffusion import DiffusionJob, image_tokens
         from meshcore.errors import InputError, SpecError
-        from planner.inputs.diffusion import load_diffusion_model
-        from planner.outputs.inferplan import diffusion_document
-        from planner.search.infer_diffusion import search_diffusion
+        from planner.workloads.diffusion.inputs import load_diffusion_model
+        from planner.workloads.diffusion.plan import diffusion_document
+        from planner.workloads.diffusion.search import search_diffusion
+        from planner.workloads.diffusion.spec import DiffusionJob, image_tokens
 
         check({"--gpus": (gpus, 1, MAX_GPUS)})
         spec = load_diffusion_model(model)

@@ -380,8 +380,9 @@ def explain(
     from planner.outputs.report import plan_table
 
     def action() -> None:
-        from planner.outputs.inferplan import check_inference_plan, is_inference_plan, summary
+        from planner.outputs.inferplan import check_inference_plan, is_inference_plan
         from planner.outputs.planread import read_plan_data
+        from planner.workloads.plans import summary
 
         data, origin = read_plan_data(plan_file)
         if is_inference_plan(data):  # meshplan infer's plans: a text summary

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cost_models.diffusion import DiffusionPrediction, evaluate_diffusion
 from meshcore import ClusterSpec
-from meshcore.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens
 from meshcore.errors import InfeasibleError
 from meshcore.inference import Objective
+from planner.workloads.diffusion.cost import DiffusionPrediction, evaluate_diffusion
+from planner.workloads.diffusion.spec import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens
 
 PATCH_FACTORS = (1, 2, 4, 8)  # PipeFusion patches = stages x factor
 

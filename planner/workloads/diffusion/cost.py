@@ -4,7 +4,7 @@ and memory per GPU.
 Per layer and pass over a sequence of S = image + text tokens (DiT, Peebles & Xie 2023; MMDiT, Esser et al. 2024;
 Flux): GEMMs 2·S·(4·h² + 2·h·f) FLOPs, full (non-causal) attention 4·S²·h FLOPs. Parallel methods (Fang et al.
 2024, xDiT; Fang & Zhao 2024, USP; Wang et al. 2024, PipeFusion), priced as xDiT runs them
-(cost_models/diffusion_comm.py):
+(planner/workloads/diffusion/comm.py):
 - Ulysses (degree u, Jacobs et al. 2023): four all-to-alls per layer (Q, K, V in, O out) of the rank's S/sp tokens,
   each between two layout copies; every rank then holds h/u of the heads over its ring block of keys.
 - Ring (degree r, Liu et al. 2023): r attention kernels over key blocks of S/r (each at that key length's
@@ -17,9 +17,9 @@ Flux): GEMMs 2·S·(4·h² + 2·h·f) FLOPs, full (non-causal) attention 4·S²�
   with the patch sends (S/(M·sp))·h·2 bytes overlapped.
 - CFG parallel (2 groups): the conditional and unconditional passes run apart and the noise predictions are
   all-gathered once per step; without it a CFG model runs both passes (a batch of 2).
-Once per image, on every rank (cost_models/diffusion_parts.py): the text encoders over the prompt (and the negative
+Once per image, on every rank (parts.py): the text encoders over the prompt (and the negative
 prompt with CFG) and the VAE decoder at the image resolution, on one GPU or patch-parallel over the replica.
-Collectives cross PCIe and, on PCIe-only machines, the CPU sockets (diffusion_comm).
+Collectives cross PCIe and, on PCIe-only machines, the CPU sockets (comm.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,19 @@ from dataclasses import dataclass
 
 from cost_models.comm.collectives import Collective, collective_time
 from cost_models.compute.kernels import flash_attention_time, memory_time
-from cost_models.diffusion_comm import ring_overhead, sdpa_flash_rate, send_recv, ulysses_time
-from cost_models.diffusion_parts import TEXT_ENCODERS, encoder_time, vae_decode_time
+from cost_models.inference import stage_layers
 from cost_models.memory.footprint import BUFFER_ALLOWANCE_GIB
-from cost_models.serving import stage_layers
 from meshcore import GIB, ClusterSpec, Dtype
-from meshcore.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, image_tokens, t5_tokens, text_tokens
+from planner.workloads.diffusion.comm import ring_overhead, sdpa_flash_rate, send_recv, ulysses_time
+from planner.workloads.diffusion.parts import TEXT_ENCODERS, encoder_time, vae_decode_time
+from planner.workloads.diffusion.spec import (
+    DiffusionJob,
+    DiffusionLayout,
+    DiffusionModel,
+    image_tokens,
+    t5_tokens,
+    text_tokens,
+)
 
 BYTES = 2.0  # bf16 weights and activations
 # Kernels the host issues for one stream of one block under torch.compile (diffusers' Flux/SD3 blocks as inductor
@@ -76,7 +83,7 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
     """One block on one rank for `rows` sequences, each `queries` of its `seq` tokens as queries (all of them,
     or one PipeFusion patch) spread over the sp ranks: GEMMs at the curve's efficiency (roofline with the
     block's weights), element-wise traffic, one fused-attention kernel per ring block of seq/ring keys, the Ulysses
-    all-to-alls and what the ring adds (diffusion_comm); at least the host's time to issue the block's operators
+    all-to-alls and what the ring adds (comm.py); at least the host's time to issue the block's operators
     (COMPILED_STREAM_OPS per stream at the profile's host_op_us, as cost_models/compute/host.py prices a layer), which
     binds
     when a rank's share (a PipeFusion patch, a short sequence over many ranks) is small."""
@@ -86,7 +93,7 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
     eff = gpu.matmul_efficiency.at(flops / 6)
     gemm = max(flops / (gpu.peak(Dtype.BF16) * eff), memory_time(block_params(model, double) * BYTES, gpu))
     elementwise = memory_time(2.0 * tokens * (8.0 * h + 2.0 * model.ffn_hidden_size) * BYTES, gpu)
-    block_keys = seq / layout.ring  # PyTorch SDPA's FlashAttention-2 (diffusion_comm.sdpa_flash_rate)
+    block_keys = seq / layout.ring  # PyTorch SDPA's FlashAttention-2 (comm.sdpa_flash_rate)
     block = flash_attention_time(4.0 * rows * queries * block_keys * h / layout.sp, block_keys, model.head_dim,
                                  gpu)[0] / sdpa_flash_rate(gpu)
     attn = layout.ring * block

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from meshcore.checks import finite
-from meshcore.diffusion import DiffusionModel
 from meshcore.errors import InputError, SpecError
 from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
+from planner.workloads.diffusion.spec import DiffusionModel
 
 REQUIRED_KEYS = ("hidden_size", "num_heads", "ffn_hidden_size", "double_layers", "single_layers", "patch_size",
                  "latent_channels")

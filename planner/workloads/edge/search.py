@@ -18,10 +18,11 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from cost_models.edge import DeviceCosts, device_costs
 from meshcore import GIB, ClusterSpec, ModelSpec
 from meshcore.errors import InfeasibleError
-from meshcore.inference import EdgeJob, Objective
+from meshcore.inference import Objective
+from planner.workloads.edge.cost import DeviceCosts, device_costs
+from planner.workloads.edge.spec import EdgeJob
 
 MAX_ORDERED = 4  # devices whose orders are all tried
 

@@ -11,7 +11,7 @@ from meshcore.errors import LayoutError, SpecError
 from meshcore.inference import Objective
 
 MAX_PARAMS = 1e13  # text encoders + VAE, or a whole model: 10 trillion parameters (the largest have ~1e12)
-TEXT_ENCODER_NAMES = ("t5-xxl", "clip-l", "clip-g")  # architectures in cost_models/diffusion_parts.py
+TEXT_ENCODER_NAMES = ("t5-xxl", "clip-l", "clip-g")  # architectures in planner/workloads/diffusion/parts.py
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class DiffusionModel:
     than the image per side, cut into `patch_size`² patches; `text_tokens` join the sequence (0: class-
     conditioned). `cfg`: sampled with classifier-free guidance (two passes per step; Flux-dev is guidance-
     distilled: one). `encoder_params`: text encoders and VAE, held on every GPU. `text_encoders` run once per
-    prompt (cost_models/diffusion_parts.py); `clip_tokens` of the `text_tokens` come from CLIP (SD3: 77), the rest
+    prompt (planner/workloads/diffusion/parts.py); `clip_tokens` of the `text_tokens` come from CLIP (SD3: 77), the rest
     from T5 (xfuser's --max_sequence_length)."""
 
     name: str

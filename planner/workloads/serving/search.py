@@ -5,7 +5,7 @@ Exact within that space: layouts and pool sizes are enumerated, and the batch is
 exact because every figure it tests is monotone in the batch (decode step, iteration, TTFT and KV pages grow with
 it; b / T_it does not fall): for throughput the largest batch that fits and meets the SLOs is the best, for
 latency the smallest that meets the rate. With `exhaustive=True` every batch and every pool split is priced
-instead (the brute force tests/test_infer_serving.py checks the search against).
+instead (the brute force tests/test_inference.py checks the search against).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from cost_models.serving import prefill_cost
-from cost_models.serving_deploy import ServingPrediction, decode_memory, evaluate_serving
+from cost_models.inference import prefill_cost
 from meshcore import ClusterSpec, ModelSpec
 from meshcore.errors import InfeasibleError
-from meshcore.inference import Objective, PoolMode, ReplicaLayout, ServingJob, ServingLayout
+from meshcore.inference import Objective, ReplicaLayout
+from planner.workloads.serving.cost import ServingPrediction, decode_memory, evaluate_serving
+from planner.workloads.serving.spec import PoolMode, ServingJob, ServingLayout
 
 MAX_PP = 16
 

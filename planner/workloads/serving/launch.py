@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import shlex
 
-from meshcore.inference import KvFormat, ReplicaLayout, ServingJob, ServingLayout, WeightFormat
+from meshcore.inference import KvFormat, ReplicaLayout, WeightFormat
 from meshcore.text import comment
+from planner.workloads.serving.spec import ServingJob, ServingLayout
 
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 

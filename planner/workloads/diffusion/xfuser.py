@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from meshcore.diffusion import DiffusionJob, DiffusionLayout, DiffusionModel, t5_tokens
+from planner.workloads.diffusion.spec import DiffusionJob, DiffusionLayout, DiffusionModel, t5_tokens
 
 # xDiT's example script and the Hugging Face checkpoint of each built-in preset (xDiT's examples/run.sh)
 CHECKPOINTS = {

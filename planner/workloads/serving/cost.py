@@ -1,6 +1,6 @@
 """A whole serving deployment: replicas that prefill and decode together (continuous batching with chunked
 prefill, vLLM/SGLang), or a prefill pool beside a decode pool (DistServe, Zhong et al. OSDI'24; Splitwise, Patel
-et al. ISCA'24). From one replica's costs (cost_models.serving) to TTFT, TPOT, requests and tokens per second.
+et al. ISCA'24). From one replica's costs (cost_models.inference) to TTFT, TPOT, requests and tokens per second.
 
 Co-located, steady state (Agrawal et al. 2024, Sarathi-Serve, section 3: prefills stall or stretch decodes): each
 request costs one prefill and `output_len` decode iterations, so a replica running b requests admits b/out new
@@ -12,7 +12,7 @@ running one). Disaggregated: the pools run at their own rates and the deployment
 TPOT = t_decode(b), TTFT = prefill latency (+ with an engine and a --rate the M/D/1 wait at each prefill rank's
 share of the rate); the KV transfer delays the second token.
 
-With a serving engine (job.engine, cost_models.serving_engine) t_decode and t_prefill_busy are the engine's
+With a serving engine (job.engine, planner.workloads.serving.iteration) t_decode and t_prefill_busy are the engine's
 iterations (host time per scheduler call, launch floor outside CUDA graphs), and a co-located prompt waits for the
 next scheduler call (n·T_step/2 for n steps per call) and, in an M/D/1 queue, for the prompts ahead of it at the
 arrival rate the batch implies, λ = b/(out·T_it) per replica (Little's law; equal to the offered rate at the
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cost_models.serving import (
+from cost_models.inference import (
     PrefillCost,
     ServingMemory,
     decode_step_time,
@@ -34,10 +34,11 @@ from cost_models.serving import (
     replica_memory,
     stage_layers,
 )
-from cost_models.serving_engine import decode_iteration, md1_wait, prefill_iteration, scheduler_wait
 from meshcore import ClusterSpec, ModelSpec
-from meshcore.engine import PrefillPolicy
-from meshcore.inference import ReplicaLayout, ServingJob, ServingLayout
+from meshcore.inference import ReplicaLayout
+from planner.workloads.serving.engine import PrefillPolicy
+from planner.workloads.serving.iteration import decode_iteration, md1_wait, prefill_iteration, scheduler_wait
+from planner.workloads.serving.spec import ServingJob, ServingLayout
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Serving-engine profiles: hardware_profiles/engines/ENGINE-VERSION.yaml -> EngineProfile (meshcore.engine).
-The schema is in hardware_profiles/engines/README.md."""
+"""Serving-engine profiles: hardware_profiles/engines/ENGINE-VERSION.yaml -> EngineProfile (the serving room's
+engine module). The schema is in hardware_profiles/engines/README.md."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from types import MappingProxyType
 from typing import Any
 
 from meshcore.checks import choice, flag, mapping_keys
-from meshcore.engine import Engine, EngineProfile, PrefillPolicy
 from meshcore.errors import InputError, SpecError
 from meshcore.inputfile import safe_load
+from planner.workloads.serving.engine import Engine, EngineProfile, PrefillPolicy
 
 VERSIONS: MappingProxyType[Engine, str] = MappingProxyType({Engine.VLLM: "0.6.0", Engine.SGLANG: "0.3.0"})
 _KEYS = ("engine", "version", "host_fixed_s", "host_per_seq_s", "scheduler_steps", "overlap",

@@ -1,14 +1,14 @@
-"""What a serving engine adds to the GPU's roofline (cost_models.serving): host time per scheduler call, the
+"""What a serving engine adds to the GPU's roofline (cost_models.inference): host time per scheduler call, the
 kernel-launch floor of eager iterations, the stall a prefill-first scheduler puts on decodes at a request rate,
 and the waits in front of a prompt (the next scheduler call, the prompts ahead of it). Pure functions of an
-`EngineProfile` (meshcore.engine; data in hardware_profiles/engines/).
+`EngineProfile` (planner.workloads.serving.engine; data in hardware_profiles/engines/).
 """
 
 from __future__ import annotations
 
 import math
 
-from meshcore.engine import EngineProfile
+from planner.workloads.serving.engine import EngineProfile
 
 
 def host_per_step(engine: EngineProfile, batch: float, gpu_s: float) -> float:

@@ -1,7 +1,7 @@
 """A decoder-only transformer pipelined over a few edge devices (Jetson-class modules, one GPU each, linked by
 Ethernet): per-layer times and memory on each device, and the hop between devices.
 
-Each device runs whole layers at batch b with the single-GPU serving roofline (cost_models.serving, tp = 1):
+Each device runs whole layers at batch b with the single-GPU serving roofline (cost_models.inference, tp = 1):
 decode is bound by the memory bandwidth (LPDDR5 shared with the CPU), prefill by the 16-bit tensor cores
 (int8/int4 weights are weight-only quantised: dequantised in the GEMM, as in MLC's q4f16 and llama.cpp's CUDA
 kernels). A hop sends the tokens' hidden states, 2·h bytes each, once per stage boundary (PipeEdge, Hu et al.
@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cost_models.serving import (
+from cost_models.inference import (
     decode_layer_time,
     kv_bytes_per_token_layer,
     layer_weight_bytes,
     prefill_layer_time,
 )
 from meshcore import GIB, ClusterSpec, ModelSpec
-from meshcore.inference import EdgeJob, ReplicaLayout, WeightFormat
+from meshcore.inference import ReplicaLayout, WeightFormat
+from planner.workloads.edge.spec import EdgeJob
 
 SINGLE = ReplicaLayout()
 
