@@ -27,8 +27,10 @@ from cost_models.compute.layer import decoder_layer_time, head_time  # noqa: E40
 from cost_models.memory.params import one_layer_params  # noqa: E402
 from cost_models.memory.stage_swap import SwapStage, stage_swap_step  # noqa: E402
 from meshcore import Recompute, Runtime  # noqa: E402
+from meshcore.execution import Execution  # noqa: E402
 from meshcore.framework import Framework  # noqa: E402
 from planner.api import evaluate, plan, resolve  # noqa: E402
+from planner.inputs.execution import execution_from_mapping  # noqa: E402
 from planner.search.space import SearchSpec  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "data" / "offload"
@@ -62,8 +64,21 @@ def _figure(unit: str, tokens_per_s: float, model_tflops: float) -> float:
     return tokens_per_s if unit == "tokens_per_s" else model_tflops
 
 
+def _execution(framework: Framework, name: str) -> Execution:
+    """The runtime profile's execution section with the record's execution file (under execution/) laid over it:
+    how the run's own model code executes a layer."""
+    base = yaml.safe_load((Path(__file__).resolve().parents[1] / "hardware_profiles" / "runtimes"
+                           / f"{framework.value}.yaml").read_text())["execution"]
+    over = yaml.safe_load((HERE / "execution" / name).read_text())["execution"]
+    return execution_from_mapping({**base, **over}, name)
+
+
 def _runtime(rec: dict[str, Any]) -> Runtime:
-    return Runtime(framework=Framework(rec.get("runtime", "deepspeed")))
+    """The record's runtime with the switches its run set (`runtime_flags`, e.g. DeepSpeed's overlap_comm as
+    overlap_grad_reduce) and the execution of its model code (`execution`)."""
+    framework = Framework(rec.get("runtime", "deepspeed"))
+    execution = _execution(framework, rec["execution"]) if "execution" in rec else None
+    return Runtime(framework=framework, execution=execution, **rec.get("runtime_flags", {}))
 
 
 def price_layout(rec: dict[str, Any]) -> tuple[float, str]:

@@ -240,13 +240,15 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
                        time: LayerTime) -> float:
     """Per micro-batch communication of sharded data parallelism not hidden by compute.
 
-    ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (a sharded gradient
-    buffer cannot accumulate unreduced gradients). ZeRO-3 also all-gathers the weights before each
-    forward and backward (the recomputed forward reuses the backward's gather), module by module: four weight
-    matrices per decoder layer (Megatron-FSDP), or one block per layer (FSDP2, Execution.fsdp per-block). Expert
-    weights do the same over their own group. A runtime that keeps weights gathered under a pipeline gathers and
-    reduce-scatters once per step instead (`kept_gathered_sync`). Prefetch one unit ahead leaves one unit's gather
-    (forward) and reduce-scatter (backward) exposed per micro-batch."""
+    ZeRO-2 reduce-scatters the gradients after every micro-batch's backward (a sharded gradient buffer cannot
+    accumulate unreduced gradients; DeepSpeed all-reduces its buckets, Execution.bucket_allreduce). ZeRO-3 also
+    all-gathers the weights before each forward and backward (the recomputed forward reuses the backward's gather),
+    module by module: four weight matrices per decoder layer (Megatron-FSDP), or one block per layer (FSDP2,
+    Execution.fsdp per-block). Expert weights do the same over their own group. A runtime that keeps weights
+    gathered under a pipeline gathers and reduce-scatters once per step instead (`kept_gathered_sync`). Prefetch one
+    unit ahead leaves one unit's gather (forward) and reduce-scatter (backward) exposed per micro-batch. Without
+    overlap_grad_reduce (DeepSpeed's `overlap_comm: false`, its default below ZeRO-3: the backward hook reduces each
+    full bucket on the compute stream and waits for it) every reduce-scatter is exposed."""
     if layout.zero < ZeroStage.GRADIENTS or kept_gathered(layout, job):
         return 0.0
     gpu, rails = cluster.gpu, job.runtime.multi_rail
@@ -258,7 +260,9 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
         grad_bytes = p * job.trainable_fraction * job.runtime.grad_reduce_bytes  # frozen weights have none
         shard = groups.shard
         if layout.zero is ZeroStage.GRADIENTS:
-            scatter += collective(Collective.REDUCE_SCATTER, grad_bytes, shard, cluster, rails)
+            kind = (Collective.ALL_REDUCE if job.runtime.priced_execution.bucket_allreduce
+                    else Collective.REDUCE_SCATTER)
+            scatter += collective(kind, grad_bytes, shard, cluster, rails)
             continue
         gather += units * collective(Collective.ALL_GATHER, p * gather_bytes(job, cluster) / units, shard, cluster,
                                      rails)
@@ -267,6 +271,10 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     # buckets), each unit's gather hides behind the unit before it and each reduce-scatter behind the unit after it:
     # the first unit's gather of the forward and the last unit's reduce-scatter of the backward have nothing beside them
     first, last = gather / units, scatter / units
+    if not job.runtime.overlap_grad_reduce:
+        if layout.zero is ZeroStage.GRADIENTS:
+            return scatter
+        return first + gpu.exposed(gather - first, time.forward) + gpu.exposed(gather, backward) + scatter
     if layout.zero is ZeroStage.GRADIENTS:
         return last + gpu.exposed(scatter - last, backward)
     return first + gpu.exposed(gather - first, time.forward) + last + gpu.exposed(gather + scatter - last, backward)

@@ -56,12 +56,15 @@ class SelectiveForm(str, Enum):
 class ElementwiseBytes:
     """HBM bytes of a decoder layer's memory-bound kernels (norms, residual adds, rotary embedding, KV-head
     repetition, MLP activation) per token, as coefficients of the widths they run on: h (hidden, divided by tp under
-    sequence parallelism), q and kv (query and key/value widths per TP rank), f (MLP width per TP rank)."""
+    sequence parallelism), q and kv (query and key/value widths per TP rank), f (MLP width per TP rank); `norm`: the
+    bytes per element of one RMSNorm, run on q and kv where the model normalises each query and key head (Qwen3's
+    q_norm and k_norm; cost_models.elementwise)."""
 
     h: float
     q: float
     kv: float
     f: float
+    norm: float = 0.0
 
     def per_token(self, h: float, q: float, kv: float, f: float) -> float:
         return self.h * h + self.q * q + self.kv * kv + self.f * f
@@ -158,6 +161,10 @@ class Execution:
       architecture (cost_models.compute.kernels.flash_attention_time; missing architecture: 1);
     attention_backward: the kernel's backward rate over its forward rate, per architecture (missing: the GPU
       profile's attention_backward_ratio);
+    bucket_allreduce: ZeRO-2 reduces each micro-batch's gradient buckets by all-reduce, 2(n-1)/n of the bucket per
+      rank, not reduce-scatter's (n-1)/n (DeepSpeed's stage_1_and_2.average_tensor with its default
+      use_multi_rank_bucket_allreduce: a bucket whose gradients belong to several ranks' partitions is all-reduced
+      and each rank keeps its slice; cost_models.sync.sharded_dp_exposed);
     split_projections: the model's query, key and value projections and its gate and up projections are separate
       GEMMs reading one input (torchtitan's Llama: wq, wk, wv; w1, w3), not one fused GEMM each
       (cost_models.compute.gemms.split_gemms);
@@ -196,6 +203,7 @@ class Execution:
     host_step_s: float = 0.0
     memory: HeldMemory = HeldMemory()
     split_projections: bool = False
+    bucket_allreduce: bool = False
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""

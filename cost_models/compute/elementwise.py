@@ -30,7 +30,8 @@ def fused_elementwise_bytes(model: ModelSpec, knobs: LayerKnobs, moe: bool) -> t
 def elementwise_bytes(model: ModelSpec, job: JobSpec, knobs: LayerKnobs, moe: bool) -> tuple[float, float]:
     """(forward, backward) HBM bytes per token of a decoder layer's element-wise kernels as the job's runtime runs
     them: its profile's eager or compiled counts (Runtime.compiled) as coefficients of h·r, q/t, kv/t and f/t (f 0
-    for an MoE layer, whose experts price their activation), else the fused kernels (`fused_elementwise_bytes`)."""
+    for an MoE layer, whose experts price their activation), and with per-head query and key norms (Qwen3) one more
+    norm's `norm` bytes on each q and kv element; else the fused kernels (`fused_elementwise_bytes`)."""
     counts = job.runtime.priced_execution.elementwise(job.runtime.compile)
     if counts is None:
         return fused_elementwise_bytes(model, knobs, moe)
@@ -38,7 +39,9 @@ def elementwise_bytes(model: ModelSpec, job: JobSpec, knobs: LayerKnobs, moe: bo
     widths = (model.hidden_size / (t if knobs.sp else 1), model.q_dim / t,
               kv_heads_per_rank(model, t) * model.head_dim, 0.0 if moe and model.moe is not None
               else model.ffn_hidden_size / t)
-    return counts.forward.per_token(*widths), counts.backward.per_token(*widths)
+    qk = widths[1] + widths[2] if model.qk_norm else 0.0
+    return (counts.forward.per_token(*widths) + counts.forward.norm * qk,
+            counts.backward.per_token(*widths) + counts.backward.norm * qk)
 
 
 def elementwise_time(model: ModelSpec, job: JobSpec, knobs: LayerKnobs, tokens: float, gpu: GpuSpec,

@@ -26,8 +26,9 @@ from meshcore.execution import (
 _BYTES = ("h", "q", "kv", "f")
 _CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
 _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
-         "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes", "expert_gemms",
-         "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections", "attention_backward")
+         "bucket_allreduce", "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes",
+         "expert_gemms", "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
+         "attention_backward")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -35,8 +36,9 @@ MAX_BYTES = 1000.0  # bytes per element of one kernel family: far above any real
 
 
 def _bytes(data: Any, where: str) -> ElementwiseBytes:
-    data = mapping_keys(data, _BYTES, (), where)
-    return ElementwiseBytes(**{k: real(data[k], f"{where}: {k}", 0.0, MAX_BYTES, low_open=False) for k in _BYTES})
+    data = mapping_keys(data, _BYTES, ("norm",), where)
+    return ElementwiseBytes(**{k: real(data[k], f"{where}: {k}", 0.0, MAX_BYTES, low_open=False)
+                               for k in (*_BYTES, *(("norm",) if "norm" in data else ()))})
 
 
 def _elementwise(data: Any, where: str) -> Elementwise | None:
@@ -110,7 +112,7 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
         fields["expert_gemms"] = choice(ExpertGemms, data["expert_gemms"], f"{where}: expert_gemms")
     if "selective" in data:
         fields["selective"] = choice(SelectiveForm, data["selective"], f"{where}: selective")
-    for key in ("reshard_under_pp", "compile_default", "split_projections"):
+    for key in ("reshard_under_pp", "compile_default", "split_projections", "bucket_allreduce"):
         if key in data:
             fields[key] = flag(data[key], f"{where}: {key}")
     for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes"):
