@@ -58,7 +58,7 @@ class ElementwiseBytes:
     repetition, MLP activation) per token, as coefficients of the widths they run on: h (hidden, divided by tp under
     sequence parallelism), q and kv (query and key/value widths per TP rank), f (MLP width per TP rank); `norm`: the
     bytes per element of one RMSNorm, run on q and kv where the model normalises each query and key head (Qwen3's
-    q_norm and k_norm; cost_models.elementwise)."""
+    q_norm and k_norm; cost_models.compute.elementwise)."""
 
     h: float
     q: float
