@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from cli import app
 from cost_models.compute.knobs import LayerKnobs
-from cost_models.compute.layer import RecomputeTime, decoder_layer_time, module_recompute_time
+from cost_models.compute.layer import decoder_layer_time
+from cost_models.compute.recompute import RecomputeTime, module_recompute_time
 from cost_models.memory import footprint as M
 from meshcore import AttentionKernel, Dtype, JobSpec, Layout, Recompute, RecomputeModule, ZeroStage
 from meshcore.errors import LayoutError

@@ -28,6 +28,7 @@ Decoder layer, T = mbs·s/cp tokens per rank (Megatron-LM's TP layout, Shoeybi e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cost_models.comm.collectives import (
     Collective,
@@ -49,14 +50,14 @@ from cost_models.compute.gemms import (
 from cost_models.compute.host import layer_host_wait, tp_collective_calls
 from cost_models.compute.kernels import (
     Gemm,
-    activation_bytes,
     flash_attention_time,
     gemm_fwd_bwd_time,
     memory_time,
 )
 from cost_models.compute.knobs import LayerKnobs, LayerTime
-from cost_models.compute.moe import moe_mlp_time, routed_rows
+from cost_models.compute.moe import moe_mlp_time
 from cost_models.compute.packing import packed_attended_fraction, packed_key_len
+from cost_models.compute.recompute import RecomputeTime, module_recompute_time
 from cost_models.compute.sac import op_sac, sac_recompute_time
 from meshcore import (
     AttentionKernel,
@@ -66,10 +67,10 @@ from meshcore import (
     JobSpec,
     ModelSpec,
     Recompute,
-    RecomputeModule,
 )
 from meshcore.errors import LayoutError
 from meshcore.execution import Elementwise
+from meshcore.memo import Same
 from meshcore.mesh import Dim
 
 
@@ -187,80 +188,63 @@ def ring_attention_merge_time(model: ModelSpec, knobs: LayerKnobs, tokens: float
     return forward, backward
 
 
-@dataclass(frozen=True)
-class RecomputeTime:
-    """What `decoder_layer_time` already priced that a recomputed module runs again: the attention core's
-    forward, one TP all-reduce-equivalent of the layer's hidden states, the MoE MLP's forward compute and its
-    forward expert-parallel traffic."""
-
-    core_f: float
-    tp_collective: float
-    moe_forward: float
-    ep_forward: float
-
-
-def module_recompute_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, moe: bool,
-                          redo: RecomputeTime) -> tuple[float, float, float]:
-    """(compute, TP, EP) seconds selective recomputation of `knobs.modules` adds to one layer's backward: the
-    forward of what it recomputes (megatron-core 0.16.1, cost_models.memory.footprint for what each frees).
-      core_attn      the unfused attention core's forward; a fused kernel recomputes its scores anyway: 0.
-      layernorm      the separate norms (MLA's input norm, an MoE layer's pre-MLP norm): memory-bound, 4h·r
-                     bytes per token each (read and write 2h·r).
-      mla_up_proj    the q and kv up-projection GEMMs, their fused bottleneck norms 4(r_q + r_kv) and RoPE.
-      moe_act        the routed experts' activation: reads the FC1 output, writes the FC2 input
-                     ((6 gated | 4)·f_e/etp bytes per routed copy); no all-to-all is repeated.
-      mlp            a dense layer's FC1 and FC2 GEMMs, its activation and its TP collective (SP gather/scatter).
-      shared_experts the shared experts' GEMMs, activation and TP collective.
-      moe            the whole MoE MLP forward: router, dispatch and combine all-to-alls, experts and shared
-                     experts (moe_act and shared_experts are then included).
-    """
-    mods, gpu, t = knobs.modules, cluster.gpu, knobs.tp
-    if knobs.recompute is not Recompute.SELECTIVE:
-        return 0.0, 0.0, 0.0
-    tokens = knobs.mbs * job.seq_len / knobs.cp
-    h, r = model.hidden_size, (1.0 / t if knobs.sp else 1.0)
-    gate_bytes = activation_bytes(model.mlp_activation)[0]
-    compute = tp = ep = 0.0
-    if RecomputeModule.CORE_ATTN in mods and job.runtime.attention is AttentionKernel.UNFUSED:
-        compute += redo.core_f
-    if RecomputeModule.LAYERNORM in mods:
-        norms = (model.mla is not None) + (moe and model.moe is not None)
-        compute += memory_time(tokens * norms * 4 * h * r, gpu)
-    if RecomputeModule.MLA_UP_PROJ in mods and model.mla is not None:
-        mla = model.mla
-        heads = model.num_attention_heads / t
-        ups = [Gemm(tokens, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank)]
-        if mla.q_lora_rank:
-            ups.append(Gemm(tokens, heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim), mla.q_lora_rank))
-        rope = 4 * (model.num_attention_heads / t + 1) * mla.qk_rope_head_dim
-        compute += (gemms_time(ups, cluster, job)[0]
-                    + memory_time(tokens * (4 * (mla.q_lora_rank + mla.kv_lora_rank) + rope), gpu))
-    if moe and model.moe is not None:
-        if RecomputeModule.MOE in mods:
-            return compute + redo.moe_forward, (redo.tp_collective if model.moe.shared_ffn_hidden_size else 0.0), \
-                redo.ep_forward
-        if RecomputeModule.MOE_ACT in mods:
-            copies = routed_rows(model, knobs, tokens, job.runtime.moe_load_factor)[1]
-            compute += memory_time(copies * gate_bytes * model.moe.ffn_hidden_size / knobs.etp, gpu)
-        shared = model.moe.shared_ffn_hidden_size
-        if RecomputeModule.SHARED_EXPERTS in mods and shared:
-            compute += (gemms_time(mlp_gemms(model, tokens, shared / t), cluster, job)[0]
-                        + memory_time(tokens * gate_bytes * shared / t, gpu))
-            tp += redo.tp_collective
-    elif RecomputeModule.MLP in mods:
-        f = model.ffn_hidden_size / t
-        compute += gemms_time(mlp_gemms(model, tokens, f), cluster, job)[0] + memory_time(tokens * gate_bytes * f, gpu)
-        tp += redo.tp_collective
-    return compute, (tp if t > 1 else 0.0), ep
-
-
 def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
                        moe: bool = False) -> LayerTime:
-    """One decoder layer (with an MoE MLP when `moe`), one micro-batch, on one GPU."""
+    """One decoder layer (with an MoE MLP when `moe`), one micro-batch, on one GPU: its passes (`layer_passes`,
+    the same for every recomputation) and what its recomputation adds."""
     if job.runtime.measured is not None:
         if moe:
             raise LayoutError("cost tables hold dense decoder layers; an MoE model needs the analytical model")
         return _measured_time(model, job, cluster, knobs, "decoder", 2)
+    p = _passes(Same(model), Same(job), Same(cluster), knobs.tp, knobs.cp, knobs.sp, knobs.mbs, knobs.ep, knobs.etp,
+                moe)
+    gpu, fwd, bwd, ep_fwd = cluster.gpu, p.forward, p.backward, p.ep_forward
+    if knobs.recompute is Recompute.FULL:
+        recompute, tp_re, ep_re = fwd, p.tp_forward, ep_fwd
+    elif op_sac(job, knobs, moe):
+        recompute, tp_re, ep_re = sac_recompute_time(model, job, cluster, knobs, p.elementwise_forward, p.tp_forward)
+    else:
+        redo = RecomputeTime(core_f=p.core_forward, tp_collective=_tp_comm(cluster, knobs, p.tokens *
+                                                                           model.hidden_size * 2, 1,
+                                                                           job.runtime.multi_rail),
+                             moe_forward=p.moe_forward, ep_forward=ep_fwd)
+        recompute, tp_re, ep_re = module_recompute_time(model, job, cluster, knobs, moe, redo)
+    ep = 2 * ep_fwd + ep_re
+    if job.runtime.moe_comm_overlap:  # hidden behind another micro-batch's attention and MLP, as far as it goes
+        ep = gpu.exposed(ep, fwd + bwd + recompute)
+    ep_pass = ep / (2 + (ep_re > 0))  # the exposed all-to-all time of one pass
+    passes = (fwd + p.tp_forward + p.cp_forward + ep_pass, bwd + p.tp_backward + p.cp_backward + ep_pass,
+              recompute + tp_re + (ep_pass if ep_re > 0 else 0.0))
+    legacy = job.runtime.attention is AttentionKernel.UNFUSED  # Megatron-LM's own layer code, no TE
+    host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0, legacy,
+                           tp_collective_calls(knobs.tp, knobs.sp))
+    host += job.runtime.priced_execution.host_layer_s * (2 + (recompute > 0))  # the runtime's fixed cost per pass
+    return LayerTime(fwd, bwd, recompute, p.tp_forward + p.tp_backward + tp_re, p.cp_forward + p.cp_backward, ep,
+                     host)
+
+
+@dataclass(frozen=True)
+class LayerPasses:
+    """One decoder layer's forward and backward before recomputation: compute (GEMMs, attention core, elementwise),
+    the attention core's, elementwise and MoE MLP's forward compute, the forward expert-parallel traffic, the exposed
+    TP and CP traffic, and its tokens per rank."""
+
+    forward: float
+    backward: float
+    core_forward: float
+    elementwise_forward: float
+    moe_forward: float
+    ep_forward: float
+    tp_forward: float
+    tp_backward: float
+    cp_forward: float
+    cp_backward: float
+    tokens: float
+
+
+def layer_passes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
+                 moe: bool = False) -> LayerPasses:
+    """What `decoder_layer_time` prices before recomputation (it reads no recomputation knob)."""
     gpu, t = cluster.gpu, knobs.tp
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
@@ -268,10 +252,10 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     groups = split_gemms(model, tokens, t) if split else ()
     fwd, bwd = split_gemms_time(groups[:2], cluster, job) if split else layer_gemms_time(
         attention_gemms(model, tokens, t), cluster, job, knobs, h)
-    ep_fwd, mlp_collectives = 0.0, 1
+    ep_fwd, mlp_collectives, moe_f = 0.0, 1, 0.0
     if moe and model.moe is not None:
         part = moe_mlp_time(model, job, cluster, knobs, tokens)
-        fwd, bwd, ep_fwd = fwd + part.forward, bwd + part.backward, part.comm_forward
+        fwd, bwd, ep_fwd, moe_f = fwd + part.forward, bwd + part.backward, part.comm_forward, part.forward
         mlp_collectives = 1 if model.moe.shared_ffn_hidden_size else 0
     else:
         mf, mb = split_gemms_time(groups[2:], cluster, job) if split else layer_gemms_time(
@@ -282,30 +266,20 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, gpu, job.runtime.priced_execution.ring_merge)
     core_f, core_b = core_f + merge_f, core_b + merge_b
     ew_f, ew_b = elementwise_time(model, job, knobs, tokens, gpu, moe)
-    fwd, bwd = fwd + core_f + ew_f, bwd + core_b + ew_b
-    act_bytes_tp = tokens * h * 2
-    tp_fwd, tp_bwd = _layer_tp_time(model, job, cluster, knobs, tokens, 1 + mlp_collectives, gemm_f, gemm_b)
+    tp_f, tp_b = _layer_tp_time(model, job, cluster, knobs, tokens, 1 + mlp_collectives, gemm_f, gemm_b)
     cp_f, cp_b = _cp_ring_time(model, cluster, knobs, tokens, core_f, core_b)
-    if knobs.recompute is Recompute.FULL:
-        recompute, tp_re, ep_re = fwd, tp_fwd, ep_fwd
-    elif op_sac(job, knobs, moe):
-        recompute, tp_re, ep_re = sac_recompute_time(model, job, cluster, knobs, ew_f, tp_fwd)
-    else:
-        redo = RecomputeTime(core_f=core_f, tp_collective=_tp_comm(cluster, knobs, act_bytes_tp, 1,
-                                                                   job.runtime.multi_rail),
-                             moe_forward=part.forward if moe and model.moe is not None else 0.0, ep_forward=ep_fwd)
-        recompute, tp_re, ep_re = module_recompute_time(model, job, cluster, knobs, moe, redo)
-    ep = 2 * ep_fwd + ep_re
-    if job.runtime.moe_comm_overlap:  # hidden behind another micro-batch's attention and MLP, as far as it goes
-        ep = gpu.exposed(ep, fwd + bwd + recompute)
-    ep_pass = ep / (2 + (ep_re > 0))  # the exposed all-to-all time of one pass
-    passes = (fwd + tp_fwd + cp_f + ep_pass, bwd + tp_bwd + cp_b + ep_pass,
-              recompute + tp_re + (ep_pass if ep_re > 0 else 0.0))
-    legacy = job.runtime.attention is AttentionKernel.UNFUSED  # Megatron-LM's own layer code, no TE
-    host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0, legacy,
-                           tp_collective_calls(knobs.tp, knobs.sp))
-    host += job.runtime.priced_execution.host_layer_s * (2 + (recompute > 0))  # the runtime's fixed cost per pass
-    return LayerTime(fwd, bwd, recompute, tp_fwd + tp_bwd + tp_re, cp_f + cp_b, ep, host)
+    return LayerPasses(fwd + core_f + ew_f, bwd + core_b + ew_b, core_f, ew_f, moe_f, ep_fwd, tp_f, tp_b, cp_f, cp_b,
+                       tokens)
+
+
+@lru_cache(maxsize=4096)
+def _passes(model: Same, job: Same, cluster: Same, tp: int, cp: int, sp: bool, mbs: int, ep: int, etp: int,
+            moe: bool) -> LayerPasses:
+    """`layer_passes`, remembered by the specs' identity (meshcore.memo): a search prices each layer at every
+    recomputation (none, selective module sets, full), which share them."""
+    m, j, c = model.value, job.value, cluster.value
+    assert isinstance(m, ModelSpec) and isinstance(j, JobSpec) and isinstance(c, ClusterSpec)
+    return layer_passes(m, j, c, LayerKnobs(tp, cp, sp, mbs, Recompute.NONE, ep, etp), moe)
 
 
 def _layer_tp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float,
