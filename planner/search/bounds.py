@@ -30,6 +30,7 @@ class SearchBounds(RankMemory):
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, partial_recompute: bool = True) -> None:
         super().__init__(model, cluster, job, partial_recompute)
         self._cache: dict[LayerKnobs, LayerTimes] = {}
+        self._by_knobs: dict[tuple[object, ...], LayerTimes] = {}  # `_cache` by the candidate's knobs as a tuple
         self._bounds: dict[Candidate, float] = {}
         self._families: dict[tuple[object, ...], tuple[float, float, float, float, float]] = {}
         self._sends: dict[tuple[int, int, Schedule], float] = {}
@@ -53,7 +54,10 @@ class SearchBounds(RankMemory):
         return self._sends[key]
 
     def get(self, c: Candidate) -> LayerTimes:
-        return self._times(self.knobs(c))
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+        if key not in self._by_knobs:
+            self._by_knobs[key] = self._times(self.knobs(c))
+        return self._by_knobs[key]
 
     def _times(self, knobs: LayerKnobs) -> LayerTimes:
         """`layer_times`, once per knobs; knobs that differ only in recomputation (and its modules, which full

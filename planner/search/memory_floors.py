@@ -61,7 +61,8 @@ class RankMemory:
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
         self._states: dict[tuple[object, ...], float] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
-        self._acts: dict[LayerKnobs, LayerActivations] = {}
+        self._acts: dict[tuple[object, ...], LayerActivations] = {}
+        self._end_bytes: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
         self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
         self._pieces: dict[tuple[object, ...], tuple[tuple[float, ...], tuple[float, ...]]] = {}
@@ -100,10 +101,20 @@ class RankMemory:
 
     def activations(self, c: Candidate) -> LayerActivations:
         """Bytes one layer of each kind stores per micro-batch (`layer_activations`), once per knobs."""
-        knobs = self.knobs(c)
-        if knobs not in self._acts:
-            self._acts[knobs] = layer_activations(self.model, self.cluster, self.job, knobs)
-        return self._acts[knobs]
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+        if key not in self._acts:
+            self._acts[key] = layer_activations(self.model, self.cluster, self.job, self.knobs(c))
+        return self._acts[key]
+
+    def _ends(self, c: Candidate) -> tuple[float, float]:
+        """(the head rank's logits, the embedding rank's activations less the vision encoder's) per micro-batch in
+        flight, once per (mbs, tp, cp, sp)."""
+        key = (c.mbs, c.tp, c.cp, c.sp)
+        if key not in self._end_bytes:
+            model, job = self.model, self.job
+            self._end_bytes[key] = (M.logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp) * (1 + model.mtp_layers),
+                                    M.embedding_activation_bytes(model, job.seq_len, c.mbs, c.tp, c.cp, c.sp))
+        return self._end_bytes[key]
 
     def ranks(self, c: Candidate) -> tuple[int, int, tuple[tuple[int, int], ...]]:
         """(embedding rank, head rank, (dense, MoE) decoder layers of each rank with balanced chunks)."""
@@ -148,16 +159,17 @@ class RankMemory:
         alive = self.alive(c)
         s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
         model, job, acts = self.model, self.job, self.activations(c)
-        logits = M.logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp) * (1 + model.mtp_layers)
+        logits, first = self._ends(c)
         mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
         mtp = model.mtp_layers * (acts.moe if mtp_moe else acts.dense)
-        first = M.embedding_activation_bytes(model, job.seq_len, c.mbs, c.tp, c.cp, c.sp) + acts.vision
+        first += acts.vision
         every = M.BUFFER_ALLOWANCE_GIB * GIB
         if c.zero is ZeroStage.WEIGHTS:
             every += M.zero3_working_bytes(model, c.tp, job.runtime.grad_reduce_bytes, c.ep, c.etp)
         if Offload.ACTIVATIONS in c.offload:
             every += 2 * max(acts.dense, acts.moe)
-        every += offload_working_bytes(c.layout(), job)
+        if c.offload:  # (nothing to hold without)
+            every += offload_working_bytes(c.layout(), job)
         fixed = [every + (s_emb + first * math.ceil(alive[r]) if r == emb else 0.0)
                  + (s_head + logits + mtp * math.ceil(alive[r]) if r == head else 0.0) for r in range(c.pp)]
         return fixed, alive, s_dense, s_moe

@@ -114,10 +114,11 @@ def least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] 
     f = np.full(width, np.inf)
     f[0] = 0.0
     picks = []
+    masked, columns = np.where(allowed, cost, np.inf), np.arange(width)
     for s in range(stages):
-        cand = f[:, None] + np.where(allowed[s], cost[s], np.inf)  # [previous boundary i, boundary j]
-        pick = np.argmin(cand, axis=0)
-        f = cand[pick, np.arange(width)]
+        cand = f[:, None] + masked[s]  # [previous boundary i, boundary j]
+        pick = cand.argmin(axis=0)
+        f = cand[pick, columns]
         picks.append(pick)
     if not np.isfinite(f[-1]):
         return None
