@@ -15,9 +15,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hardware_profiles import load_hardware  # noqa: E402
-from meshcore.recsys import RecJob  # noqa: E402
-from planner.inputs.recsys import load_recsys_model  # noqa: E402
-from planner.search.recsys import plan_sharding  # noqa: E402
+from planner.workloads.recsys.inputs import load_recsys_model  # noqa: E402
+from planner.workloads.recsys.search import plan_sharding  # noqa: E402
+from planner.workloads.recsys.spec import RecJob  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recsys" / "published.yaml"
 

@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
-from cost_models.mlip import ghost_atoms, interpolate
 from hardware_profiles import HardwareOverrides, load_hardware
 from meshcore.errors import InfeasibleError, InputError
-from meshcore.mlip import CostRow, MlipCostTable, MlipJob
-from planner.inputs.mlip import load_cost_table, parse_cost_table
-from planner.search.mlip import brute_force, search_mlip
+from planner.workloads.mlip.cost import ghost_atoms, interpolate
+from planner.workloads.mlip.inputs import load_cost_table, parse_cost_table
+from planner.workloads.mlip.search import brute_force, search_mlip
+from planner.workloads.mlip.spec import CostRow, MlipCostTable, MlipJob
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "mlip" / "example-mace-formula.csv"
 runner = CliRunner()

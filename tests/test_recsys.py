@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from cost_models.recsys import evaluate_sharding, zipf_share
 from hardware_profiles import HardwareOverrides, load_hardware
 from meshcore.errors import InfeasibleError, InputError, SpecError
-from meshcore.recsys import EmbeddingTable, RecJob, RecModel, ShardingKind, Storage
-from planner.inputs.recsys import load_recsys_model, recsys_from_mapping, recsys_preset_names
-from planner.search.recsys import brute_force, plan_sharding
+from planner.workloads.recsys.cost import evaluate_sharding, zipf_share
+from planner.workloads.recsys.inputs import load_recsys_model, recsys_from_mapping, recsys_preset_names
+from planner.workloads.recsys.search import brute_force, plan_sharding
+from planner.workloads.recsys.spec import EmbeddingTable, RecJob, RecModel, ShardingKind, Storage
 
 
 def _model(rng: random.Random, tables: int) -> RecModel:
@@ -73,7 +73,7 @@ def test_host_memory_lets_it_fit_and_skew_helps() -> None:
 
 def test_column_wise_shards_cover_the_table() -> None:
     table = EmbeddingTable("t", 1000, 256)
-    from meshcore.recsys import TableSharding
+    from planner.workloads.recsys.spec import TableSharding
 
     s = TableSharding("t", ShardingKind.COLUMN_WISE, Storage.HBM, (3, 1), 2)
     assert [(x.rank, x.col_offset, x.cols) for x in s.shards(table)] == [(3, 0, 128), (1, 128, 128)]

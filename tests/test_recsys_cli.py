@@ -1,6 +1,7 @@
 """`meshplan recsys plan` through typer's CliRunner, and the TorchRec plan it emits: field names and values as
 TorchRec 1.9 defines them (torchrec/distributed/types.py, embedding_types.py, sharding_plan.py), and the emitted
-module run against TorchRec where it imports (it does not on CPU with torch 2.13: see planner/outputs/torchrec.py)."""
+module run against TorchRec where it imports (it does not on CPU with torch 2.13: see
+planner/workloads/recsys/torchrec.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import app
-from planner.outputs.torchrec import PARAMETER_SHARDING_FIELDS, SHARD_METADATA_FIELDS
+from planner.workloads.recsys.torchrec import PARAMETER_SHARDING_FIELDS, SHARD_METADATA_FIELDS
 
 runner = CliRunner()
 PLAN = ["recsys", "plan", "--model", "dlrm-small", "--hardware", "h100-sxm", "--gpus", "4", "--batch", "8192"]

@@ -17,7 +17,7 @@ app.add_typer(mlip_app, name="mlip")
 
 @mlip_app.command("plan")
 def plan_cmd(
-    costs: Annotated[str, typer.Option(help="Cost table CSV (format: planner/inputs/mlip.py, README).")],
+    costs: Annotated[str, typer.Option(help="Cost table CSV (format: planner/workloads/mlip/inputs.py, README).")],
     hardware: Hardware,
     gpus: Annotated[int, typer.Option(help="GPUs.")],
     atoms: Annotated[int, typer.Option(help="Atoms per structure.")],
@@ -32,11 +32,11 @@ def plan_cmd(
     def action() -> None:
         from hardware_profiles import HardwareOverrides, load_hardware
         from meshcore.errors import InputError, SpecError
-        from meshcore.mlip import MlipJob
-        from planner.inputs.mlip import load_cost_table
-        from planner.outputs.mlipplan import mlip_document, mlip_summary
-        from planner.outputs.recplan import dumps
-        from planner.search.mlip import search_mlip
+        from planner.outputs.inferplan import dumps
+        from planner.workloads.mlip.inputs import load_cost_table
+        from planner.workloads.mlip.plan import mlip_document, mlip_summary
+        from planner.workloads.mlip.search import search_mlip
+        from planner.workloads.mlip.spec import MlipJob
 
         try:
             job = MlipJob(atoms, structures, gpus)

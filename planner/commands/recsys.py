@@ -12,7 +12,7 @@ from meshcore.checks import MAX_GPUS, TIME_LIMIT_S
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
 
 if TYPE_CHECKING:
-    from meshcore.recsys import ShardingKind
+    from planner.workloads.recsys.spec import ShardingKind
 
 recsys_app = typer.Typer(no_args_is_help=True, help="Plan recommendation models (DLRM): embedding-table sharding.")
 app.add_typer(recsys_app, name="recsys")
@@ -20,7 +20,7 @@ app.add_typer(recsys_app, name="recsys")
 
 def _kinds(text: str) -> frozenset[ShardingKind]:
     from meshcore.errors import InputError
-    from meshcore.recsys import ShardingKind
+    from planner.workloads.recsys.spec import ShardingKind
 
     allowed = ", ".join(k.value for k in ShardingKind)
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -61,11 +61,12 @@ def plan_cmd(
         from hardware_profiles import HardwareOverrides, load_hardware
         from meshcore.errors import InputError, SpecError
         from meshcore.fileio import write_text_atomic
-        from meshcore.recsys import RecJob
-        from planner.inputs.recsys import load_recsys_model
-        from planner.outputs.recplan import dumps, recsys_document, recsys_summary
-        from planner.outputs.torchrec import torchrec_python
-        from planner.search.recsys import plan_sharding
+        from planner.outputs.inferplan import dumps
+        from planner.workloads.recsys.inputs import load_recsys_model
+        from planner.workloads.recsys.plan import recsys_document, recsys_summary
+        from planner.workloads.recsys.search import plan_sharding
+        from planner.workloads.recsys.spec import RecJob
+        from planner.workloads.recsys.torchrec import torchrec_python
 
         check({"--gpus": (gpus, 1, MAX_GPUS), "--min-column-dim": (min_column_dim, 1, 2**24)},
               {"--time-limit": (time_limit, *TIME_LIMIT_S)})

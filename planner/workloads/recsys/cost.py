@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from cost_models.comm.collectives import Collective, all_to_all_time, collective_time
 from meshcore import ClusterSpec
 from meshcore.enums import GIB
-from meshcore.recsys import (
+from planner.workloads.recsys.spec import (
     EmbeddingOptimizer,
     EmbeddingTable,
     Interaction,

@@ -4,16 +4,12 @@ the prediction, each table's sharding and the TorchRec plan; and their text summ
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from meshcore import GIB, ClusterSpec
 from planner.outputs.planfile import MESHPLAN_VERSION
-from planner.outputs.torchrec import compute_kernel, torchrec_plan
-from planner.search.recsys import RecPlan
+from planner.workloads.recsys.search import RecPlan
+from planner.workloads.recsys.torchrec import compute_kernel, torchrec_plan
 
 
 def _r(x: float) -> float:
@@ -53,10 +49,3 @@ def recsys_summary(doc: dict[str, Any]) -> str:
         ranks = t["ranks"] if len(t["ranks"]) <= 8 else f"all {len(t['ranks'])}"
         lines.append(f"{t['name']:<20} {t['sharding_type']:<14} {t['compute_kernel']:<18} {ranks}")
     return "\n".join(lines)
-
-
-def dumps(document: dict[str, Any], path: str | Path) -> str:
-    """YAML, or JSON when the name ends in .json."""
-    if str(path).endswith(".json"):
-        return json.dumps(document, indent=2) + "\n"
-    return str(yaml.safe_dump(document, sort_keys=False, width=120))

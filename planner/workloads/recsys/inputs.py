@@ -9,8 +9,8 @@ from typing import Any
 
 from meshcore.checks import choice, identifier, mapping_keys
 from meshcore.errors import InputError, SpecError
-from meshcore.recsys import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
 from planner.inputs.yamlfile import packaged_presets, preset_or_yaml
+from planner.workloads.recsys.spec import EmbeddingOptimizer, EmbeddingTable, Interaction, RecModel, TableDtype
 
 MODEL_REQUIRED = ("dense_features", "bottom_mlp", "top_mlp", "tables")
 MODEL_OPTIONAL = ("name", "interaction", "cross_layers", "cross_rank", "optimizer")

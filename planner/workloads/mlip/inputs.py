@@ -24,7 +24,7 @@ from pathlib import Path
 from meshcore.checks import finite, is_integer
 from meshcore.errors import InputError, SpecError
 from meshcore.inputfile import MAX_TABLE_BYTES, read_text, shown
-from meshcore.mlip import CostRow, MlipCostTable
+from planner.workloads.mlip.spec import CostRow, MlipCostTable
 
 META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
 META_OPTIONAL = ("name", "device", "source")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshcore.recsys import RecModel, ShardingKind, Storage, TableSharding
+from planner.workloads.recsys.spec import RecModel, ShardingKind, Storage, TableSharding
 
 DEFAULT_MODULE_PATH = "model.sparse_arch.embedding_bag_collection"  # torchrec's DLRMTrain(DLRM(...)) layout
 PARAMETER_SHARDING_FIELDS = ("sharding_type", "compute_kernel", "ranks", "sharding_spec", "cache_params")

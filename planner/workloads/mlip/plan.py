@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_models.mlip import MlipPrediction
 from meshcore import GIB, ClusterSpec
-from meshcore.mlip import MlipJob
 from planner.outputs.planfile import MESHPLAN_VERSION
-from planner.search.mlip import MlipSearch
+from planner.workloads.mlip.cost import MlipPrediction
+from planner.workloads.mlip.search import MlipSearch
+from planner.workloads.mlip.spec import MlipJob
 
 
 def _r(x: float) -> float:

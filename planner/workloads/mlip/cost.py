@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from cost_models.comm.collectives import Collective, collective_time, p2p_time
 from meshcore import GIB, ClusterSpec
-from meshcore.mlip import MlipCostTable, MlipJob, MlipSplit, MlipStrategy
+from planner.workloads.mlip.spec import MlipCostTable, MlipJob, MlipSplit, MlipStrategy
 
 BUFFER_GIB = 2.0  # CUDA context, NCCL and allocator slack per GPU (the transformer model's allowance)
 PARAM_STATE_BYTES = 16  # fp32 weights, gradients, Adam moments

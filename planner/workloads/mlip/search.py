@@ -10,11 +10,11 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cost_models.mlip import MlipPrediction, evaluate_split, interpolate
 from meshcore import GIB, ClusterSpec
 from meshcore.errors import InfeasibleError
-from meshcore.mlip import MlipCostTable, MlipJob, MlipSplit
 from planner.search.space import divisors
+from planner.workloads.mlip.cost import MlipPrediction, evaluate_split, interpolate
+from planner.workloads.mlip.spec import MlipCostTable, MlipJob, MlipSplit
 
 
 @dataclass(frozen=True)

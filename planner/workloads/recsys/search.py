@@ -1,7 +1,7 @@
 """The sharding of a DLRM's tables: an ILP over tables x sharding options x ranks (PuLP + HiGHS) that minimises
 the step time (dense part + the slowest rank's embedding time) under every rank's HBM and host memory, and the
 brute force it is tested against. Building, solving and reading the solution are kept apart; the solution is
-re-priced with cost_models.recsys.evaluate_sharding, the same function the brute force uses.
+re-priced with planner.workloads.recsys.cost.evaluate_sharding, the same function the brute force uses.
 
 Options per table: data parallel, row-wise over every GPU, table-wise on one GPU (in HBM, or in host memory with
 an HBM cache when the job gives host memory), column-wise in k equal shards (k | dim, each at least
@@ -19,7 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cost_models.recsys import (
+from meshcore import ClusterSpec
+from meshcore.enums import GIB
+from meshcore.errors import InfeasibleError
+from planner.workloads.recsys.cost import (
     PieceCost,
     RecEvaluation,
     a2a_terms,
@@ -28,10 +31,7 @@ from cost_models.recsys import (
     every_rank_piece,
     one_rank_piece,
 )
-from meshcore import ClusterSpec
-from meshcore.enums import GIB
-from meshcore.errors import InfeasibleError
-from meshcore.recsys import (
+from planner.workloads.recsys.spec import (
     EmbeddingTable,
     RecJob,
     RecModel,
