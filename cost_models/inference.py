@@ -228,26 +228,30 @@ class PrefillCost:
 
 
 def prefill_layer_time(model: ModelSpec, cluster: ClusterSpec, r: ReplicaLayout, tokens: int, moe: bool,
-                       weights: WeightFormat) -> float:
-    """One layer over a prompt of s tokens: 2·s·active weights/tp GEMM FLOPs (routed experts over tp·dp GPUs),
-    causal attention 2·s²·a·d/tp FLOPs at the fused-attention rate for s keys, the collectives."""
+                       weights: WeightFormat, prompts: float = 1.0) -> float:
+    """One layer over `tokens` prompt tokens in one batch of `prompts` equal prompts: 2·tokens·active weights/tp
+    GEMM FLOPs (routed experts over tp·dp GPUs), causal attention 2·s²·a·d/tp FLOPs per prompt of s = tokens/prompts
+    at the fused-attention rate for s keys, the collectives."""
     gpu = cluster.gpu
     dense, routed = _active_matmul_params(model, moe)
     flops = 2.0 * tokens * (dense / r.tp + routed / (r.tp * r.dp))
     nbytes = layer_weight_bytes(model, r, moe, weights)
-    attn_flops = 2.0 * tokens**2 * model.num_attention_heads * model.head_dim / r.tp
-    attn = flash_attention_time(attn_flops, tokens, model.head_dim, gpu)[0]
+    s = tokens / prompts
+    attn_flops = 2.0 * s**2 * model.num_attention_heads * model.head_dim / r.tp
+    attn = prompts * flash_attention_time(attn_flops, round(s), model.head_dim, gpu)[0]
     return _roofline(flops, nbytes, gpu, weights) + attn + _collectives(model, cluster, r, tokens, moe)
 
 
 def prefill_cost(model: ModelSpec, cluster: ClusterSpec, r: ReplicaLayout, tokens: int,
-                 weights: WeightFormat) -> PrefillCost:
-    """Prefill of one prompt; the first output token comes from the last stage's LM head."""
-    dense_t = prefill_layer_time(model, cluster, r, tokens, False, weights)
-    moe_t = prefill_layer_time(model, cluster, r, tokens, True, weights) if model.moe else 0.0
+                 weights: WeightFormat, prompts: float = 1.0) -> PrefillCost:
+    """Prefill of one prompt of `tokens` tokens, or of one batch of `prompts` such prompts; the first output
+    tokens come from the last stage's LM head."""
+    total = round(tokens * prompts)
+    dense_t = prefill_layer_time(model, cluster, r, total, False, weights, prompts)
+    moe_t = prefill_layer_time(model, cluster, r, total, True, weights, prompts) if model.moe else 0.0
     stages = [d * dense_t + m * moe_t for d, m in stage_kinds(model, r.pp)]
-    stages[-1] += _head_time(model, cluster, r, 1)
-    latency = sum(stages) + (r.pp - 1) * _hop(model, cluster, r, tokens)
+    stages[-1] += _head_time(model, cluster, r, prompts)
+    latency = sum(stages) + (r.pp - 1) * _hop(model, cluster, r, total)
     return PrefillCost(latency, max(stages))
 
 

@@ -12,14 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from cli import app
+from cost_models.inference import decode_step_time
 from hardware_profiles import load_hardware
 from meshcore.errors import InputError
-from meshcore.inference import ReplicaLayout
+from meshcore.inference import KvFormat, ReplicaLayout, WeightFormat
 from planner.inputs.loaders import load_model
-from planner.workloads.serving.cost import batch_at_rate, decode_memory, evaluate_serving, tpot
+from planner.workloads.serving.cost import batch_at_rate, decode_memory, evaluate_serving, prefill_per_iteration, tpot
 from planner.workloads.serving.engine import Engine, EngineProfile
 from planner.workloads.serving.engines import engine_from_mapping, load_engine
-from planner.workloads.serving.iteration import md1_wait, prefill_stall_tpot, scheduler_wait
+from planner.workloads.serving.iteration import kernel_time, md1_wait, prefill_stall_tpot, scheduler_wait
 from planner.workloads.serving.search import search_serving
 from planner.workloads.serving.spec import PoolMode, ServingJob, ServingLayout
 
@@ -55,7 +56,7 @@ def test_profiles_load_with_their_versions() -> None:
 
 def test_bad_profile_names_the_key() -> None:
     data = {"engine": "vllm", "version": "x", "host_fixed_s": -1.0, "host_per_seq_s": 0.0, "scheduler_steps": 1,
-            "overlap": False, "cuda_graph_max_batch": 256, "kernels_per_layer": 12, "launch_s": 0.0,
+            "overlap": False, "cuda_graph_max_batch": 256, "kernels_per_layer": 12, "launch_s": 0.0, "kernel_s": 0.0,
             "policy": "prefill_first", "source": "test"}
     with pytest.raises(InputError, match="host_fixed_s"):
         engine_from_mapping(data, "test profile")
@@ -81,12 +82,13 @@ def test_iteration_is_the_prefill_stall_at_the_implied_rate() -> None:
 
 def test_offline_throughput_sglang_and_vllm() -> None:
     """Published output tokens/s: SGLang 4281.51 and vLLM 4132.37 (8B, A100), 3856.01 and 3700.64 (70B, 4 H100);
-    the engines within 10-18 % of each, and closer than the bare roofline over the four (on the 70B with vLLM's cap
-    of 256 the bare roofline alone is within 4 %, the engine 6 % low)."""
-    cases = (("llama3-8b", "a100-80gb", 1, load_engine("sglang"), 0.88, None, 4281.51, 0.10),
-             ("llama3-8b", "a100-80gb", 1, _vllm_bench(), 0.90, 256, 4132.37, 0.18),
-             ("llama3-70b", "h100-sxm", 4, load_engine("sglang"), 0.88, None, 3856.01, 0.10),
-             ("llama3-70b", "h100-sxm", 4, _vllm_bench(), 0.88, 256, 3700.64, 0.10))
+    the engines within issue 34's 20 % of each (today +19, +13, +13, -11 %: the waiting prompts prefilled as one
+    batch; the paged decode attention over a thousand sequences' KV priced at streaming speed), and closer than
+    the bare roofline over the four."""
+    cases = (("llama3-8b", "a100-80gb", 1, load_engine("sglang"), 0.88, None, 4281.51, 0.20),
+             ("llama3-8b", "a100-80gb", 1, _vllm_bench(), 0.90, 256, 4132.37, 0.20),
+             ("llama3-70b", "h100-sxm", 4, load_engine("sglang"), 0.88, None, 3856.01, 0.20),
+             ("llama3-70b", "h100-sxm", 4, _vllm_bench(), 0.88, 256, 3700.64, 0.20))
     engine_errors, bare_errors = [], []
     for model, hw, gpus, engine, memory, cap, published, tol in cases:
         pred = _offline(model, hw, gpus, engine, memory, cap)
@@ -147,3 +149,29 @@ def test_disaggregated_ttft_queues_at_the_offered_rate() -> None:
     service = idle.ttft_s  # one prefill iteration: the pool's service time
     assert busy.ttft_s - idle.ttft_s == pytest.approx(md1_wait(5.0, service), rel=1e-6)
     assert busy.ttft_s > idle.ttft_s
+
+
+def test_kernel_time_reproduces_gpt_fast_on_one_and_eight_a100() -> None:
+    """gpt-fast (pytorch-labs/gpt-fast README; benchmarks/data/inference/published.yaml): compiled, graphed,
+    batch 1 on A100-80GB at 330 W, whose measured peak the README gives as 1700 GB/s. kernel_s comes from the
+    Llama-2-7B figure (104.9 tokens/s); the Llama-2-70B figure on 8 GPUs (62.50 tokens/s, 80 layers, two
+    all-reduces each) is the check it was not fitted on: the bare roofline says 80 tokens/s (+27 %)."""
+    engine = load_engine(Engine.VLLM)
+    for model, gpus, published, tol in (("llama2-7b", 1, 104.9, 0.02), ("llama2-70b", 8, 62.50, 0.08)):
+        spec, cluster = load_model(model), load_hardware("a100-80gb", gpus)
+        cluster = replace(cluster, gpu=replace(cluster.gpu, hbm_gbs=1700.0, memory_efficiency=1.0))
+        gpu = decode_step_time(spec, cluster, ReplicaLayout(gpus), 1, 200, WeightFormat.BF16, KvFormat.BF16)
+        pred = 1.0 / (gpu + kernel_time(engine, spec.num_layers))
+        assert abs(pred / published - 1) <= tol, (model, pred)
+        assert 1.0 / gpu > published * (1 + tol)  # without the kernels' own time the step is too short
+
+
+def test_waiting_prompts_prefill_as_one_batch() -> None:
+    """Fewer than one new prompt a decode iteration: that share of one prompt's prefill iteration; more: one
+    batch, whose scheduler call and kernels are paid once and whose GEMMs run over all its tokens."""
+    spec, cluster = load_model("llama3-70b"), load_hardware("h100-sxm", 4)
+    job = ServingJob(PROMPT, OUTPUT, mode=PoolMode.COLOCATED, engine=load_engine("sglang"))
+    r = ReplicaLayout(4)
+    one = prefill_per_iteration(spec, cluster, job, r, 1.0)
+    assert prefill_per_iteration(spec, cluster, job, r, 0.25) == pytest.approx(0.25 * one)
+    assert prefill_per_iteration(spec, cluster, job, r, 4.0) < 4.0 * one

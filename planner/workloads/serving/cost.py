@@ -106,6 +106,22 @@ def _colocated_ttft(job: ServingJob, pre: PrefillCost, step: float, iteration: f
     return ttft + (step if job.engine.policy is PrefillPolicy.CHUNKED else 0.0)
 
 
+def prefill_per_iteration(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, r: ReplicaLayout,
+                          prompts: float) -> float:
+    """Prefill time a co-located decode iteration carries when `prompts` = b/out new prompts arrive per iteration
+    (one replaces each finished request). The scheduler admits every waiting prompt into one prefill batch (vLLM
+    0.6 _schedule_prefills up to max_num_batched_tokens, SGLang 0.3 up to max_prefill_tokens): with at least one
+    prompt an iteration, one batch of n = prompts, its GEMMs over all their tokens at once, the kernels' own time
+    and one scheduler call paid once; fewer: that share of a prefill-only iteration of one prompt. Without an
+    engine: the same batch, no host or kernel time. (Multi-step vLLM admits prompts every n steps only; its
+    larger, rarer batches and the slots left empty meanwhile are not modelled.)"""
+    n = max(prompts, 1.0)
+    gpu = prefill_cost(model, cluster, r, job.prompt_len, job.weights, n).busy
+    if job.engine is None:
+        return prompts / n * gpu
+    return prompts / n * prefill_iteration(job.engine, gpu, max(stage_layers(model.num_layers, r.pp)), n)
+
+
 def _meets(job: ServingJob, ttft: float, step: float, rps: float) -> bool:
     ok = job.ttft_slo_s is None or ttft <= job.ttft_slo_s
     ok = ok and (job.tpot_slo_s is None or step <= job.tpot_slo_s)
@@ -122,7 +138,7 @@ def evaluate_serving(model: ModelSpec, cluster: ClusterSpec, job: ServingJob, la
     out = job.output_len
     if layout.prefill is None:
         pre = _prefill(model, cluster, job, d)
-        iteration = step + rank_batch(d, layout.batch) / out * pre.busy
+        iteration = step + prefill_per_iteration(model, cluster, job, d, rank_batch(d, layout.batch) / out)
         rps = layout.replicas * layout.batch / (out * iteration)
         ttft = _colocated_ttft(job, pre, step, iteration, rank_batch(d, layout.batch))
         tpot_s, kvt, pmem = iteration, 0.0, None

@@ -34,12 +34,13 @@ class PrefillPolicy(str, Enum):
 @dataclass(frozen=True)
 class EngineProfile:
     """One engine at one version. `host_fixed_s` + `host_per_seq_s` x batch: host time of one scheduler call;
-    `scheduler_steps`: decode iterations per scheduler call (vLLM --num-scheduler-steps; 1 elsewhere), which
-    also sets how long a new request waits for the scheduler; `overlap`: whether the host time of a call hides
-    behind the GPU's work (SGLang >= 0.4's overlap scheduler); `cuda_graph_max_batch`: the largest decode batch
-    replayed from a CUDA graph (larger batches and every prefill launch kernel by kernel);
-    `kernels_per_layer` and `launch_s`: kernels one decoder layer launches eagerly and the host time of one
-    launch, the floor of an eager iteration; `max_num_seqs`: the engine's default cap on running sequences per
+    `scheduler_steps`: decode iterations per scheduler call (vLLM --num-scheduler-steps; 1 elsewhere), which also
+    sets how long a new request waits for the scheduler; `overlap`: whether the host time of a call hides behind the
+    GPU's work (SGLang >= 0.4's overlap scheduler); `cuda_graph_max_batch`: the largest decode batch replayed from a
+    CUDA graph (larger batches and every prefill launch kernel by kernel); `kernels_per_layer` and `launch_s`:
+    kernels one decoder layer launches eagerly and the host time of one launch, the floor of an eager iteration;
+    `kernel_s`: GPU time every kernel of a pass costs beyond its bytes and FLOPs (the launch inside a CUDA graph,
+    the ramp to full bandwidth and the tail wave); `max_num_seqs`: the engine's default cap on running sequences per
     scheduler (vLLM --max-num-seqs 256; 0 when only memory caps it, SGLang's --max-running-requests)."""
 
     engine: Engine
@@ -51,6 +52,7 @@ class EngineProfile:
     cuda_graph_max_batch: int
     kernels_per_layer: int
     launch_s: float
+    kernel_s: float
     policy: PrefillPolicy
     max_num_seqs: int
     source: str
@@ -62,6 +64,7 @@ class EngineProfile:
         integer(self.cuda_graph_max_batch, "cuda_graph_max_batch", 0, 65536, SpecError)
         integer(self.kernels_per_layer, "kernels_per_layer", 1, 1000, SpecError)
         real(self.launch_s, "launch_s", 0.0, 0.01, low_open=False, error=SpecError)
+        real(self.kernel_s, "kernel_s", 0.0, 0.001, low_open=False, error=SpecError)
         integer(self.max_num_seqs, "max_num_seqs", 0, 1 << 20, SpecError)
 
     @property

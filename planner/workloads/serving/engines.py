@@ -15,7 +15,8 @@ from planner.workloads.serving.engine import Engine, EngineProfile, PrefillPolic
 
 VERSIONS: MappingProxyType[Engine, str] = MappingProxyType({Engine.VLLM: "0.6.0", Engine.SGLANG: "0.3.0"})
 _KEYS = ("engine", "version", "host_fixed_s", "host_per_seq_s", "scheduler_steps", "overlap",
-         "cuda_graph_max_batch", "kernels_per_layer", "launch_s", "policy", "max_num_seqs", "source")
+         "cuda_graph_max_batch", "kernels_per_layer", "launch_s", "kernel_s",
+         "policy", "max_num_seqs", "source")
 
 
 def engine_from_mapping(data: Any, origin: str) -> EngineProfile:
@@ -27,7 +28,8 @@ def engine_from_mapping(data: Any, origin: str) -> EngineProfile:
             host_fixed_s=data["host_fixed_s"], host_per_seq_s=data["host_per_seq_s"],
             scheduler_steps=data["scheduler_steps"], overlap=flag(data["overlap"], f"{origin}: overlap"),
             cuda_graph_max_batch=data["cuda_graph_max_batch"], kernels_per_layer=data["kernels_per_layer"],
-            launch_s=data["launch_s"], policy=choice(PrefillPolicy, data["policy"], f"{origin}: policy"),
+            launch_s=data["launch_s"], kernel_s=data["kernel_s"],
+            policy=choice(PrefillPolicy, data["policy"], f"{origin}: policy"),
             max_num_seqs=data["max_num_seqs"],
             source=" ".join(str(data["source"]).split()))
     except SpecError as exc:
