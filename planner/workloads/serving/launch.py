@@ -1,10 +1,9 @@
 """Launch arguments for vLLM (`vllm serve`) and SGLang (`python -m sglang.launch_server`) from a serving plan: pure
 layout -> text functions.
 
-Not checked by the packages' own argument parsers: vllm's and sglang's PyPI wheels are CUDA builds that pull a
-CUDA PyTorch (gigabytes) and import CUDA kernels at start, so they were not installed on this CPU-only machine.
-The flags are the ones their documentation lists (docs.vllm.ai "Engine Arguments", docs.sglang.io "Server
-Arguments"); tests/test_inference.py checks every emitted flag against those lists.
+SGLang's own argument parser (sglang 0.5.4's ServerArgs.add_cli_args) reads every SGLang line in
+tests/test_sglang_parser.py. vLLM's is not run: vllm/engine/arg_utils.py imports vLLM's CUDA build; the vLLM flags
+are the ones its documentation lists (docs.vllm.ai "Engine Arguments"), which tests/test_inference.py checks.
 
 Mapping. vLLM: --tensor-parallel-size tp, --pipeline-parallel-size pp, --data-parallel-size (the engine's dp
 attention ranks with --enable-expert-parallel, else the co-located replicas), --max-num-seqs (the batch per
