@@ -24,6 +24,7 @@ from meshcore.errors import InfeasibleError
 from meshcore.fileio import is_script
 from meshcore.framework import Framework
 from meshcore.text import comment
+from planner.inputs.runtimes import with_execution
 from planner.outputs.emitters import actions, deepspeed, megatron, nemo, torchtitan
 from planner.outputs.emitters.common import UnsupportedPlanError, layout_summary
 from planner.outputs.plan import Plan
@@ -97,8 +98,10 @@ def emit(plan: Plan, target: Target, strict: bool = False) -> Emitted:
 
 def substitute(plan: Plan, target: Target) -> Plan:
     """The fastest layout `target` runs for the job of `plan` (InfeasibleError when none fits): what `emit` writes
-    when the launcher cannot run the plan's own layout."""
-    job = replace(plan.job, runtime=replace(plan.job.runtime, framework=FRAMEWORK[target]))
+    when the launcher cannot run the plan's own layout, priced as that launcher's runtime executes it (its profile's
+    execution, not the plan's runtime's)."""
+    runtime = with_execution(replace(plan.job.runtime, framework=FRAMEWORK[target], execution=None))
+    job = replace(plan.job, runtime=runtime)
     # the substitute offloads where the plan did (each choice the launcher's runtime runs): no silent drop
     result = search(plan.model, plan.cluster, job, replace(CAPABILITIES[target], top_k=1,
                                                            offload_auto=bool(plan.best.layout.offload)))
