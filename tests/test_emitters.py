@@ -170,6 +170,23 @@ def test_unsupported_is_named_and_strict_refuses() -> None:
     assert json.loads(relaxed.text)["train_batch_size"] == 64
 
 
+def test_a_substitute_is_priced_as_its_launcher_runs_it() -> None:
+    """The layout torchtitan runs in place of a Megatron-LM plan is searched and priced with torchtitan's execution
+    profile (FSDP per block, fp32 shards), not the plan's runtime's: re-pricing it as the written plan file's
+    runtime gives the figure its note states."""
+    from cost_models.step import evaluate_layout
+    from meshcore.framework import Framework
+    from planner.inputs.runtimes import load_runtime
+    from planner.outputs.emitters import substitute
+
+    titan = load_runtime(Framework.TORCHTITAN).execution
+    assert titan != load_runtime(Framework.MEGATRON).execution
+    sub = substitute(cases()["qwen3-30b-a3b_32xh100"], Target.TORCHTITAN)
+    assert sub.job.runtime.execution == titan
+    again = evaluate_layout(sub.model, sub.cluster, sub.job, sub.best.layout)
+    assert again.step_time_s == pytest.approx(sub.best.prediction.step_time_s, rel=1e-9)
+
+
 def zero_written(target: Target, text: str) -> int:
     """The ZeRO stage a launcher file configures, read back from the file: DeepSpeed's zero_optimization.stage;
     NeMo's distributed optimizer (ZeRO-1) or plain DDP; torchtitan's FSDP2 resharding after forward (ZeRO-3),
