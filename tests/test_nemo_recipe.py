@@ -6,8 +6,9 @@ the result, and every value read back must be the one meshplan wrote.
 NeMo 2.7.3 cannot share the project's environment (it needs transformers 4.57, the [validate] extra transformers
 5): `.ci/nemo-env` builds .venv-nemo, in front of .venv, and this test runs there in a subprocess (or under the
 interpreter MESHPLAN_NEMO_PYTHON names); without it the test skips and says so. The Megatron-Bridge overrides
-(cfg.*) are not run: Megatron-Bridge imports Transformer Engine, whose CUDA build does not import without a GPU;
-their names are checked against megatron-core's dataclasses in tests/test_emitters.py."""
+(cfg.*) are not run: Megatron-Bridge 0.3.1 (the last for Python 3.11) imports transformer_engine.pytorch when it
+loads and requires Transformer Engine's CUDA build; their names are checked against megatron-core's dataclasses in
+tests/test_emitters.py."""
 
 from __future__ import annotations
 
