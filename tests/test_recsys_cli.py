@@ -74,15 +74,30 @@ def test_torchrec_structure_covers_every_table_and_rank(tmp_path: Path) -> None:
 
 
 def test_emitted_module_builds_with_torchrec(tmp_path: Path) -> None:
+    """TorchRec's own ShardingPlan built from the emitted module (torchrec 1.8.0 with fbgemm-gpu-cpu 1.8.0: the
+    [recsys] extra and .ci/run), field for field the plan file's."""
     try:
-        import torchrec.distributed.types  # noqa: F401
+        from torchrec.distributed.types import ParameterSharding, ShardMetadata
     except Exception as exc:  # fbgemm_gpu raises OSError when its libraries do not match torch
         pytest.skip(f"torchrec does not import here: {type(exc).__name__}")
-    emitted = tmp_path / "p.py"
-    assert runner.invoke(app, [*PLAN, "--emit", "torchrec", "--emit-out", str(emitted)]).exit_code == 0
+    import dataclasses
+    out, emitted = tmp_path / "plan.yaml", tmp_path / "p.py"
+    res = runner.invoke(app, [*PLAN, "--out", str(out), "--emit", "torchrec", "--emit-out", str(emitted)])
+    assert res.exit_code == 0, res.output
+    assert set(PARAMETER_SHARDING_FIELDS) <= {f.name for f in dataclasses.fields(ParameterSharding)}
+    assert set(SHARD_METADATA_FIELDS) <= {f.name for f in dataclasses.fields(ShardMetadata)}
     scope: dict[str, object] = {}
     exec(compile(emitted.read_text(), str(emitted), "exec"), scope)
-    assert len(scope["plan"].plan["model.sparse_arch.embedding_bag_collection"]) == 8  # type: ignore[attr-defined]
+    (path, tables), = yaml.safe_load(out.read_text())["torchrec"].items()
+    built = scope["plan"].plan[path]  # type: ignore[attr-defined]
+    assert set(built) == set(tables) and len(built) == 8
+    for name, ps in built.items():
+        want = tables[name]
+        assert (ps.sharding_type, ps.compute_kernel, ps.ranks) == (
+            want["sharding_type"], want["compute_kernel"], want["ranks"])
+        shards = [] if ps.sharding_spec is None else ps.sharding_spec.shards
+        assert [{"shard_offsets": m.shard_offsets, "shard_sizes": m.shard_sizes, "placement": str(m.placement)}
+                for m in shards] == (want["sharding_spec"] or [])
 
 
 @pytest.mark.parametrize(("args", "message", "code"), [

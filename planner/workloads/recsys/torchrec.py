@@ -9,10 +9,9 @@ torchrec/distributed/sharding_plan.py: data parallel has `ranks` = every rank an
 EnumerableShardingSpec of ShardMetadata(shard_sizes=[rows, cols], shard_offsets=[row, col],
 placement="rank:{r}/cuda:{r % local_size}")).
 
-Not checked by TorchRec's types here: `pip install torchrec` (1.9.2) installs on CPU in about 30 s, but importing it
-fails with torch 2.13 because fbgemm_gpu 1.9.0's libraries (the CUDA wheel and the fbgemm-gpu-cpu wheel alike) do
-not load against this torch (an undefined torch symbol). tests/test_recsys_cli.py checks the emitted structure
-against the field names above instead, and runs the generated module against TorchRec where it imports.
+Checked by TorchRec's own classes in CI: torchrec 1.8.0 with fbgemm-gpu-cpu 1.8.0 imports with torch 2.13 (the
+[recsys] extra; fbgemm-gpu 1.9.0's libraries, CUDA and CPU wheels alike, do not load against this torch: an undefined
+torch symbol), and tests/test_recsys_cli.py builds the emitted module's ShardingPlan with it.
 """
 
 from __future__ import annotations
