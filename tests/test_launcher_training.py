@@ -296,7 +296,7 @@ def megatron_degrees(text: str, num_layers: int) -> dict[str, int]:
 
 
 def placement_groups(rank: int, d: dict[str, int]) -> dict[str, list[int]]:
-    """The ranks that share each group with `rank`, placed as meshplan prices them (meshcore/specs.py Layout:
+    """The ranks that share each group with `rank`, placed as meshplan prices them (meshcore/mesh.py Mesh:
     TP innermost, then CP, DP, PP outermost; Megatron-LM's default order tp-cp-ep-dp-pp)."""
     sizes = {"tp": d["tp"], "cp": d["cp"], "dp": d["dp"], "pp": d["pp"]}
     strides, stride = {}, 1

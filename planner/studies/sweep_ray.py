@@ -1,7 +1,7 @@
 """Run a sweep's work items as Ray tasks on a Ray cluster (`sweep(..., ray_address=...)`, the `--ray` option).
 
 One job: call a module-level function once per work item, each call a Ray remote task, and return the results
-in the items' order. It knows nothing about planning: planner/sweep.py hands it `_point` and the points.
+in the items' order. It knows nothing about planning: planner/studies/sweep.py hands it `_point` and the points.
 
 The address is "local" (start a Ray instance on this machine for this sweep and stop it afterwards), "auto"
 (the cluster this machine belongs to, as Ray finds it), HOST:PORT (a cluster's head, the port `ray start --head`
