@@ -11,6 +11,8 @@ and one row per profiled atom count:
     # density: 0.1         atoms per Å^3 of the systems trained on
     # device: H100 SXM     (optional) where it was profiled
     # source: ...          (optional) profile or formula the numbers come from
+    # mode: md             (optional) train (default: step_s is a training step) or md (one forces-only call)
+    # ghost_depth_a: 5.0   (optional, MD) LAMMPS ghost cutoff in Å; default layers x cutoff_a (Allegro: cutoff_a)
     atoms,step_s,memory_bytes
     1000,0.0093,1.6e9
 """
@@ -24,10 +26,10 @@ from pathlib import Path
 from meshcore.checks import finite, is_integer
 from meshcore.errors import InputError, SpecError
 from meshcore.inputfile import MAX_TABLE_BYTES, read_text, shown
-from planner.workloads.mlip.spec import CostRow, MlipCostTable
+from planner.workloads.mlip.spec import CostRow, MlipCostTable, MlipMode
 
 META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
-META_OPTIONAL = ("name", "device", "source")
+META_OPTIONAL = ("name", "device", "source", "mode", "ghost_depth_a")
 COLUMNS = ("atoms", "step_s", "memory_bytes")
 _INTS = ("layers", "params")
 
@@ -40,6 +42,14 @@ def _number(text: str, where: str, integer: bool) -> float | int:
     if not finite(value) or (integer and not is_integer(value)):
         raise InputError(f"{where} must be a finite number, got {text!r}")
     return value
+
+
+def _mode(text: str, origin: str) -> MlipMode:
+    try:
+        return MlipMode(text)
+    except ValueError:
+        allowed = ", ".join(m.value for m in MlipMode)
+        raise InputError(f"{origin}: mode must be one of {allowed}, got {text!r}") from None
 
 
 def parse_cost_table(text: str, origin: str) -> MlipCostTable:
@@ -78,7 +88,9 @@ def parse_cost_table(text: str, origin: str) -> MlipCostTable:
             name=meta.get("name", Path(origin).stem),
             rows=tuple(CostRow(int(a), float(s), float(m)) for a, s, m in rows),
             **{k: _number(meta[k], f"{origin}: {k}", k in _INTS) for k in META_REQUIRED},  # type: ignore[arg-type]
-            device=meta.get("device", "unknown"), source=meta.get("source", "unknown"))
+            device=meta.get("device", "unknown"), source=meta.get("source", "unknown"),
+            mode=_mode(meta.get("mode", "train"), origin),
+            ghost_depth_a=float(_number(meta.get("ghost_depth_a", "0"), f"{origin}: ghost_depth_a", False)))
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
 

@@ -8,36 +8,48 @@ from typing import Any
 from meshcore import GIB, ClusterSpec
 from planner.outputs.planfile import MESHPLAN_VERSION
 from planner.workloads.mlip.cost import MlipPrediction
+from planner.workloads.mlip.lammps import lammps_input
 from planner.workloads.mlip.search import MlipSearch
-from planner.workloads.mlip.spec import MlipJob
+from planner.workloads.mlip.spec import MlipCostTable, MlipJob, MlipMode
 
 
 def _r(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def mlip_document(search: MlipSearch, job: MlipJob, cluster: ClusterSpec, costs: str) -> dict[str, Any]:
+def mlip_document(search: MlipSearch, job: MlipJob, cluster: ClusterSpec, costs: str,
+                  table: MlipCostTable | None = None) -> dict[str, Any]:
+    """The plan file; an MD plan (job.mode md, `table` given) also carries the LAMMPS lines (lammps.py)."""
     def row(p: MlipPrediction) -> dict[str, Any]:
         return {"strategy": p.strategy.value, "replicas": p.replicas, "domains": p.domains,
                 "grid": list(p.grid), "step_time_s": _r(p.step_s), "structures_per_s": _r(p.structures_per_s),
                 "compute_s": _r(p.compute_s), "halo_s": _r(p.halo_s), "allreduce_s": _r(p.allreduce_s),
                 "memory_gib": _r(p.memory_bytes / GIB), "fits": p.fits}
 
-    return {"meshplan_version": MESHPLAN_VERSION, "workload": "mlip", "costs": costs, "hardware": cluster.name,
-            "gpus": job.gpus, "atoms": job.atoms, "structures": job.structures, "best": row(search.best),
-            "alternatives": [row(p) for p in search.ranked[1:]], "candidates": search.candidates}
+    doc = {"meshplan_version": MESHPLAN_VERSION, "workload": "mlip", "mode": job.mode.value, "costs": costs,
+           "hardware": cluster.name, "gpus": job.gpus, "atoms": job.atoms, "structures": job.structures,
+           "best": row(search.best), "alternatives": [row(p) for p in search.ranked[1:]],
+           "candidates": search.candidates}
+    if job.mode is MlipMode.MD and table is not None:
+        doc["lammps"] = lammps_input(search.best, table, cluster)
+    return doc
 
 
 def mlip_summary(doc: dict[str, Any]) -> str:
     b = doc["best"]
-    lines = [f"{doc['structures']} structure(s) of {doc['atoms']} atoms on {doc['gpus']} x {doc['hardware']} "
-             f"(costs: {doc['costs']})",
+    md = doc.get("mode") == MlipMode.MD.value
+    rate = (f"{b['structures_per_s']:.4g} MD steps/s, {b['structures_per_s'] * doc['atoms']:.4g} atom-steps/s"
+            if md else f"{b['structures_per_s']:.4g} structures/s")
+    lines = [f"{'MD of one box' if md else str(doc['structures']) + ' structure(s)'} of {doc['atoms']} atoms on "
+             f"{doc['gpus']} x {doc['hardware']} (costs: {doc['costs']})",
              f"best: {b['replicas']} replica(s) x {b['domains']} domain(s) (grid {'x'.join(map(str, b['grid']))}), "
-             f"step {b['step_time_s'] * 1e3:.3f} ms, {b['structures_per_s']:.4g} structures/s, "
-             f"{b['memory_gib']:.2f} GiB per GPU", "",
+             f"step {b['step_time_s'] * 1e3:.3f} ms, {rate}, {b['memory_gib']:.2f} GiB per GPU", "",
              f"{'replicas':>8} {'domains':>7} {'grid':>8} {'step ms':>10} {'compute':>9} {'halo':>9} {'fits':>5}"]
     for r in [b] + doc["alternatives"]:
         lines.append(f"{r['replicas']:>8} {r['domains']:>7} {'x'.join(map(str, r['grid'])):>8} "
                      f"{r['step_time_s'] * 1e3:>10.3f} {r['compute_s'] * 1e3:>9.3f} {r['halo_s'] * 1e3:>9.3f} "
                      f"{'yes' if r['fits'] else 'no':>5}")
+    if "lammps" in doc:
+        lam = doc["lammps"]
+        lines += ["", f"LAMMPS ({lam['note']}):", *(f"  {x}" for x in lam["input"]), f"  {lam['launch']}"]
     return "\n".join(lines)

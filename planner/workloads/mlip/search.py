@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from meshcore import GIB, ClusterSpec
-from meshcore.errors import InfeasibleError
+from meshcore.errors import InfeasibleError, InputError
 from planner.search.space import divisors
 from planner.workloads.mlip.cost import MlipPrediction, evaluate_split, interpolate
-from planner.workloads.mlip.spec import MlipCostTable, MlipJob, MlipSplit
+from planner.workloads.mlip.md import evaluate_md
+from planner.workloads.mlip.spec import MlipCostTable, MlipJob, MlipMode, MlipSplit
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,21 @@ def _key(p: MlipPrediction) -> tuple[float, int, tuple[int, int, int]]:
     return (p.step_s, p.domains, tuple(sorted(p.grid)))  # type: ignore[return-value]
 
 
+def search_md(table: MlipCostTable, job: MlipJob, cluster: ClusterSpec, top_k: int = 5) -> MlipSearch:
+    """Every domain grid over all of the job's GPUs (LAMMPS runs one rank per GPU), priced by md.evaluate_md."""
+    if table.mode is not MlipMode.MD:
+        raise InputError(f"cost table {table.name!r} times training steps (mode: {table.mode.value}); an MD plan needs "
+                         "a forces-only table: '# mode: md' and step_s = one energy and forces call")
+    priced = [evaluate_md(table, job, cluster, g) for g in grids(job.gpus) if _valid(table, job, g)]
+    found = sorted((p for p in priced if p.fits), key=_key)
+    if not found:
+        raise InfeasibleError(_infeasible(table, job, cluster))
+    return MlipSearch(tuple(found[:top_k]), len(priced), 0)
+
+
 def search_mlip(table: MlipCostTable, job: MlipJob, cluster: ClusterSpec, top_k: int = 5) -> MlipSearch:
+    if job.mode is MlipMode.MD:
+        return search_md(table, job, cluster, top_k)
     counts = divisors(job.gpus)
     bounds = []
     capacity = cluster.gpu.memory_gib * GIB

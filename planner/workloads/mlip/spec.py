@@ -21,6 +21,14 @@ class MlipStrategy(str, Enum):
     HYBRID = "hybrid"
 
 
+class MlipMode(str, Enum):
+    """What a cost table's step_s measures and what a plan prices: a training step (forward, forces, backward
+    through the parameters) or one MD step (energy and forces only: LAMMPS's pair style calls the model once)."""
+
+    TRAIN = "train"
+    MD = "md"
+
+
 @dataclass(frozen=True)
 class CostRow:
     """One profiled point: a structure of `atoms` atoms (plus ghosts, counted as atoms) takes `step_s` for forward,
@@ -52,6 +60,8 @@ class MlipCostTable:
     density: float
     device: str = "unknown"
     source: str = "unknown"
+    mode: MlipMode = MlipMode.TRAIN
+    ghost_depth_a: float = 0.0  # MD ghost shell depth in Å; 0: layers x cutoff (see md.py)
 
     def __post_init__(self) -> None:
         identifier(self.name, "cost table name", SpecError)
@@ -73,20 +83,27 @@ class MlipCostTable:
         real(self.halo_bytes, f"cost table {self.name!r}: halo_bytes", 0.0, 1e9, low_open=False, error=SpecError)
         integer(self.params, f"cost table {self.name!r}: params", 0, 10**12, SpecError)
         real(self.density, f"cost table {self.name!r}: density", 1e-6, 10.0, low_open=False, error=SpecError)
+        real(self.ghost_depth_a, f"cost table {self.name!r}: ghost_depth_a", 0.0, 1000.0, low_open=False,
+             error=SpecError)
 
 
 @dataclass(frozen=True)
 class MlipJob:
-    """One training step over `structures` structures of `atoms` atoms each (a periodic cubic box) on `gpus`."""
+    """One training step over `structures` structures of `atoms` atoms each (a periodic cubic box) on `gpus`, or
+    (mode MD) one MD step of one structure of `atoms` atoms, LAMMPS's domains one per GPU."""
 
     atoms: int
     structures: int
     gpus: int
+    mode: MlipMode = MlipMode.TRAIN
 
     def __post_init__(self) -> None:
         integer(self.atoms, "--atoms", 1, MAX_ATOMS, SpecError)
         integer(self.structures, "--structures", 1, 10**9, SpecError)
         integer(self.gpus, "--gpus", 1, MAX_GPUS, SpecError)
+        if self.mode is MlipMode.MD and self.structures != 1:
+            raise SpecError(f"--mode md runs one structure (one LAMMPS box over all GPUs); got --structures "
+                            f"{self.structures}: use 1, or --mode train")
 
 
 @dataclass(frozen=True)
