@@ -153,7 +153,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knobs: Lay
     """The per-layer times of `knobs`. Fully recomputed layers are priced with `knobs` at full recomputation: taken
     from `full` when the caller has those times already (`layer_times` of those knobs), the same layers when `knobs`
     recompute fully themselves."""
-    has_moe = any(model.moe_layers())
+    has_moe = model.moe is not None and model.moe.count_moe_layers(model.num_layers) > 0
     decoder = decoder_layer_time(model, job, cluster, knobs)
     moe = decoder_layer_time(model, job, cluster, knobs, moe=True) if has_moe else None
     if knobs.recompute is Recompute.FULL:
@@ -240,7 +240,7 @@ def layer_activations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, knob
         return decoder_activation(model, job, knobs.tp, knobs.cp, knobs.sp, knobs.mbs, rc, moe, knobs.etp,
                                   knobs.modules, fp8)
 
-    has_moe = any(model.moe_layers())
+    has_moe = model.moe is not None and model.moe.count_moe_layers(model.num_layers) > 0
     working = H.working_bytes(model, job.seq_len, knobs.mbs, knobs.tp, knobs.cp, knobs.sp, knobs.recompute,
                               job.runtime.priced_execution.memory)
     return LayerActivations(act(knobs.recompute, False), act(knobs.recompute, True) if has_moe else 0.0,

@@ -12,10 +12,12 @@ Element-wise kernels (norms, residual adds, dropout, activations, softmax) are b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from meshcore import Dtype, GpuSpec
 from meshcore.enums import Activation
 from meshcore.execution import TE_DELAYED, Fp8Casts
+from meshcore.memo import Same
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,15 @@ def gemm_time(gemm: Gemm, gpu: GpuSpec, dtype: Dtype) -> float:
     as a bf16 GEMM of F·peak_bf16/peak_fp8 (the ridge moves up with the doubled peak), so it takes that GEMM's
     point of the curve:
         η_fp8(F) = fp8_matmul_ratio · η(F · peak_bf16 / peak_fp8)
-    A batched GEMM is treated as one kernel of the summed work (cuBLAS strided-batched)."""
+    A batched GEMM is treated as one kernel of the summed work (cuBLAS strided-batched). Remembered per (GEMM, GPU
+    by identity, dtype): a search prices the same attention GEMMs for every expert-parallel choice."""
+    return _gemm_time(gemm, Same(gpu), dtype)
+
+
+@lru_cache(maxsize=16384)
+def _gemm_time(gemm: Gemm, same: Same, dtype: Dtype) -> float:
+    gpu = same.value
+    assert isinstance(gpu, GpuSpec)
     flops = gemm.flops
     if flops == 0:
         return 0.0

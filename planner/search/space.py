@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from functools import cached_property
 from itertools import product
 
 from meshcore import (
@@ -85,11 +84,6 @@ class Candidate:
 
     def sort_key(self) -> tuple[int, ...]:
         """A total order on candidates (ties in the search break on it, so plans are reproducible)."""
-        return self._order
-
-    @cached_property
-    def _order(self) -> tuple[int, ...]:
-        """`sort_key`, once per candidate (cached in the instance's __dict__; not a field, so not compared)."""
         modules = sum(1 << i for i, m in enumerate(RecomputeModule) if m in self.modules) if self.modules else 0
         return (self.tp, self.cp, self.pp, self.dp, self.mbs, self.vpp, int(self.zero),
                 _RECOMPUTE_ORDER.index(self.recompute), modules, int(self.sp), _SCHEDULE_ORDER.index(self.schedule),
