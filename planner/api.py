@@ -48,7 +48,7 @@ from meshcore.checks import (
     real,
 )
 from meshcore.cluster import HeteroCluster
-from meshcore.errors import InputError, LayoutError, UnsupportedModelError
+from meshcore.errors import InfeasibleError, InputError, LayoutError, UnsupportedModelError
 from meshcore.framework import Framework
 from meshcore.job import MAX_LORA_RANK, MAX_PACKED_DOCS
 from planner.inputs.loaders import load_model
@@ -250,11 +250,13 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
          overrides: HardwareOverrides = HardwareOverrides(), spec: SearchSpec | None = None,
          solver: Solver | str = Solver.DP, time_limit_s: float = 10.0,
          progress: ProgressFn | None = None, lora_rank: int = 0, workers: int = 1,
-         packed_doc_lens: tuple[int, ...] | str = ()) -> Plan:
+         packed_doc_lens: tuple[int, ...] | str = (), check_fit_options: bool = True) -> Plan:
     """Search the layout space for the fastest layout that fits; the best, the top-k alternatives and
     the certificate come back as a Plan (save it with `save_plan`). time_limit_s is finite in
     (0, MAX_TIME_LIMIT_S]. `workers` > 1 splits a large space by TP degree over that many processes
-    (planner.search.parallel: the same answer; no progress callbacks then)."""
+    (planner.search.parallel: the same answer; no progress callbacks then). When nothing fits, the error names the
+    memory-freeing options (offload, LoRA) that do fit, each searched (`check_fit_options`,
+    planner.search.fit_options)."""
     if spec is not None:
         _instance(spec, SearchSpec, "spec", "a SearchSpec or None")
     solver = _enum(Solver, solver, "solver")
@@ -265,14 +267,27 @@ def plan(model: ModelSpec | str, hardware: ClusterSpec | str, *, gpus: int, seq_
     problem = resolve(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
                       runtime=runtime, overrides=overrides, lora_rank=lora_rank, packed_doc_lens=packed_doc_lens)
     check_model_definition(problem.model, problem.job.runtime.framework, problem.job.seq_len)
-    if workers > 1:
-        from planner.search.parallel import search_parallel
+    try:
+        if workers > 1:
+            from planner.search.parallel import search_parallel
 
-        result = search_parallel(problem.model, problem.cluster, problem.job, spec, solver,
-                                 SolveOptions(time_limit_s=time_limit_s), workers)
-    else:
-        result = search(problem.model, problem.cluster, problem.job, spec, solver,
-                        SolveOptions(time_limit_s=time_limit_s), progress)
+            result = search_parallel(problem.model, problem.cluster, problem.job, spec, solver,
+                                     SolveOptions(time_limit_s=time_limit_s), workers)
+        else:
+            result = search(problem.model, problem.cluster, problem.job, spec, solver,
+                            SolveOptions(time_limit_s=time_limit_s), progress)
+    except InfeasibleError as error:
+        if not check_fit_options:
+            raise
+        from planner.search.fit_options import checked_message
+
+        def replan(s: SearchSpec, r: Runtime, rank: int) -> float:
+            return plan(model, hardware, gpus=gpus, seq_len=seq_len, global_batch=global_batch, dtype=dtype,
+                        runtime=r, overrides=overrides, spec=s, solver=solver, time_limit_s=time_limit_s,
+                        lora_rank=rank, packed_doc_lens=packed_doc_lens,
+                        check_fit_options=False).best.prediction.step_time_s
+
+        raise InfeasibleError(checked_message(error, spec, runtime, lora_rank, replan)) from None
     return Plan(problem.model, problem.cluster, problem.job, result.best, result.alternatives, result.certificate)
 
 

@@ -210,3 +210,28 @@ def test_refusals_name_the_runtime_that_runs_the_plan() -> None:
         with pytest.raises(UnsupportedPlanError, match="DeepSpeed runs it: --emit deepspeed"):
             emit(p, target, strict=True)
 
+
+
+def test_no_fit_errors_name_the_options_that_fit() -> None:
+    """Issue 33: a job that fits nowhere is told which memory-freeing options fit, each searched. GPT-3-class 13B
+    full fine-tuning on one RTX 4090 fits with DeepSpeed's weight offload (ZeRO-Infinity and Fuyou run it, arXiv
+    2403.06504), not with Megatron-LM's optimizer-only offload; Llama-3-70B on one RTX 4090 fits only as LoRA with
+    the frozen weights streamed from the host (full fine-tuning would offload 1.2 TB, more than the host's 512 GiB)."""
+    with pytest.raises(InfeasibleError) as megatron:
+        plan("llama2-13b", "rtx4090", gpus=1, seq_len=1024, global_batch=32)
+    text = str(megatron.value)
+    assert "this fits with --runtime deepspeed --offload auto" in text and "--lora-rank" not in text
+    with pytest.raises(InfeasibleError) as big:
+        plan("llama3-70b", "rtx4090", gpus=1, seq_len=4096, global_batch=32, runtime=DS)
+    assert "this fits with --lora-rank 16 --offload auto (best layout" in str(big.value)
+    fits = plan("llama3-70b", "rtx4090", gpus=1, seq_len=4096, global_batch=32, runtime=DS, lora_rank=16,
+                spec=SearchSpec(offload_auto=True))
+    assert fits.best.prediction.fits and Offload.PARAMS in fits.best.layout.offload
+
+
+def test_no_fit_errors_say_when_no_option_fits() -> None:
+    """When neither offloading nor LoRA (nor both) fits, the error says so instead of suggesting them: Llama-3.1-405B
+    on one RTX 4090, whose frozen 16-bit weights alone (810 GB) are more than its host's 512 GiB."""
+    with pytest.raises(InfeasibleError, match="none of --offload auto, --lora-rank 16, --lora-rank 16 --offload auto "
+                                              "fits either"):
+        plan("llama3-405b", "rtx4090", gpus=1, seq_len=4096, global_batch=32, runtime=DS)

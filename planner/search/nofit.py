@@ -11,6 +11,8 @@ from planner.search.bounds import SearchBounds
 from planner.search.searchspec import SearchSpec
 from planner.search.space import Candidate
 
+HINTS_PREFIX = "; or try "  # what starts the suggestions (planner.fit_options replaces them with checked ones)
+
 
 def fit_hints(spec: SearchSpec, job: JobSpec) -> str:
     """What the user left out that frees GPU memory: offloading (where the runtime runs any) and LoRA."""
@@ -22,7 +24,7 @@ def fit_hints(spec: SearchSpec, job: JobSpec) -> str:
         hints.append("--runtime deepspeed --offload auto (DeepSpeed offloads the gradients and weights too)")
     if job.trainable_fraction >= 1:
         hints.append("--lora-rank 16 (train adapters over frozen weights)")
-    return f"; or try {' or '.join(hints)}" if hints else ""
+    return f"{HINTS_PREFIX}{' or '.join(hints)}" if hints else ""
 
 
 def no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str = "") -> str:
