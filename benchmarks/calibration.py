@@ -354,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def leave_one_source_out(observations: Sequence[Observation]) -> dict[str, float]:
     """Each run predicted by parameters fitted without its source: its generation's on the other sources of NVIDIA's
-    stack, and its runtime's own (where it has any) on that runtime's other sources."""
+    stack, and its runtime's own (where it has any) on that runtime's other sources. A run set aside on the whole
+    data (`set_aside`) stays out of every fold's fit: were it decided per fold, the fold that holds out its partner
+    would fit it (nothing left contradicts it) and price the partner's source with a row the data of record rejects."""
+    aside = set_aside(tuple(observations))
     held_out: dict[str, float] = {}
     for source in sorted({o.source for o in observations}):
         runs = [o for o in observations if o.source == source]
-        rest = [o for o in observations if o.source != source]
+        rest = [o for o in observations if o.source != source and o.run_id not in aside]
         for arch, runtime in sorted({(generation(o), o.runtime) for o in runs}):
             gpu, own = fit_runtime_on(rest, runtime, arch)
             for o in runs:

@@ -22,7 +22,7 @@ chosen as a planner would: the fastest setting that fits, evaluated once with th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +243,8 @@ def h100_observations(path: Path = H100_RUNS, models: Path = H100_MODELS,
                           fp8_param_gather=switches.get("fp8_param_gather", False),
                           overlap_p2p_comm=switches.get("p2p_overlap", True),
                           moe_comm_overlap=switches.get("moe_overlap", False),
-                          moe_dedup_dispatch=switches.get("dedup", False))
+                          moe_dedup_dispatch=switches.get("dedup", False),
+                          moe_capacity_factor=switches.get("capacity"))
         job = JobSpec(seq_len=rec["model"]["seq_length"], global_batch=rec["batch"]["global_batch_size_seqs"],
                       dtype=_h100_dtype(rec), runtime=runtime)
         problem = Problem(model, load_hardware(hardware, gpus), job)
@@ -312,14 +313,16 @@ def rate_pairs(observations: list[Observation], min_gap: float = 0.05) -> Iterat
 
 
 def contradicted(observations: list[Observation], factor: float = 1.5) -> dict[str, tuple[str, float]]:
-    """Runs another run contradicts: the same model, GPUs, job and layout measured at least `factor` times as
-    fast or slow. No layout model can price both; the later-listed run maps to (the earlier one, its step
-    time over the earlier's). The data cannot say which one is off, so callers report figures with and
-    without it rather than drop it."""
+    """Runs another run contradicts: the same model, GPUs, layout and job (sequence, batch, precision; the
+    runtime's switches may differ: they are the releases' software, what the rule attributes the gap to) measured
+    at least `factor` times as fast or slow. No layout model can price both; the later-listed run maps to (the
+    earlier one, its step time over the earlier's). The data cannot say which one is off, so callers report
+    figures with and without it rather than drop it."""
     out: dict[str, tuple[str, float]] = {}
     for i, a in enumerate(observations):
         for b in observations[i + 1:]:
-            same = (a.model == b.model and a.cluster == b.cluster and a.job == b.job and a.layout == b.layout)
+            same = (a.model == b.model and a.cluster == b.cluster and a.layout == b.layout
+                    and replace(a.job, runtime=b.job.runtime) == b.job)
             ratio = b.measured_step_s / a.measured_step_s
             if same and max(ratio, 1 / ratio) >= factor:
                 out[b.run_id] = (a.run_id, ratio)

@@ -27,6 +27,19 @@ calls; each count is the order of magnitude, the per-operator time is what the c
                       activation, un-permutation, shared experts
     per local expert   ~6: its input split, quantisation and FC1 GEMM, its FC2 quantisation and GEMM, its
                       output chunk
+The MoE block's host sync splits its forward in two. Dropless routing needs the all-to-all's split sizes on the
+host: the dispatcher copies the token counts to the host and waits for them before the expert-parallel all-to-all
+(`_maybe_update_cuda_sync_point("before_ep_alltoall")`; DeepEP's flex dispatch likewise waits for its received
+counts). Up to the sync (attention, pre-MLP norm, router, top-k, counts: ATTENTION_BLOCK_OPS + MOE_PRE_SYNC_OPS)
+the host runs beside the GPU; at the sync it waits until the GPU has finished that work, and the rest of the layer
+(MOE_MLP_OPS - MOE_PRE_SYNC_OPS operators, the per-expert ones, and the next layer's work up to its own sync) starts
+on an empty queue. A host surplus after the sync can then no longer hide behind the attention's GPU time before it:
+    wait_fwd = max(0, ops_pre · t − gpu_pre) + max(0, ops_post · t − gpu_post) + DRAIN_OPS · t   (t = host_op_us)
+instead of max(0, ops · host_op_us − gpu) over the whole forward. Padding every expert to a capacity (Megatron
+--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity, Megatron-Bridge's "tokendrop") makes the split
+sizes static: `preprocess` returns before any device-to-host copy and `cuda_sync_point` stays "no_sync"
+(megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher), so the forward is one segment. The
+backward reuses the forward's host split sizes: no sync.
 The backward issues about twice the forward's operators (two gradient GEMMs per linear layer, autograd
 nodes); a recomputation issues the forward's operators in the share of the forward it repeats.
 
@@ -62,6 +75,7 @@ from meshcore import ClusterSpec, ModelSpec
 ATTENTION_BLOCK_OPS = 15.0
 DENSE_MLP_OPS = 10.0
 MOE_MLP_OPS = 40.0
+MOE_PRE_SYNC_OPS = 15.0
 EXPERT_OPS = 6.0
 BACKWARD_OPS_RATIO = 2.0
 LEGACY_LAYER_OPS = 12.0
@@ -98,16 +112,25 @@ def host_wait(ops: float, gpu_pass_s: float, cluster: ClusterSpec) -> float:
 
 
 def layer_host_wait(model: ModelSpec, cluster: ClusterSpec, ep: int, moe: bool, passes: tuple[float, float, float],
-                    recompute_share: float, legacy: bool = False, calls: tuple[float, float] = (0.0, 0.0)) -> float:
+                    recompute_share: float, legacy: bool = False, calls: tuple[float, float] = (0.0, 0.0),
+                    moe_sync_split: float | None = None) -> float:
     """The host wait of one layer and micro-batch: forward, backward and recomputation passes, each with its GPU
     seconds in `passes` (compute and the communication on the critical path); the recomputation issues
     `recompute_share` of the forward's operators. `calls`: the TP collectives of the forward and the backward
-    (`tp_collective_calls`), COLLECTIVE_HOST_OPS operators each."""
+    (`tp_collective_calls`), COLLECTIVE_HOST_OPS operators each. `moe_sync_split`: for a MoE layer whose dispatcher
+    syncs with the host (dropless routing), the GPU seconds of its forward after the sync (the all-to-alls, experts
+    and permutations); the forward is then priced in two segments with a drain (module docstring)."""
     ops = forward_ops(model, ep, moe, legacy)
     fwd, bwd, rec = passes
     f_ops = ops + COLLECTIVE_HOST_OPS * calls[0]
-    wait = host_wait(f_ops, fwd, cluster) + host_wait(BACKWARD_OPS_RATIO * ops + COLLECTIVE_HOST_OPS * calls[1], bwd,
-                                                       cluster)
+    wait = host_wait(BACKWARD_OPS_RATIO * ops + COLLECTIVE_HOST_OPS * calls[1], bwd, cluster)
+    if moe_sync_split is not None and moe and model.moe is not None:
+        post_ops = ops - ATTENTION_BLOCK_OPS - MOE_PRE_SYNC_OPS
+        post_gpu = min(moe_sync_split, fwd)
+        wait += (host_wait(f_ops - post_ops, fwd - post_gpu, cluster) + host_wait(post_ops, post_gpu, cluster)
+                 + DRAIN_OPS * cluster.host_op_us * 1e-6)
+    else:
+        wait += host_wait(f_ops, fwd, cluster)
     if recompute_share > 0:
         wait += host_wait(recompute_share * f_ops, rec, cluster)
     return wait

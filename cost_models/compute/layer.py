@@ -216,8 +216,10 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
     passes = (fwd + p.tp_forward + p.cp_forward + ep_pass, bwd + p.tp_backward + p.cp_backward + ep_pass,
               recompute + tp_re + (ep_pass if ep_re > 0 else 0.0))
     legacy = job.runtime.attention is AttentionKernel.UNFUSED  # Megatron-LM's own layer code, no TE
+    # dropless routing syncs the host before the expert all-to-all; padding to a capacity does not (compute.host)
+    synced = moe and model.moe is not None and job.runtime.moe_capacity_factor is None
     host = layer_host_wait(model, cluster, knobs.ep, moe, passes, recompute / fwd if fwd > 0 else 0.0, legacy,
-                           tp_collective_calls(knobs.tp, knobs.sp))
+                           tp_collective_calls(knobs.tp, knobs.sp), p.moe_forward + ep_pass if synced else None)
     host += job.runtime.priced_execution.host_layer_s * (2 + (recompute > 0))  # the runtime's fixed cost per pass
     return LayerTime(fwd, bwd, recompute, p.tp_forward + p.tp_backward + tp_re, p.cp_forward + p.cp_backward, ep,
                      host)
