@@ -138,7 +138,8 @@ def test_routing_skew_costs_time_and_memory() -> None:
     padded = evaluate_layout(*_deepseek(PUBLISHED, Runtime(moe_capacity_factor=1.3)))
     assert skewed.step_time_s > base.step_time_s
     # the same load either way; padding to a capacity also spares the dispatcher's host sync (compute.host)
-    assert padded.step_time_s <= skewed.step_time_s and padded.step_time_s == pytest.approx(skewed.step_time_s, rel=5e-3)
+    assert padded.step_time_s <= skewed.step_time_s
+    assert padded.step_time_s == pytest.approx(skewed.step_time_s, rel=5e-3)
     # the bytes grow with the load, the per-peer latency does not
     assert base.breakdown.ep_comm_s < skewed.breakdown.ep_comm_s <= 1.3 * base.breakdown.ep_comm_s
     assert skewed.breakdown.ep_comm_s > 1.25 * base.breakdown.ep_comm_s
