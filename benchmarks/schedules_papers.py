@@ -23,8 +23,14 @@ DualPipe figure), F&B = F + B (no overlap), measured on the makespan (DualPipe s
 meshplan runs a pair as its forward, then its backward, and the forward's output leaves when the forward ends; the
 table charges it at the pair's end, so meshplan's bubble is the smaller, (p − 1)·max(f, 2b − w).
 
-ZB-2p (the paper's automatic schedule), V-Half, V-Min and Hanayo's wave as its paper runs it are not in meshplan yet
-(issue 32): no row is printed for them.
+V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory", NeurIPS 2024; the authors' table in
+sail-sg/zero-bubble-pipeline-parallelism's README): bubble B/2 and 2B/3 "+ O(n) overhead", B = (p − 1)/(m + p − 1),
+at (p + 2)//2 and (p + 4)//3 micro-batches of activations (a W frees the whole activation in the paper's count;
+the memory column is counted so). Beside the table's closed forms, the bubble the authors' own scheduler lays out on
+the same (p, m) (benchmarks/data/schedules/controllable_memory_authors.yaml): the closed forms round, and V-Half's
+(3p − 7 chunk slots) is below its B/2 (3(p − 1)) by 4 slots, 1-2 points at m = 3p.
+
+ZB-2p (the paper's automatic schedule) is not in meshplan (issue 32): no row is printed for it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import yaml  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 from cost_models.pipeline.schedules import program  # noqa: E402
@@ -53,14 +60,25 @@ DUALPIPE = (lambda p, m: (p - 1) * 1.0 / (3.0 * (m + p - 1)), lambda p: p + 0.5,
             "DualPipe README table")
 
 
-def measured(schedule: Schedule, chunks: int, pp: int, m: int) -> tuple[float, float, float]:
+AUTHORS = Path(__file__).resolve().parent / "data" / "schedules" / "controllable_memory_authors.yaml"
+# V-Half and V-Min: the table's bubble, its memory (W frees the whole activation), the authors' scheduler's runs
+V_PAPER = [
+    (Schedule.V_HALF, lambda p, m: (p - 1) / (m + p - 1) / 2, lambda p: (p + 2) // 2, "Qi et al. 2024 (CM); table"),
+    (Schedule.V_MIN, lambda p, m: 2 * (p - 1) / (m + p - 1) / 3, lambda p: (p + 4) // 3, "Qi et al. 2024 (CM); table"),
+]
+
+
+def measured(schedule: Schedule, chunks: int, pp: int, m: int, w_frees_all: bool = False
+             ) -> tuple[float, float, float]:
     """(bubble of the longest stage span, bubble of the makespan, both over 1F1B's step; peak activations in stages)
-    with T_F = T_B = T_W = 1 per stage, shared evenly over a rank's chunks."""
+    with T_F = T_B = T_W = 1 per stage, shared evenly over a rank's chunks (`w_frees_all`: the W frees the whole
+    activation, the controllable-memory paper's count)."""
     prog = program(schedule, pp, m, chunks)
     n = len(prog.placement)
     unit = 1.0 / chunks
     split = prog.split_backward
-    d = Durations((unit,) * n, (unit if split else 2 * unit,) * n, (unit if split else 0.0,) * n, (unit,) * n)
+    d = Durations((unit,) * n, (unit if split else 2 * unit,) * n, (unit if split else 0.0,) * n, (unit,) * n,
+                  w_share=1.0 if w_frees_all else 0.5)
     result = simulate(prog, d)
     busy, one_f_one_b = 3.0 * m, 3.0 * (m + pp - 1)
     return ((max(result.stage_spans) - busy) / one_f_one_b, (result.makespan - busy) / one_f_one_b,
@@ -80,6 +98,7 @@ def main() -> int:
             print(f"{schedule.value:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * span:>8.2f}% "
                   f"{100 * (span - expected):>+8.2f} {100 * whole:>8.2f}% {peak:>7.2f} {memory(pp):>6}  {source}")
     print(f"largest difference: {100 * worst:.2f} percentage points")
+    v_memory_rows()
     paper, memory, settings, source = DUALPIPE
     for pp, m in settings:
         _, whole, peak = measured(Schedule.DUALPIPE_V, 2, pp, m)
@@ -88,6 +107,21 @@ def main() -> int:
               f"{100 * (whole - expected):>+8.2f} {100 * whole:>8.2f}% {peak:>7.2f} {memory(pp):>6}  {source} "
               "(makespan; the pair's forward output at the pair's end in the table)")
     return 0
+
+
+def v_memory_rows() -> None:
+    """V-Half and V-Min against the table's closed forms and the authors' scheduler on the same (p, m)."""
+    authors = {(r["schedule"], r["p"], r["m"]): r["idle"] for r in yaml.safe_load(AUTHORS.read_text())["runs"]}
+    print(f"{'schedule':<10} {'p':>3} {'m':>4} {'paper':>7} {'authors':>8} {'meshplan':>9} {'vs paper':>9} "
+          f"{'vs authors':>10} {'memory':>7} {'paper':>6}  source")
+    for schedule, paper, memory, source in V_PAPER:
+        for pp, m in SETTINGS:
+            span, _, peak = measured(schedule, 2, pp, m, w_frees_all=True)
+            theirs = authors[(schedule.value, pp, m)] / (6 * (m + pp - 1))  # chunk slots over 1F1B's step
+            expected = paper(pp, m)
+            print(f"{schedule.value:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * theirs:>7.2f}% "
+                  f"{100 * span:>8.2f}% {100 * (span - expected):>+9.2f} {100 * (span - theirs):>+10.2f} "
+                  f"{peak:>7.2f} {memory(pp):>6}  {source}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ The spec types are re-exported here (`from meshcore import Layout, Mesh, ModelSp
 from meshcore.enums import (
     DEFAULT_RECOMPUTE_MODULES,
     GIB,
+    V_SHAPED,
     WAVE_PLACED,
     Activation,
     AttentionKernel,
@@ -35,7 +36,8 @@ from meshcore.mesh import DataGroups, Dim, Group, Mesh, Tier
 from meshcore.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
 
 __all__ = [
-    "DEFAULT_RECOMPUTE_MODULES", "GIB", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec", "CollectiveSpec",
+    "DEFAULT_RECOMPUTE_MODULES", "GIB", "V_SHAPED", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec",
+    "CollectiveSpec",
     "DataGroups", "Dim", "Dtype", "EfficiencyCurve", "Fabric", "GpuSpec", "Group", "HostSpec", "JobSpec", "LayerKind",
     "Layout", "LinkSpec",
     "MLASpec", "MeasuredCosts", "MeasuredLayer", "MemoryPolicy", "Mesh", "ModelSpec", "MoESpec", "Norm", "Offload",

@@ -80,11 +80,15 @@ class Schedule(str, Enum):
     ZB_H2 = "zb-h2"  # zero-bubble with 2p − 1 micro-batches in flight, a parallelogram (Qi et al. 2023, Figure 3)
     ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
     DUALPIPE_V = "dualpipe-v"  # DeepSeek's DualPipeV: a V of two chunks, F&B pairs (DualPipe repo; torch, torchtitan)
+    V_HALF = "v-half"  # a V of two chunks at half 1F1B's activations (Qi et al., NeurIPS 2024, "Controllable Memory")
+    V_MIN = "v-min"  # a V of two chunks at a third of 1F1B's activations (same paper)
     WAVE = "wave"  # chunks placed as waves down and back up the ranks (Hanayo, Liu et al. SC'23), unsplit backward
 
 
 # chunk k on rank k going down, then back up, ...
-WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.WAVE})
+WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.V_HALF, Schedule.V_MIN, Schedule.WAVE})
+# two chunks per rank as a V, the backward split (ZB-V, DualPipeV and the controllable-memory V schedules)
+V_SHAPED = frozenset({Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.V_HALF, Schedule.V_MIN})
 
 
 def wave_rank(chunk: int, pp: int) -> int:

@@ -16,6 +16,7 @@ from functools import cached_property
 from meshcore.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
 from meshcore.enums import (
     DEFAULT_RECOMPUTE_MODULES,
+    V_SHAPED,
     WAVE_PLACED,
     Offload,
     Recompute,
@@ -85,12 +86,12 @@ class Pipeline:
             raise LayoutError(f"stage_layers sum to {sum(self.stage_layers)}, model has {num_layers} layers")
 
     def _validate_schedule(self, m: int) -> None:
-        if self.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
+        if self.schedule in V_SHAPED:
             name, least = self.schedule.value, 2 * self.pp - (self.schedule is Schedule.ZB_V)
             if self.vpp != 2 or self.pp == 1:
                 raise LayoutError(f"{name} runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
                                   f"{self.vpp}, pp {self.pp}")
-            if m < least:
+            if self.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V) and m < least:
                 raise LayoutError(f"{name} needs at least {least} micro-batches (2 * pp{' - 1' * (least % 2)}), "
                                   f"got {m}")
         elif self.schedule is Schedule.WAVE:

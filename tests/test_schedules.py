@@ -4,9 +4,12 @@ flight) on uniform stages; on uneven stages it is the truth the 1F1B formula app
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
+import yaml
 
+from cost_models.pipeline.controllable_memory import VMemory, paper_peak
 from cost_models.pipeline.schedules import closed_form, in_flight, program
 from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, simulate
 from cost_models.pipeline.stages import pipeline_time
@@ -16,7 +19,7 @@ ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
          (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.ZB_V, 2),
-         (Schedule.DUALPIPE_V, 2)]
+         (Schedule.DUALPIPE_V, 2), (Schedule.V_HALF, 2), (Schedule.V_MIN, 2)]
 
 
 def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations:
@@ -365,3 +368,62 @@ def test_dualpipev_memory_is_the_repositorys(pp: int, m: int) -> None:
     assert [in_flight(Schedule.DUALPIPE_V, d, pp, m, 2) for d in range(pp)] == list(result.peak_activation)
     table = (pp - 1) * ((0.5 + 1.0) + 1.0 - 3 * 0.5)
     assert result.makespan - 3 * m == pytest.approx((pp - 1) * 0.5) and (pp - 1) * 0.5 <= table
+
+
+AUTHORS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "schedules" / "controllable_memory_authors.yaml"
+V_MEMORY = {Schedule.V_HALF: VMemory.HALF, Schedule.V_MIN: VMemory.MIN}
+
+
+def _v_unit(schedule: Schedule, pp: int, m: int) -> tuple[float, float]:
+    """(idle slots of the longest stage span, peak micro-batches) with one unit per chunk op and the weight gradient
+    freeing the whole activation (the controllable-memory paper's accounting)."""
+    prog = program(schedule, pp, m, 2)
+    n = 2 * pp
+    result = simulate(prog, Durations((1.0,) * n, (1.0,) * n, (1.0,) * n, (0.5,) * n, w_share=1.0))
+    return max(result.stage_spans) - 6 * m, max(result.peak_activation)
+
+
+@pytest.mark.parametrize("schedule", [Schedule.V_HALF, Schedule.V_MIN])
+@pytest.mark.parametrize("pp", range(2, 13))
+def test_v_schedules_hold_the_papers_memory(schedule: Schedule, pp: int) -> None:
+    """Qi et al. 2024, "Pipeline Parallelism with Controllable Memory" (the authors' table, their scheduler space's
+    description): V-Min holds (p + 4) // 3 micro-batches of activations, V-Half (p + 2) // 2, against 1F1B's p."""
+    assert _v_unit(schedule, pp, 3 * pp)[1] == paper_peak(V_MEMORY[schedule], pp)
+
+
+@pytest.mark.parametrize("run", [r for r in yaml.safe_load(AUTHORS.read_text())["runs"] if r["p"] <= 16])
+def test_v_schedules_bubble_is_the_authors(run: dict[str, object]) -> None:
+    """The longest stage's idle time is what the authors' scheduler (sail-sg zbv_greedy.py, its output in
+    benchmarks/data/schedules) lays out with T_F = T_B = T_W, and on the zero-bubble papers' settings (p >= 8) V-Min's
+    is within 1 percentage point of the table's 2B/3 (B = (p − 1)/(m + p − 1), 1F1B's share of its own step); V-Half's
+    is below the table's B/2, which rounds (3p − 7) slots up to 3(p − 1)."""
+    schedule, pp, m = Schedule(run["schedule"]), int(str(run["p"])), int(str(run["m"]))
+    idle = _v_unit(schedule, pp, m)[0]
+    assert idle == run["idle"]
+    one_f_one_b = (pp - 1) / (m + pp - 1)
+    rate = idle / (6 * (m + pp - 1))
+    if pp < 8:
+        return
+    if schedule is Schedule.V_MIN:
+        assert abs(rate - 2 * one_f_one_b / 3) < 0.01
+    else:
+        assert rate < one_f_one_b / 2
+
+
+@pytest.mark.parametrize("schedule", [Schedule.V_HALF, Schedule.V_MIN])
+@pytest.mark.parametrize("pp,m", [(2, 1), (2, 8), (3, 5), (4, 8), (4, 13), (8, 16)])
+def test_v_schedules_run_in_torch(schedule: Schedule, pp: int, m: int) -> None:
+    """torch.distributed.pipelining's validator infers the V placement from V-Half's and V-Min's action lists (input
+    and weight gradients apart), and its lowering adds the sends and receives and dry-runs them without a
+    deadlock."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch is not installed (the [profile] extra)")
+    kinds = {OpKind.F: schedules._ComputationType.FORWARD, OpKind.B: schedules._ComputationType.BACKWARD_INPUT,
+             OpKind.W: schedules._ComputationType.BACKWARD_WEIGHT}
+    ours = program(schedule, pp, m, 2)
+    actions = {rank: [schedules._Action(op.chunk, kinds[op.kind], op.microbatch) for op in order]
+               for rank, order in enumerate(ours.orders)}
+    mapping = schedules._validate_schedule(actions, pp, 2 * pp, m)
+    assert tuple(mapping[c] for c in range(2 * pp)) == ours.placement
+    with_comms = schedules._add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=2 * pp)
+    schedules._simulate_comms_compute(with_comms, lambda s: mapping[s], 2 * pp)

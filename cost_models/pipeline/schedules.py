@@ -14,6 +14,9 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
   ZB-V (2 chunks)      T = m(F + B) + (p − 1)·max(f, b) + (p − 2)·max(f − b, 0)     in flight: p on every rank
                        with f = F/2 and b = B_in/2 the per-chunk forward and input-gradient times, for m >= 2p − 1
                        and f <= 2b (found exactly by the simulator on this order; beyond it the simulator rules)
+  V-Half, V-Min        T = m(F + B) + the idle time of the simulator on the order (`v_memory_bubble`): about
+                       (p − 1)(F + B)/2 and 2/3 of that when F = B_in = W; in flight (p + 2)//2 and (p + 4)//3
+                       micro-batches where W frees the activations (the paper's count), off the order here
   wave, v = 2W chunks  T = m(F + B) + 2(p − 1)·max(F, B)/v                  in flight: Σ over the rank's chunks
                        exact for m >= v·p, an upper bound from 2p          c of min(v·p − c, m), over v
 Interleaved needs m % p == 0. ZB-H1 and ZB-H2 (Qi et al. 2024) split backward into input gradient B_in and
@@ -26,6 +29,9 @@ the first rank holds the embedding and the loss) and fixes every F, B and W in t
 torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBubble"): 2(p − d) − 1
 forwards of the down chunk, d pairs of up/down forwards, p − d up-chunk F/B/W triples, then F-B-W on
 either chunk in turn, and a cool-down that drains the input gradients before the weight gradients.
+V-Half and V-Min (Qi et al., "Pipeline Parallelism with Controllable Memory", NeurIPS 2024) place their two chunks
+as ZB-V does and order the ops as the paper builds them: a building block repeated, squeezed at both ends within its
+peak memory, W passes in the free slots (cost_models.pipeline.controllable_memory).
 The wave (Hanayo, Liu et al. SC'23) places 2W chunks per rank in W waves, each down the ranks and back up
 (`meshcore.wave_rank`): a micro-batch turns at either end without a send, and embedding and loss share rank
 0. Hanayo's own runtime order is not reproduced here (its paper's figures are not to hand); this order is
@@ -39,8 +45,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from cost_models.pipeline.controllable_memory import VMemory, v_memory_order
 from cost_models.pipeline.dualpipe import dualpipev_order
-from cost_models.pipeline.simulator import Op, OpKind, Program
+from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, makespan
 from cost_models.pipeline.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
 from meshcore import WAVE_PLACED, Schedule, wave_chunks, wave_rank
 
@@ -56,13 +63,20 @@ LAUNCHERS: dict[Schedule, tuple[str, ...]] = {
                      "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
     Schedule.ZB_V: ("torchtitan (ZBVZeroBubble)",),
     Schedule.DUALPIPE_V: ("torchtitan (DualPipeV)", "torch.distributed.pipelining's ScheduleDualPipeV"),
+    Schedule.V_HALF: ("torchtitan (ZBVZeroBubble's V placement, running the action list of meshplan emit --to "
+                      "torch-actions)", "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
+    Schedule.V_MIN: ("torchtitan (ZBVZeroBubble's V placement, running the action list of meshplan emit --to "
+                     "torch-actions)", "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
     Schedule.WAVE: ("torchtitan with one wave (ZBVZeroBubble's V placement, running the action list of meshplan emit "
                     "--to torch-actions)",
                     "torch.distributed.pipelining's _PipelineScheduleRuntime (that action list)"),
 }
-SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPE_V})
+SPLIT_BACKWARD = frozenset({Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.V_HALF,
+                            Schedule.V_MIN})
 ORDERED_W = frozenset({Schedule.ZB_H1, Schedule.ZB_H2})  # one chunk per rank, every W placed by the order
-PEAKS_OF_ORDER = ORDERED_W | {Schedule.DUALPIPE_V}  # activations in flight counted off the order (`order_peaks`)
+V_MEMORY = {Schedule.V_HALF: VMemory.HALF, Schedule.V_MIN: VMemory.MIN}  # cost_models.pipeline.controllable_memory
+# activations in flight counted off the order (`order_peaks`)
+PEAKS_OF_ORDER = ORDERED_W | {Schedule.DUALPIPE_V, Schedule.V_HALF, Schedule.V_MIN}
 
 
 def placement(pp: int, vpp: int, schedule: Schedule = Schedule.INTERLEAVED_1F1B) -> tuple[int, ...]:
@@ -87,6 +101,8 @@ def closed_form(schedule: Schedule, pp: int, m: int, vpp: int, forward: float, b
         return m * (f + b) + dualpipev_bubble(pp, f / 2, b_in / 2, (b - b_in) / 2)
     if schedule is Schedule.WAVE:
         return m * (f + b) + wave_bubble(pp, f / vpp, b / vpp)
+    if schedule in V_MEMORY:
+        return m * (f + b) + v_memory_bubble(schedule, pp, m, f / 2, b_in / 2, (b - b_in) / 2)
     w = b - b_in
     if schedule is Schedule.ZB_H2:
         return m * (f + b) + (pp - 1) * max(f, f + b_in - 2 * w)
@@ -105,6 +121,17 @@ def dualpipev_bubble(pp: int, chunk_forward: float, chunk_input_grad: float, chu
     (the simulator on this order) where 2b − w <= f, an upper bound on every case tests/test_schedules.py runs; the
     simulator prices any other."""
     return (pp - 1) * max(chunk_forward, 2 * chunk_input_grad - chunk_weight_grad)
+
+
+def v_memory_bubble(schedule: Schedule, pp: int, m: int, chunk_forward: float, chunk_input_grad: float,
+                    chunk_weight_grad: float) -> float:
+    """Idle time V-Half or V-Min adds to m(F + B) on uniform stages, from per-chunk times: the simulator on the order
+    (its warm-up and cool-down are squeezed greedily, no closed form; about (p − 1)(F + B)/2 for V-Half and 2/3 of it
+    for V-Min when F = B_in = W, the paper's)."""
+    prog = program(schedule, pp, m, 2)
+    n = len(prog.placement)
+    durations = Durations((chunk_forward,) * n, (chunk_input_grad,) * n, (chunk_weight_grad,) * n, (1.0,) * n)
+    return makespan(prog, durations) - m * 2 * (chunk_forward + chunk_input_grad + chunk_weight_grad)
 
 
 def wave_bubble(pp: int, chunk_forward: float, chunk_backward: float) -> float:
@@ -180,6 +207,10 @@ def program(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> Program:
     if schedule is Schedule.DUALPIPE_V:
         return Program(pp, placement(pp, 2, schedule), tuple(dualpipev_order(d, pp, m) for d in range(pp)),
                        split_backward=True, explicit_w=True)
+    if schedule in V_MEMORY:
+        return Program(pp, placement(pp, 2, schedule),
+                       tuple(v_memory_order(V_MEMORY[schedule], d, pp, m) for d in range(pp)), split_backward=True,
+                       explicit_w=True)
     if schedule in ORDERED_W:
         build = zb_h1_order if schedule is Schedule.ZB_H1 else zb_h2_order
         return Program(pp, placement(pp, 1), tuple(build(d, pp, m) for d in range(pp)), split_backward=True,

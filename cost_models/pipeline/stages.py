@@ -12,6 +12,8 @@ Per-stage times t_i (forward + backward of one micro-batch, all chunks of the ra
 - DualPipeV:       T = m·max_i t_i + cost_models.pipeline.schedules.dualpipev_bubble on the largest per-chunk forward
 and
                    2b − w (b, w the per-chunk input and weight gradients)
+- V-Half, V-Min:   T = m·max_i t_i + cost_models.pipeline.schedules.v_memory_bubble on the largest per-chunk F, B
+                   and W (the simulator on the uniform order; it re-prices uneven stages)
 - wave, v chunks:  T = m·max_i t_i + cost_models.pipeline.schedules.wave_bubble on the largest per-chunk forward and
                    backward times (the slowest chunk paces every hand-off; the simulator re-prices)
 Each reduces to the uniform closed form of cost_models.pipeline.schedules, which the discrete-event simulator
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cost_models.pipeline.schedules import W_SHARE, dualpipev_bubble, wave_bubble, zbv_bubble
+from cost_models.pipeline.schedules import V_MEMORY, W_SHARE, dualpipev_bubble, v_memory_bubble, wave_bubble, zbv_bubble
 from meshcore import Schedule
 
 
@@ -42,6 +44,11 @@ def pipeline_time(stage_times: Sequence[float], num_microbatches: int, vpp: int,
         worst_b = max((2 * (t - f - w) - w) / 2 for t, f, w in zip(stage_times, forward_times, hidden_weight_grad,
                                                                    strict=True))
         return m * worst + dualpipev_bubble(len(stage_times), chunk_f, worst_b, 0.0)
+    if schedule in V_MEMORY:  # the uniform order's idle time on the slowest chunk's F, B and W
+        chunk_f = max(f / 2 for f in forward_times)
+        chunk_w = max(w / 2 for w in hidden_weight_grad)
+        chunk_b = max((t - f - w) / 2 for t, f, w in zip(stage_times, forward_times, hidden_weight_grad, strict=True))
+        return m * worst + v_memory_bubble(schedule, len(stage_times), m, chunk_f, chunk_b, chunk_w)
     if schedule is Schedule.WAVE:
         chunk = max(max(f, t - f) for t, f in zip(stage_times, forward_times, strict=True)) / vpp
         return m * worst + wave_bubble(len(stage_times), chunk, chunk)
@@ -79,6 +86,8 @@ def bubble_fraction(schedule: Schedule, pp: int, num_microbatches: int, vpp: int
         return zbv_bubble(pp, 0.5, (1 - W_SHARE) * 2 * 0.5) / (3 * num_microbatches)
     if schedule is Schedule.DUALPIPE_V:  # per-chunk forward 1/2, input and weight gradient 1/2 each (F = 1, B = 2)
         return dualpipev_bubble(pp, 0.5, 0.5, 0.5) / (3 * num_microbatches)
+    if schedule in V_MEMORY:  # per-chunk forward 1/2, input and weight gradient 1/2 each (F = 1, B = 2)
+        return v_memory_bubble(schedule, pp, num_microbatches, 0.5, 0.5, 0.5) / (3 * num_microbatches)
     if schedule is Schedule.WAVE:  # per-chunk forward 1/v and backward 2/v of a stage's F + B = 3
         return wave_bubble(pp, 1 / vpp, 2 / vpp) / (3 * num_microbatches)
     return (pp - 1) / num_microbatches

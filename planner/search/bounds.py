@@ -17,7 +17,7 @@ from cost_models.pipeline.schedules import W_SHARE, wave_bubble
 from cost_models.pipeline.stages import ZB_HIDES
 from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
-from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
+from meshcore import GIB, V_SHAPED, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
@@ -107,7 +107,7 @@ class SearchBounds(RankMemory):
         """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
         if schedule in ZB_HIDES:  # each stage but the last hides at most ZB_HIDES weight gradients
             return p * a - ZB_HIDES[schedule] * W_SHARE * p * b
-        if schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V):
+        if schedule in V_SHAPED:
             return a + (p - 1) * f / 2
         if schedule is Schedule.WAVE:
             return a + 2 * (p - 1) * max(f, a - f) / v
@@ -210,7 +210,7 @@ class SearchBounds(RankMemory):
         if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r
             # its bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
-        if c.schedule is Schedule.DUALPIPE_V:  # its bubble (p − 1)·max(f, 2b − w) is at least (p − 1)·f
+        if c.schedule in V_SHAPED:  # DualPipeV's (p − 1)·max(f, 2b − w), any V's: rank p − 1 waits p − 1 forwards
             return slowest * m + (c.pp - 1) * forward / 2 + tail
         if c.schedule is Schedule.WAVE:
             chunk = max(forward, stage - forward) / c.vpp

@@ -36,7 +36,7 @@ from cost_models.compute.knobs import LayerTime
 from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE
 from cost_models.pipeline.simulator import Durations, Program
 from cost_models.step import pipeline_hop_time
-from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
+from meshcore import GIB, V_SHAPED, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from planner.search.bounds import SearchBounds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.simulate import simulable
@@ -253,7 +253,7 @@ def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[flo
             if late >= 1.0:
                 row.append(((1 - weight_share) * before + late * e + 2 * d * hop, 1 - weight_share, 0.0, late))
         else:
-            v_split = schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V)  # a V whose first ops are forwards
+            v_split = schedule in V_SHAPED  # a V whose first ops are forwards
             share = forward_share if v_split else 1.0
             sends = d * hop if v_split else 2 * d * hop
             row = [(m * e + sends - share * tau * d, 0.0, share * tau / vpp, float(m))]

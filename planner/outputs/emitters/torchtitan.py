@@ -8,7 +8,7 @@ split is written exactly as module_fqns_per_model_part (tok_embeddings, layers.i
 module names of torchtitan's decoder models). Schedules: "GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble",
 "DualPipeV" (their stages in model order; torchtitan places them as a V itself). The schedules torchtitan has no
 name for run from meshplan's op order (`BY_ACTIONS`): a one-wave plan (the wave with two chunks per rank) names
-"ZBVZeroBubble" for that V placement, ZB-H1 and ZB-H2 name "1F1B" for one stage per rank, and
+"ZBVZeroBubble" for that V placement, as do V-Half and V-Min, ZB-H1 and ZB-H2 name "1F1B" for one stage per rank, and
 `pipeline_parallel_schedule_csv` gives the order, the action list `meshplan emit --to torch-actions` writes, which
 torch's _PipelineScheduleRuntime then runs.
 Recomputation: activation_checkpoint.mode none / selective (per-op) / full; per-stage partial counts do not exist.
@@ -58,7 +58,8 @@ SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INT
              Schedule.ZB_V: "ZBVZeroBubble", Schedule.DUALPIPE_V: "DualPipeV"}
 # Schedules torchtitan runs from meshplan's action list (pipeline_parallel_schedule_csv), each with the named schedule
 # whose stage placement it shares: one stage per rank (1F1B's) or a V of two (ZBVZeroBubble's)
-BY_ACTIONS = {Schedule.WAVE: Schedule.ZB_V, Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
+BY_ACTIONS = {Schedule.WAVE: Schedule.ZB_V, Schedule.V_HALF: Schedule.ZB_V, Schedule.V_MIN: Schedule.ZB_V,
+              Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
               Schedule.ZB_H2: Schedule.ONE_F_ONE_B}
 
 
