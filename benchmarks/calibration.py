@@ -78,8 +78,13 @@ SIBLINGS = {"ampere": ("a100-80gb", "a100-40gb"), "hopper": ("h100-sxm", "h200",
 PARAMS = {
     "ampere": (Param.GEMM_SCALE, Param.GEMM_SHIFT, Param.OVERLAP_EFFICIENCY, Param.MEMORY_EFFICIENCY,
                Param.SCALE_UP_EFFICIENCY, Param.SCALE_OUT_EFFICIENCY),
+    # hopper's scale_up_efficiency is measured, not fitted: NCCL's ring bus bandwidth on 8 H100 over NVLink 4, 370 of
+    # 450 GB/s (NVIDIA/nccl-tests#212; prior_hopper.yaml), 0.82. The step times hardly see it (a TP-heavy run moves
+    # 0.3-2 % between 0.82 and 0.95) and their residuals on the TP side go both ways (Nemotron-340B TP8 +8 %,
+    # Llama-3.1-405B TP8 -5 to -8 %), so a fit parked it on its 0.95 bound along a flat direction; with it held at
+    # 0.82 the per-runtime leave-one-source-out errors move by at most 0.05 points
     "hopper": (Param.GEMM_SCALE, Param.GEMM_SHIFT, Param.FP8_MATMUL_RATIO, Param.ATTENTION_EFFICIENCY,
-               Param.OVERLAP_EFFICIENCY, Param.SCALE_UP_EFFICIENCY, Param.SCALE_OUT_EFFICIENCY, Param.HOST_OP_US),
+               Param.OVERLAP_EFFICIENCY, Param.SCALE_OUT_EFFICIENCY, Param.HOST_OP_US),
 }
 TARGET_DENSE, TARGET_MOE, TARGET_LOSO = 5.0, 12.0, 10.0
 RECORD = DATA / "accuracy_of_record.yaml"

@@ -1,4 +1,4 @@
-"""Collective communication: an α-β model per collective, aware of which network tier a group uses.
+"""Collective communication as NCCL runs it, aware of which network tier a group uses.
 
 A collective runs over a process group of the layout's mesh (meshcore.mesh: TP innermost, then CP, DP shard,
 DP replicate, PP outermost, Megatron-core's order); the group says how many of its members share one scale-up
@@ -9,13 +9,16 @@ whose layouts have no mesh yet (serving, diffusion, recommendation, MLIP, hetero
 All-reduce, all-gather and reduce-scatter are priced as NCCL runs them (`nccl_choice`, cost_models/comm/nccl.py): the
 algorithm (ring, tree, NVLS, NVLS-tree, PAT) and protocol (LL, LL128, Simple) with the least latency + S / algbw for
 the message size, group size and placement, so small messages pay NCCL's fixed per-call latency and large groups
-a tree's log of the domains where NCCL would run one. All-to-all and send/recv keep the α-β form
-    t = α · steps + factor · S / busbw,   factor: all-to-all (n−1)/n, send/recv 1;  steps: n − 1, send/recv 1.
-A group inside one domain runs at the scale-up bus bandwidth. A group that spans domains runs its inter-domain
-hops through the sending rank's own NIC (rail-aligned: ranks of a group never borrow their node-mates' NICs,
-because those are busy with the node-mates' own groups), so busbw = min(scale-up, NIC per GPU) x achieved share;
-with the runtime's multi-rail rings (PXN) the k members of a domain drive k NICs. This reproduces the ZeRO-3
-scaling of Narayanan et al. 2021 Table 2 where an ideal node-aggregated model is several times too fast.
+a tree's log of the domains where NCCL would run one. All-to-all and send/recv are NCCL's grouped point-to-point
+operations (`nccl.p2p_seconds`): NCCL's base latency of the protocol (LL up to 16 KiB per peer) plus one tier
+latency per peer, and each share of the message at its tier's bus bandwidth.
+A group inside one switched domain runs at the scale-up bus bandwidth; in a wired one (DGX-1V) at its links'
+(cost_models/comm/rings.py: rings for the collectives, the pairs' own links for point-to-point). A group that
+spans domains runs its inter-domain hops through the sending rank's own NIC (rail-aligned: ranks of a group never
+borrow their node-mates' NICs, because those are busy with the node-mates' own groups), so busbw = min(scale-up,
+NIC per GPU) x achieved share; with the runtime's multi-rail rings (PXN) the k members of a domain drive k NICs.
+This reproduces the ZeRO-3 scaling of Narayanan et al. 2021 Table 2 where an ideal node-aggregated model is
+several times too fast.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from enum import Enum
 from functools import lru_cache
 
 from cost_models.comm import nccl
-from cost_models.comm.rings import intra_bus
+from cost_models.comm.rings import intra_bus, peer_bus
 from meshcore import ClusterSpec, LinkSpec
 from meshcore.memo import Same
 from meshcore.mesh import Group, Tier
@@ -94,12 +97,11 @@ def collective(kind: Collective, nbytes: float, group: Group, cluster: ClusterSp
         return 0.0
     if kind in NCCL_KINDS:
         return nccl_choice(kind, nbytes, group, cluster, multi_rail).seconds
-    link, crosses = link_of(cluster, group, multi_rail and kind is not Collective.SEND_RECV)
-    alpha = (cluster.scale_out if crosses else cluster.scale_up).latency_us * 1e-6
-    steps = 1 if kind is Collective.SEND_RECV else size - 1
-    if kind is Collective.ALL_REDUCE:
-        steps *= 2
-    return alpha * steps + bandwidth_factor(kind, size) * nbytes / link.bus_bytes_per_s
+    if kind is Collective.ALL_TO_ALL:
+        return all_to_all(nbytes, group, cluster)
+    g = placement(group, cluster)  # a send/recv: the pair, the whole message over its one path
+    return nccl.p2p_seconds(0.0 if g.crosses else nbytes, nbytes if g.crosses else 0.0, g, cluster,
+                            cluster.scale_up.latency_us, cluster.scale_out.latency_us)
 
 
 def placement(group: Group, cluster: ClusterSpec, multi_rail: bool = False) -> nccl.Placement:
@@ -145,19 +147,18 @@ def all_to_all_time(nbytes: float, size: int, stride: int, cluster: ClusterSpec)
 
 def all_to_all(nbytes: float, group: Group, cluster: ClusterSpec) -> float:
     """One all-to-all in which every rank sends `nbytes` in all, an equal share to each of the group's `size` ranks
-    (expert-parallel token dispatch). NCCL runs it as concurrent send/recv pairs: the (k − 1)/size share to
-    the group's members in the same scale-up domain goes over NVLink, the (size − k)/size share to the
-    others through the rank's own NIC (rail-optimised fabrics), both at once; each of the size − 1 peers
-    costs one latency of the slowest tier it uses."""
+    (expert-parallel token dispatch), as NCCL runs it: grouped send/recv to every peer at once
+    (`nccl.p2p_seconds`): the (k − 1)/size share to the group's members in the same scale-up domain over NVLink
+    (on a wired domain over the links of each pair, `rings.peer_bus`), the (size − k)/size share to the others
+    through the rank's own NIC (rail-optimised fabrics), both at once; NCCL's base latency plus one latency of
+    its tier per peer."""
     size = group.size
     if nbytes <= 0 or size <= 1:
         return 0.0
-    k = group.per_domain(cluster)
-    inside = nbytes * (k - 1) / size / cluster.scale_up.bus_bytes_per_s
-    if k >= size:
-        return cluster.scale_up.latency_us * 1e-6 * (size - 1) + inside
-    outside = nbytes * (size - k) / size / cluster.scale_out.bus_bytes_per_s
-    return cluster.scale_out.latency_us * 1e-6 * (size - 1) + max(inside, outside)
+    k = max(1, group.per_domain(cluster))
+    g = nccl.Placement(size, k, peer_bus(cluster, group), cluster.scale_out.bus_bytes_per_s if k < size else 0.0)
+    return nccl.p2p_seconds(nbytes * (k - 1) / size, nbytes * (size - k) / size, g, cluster,
+                            cluster.scale_up.latency_us, cluster.scale_out.latency_us)
 
 
 def dedup_dispatch_time(token_bytes: float, copies: int, size: int, stride: int, cluster: ClusterSpec,

@@ -232,3 +232,37 @@ def seconds(kind: Kind, nbytes: float, g: Placement, cluster: ClusterSpec) -> fl
     if nbytes <= 0 or g.ranks <= 1:
         return 0.0
     return choose(kind, nbytes, g, cluster).seconds
+
+
+P2P_LL_MAX_BYTES = 16384  # NCCL_P2P_LL_THRESHOLD's default: point-to-point messages up to 16 KiB go with LL
+
+
+def p2p_seconds(inside: float, outside: float, g: Placement, cluster: ClusterSpec, hop_up_us: float,
+                hop_out_us: float) -> float:
+    """Grouped point-to-point operations as NCCL runs send/recv and all-to-all (ncclGroupStart, one ncclSend and
+    ncclRecv per peer, ncclGroupEnd): `inside` bytes to the g.per_domain − 1 peers in the rank's scale-up domain
+    and `outside` bytes to the g.ranks − g.per_domain others, all at once:
+
+        t = base(p) + (k − 1) · hop_up + (n − k) · hop_out + max(inside / B_in(p), outside / B_out(p))
+
+    base(p): NCCL's base latency of the protocol (tuning.cc, ring row: the kernel and its proxy), p LL where one
+    peer's message is at most P2P_LL_MAX_BYTES and Simple above; hop_up / hop_out: the tiers' per-message latency
+    (the profile's scale_up_latency_us / latency_us: what `meshplan profile network` measures), one per peer;
+    B_in = g.intra, B_out = g.inter, the achieved bus bandwidths (LL: half of them, at most its cap, as for rings).
+    A send/recv is the group of its two ranks with the whole message inside or outside. nccl-tests' sendrecv_perf
+    reports busbw = algbw for it, alltoall_perf busbw = algbw · (n − 1)/n."""
+    k, n = g.per_domain, g.ranks
+    peers_in, peers_out = max(k - 1, 0), max(n - k, 0)
+    biggest = max(inside / peers_in if peers_in else 0.0, outside / peers_out if peers_out else 0.0)
+    if biggest <= 0:
+        return 0.0
+    p = Protocol.LL if biggest <= P2P_LL_MAX_BYTES else Protocol.SIMPLE
+    spec = cluster.collectives
+
+    def rate(bus: float, cap_gbs: float) -> float:
+        return min(cap_gbs * 1e9, 0.5 * bus) if p is Protocol.LL else bus
+
+    latency = BASE_US[Algorithm.RING][_P.index(p)] + peers_in * hop_up_us + peers_out * hop_out_us
+    t_in = inside / rate(g.intra, spec.ll_max_gbs) if inside > 0 else 0.0
+    t_out = outside / rate(g.inter, spec.ll_max_net_gbs) if outside > 0 else 0.0
+    return latency * 1e-6 + max(t_in, t_out)

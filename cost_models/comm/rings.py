@@ -100,3 +100,22 @@ def intra_bus(cluster: ClusterSpec, group: Group) -> float:
         host = cluster.host
         return host.pcie_gbs * 1e9 * link.efficiency / max(host.gpus_per_pcie_link, 1)
     return min(rings * spec.link_gbs, link.bandwidth_gbs) * 1e9 * link.efficiency
+
+
+def peer_bus(cluster: ClusterSpec, group: Group) -> float:
+    """Achieved bandwidth (bytes/s) of an all-to-all's traffic inside one scale-up domain, as the bus of its inside
+    share S · (k − 1)/n: every member sends S/n to each of its k − 1 domain peers at once, each over the links
+    between the two (no rings: NCCL's point-to-point goes straight to the peer), so the pair with the fewest links
+    sets the pace, B = (k − 1) · min over pairs of links · link_gbs (PCIe through the host where a pair has none),
+    at most the GPU's own scale_up_gbs; a switched domain's scale-up bus."""
+    link = cluster.scale_up
+    spec = cluster.collectives
+    instances = _instances(group, cluster.scale_up_size) if spec.links else []
+    if not instances:
+        return link.bus_bytes_per_s
+    host = cluster.host
+    pcie = host.pcie_gbs / max(host.gpus_per_pcie_link, 1)
+    slowest = min(spec.links[a][b] * spec.link_gbs or pcie for members in instances
+                  for i, a in enumerate(members) for b in members[i + 1:])
+    peers = max(len(members) for members in instances) - 1
+    return min(peers * slowest, link.bandwidth_gbs) * 1e9 * link.efficiency
