@@ -58,6 +58,9 @@ from planner.search.ilp import Solver
 if TYPE_CHECKING:
     from planner.search.space import SearchSpec
 
+# the choices of --schedule, listed in its help: as typer's [a|b|...] metavar they overflow 80 columns
+SCHEDULE_NAMES = ", ".join(s.value for s in Schedule)
+
 
 @app.command()
 def evaluate(
@@ -88,8 +91,8 @@ def evaluate(
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = distributed optimizer).")] = 0,
     dp_replicate: Annotated[int, typer.Option(help="HSDP: the replicate factor of dp (ZeRO shards over cp·dp / this "
                                                    "many ranks, all-reduced over this many replicas; 1: none).")] = 1,
-    schedule: Annotated[Schedule | None, typer.Option(help="Pipeline schedule (default: 1f1b, interleaved-1f1b "
-                                                           "with --vpp > 1).")] = None,
+    schedule: Annotated[Schedule | None, typer.Option(metavar="SCHEDULE", help=(
+        f"Pipeline schedule: {SCHEDULE_NAMES} (default: 1f1b, interleaved-1f1b with --vpp > 1)."))] = None,
     dtype: DtypeOpt = Dtype.BF16,
     attention: Attention = AttentionKernel.FLASH,
     moe_capacity_factor: CapacityFactor = None,
@@ -173,7 +176,8 @@ def plan(
     lora_rank: LoraRank = 0,
     packed_doc_len: PackedDocLen = None,
     sp: Annotated[bool | None, typer.Option("--sp/--no-sp", help="Pin sequence parallelism.")] = None,
-    schedule: Annotated[Schedule | None, typer.Option(help="Pin the pipeline schedule.")] = None,
+    schedule: Annotated[Schedule | None, typer.Option(metavar="SCHEDULE", help=(
+        f"Pin the pipeline schedule: {SCHEDULE_NAMES}."))] = None,
     runtime_name: RuntimeOpt = DEFAULT_FRAMEWORK,
     launcher: Annotated[EmitTarget | None, typer.Option(help="Plan only what this launcher configuration can "
                                                               "express (its runtime's space, narrowed; e.g. "
