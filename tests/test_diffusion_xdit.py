@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import diffusion_accuracy  # noqa: E402
 
 CASES = yaml.safe_load((ROOT / "benchmarks" / "data" / "inference" / "xdit.yaml").read_text())
-FLAGS = [line for line in (ROOT / "planner" / "outputs" / "emitters" / "xfuser_flags.txt").read_text().splitlines()
+FLAGS = [line for line in (ROOT / "planner" / "workloads" / "diffusion" / "xfuser_flags.txt").read_text().splitlines()
          if line.startswith("--")]
 
 

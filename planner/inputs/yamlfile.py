@@ -16,10 +16,11 @@ from meshcore.inputfile import MAX_SPEC_BYTES, not_a_file, parse_yaml, read_text
 T = TypeVar("T")
 
 
-def packaged_presets(filename: str) -> dict[str, dict[str, Any]]:
-    """The mapping of preset name -> keys in planner/inputs/presets/`filename`."""
-    data: dict[str, dict[str, Any]] = safe_load(
-        (resources.files("planner.inputs") / "presets" / filename).read_text())
+def packaged_presets(filename: str, package: str | None = None) -> dict[str, dict[str, Any]]:
+    """The mapping of preset name -> keys in the packaged file `filename`: in planner/inputs/presets/ (the training
+    models) or, given a workload's `package`, beside its code in planner/workloads/<name>/."""
+    where = resources.files(package) if package else resources.files("planner.inputs") / "presets"
+    data: dict[str, dict[str, Any]] = safe_load((where / filename).read_text())
     return data
 
 

@@ -1,4 +1,4 @@
-"""Diffusion-transformer inputs: presets (presets/diffusion.yaml) and model YAML files -> DiffusionModel."""
+"""Diffusion-transformer inputs: presets (presets.yaml beside this module) and model YAML files -> DiffusionModel."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ _FLOATS = ("encoder_params", "published_params")
 
 @functools.cache
 def _preset_data() -> dict[str, dict[str, Any]]:
-    return packaged_presets("diffusion.yaml")
+    return packaged_presets("presets.yaml", __package__)
 
 
 def diffusion_preset_names() -> list[str]:

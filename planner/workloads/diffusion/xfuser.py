@@ -1,6 +1,6 @@
 """The xDiT (xfuser) launch line of a diffusion plan: `torchrun` over the plan's GPUs running xDiT's example script
-for the model with the layout's degrees (flags in emitters/xfuser_flags.txt, checked against xfuser's own parser in
-tests/test_diffusion_xdit.py)."""
+for the model with the layout's degrees (flags in xfuser_flags.txt beside this module, checked against xfuser's
+own parser in tests/test_diffusion_xdit.py)."""
 
 from __future__ import annotations
 

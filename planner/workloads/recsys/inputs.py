@@ -1,5 +1,5 @@
-"""Recommendation-model inputs: presets (presets/recsys.yaml) and tables YAML files -> RecModel. Unknown or missing
-keys are errors that list the allowed ones."""
+"""Recommendation-model inputs: presets (presets.yaml beside this module) and tables YAML files -> RecModel.
+Unknown or missing keys are errors that list the allowed ones."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ TABLE_OPTIONAL = ("pooling", "skew", "dtype")
 
 @functools.cache
 def _preset_data() -> dict[str, dict[str, Any]]:
-    return packaged_presets("recsys.yaml")
+    return packaged_presets("presets.yaml", __package__)
 
 
 def recsys_preset_names() -> list[str]:
