@@ -3,19 +3,15 @@ fastest measured layout, and the xfuser launch line against xfuser's own parser.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import logging
 import shlex
 import sys
-import types
-from importlib.metadata import PackageNotFoundError, files
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from stubbed_load import load_with_stubs
 
 from hardware_profiles import load_hardware
 from planner.workloads.diffusion.comm import sdpa_flash_rate, sockets_spanned
@@ -106,51 +102,12 @@ def test_emitted_flags_are_xfusers() -> None:
             assert words[0] == "torchrun" and f"--nproc_per_node={min(layout.gpus, 8)}" in words
 
 
-class _Stub(types.ModuleType):
-    __path__: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return logging.getLogger if name == "init_logger" else type(name, (), {})
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Every `xfuser.*` import but the parser's own file: xfuser's package imports need an accelerator (its envs
-    module raises without one), its argument parser does not."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name == "xfuser" or name.startswith("xfuser."):
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return _Stub(spec.name)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
 def _xfuser_parser() -> Any:
-    try:
-        path = next(f for f in files("xfuser") or [] if str(f).endswith("xfuser/config/args.py")).locate()
-    except (PackageNotFoundError, StopIteration):
-        pytest.skip("xfuser is not installed (pip install -e '.[validate]')")
-    saved = {k: v for k, v in sys.modules.items() if k == "xfuser" or k.startswith("xfuser.")}
-    for key in saved:
-        del sys.modules[key]
-    finder = _StubFinder()
-    sys.meta_path.insert(0, finder)
-    try:
-        spec = importlib.util.spec_from_file_location("_xfuser_args", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.meta_path.remove(finder)
-        for key in [k for k in sys.modules if k == "xfuser" or k.startswith("xfuser.")]:
-            del sys.modules[key]
-        sys.modules.update(saved)
+    """xfuser/config/args.py with every other `xfuser.*` import stubbed: xfuser's package imports need an accelerator
+    (its envs module raises without one), its argument parser does not."""
+    module: Any = load_with_stubs("xfuser", "xfuser/config/args.py", "_xfuser_args", ("xfuser",),
+                                  lambda name: logging.getLogger if name == "init_logger" else type(name, (), {}),
+                                  "pip install -e '.[validate]'")
     parser = module.FlexibleArgumentParser()
     module.xFuserArgs.add_cli_args(parser)
     return parser

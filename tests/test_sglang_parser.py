@@ -8,16 +8,11 @@ is not checked here."""
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import shlex
-import sys
-import types
-from importlib.metadata import PackageNotFoundError, files
 from typing import Any
 
 import pytest
+from stubbed_load import load_with_stubs
 
 from meshcore.inference import KvFormat, ReplicaLayout, WeightFormat
 from planner.workloads.serving.launch import sglang_commands
@@ -51,54 +46,10 @@ class _Anything:
         return (object,)
 
 
-class _Stub(types.ModuleType):
-    __path__: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Anything()
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return _Stub(spec.name)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
-
-
-def _owned(name: str) -> bool:
-    return name.split(".")[0] in STUBBED
-
-
 @pytest.fixture(scope="module")
 def sglang_parser() -> argparse.ArgumentParser:
-    try:
-        path = next(f for f in files("sglang") or [] if str(f).endswith("sglang/srt/server_args.py")).locate()
-    except (PackageNotFoundError, StopIteration):
-        pytest.skip("sglang is not installed (pip install --no-deps sglang==0.5.4, as .ci/run does)")
-    saved = {k: v for k, v in sys.modules.items() if _owned(k)}
-    for key in saved:
-        del sys.modules[key]
-    finder = _StubFinder()
-    sys.meta_path.insert(0, finder)
-    try:
-        spec = importlib.util.spec_from_file_location("_sglang_server_args", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while building ServerArgs
-        spec.loader.exec_module(module)
-    finally:
-        sys.meta_path.remove(finder)
-        for key in [k for k in sys.modules if _owned(k) or k == "_sglang_server_args"]:
-            del sys.modules[key]
-        sys.modules.update(saved)
+    module: Any = load_with_stubs("sglang", "sglang/srt/server_args.py", "_sglang_server_args", STUBBED,
+                                  lambda name: _Anything(), "pip install --no-deps sglang==0.5.4, as .ci/run does")
     parser = argparse.ArgumentParser(exit_on_error=False)
     module.ServerArgs.add_cli_args(parser)
     return parser
