@@ -12,7 +12,7 @@ from meshcore.errors import InfeasibleError, InputError, SpecError
 from planner.workloads.recsys.cost import evaluate_sharding, zipf_share
 from planner.workloads.recsys.inputs import load_recsys_model, recsys_from_mapping, recsys_preset_names
 from planner.workloads.recsys.search import brute_force, plan_sharding
-from planner.workloads.recsys.spec import EmbeddingTable, RecJob, RecModel, ShardingKind, Storage
+from planner.workloads.recsys.spec import EmbeddingTable, RecJob, RecModel, RecRuntime, ShardingKind, Storage
 
 
 def _model(rng: random.Random, tables: int) -> RecModel:
@@ -24,13 +24,15 @@ def _model(rng: random.Random, tables: int) -> RecModel:
                      for i in range(tables)))
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_ilp_equals_brute_force(seed: int) -> None:
+@pytest.mark.parametrize("seed,runtime", [(s, RecRuntime.TORCHREC) for s in range(6)]
+                         + [(s, RecRuntime.DLE) for s in range(6, 9)])
+def test_ilp_equals_brute_force(seed: int, runtime: RecRuntime) -> None:
     rng = random.Random(seed)
     gpus = rng.choice([2, 3])
     model = _model(rng, rng.choice([2, 3]))
     memory = rng.choice([2.4, 3.0, 80.0])  # GiB: tight enough that placement matters
-    job = RecJob(batch=gpus * rng.choice([1024, 8192]), gpus=gpus, host_gib=rng.choice([0.0, 4.0]))
+    job = RecJob(batch=gpus * rng.choice([1024, 8192]), gpus=gpus, host_gib=rng.choice([0.0, 4.0]),
+                 runtime=runtime)
     cluster = load_hardware("h100-sxm", gpus, HardwareOverrides(memory_gib=memory))
     best = brute_force(model, job, cluster, min_column_dim=32)
     if best is None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from meshcore.checks import MAX_GPUS, TIME_LIMIT_S
+from meshcore.checks import MAX_GPUS, TIME_LIMIT_S, choice
 from planner.commands.common import Hardware, MemoryGib, app, check, output_path, run, write_and_print
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ def plan_cmd(
     = "data_parallel,table_wise,row_wise,column_wise",
     min_column_dim: Annotated[int, typer.Option(help="Narrowest column shard (TorchRec's MIN_CW_DIM).")] = 128,
     time_limit: Annotated[float, typer.Option(help="ILP time limit, seconds.")] = 30.0,
+    runtime: Annotated[str, typer.Option(help="Training code: torchrec (FBGEMM's fused kernels) or dle (NVIDIA "
+                                              "DeepLearningExamples' DLRM: sparse gradients, bottom MLP on GPU 0).")]
+    = "torchrec",
     memory_gib: MemoryGib = None,
     out: Annotated[Path | None, typer.Option(parser=output_path, help="Write the plan here (.yaml, or .json).")] = None,
     emit: Annotated[str | None, typer.Option(help="Also print the sharding plan for: torchrec.")] = None,
@@ -65,7 +68,7 @@ def plan_cmd(
         from planner.workloads.recsys.inputs import load_recsys_model
         from planner.workloads.recsys.plan import recsys_document, recsys_summary
         from planner.workloads.recsys.search import plan_sharding
-        from planner.workloads.recsys.spec import RecJob
+        from planner.workloads.recsys.spec import RecJob, RecRuntime
         from planner.workloads.recsys.torchrec import torchrec_python
 
         check({"--gpus": (gpus, 1, MAX_GPUS), "--min-column-dim": (min_column_dim, 1, 2**24)},
@@ -76,7 +79,8 @@ def plan_cmd(
             raise InputError("--emit-out needs --emit torchrec")
         kinds = _kinds(shardings)
         try:
-            job = RecJob(batch, gpus, host_gib, host_gbs, cache_ratio)
+            job = RecJob(batch, gpus, host_gib, host_gbs, cache_ratio,
+                         runtime=choice(RecRuntime, runtime, "--runtime"))
         except SpecError as exc:
             raise InputError(str(exc)) from None
         spec = load_recsys_model(model)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from cost_models.comm.collectives import Collective, all_to_all_time, collective_time
 from meshcore import ClusterSpec
 from meshcore.enums import GIB
+from planner.workloads.recsys.runtime import execution, host_step_seconds, update_bytes_per_element
 from planner.workloads.recsys.spec import (
     EmbeddingOptimizer,
     EmbeddingTable,
@@ -93,10 +94,14 @@ def lookup_seconds(lookups: float, cols: int, outputs: float, table: EmbeddingTa
         forward  = lookups·cols·e (read rows) + outputs·cols·a (write pooled)
         backward = outputs·cols·a (read gradients) + 2·lookups·cols·e (read, write rows) + 2·lookups·state
     over the achievable HBM bandwidth (e: table bytes per element, a: activation bytes). TorchRec's estimator
-    takes the backward as twice the forward (BWD_COMPUTE_MULTIPLIER = 2); this counts the bytes instead."""
+    takes the backward as twice the forward (BWD_COMPUTE_MULTIPLIER = 2); this counts the bytes instead. A runtime
+    that writes the gradient out and applies it in passes of its own, or casts the pooled rows separately, moves
+    the bytes of runtime.update_bytes_per_element on top."""
     e, a = table.dtype.bytes, job.comm_bytes
     state = state_bytes_per_row(optimizer, cols)
-    moved = lookups * cols * e * 3 + outputs * cols * a * 2 + 2 * lookups * state
+    per_lookup, per_output = update_bytes_per_element(execution(job), e, a)
+    moved = (lookups * cols * (e * 3 + per_lookup) + outputs * cols * (a * 2 + per_output)
+             + 2 * lookups * state)
     return moved / _hbm_rate(cluster)
 
 
@@ -182,13 +187,19 @@ class DenseCost:
     params: int
 
 
-def _mlp_shapes(model: RecModel) -> list[tuple[int, int]]:
-    """(in, out) of every dense GEMM: bottom MLP, DCN's two low-rank factors per cross layer, top MLP."""
+def _bottom_shapes(model: RecModel) -> list[tuple[int, int]]:
+    """(in, out) of the bottom MLP's GEMMs."""
     shapes: list[tuple[int, int]] = []
     width = model.dense_features
     for w in model.bottom_mlp:
         shapes.append((max(width, 1), w))
         width = w
+    return shapes
+
+
+def _top_shapes(model: RecModel) -> list[tuple[int, int]]:
+    """(in, out) of DCN's two low-rank factors per cross layer and of the top MLP's GEMMs."""
+    shapes: list[tuple[int, int]] = []
     features = len(model.tables) + 1
     if model.interaction is Interaction.DCN:
         d0 = features * model.dim
@@ -202,29 +213,62 @@ def _mlp_shapes(model: RecModel) -> list[tuple[int, int]]:
     return shapes
 
 
-def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
-    """GEMMs at 6·b·in·out FLOPs (forward + two backward GEMMs) each at the GPU's efficiency for its size, plus
-    the dot interaction (b·F²·D multiply-adds, batched GEMM, forward and backward); activations moved through
-    HBM four times per layer (write, read forward; same backward) at the element-wise rate; the gradient
-    all-reduce over every GPU overlaps the backward (GpuSpec.exposed). Mixed precision (bf16/fp16 peak)."""
-    b, gpu = job.local_batch, cluster.gpu
+def _mlp_shapes(model: RecModel) -> list[tuple[int, int]]:
+    """(in, out) of every dense GEMM: bottom MLP, DCN's two low-rank factors per cross layer, top MLP."""
+    return _bottom_shapes(model) + _top_shapes(model)
+
+
+def mlp_seconds(shapes: list[tuple[int, int]], batch: float, job: RecJob, cluster: ClusterSpec) -> float:
+    """Forward and backward of GEMMs `shapes` on `batch` samples: 6·b·in·out FLOPs each at the GPU's efficiency
+    for its size, and their activations moved through HBM four times (write, read forward; same backward) at the
+    element-wise rate. Mixed precision (bf16/fp16 peak)."""
+    gpu = cluster.gpu
     peak = gpu.peak_bf16_tflops * 1e12
-    shapes = _mlp_shapes(model)
     seconds = 0.0
     for k, m in shapes:
-        flops = 2.0 * b * k * m
+        flops = 2.0 * batch * k * m
         seconds += 3 * flops / (peak * gpu.matmul_efficiency.at(flops))
+    return seconds + 4 * batch * sum(m for _, m in shapes) * job.comm_bytes / _hbm_rate(cluster)
+
+
+def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
+    """The data-parallel MLPs (mlp_seconds at the local batch; without the bottom MLP where the runtime runs it on
+    one rank, bottom_piece) plus the dot interaction (b·F²·D multiply-adds, batched GEMM, forward and backward) and
+    the pooled features moved four times (twice more, read and written, where the runtime copies them around the
+    all-to-alls: RecExecution.a2a_copies); the gradient all-reduce over every GPU overlaps the backward
+    (GpuSpec.exposed)."""
+    b, gpu, ex = job.local_batch, cluster.gpu, execution(job)
+    peak = gpu.peak_bf16_tflops * 1e12
+    shapes = _top_shapes(model) if ex.bottom_rank is not None else _mlp_shapes(model)
+    seconds = mlp_seconds(shapes, b, job, cluster)
     features = len(model.tables) + 1
     if model.interaction is Interaction.DOT:
         flops = 2.0 * b * features * features * model.dim
         seconds += 3 * flops / (peak * gpu.matmul_efficiency.at(flops / b))
     act = b * (sum(m for _, m in shapes) + features * model.dim) * job.comm_bytes
-    seconds += 4 * act / _hbm_rate(cluster)
+    seconds += (8 if ex.a2a_copies else 4) * b * features * model.dim * job.comm_bytes / _hbm_rate(cluster)
     params = sum(k * m + m for k, m in shapes)
     allreduce = collective_time(Collective.ALL_REDUCE, params * 4.0, job.gpus, 1, cluster)
     exposed = gpu.exposed(allreduce, seconds * 2 / 3)
     memory = params * DENSE_STATE_BYTES + 2 * act + BUFFER_GIB * GIB
     return DenseCost(seconds, exposed, memory, params)
+
+
+def bottom_pieces(model: RecModel, job: RecJob, cluster: ClusterSpec) -> list[PieceCost]:
+    """Each rank's share of a bottom MLP that one rank runs on the global batch (runtime.RecExecution.bottom_rank;
+    none where it is data parallel): its holder computes it (mlp_seconds at the global batch), keeps its weights
+    and optimizer state, and sends every other rank its samples' outputs in the all-to-all, (n-1)/n·B·D·a bytes;
+    every other rank receives b·D·a."""
+    rank = execution(job).bottom_rank
+    if rank is None:
+        return [PieceCost() for _ in range(job.gpus)]
+    n, b, big_b, a, d = job.gpus, job.local_batch, job.batch, job.comm_bytes, model.dim
+    shapes = _bottom_shapes(model)
+    params = sum(k * m + m for k, m in shapes)
+    holder = PieceCost(compute_s=mlp_seconds(shapes, big_b, job, cluster), send_bytes=(n - 1) / n * big_b * d * a,
+                       hbm_bytes=params * DENSE_STATE_BYTES + 2 * big_b * sum(m for _, m in shapes) * a)
+    other = PieceCost(recv_bytes=b * d * a)
+    return [holder if g == rank else other for g in range(n)]
 
 
 @dataclass(frozen=True)
@@ -251,7 +295,7 @@ def rank_costs(model: RecModel, job: RecJob, cluster: ClusterSpec,
                shardings: tuple[TableSharding, ...]) -> list[PieceCost]:
     """Sum every piece's share onto each rank."""
     by_name = {t.name: t for t in model.tables}
-    ranks = [PieceCost() for _ in range(job.gpus)]
+    ranks = bottom_pieces(model, job, cluster)
     for s in shardings:
         table = by_name[s.table]
         if s.kind in (ShardingKind.ROW_WISE, ShardingKind.DATA_PARALLEL):
@@ -266,11 +310,12 @@ def rank_costs(model: RecModel, job: RecJob, cluster: ClusterSpec,
 
 def evaluate_sharding(model: RecModel, job: RecJob, cluster: ClusterSpec,
                       shardings: tuple[TableSharding, ...]) -> RecEvaluation:
-    """Step time = dense compute + exposed dense all-reduce + the slowest rank's embedding time."""
+    """Step time = dense compute + exposed dense all-reduce + the slowest rank's embedding time (with a bottom MLP
+    on one rank, that rank's) + the host time the runtime exposes per step (runtime.host_step_seconds)."""
     dense = dense_cost(model, job, cluster)
     ranks = rank_costs(model, job, cluster, shardings)
     rank_s = tuple(rank_seconds(r, job, cluster) for r in ranks)
-    step = dense.compute_s + dense.allreduce_s + max(rank_s)
+    step = dense.compute_s + dense.allreduce_s + max(rank_s) + host_step_seconds(execution(job), cluster)
     hbm_cap = cluster.gpu.memory_gib * GIB - dense.memory_bytes
     return RecEvaluation(step, job.batch / step, dense, rank_s, tuple(r.hbm_bytes for r in ranks),
                          tuple(r.host_bytes for r in ranks), hbm_cap, job.host_gib * GIB)

@@ -22,9 +22,11 @@ def recsys_document(plan: RecPlan, cluster: ClusterSpec) -> dict[str, Any]:
     return {
         "meshplan_version": MESHPLAN_VERSION, "workload": "recsys", "model": plan.model.name,
         "hardware": cluster.name, "gpus": job.gpus, "batch": job.batch, "host_gib_per_gpu": job.host_gib,
+        "runtime": job.runtime.value,
         "prediction": {"step_time_s": _r(ev.step_s), "samples_per_s": _r(ev.samples_per_s),
                        "dense_compute_s": _r(ev.dense.compute_s), "dense_allreduce_exposed_s": _r(ev.dense.allreduce_s),
                        "embedding_s_per_rank": [_r(x) for x in ev.rank_s],
+                       "host_s": _r(ev.step_s - ev.dense.compute_s - ev.dense.allreduce_s - max(ev.rank_s)),
                        "hbm_gib_per_rank": [_r(x / GIB) for x in ev.hbm_bytes],
                        "hbm_capacity_gib": _r(ev.hbm_capacity / GIB),
                        "host_gib_per_rank": [_r(x / GIB) for x in ev.host_bytes]},
@@ -40,7 +42,9 @@ def recsys_summary(doc: dict[str, Any]) -> str:
     lines = [f"{doc['model']} on {doc['gpus']} x {doc['hardware']}, batch {doc['batch']}",
              f"step {p['step_time_s'] * 1e3:.3f} ms, {p['samples_per_s'] / 1e6:.2f} M samples/s "
              f"(dense {p['dense_compute_s'] * 1e3:.3f} ms + all-reduce {p['dense_allreduce_exposed_s'] * 1e3:.3f} ms "
-             f"+ slowest rank's embeddings {max(p['embedding_s_per_rank']) * 1e3:.3f} ms)",
+             f"+ slowest rank's embeddings {max(p['embedding_s_per_rank']) * 1e3:.3f} ms"
+             f"{' + host ' + format(p['host_s'] * 1e3, '.3f') + ' ms' if p.get('host_s') else ''}; "
+             f"runtime {doc.get('runtime', 'torchrec')})",
              f"HBM per rank {min(p['hbm_gib_per_rank']):.1f}-{max(p['hbm_gib_per_rank']):.1f} GiB of "
              f"{p['hbm_capacity_gib']:.1f} GiB for tables; solver {doc['search']['solver']}, "
              f"{'optimal' if doc['search']['optimal'] else 'gap ' + str(doc['search']['gap'])}",

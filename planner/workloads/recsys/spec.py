@@ -51,6 +51,15 @@ class EmbeddingOptimizer(str, Enum):
     ADAM = "adam"
 
 
+class RecRuntime(str, Enum):
+    """The training code that runs the step (planner/workloads/recsys/runtime.py says what each one runs):
+    TorchRec with FBGEMM's table-batched kernels, or NVIDIA DeepLearningExamples' PyTorch DLRM (`dle`), the code of
+    NVIDIA's published DLRM throughputs."""
+
+    TORCHREC = "torchrec"
+    DLE = "dle"
+
+
 class Interaction(str, Enum):
     """How the pooled embeddings meet the bottom MLP's output: DLRM's pairwise dot products, or DCN-v2's low-rank
     cross layers (MLPerf DLRM-DCNv2)."""
@@ -142,6 +151,7 @@ class RecJob:
     host_gbs: float = 25.0
     cache_ratio: float = 0.2
     comm_bytes: int = 2  # bytes per element of the pooled embeddings in the all-to-alls (fp16/bf16 with AMP)
+    runtime: RecRuntime = RecRuntime.TORCHREC
 
     def __post_init__(self) -> None:
         integer(self.gpus, "--gpus", 1, MAX_GPUS, SpecError)
@@ -154,6 +164,8 @@ class RecJob:
         real(self.cache_ratio, "--cache-ratio", 0.0, 1.0, error=SpecError)
         if self.comm_bytes not in (2, 4):
             raise SpecError(f"comm_bytes must be 2 or 4, got {self.comm_bytes!r}")
+        if not isinstance(self.runtime, RecRuntime):
+            raise SpecError(f"--runtime must be one of {[r.value for r in RecRuntime]}, got {self.runtime!r}"[:300])
 
     @property
     def local_batch(self) -> int:
