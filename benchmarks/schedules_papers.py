@@ -30,7 +30,13 @@ the memory column is counted so). Beside the table's closed forms, the bubble th
 the same (p, m) (benchmarks/data/schedules/controllable_memory_authors.yaml): the closed forms round, and V-Half's
 (3p − 7 chunk slots) is below its B/2 (3(p − 1)) by 4 slots, 1-2 points at m = 3p.
 
-ZB-2p (the paper's automatic schedule) is not in meshplan (issue 32): no row is printed for it.
+ZB-1p and ZB-2p (the paper's automatic schedules, section 3.1's heuristic; cost_models.pipeline.zb_auto): with
+T_F = T_B = T_W the repository's table gives ZB-2p no bubble at 2p micro-batches of activations (ZB-1p is ZB-H1's
+B/3 at p). Then the paper's Table 5 on its own settings: bubble rates (cost − m(T_F + T_B + T_W)) / cost, cost the
+longest stage's span, on the pass and send times it profiled (Table 9; benchmarks/data/schedules/
+zero_bubble_table5.yaml), for 1F1B, ZB-H1, ZB-H2 (meshplan's orders in its simulator, sends T_comm) and ZB-1p, ZB-2p
+(the heuristic at p·M_B and 2p·M_B, M_W / M_B from Table 1 and Table 3's model shapes, its orders run in the
+simulator). The paper's 1F1B-I column is left out (one layer a chunk, uneven first and last stages).
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ import yaml  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 from cost_models.pipeline.schedules import program  # noqa: E402
-from cost_models.pipeline.simulator import Durations, simulate  # noqa: E402
+from cost_models.pipeline.simulator import Durations, Program, simulate  # noqa: E402
+from cost_models.pipeline.zb_auto import PassTimes, auto_schedule  # noqa: E402
 from meshcore import Schedule  # noqa: E402
 
 SETTINGS = [(8, 24), (8, 32), (8, 64), (16, 48), (16, 64), (16, 128), (32, 96), (32, 128), (32, 256)]
@@ -61,6 +68,7 @@ DUALPIPE = (lambda p, m: (p - 1) * 1.0 / (3.0 * (m + p - 1)), lambda p: p + 0.5,
 
 
 AUTHORS = Path(__file__).resolve().parent / "data" / "schedules" / "controllable_memory_authors.yaml"
+TABLE5 = Path(__file__).resolve().parent / "data" / "schedules" / "zero_bubble_table5.yaml"
 # V-Half and V-Min: the table's bubble, its memory (W frees the whole activation), the authors' scheduler's runs
 V_PAPER = [
     (Schedule.V_HALF, lambda p, m: (p - 1) / (m + p - 1) / 2, lambda p: (p + 2) // 2, "Qi et al. 2024 (CM); table"),
@@ -99,6 +107,8 @@ def main() -> int:
                   f"{100 * (span - expected):>+8.2f} {100 * whole:>8.2f}% {peak:>7.2f} {memory(pp):>6}  {source}")
     print(f"largest difference: {100 * worst:.2f} percentage points")
     v_memory_rows()
+    auto_rows()
+    table5_rows()
     paper, memory, settings, source = DUALPIPE
     for pp, m in settings:
         _, whole, peak = measured(Schedule.DUALPIPE_V, 2, pp, m)
@@ -122,6 +132,54 @@ def v_memory_rows() -> None:
             print(f"{schedule.value:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * theirs:>7.2f}% "
                   f"{100 * span:>8.2f}% {100 * (span - expected):>+9.2f} {100 * (span - theirs):>+10.2f} "
                   f"{peak:>7.2f} {memory(pp):>6}  {source}")
+
+
+def auto_rows() -> None:
+    """ZB-1p and ZB-2p with T_F = T_B = T_W and no send time against the repository's table (B/3 and 0)."""
+    unit = PassTimes(1.0, 1.0, 1.0)
+    for name, stages, paper in (("zb-1p", 1, 1 / 3), ("zb-2p", 2, 0.0)):
+        for pp, m in SETTINGS:
+            found = auto_schedule(pp, m, unit, stages * pp)
+            ours, expected = (found.cost - 3 * m) / (3 * (m + pp - 1)), paper * (pp - 1) / (m + pp - 1)
+            print(f"{name:<10} {pp:>3} {m:>4} {100 * expected:>6.2f}% {100 * ours:>8.2f}% "
+                  f"{100 * (ours - expected):>+8.2f} {'':>9} {max(found.peak):>7.2f} {stages * pp:>6}  "
+                  "sail-sg repo table (T_F = T_B = T_W)")
+
+
+def table5_rows() -> None:
+    """The paper's Table 5 on its profiled times (Table 9): meshplan's orders in its simulator, bubble rate over the
+    longest stage's span."""
+    data = yaml.safe_load(TABLE5.read_text())
+    names = ("1f1b", "zb-h1", "zb-h2", "zb-1p", "zb-2p")
+    print("Table 5 of Qi et al. 2024 (paper / meshplan, bubble rate over the cost): model p m  " + "  ".join(names))
+    worst = 0.0
+    for row in data["rows"]:
+        g = data["models"][row["model"]]
+        share = 32 * g["h"] / (34 * g["h"] + 5 * g["a"] * g["s"])  # M_W / M_B, the paper's Table 1
+        ours = table5_measured(row, share)
+        worst = max(worst, *(abs(ours[k] - row[k]) for k in names))
+        cells = "  ".join(f"{100 * row[k]:.2f}/{100 * ours[k]:.2f}" for k in names)
+        print(f"{row['model']:<6} {row['p']:>3} {row['m']:>4}  {cells}")
+    print(f"Table 5: largest difference {100 * worst:.2f} percentage points")
+
+
+def table5_measured(row: dict[str, float], share: float) -> dict[str, float]:
+    """Bubble rates of meshplan's 1F1B, ZB-H1, ZB-H2, ZB-1p and ZB-2p on one row's times."""
+    pp, m = int(row["p"]), int(row["m"])
+    f, b, w, comm = row["t_f"], row["t_b"], row["t_w"], row["t_comm"]
+    busy = m * (f + b + w)
+    split = Durations((f,) * pp, (b,) * pp, (w,) * pp, (1.0,) * pp, p2p_s=comm, w_share=share)
+    whole = Durations((f,) * pp, (b + w,) * pp, (0.0,) * pp, (1.0,) * pp, p2p_s=comm)
+    progs = {"1f1b": (program(Schedule.ONE_F_ONE_B, pp, m), whole), "zb-h1": (program(Schedule.ZB_H1, pp, m), split),
+             "zb-h2": (program(Schedule.ZB_H2, pp, m), split)}
+    for name, stages in (("zb-1p", 1), ("zb-2p", 2)):
+        orders = auto_schedule(pp, m, PassTimes(f, b, w, comm), stages * pp, share).orders
+        progs[name] = (Program(pp, tuple(range(pp)), orders, True, explicit_w=True), split)
+    rates = {}
+    for name, (prog, durations) in progs.items():
+        cost = max(simulate(prog, durations).stage_spans)
+        rates[name] = (cost - busy) / cost
+    return rates
 
 
 if __name__ == "__main__":
