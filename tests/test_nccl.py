@@ -117,3 +117,19 @@ def test_profiles_state_their_collectives() -> None:
     assert not load_hardware("a100-80gb", 8).collectives.nvls
     assert not load_hardware("rtx4090", 8).collectives.ll128
     assert load_hardware("a100-80gb", 8).collectives.net_overhead_us == 2.0
+
+
+def test_four_gpu_v100_board_reproduces_bigscience_all_reduce() -> None:
+    """BigScience's all-reduce benchmark on one Jean Zay node of 4 V100 SXM2 (bigscience-workshop/bigscience,
+    experiments/bandwidth/n1_32gb_all_reduce_bench.txt; benchmarks/data/nccl/published_points.yaml): 4 GB of fp32 in
+    48.4 ms, NCCL 2.7.8 ringing over all six NVLink pairs (busbw 124 GB/s). The profile's efficiency is taken from that
+    figure, so this checks that the links (NV2 between every pair: six links per GPU in the four-GPU ring) and the
+    bus factor 2(n-1)/n reproduce it; a TP pair of the same board has two of the six links, a third of the rate."""
+    doc = yaml.safe_load((DATA / "published_points.yaml").read_text())
+    point = next(p for p in doc["points"] if p["name"] == "jz_v100_4gpu_all_reduce")
+    c = load_hardware(point["profile"], 4)
+    four = nccl_choice(Collective.ALL_REDUCE, point["bytes"], Group.line(4, 1), c)
+    assert four.seconds * 1e6 == pytest.approx(point["time_us"], rel=0.03)
+    pair = nccl_choice(Collective.ALL_REDUCE, point["bytes"], Group.line(2, 1), c)
+    pair_busbw, four_busbw = point["bytes"] / pair.seconds, point["bytes"] * 1.5 / four.seconds
+    assert pair_busbw == pytest.approx(four_busbw / 3, rel=0.02)

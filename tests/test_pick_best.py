@@ -6,7 +6,19 @@ from __future__ import annotations
 import math
 
 import pytest
-from pick_best import DATA, Job, Measured, evaluate_job, load_jobs, make_runtime, score
+from pick_best import (
+    DATA,
+    Job,
+    JobResult,
+    Measured,
+    evaluate_job,
+    job_line,
+    load_jobs,
+    main,
+    make_runtime,
+    score,
+    totals,
+)
 
 from meshcore import AttentionKernel
 from meshcore.framework import Framework
@@ -87,3 +99,27 @@ def test_a_job_meshplan_cannot_express_is_skipped_with_the_reason() -> None:
     result = evaluate_job(job)
     assert result.score is None and not result.priced
     assert len(result.skipped) == 1 and "no-such-gpu" in result.skipped[0][1]
+
+
+def test_top_three_rule_is_printed_beside_the_raw_figure() -> None:
+    """DLPerf's 8-GPU job (0.480 s fastest, the others 0.576-0.665 s): the job line keeps the raw "no" and says the
+    top three is n/a with only one layout within 1.10, then whether meshplan's first is that one; the totals print the
+    raw count, the rule and the count under it."""
+    measured = [0.480, 0.665, 0.576, 0.594]
+    job = Job("dlperf-like", "test", "llama3-8b", "v100-32gb", {}, 8, 2048, 16, "bf16", {"framework": "megatron"},
+              tuple(Measured({"tp": 2**i}, m, "row") for i, m in enumerate(measured)))
+    right = JobResult(job, [(m, p, True) for m, p in zip(job.layouts, [1.0, 4.0, 2.0, 3.0], strict=True)],
+                      score=score(measured, [1.0, 4.0, 2.0, 3.0]))
+    wrong = JobResult(job, right.priced, score=score(measured, [2.0, 4.0, 1.0, 3.0]))
+    assert "no; n/a, only 1 within 1.10: top-1 yes" in job_line(right)
+    assert "no; n/a, only 1 within 1.10: top-1 no" in job_line(wrong)
+    lines = totals([right, wrong])
+    assert "top three within 1.10 (jobs with more than three layouts): 0 of 2 (raw figure)" in lines
+    assert any(line.strip().startswith("rule: where only k < 3 measured layouts") for line in lines)
+    assert "  top three, or top-k where n/a: 1 of 2 (target: all)" in lines
+
+
+def test_host_what_if_refuses_a_negative_time(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--host-op-us", "-3", "--job", "none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--host-op-us must be between 0 and 10000" in err
