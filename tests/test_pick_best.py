@@ -123,3 +123,21 @@ def test_host_what_if_refuses_a_negative_time(capsys: pytest.CaptureFixture[str]
     assert main(["--host-op-us", "-3", "--job", "none"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--host-op-us must be between 0 and 10000" in err
+
+
+def test_host_what_if_slows_short_passes_only() -> None:
+    """The --host-op-us what-if behind the README's reading of BigScience's TP 2 (benchmarks/data/pick_best/
+    bigscience_tr3m_1b3.yaml): at 100 us per operator the TP-2 layout's half-width passes wait for the host and
+    slow by over a third, while TP 1 at micro-batch 8 (eight times the GPU work per pass) does not move."""
+    job = next(j for j in load_jobs(DATA) if j.id == "bigscience-1b3-v100-32gb")
+    picked = tuple(m for m in job.layouts if m.knobs in ({"tp": 2, "pp": 1, "mbs": 1, "zero": 1, "recompute": "none",
+                                                          "sp": False},
+                                                         {"tp": 1, "pp": 1, "mbs": 8, "zero": 1, "recompute": "full",
+                                                          "sp": False}))
+    assert len(picked) == 2
+    small = Job(job.id, job.source, job.model, job.hardware, job.overrides, job.gpus, job.seq_len, job.global_batch,
+                job.dtype, job.runtime, picked)
+    base = {m.knobs["tp"]: p for m, p, _ in evaluate_job(small).priced}
+    slow = {m.knobs["tp"]: p for m, p, _ in evaluate_job(small, host_op_us=100.0).priced}
+    assert slow[2] > 1.35 * base[2]
+    assert slow[1] == pytest.approx(base[1], rel=0.01)
