@@ -16,6 +16,7 @@ from hardware_profiles import HardwareOverrides, load_hardware
 from meshcore import GIB
 from planner.search.chain import LayerChoice, plan_chain, read_chain
 from planner.search.layerwise import price, setting
+from planner.search.layerwise_bounds import step_floor
 from planner.search.layerwise_dp import best_plan, plan_layerwise
 
 runner = CliRunner()
@@ -141,3 +142,31 @@ def test_vgg16_formula_chain_plans_layer_wise() -> None:
     choices = found[1]
     assert all(c.tp == 1 for c in choices[:13]) and all(c.tp > 1 for c in choices[13:])
     assert found[2].step_time_s < min(p.step_time_s for p in plan_chain(table, hw, 256, top_k=1000))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruned_search_keeps_the_top_k(tmp_path: Path, seed: int) -> None:
+    """Candidates skipped or cut against the k-th best step (planner.search.layerwise_bounds) leave the top k as
+    the search without a limit finds them (top_k 1000 never has a k-th best to prune against here)."""
+    rng = random.Random(seed)
+    table = read_chain(str(_random_table(tmp_path / "t.csv", rng, rng.randint(6, 9))))
+    hw = load_hardware("a100-40gb", 8, HardwareOverrides(memory_gib=rng.uniform(2.6, 4.0)))
+    everything = plan_layerwise(table, hw, 64, top_k=1000)
+    for k in (1, 3):
+        assert plan_layerwise(table, hw, 64, top_k=k) == everything[:k]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_floor_bounds_every_candidate(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    table = read_chain(str(_random_table(tmp_path / "t.csv", rng, rng.randint(4, 8))))
+    memory = rng.uniform(2.6, 4.0)
+    hw = load_hardware("a100-40gb", 8, HardwareOverrides(memory_gib=memory))
+    bounded = 0
+    for group, pp in ((1, 1), (2, 1), (2, 2), (2, 4), (1, 8)):
+        st = setting(table, hw, group, pp, 8 // (group * pp), 2, 64)
+        found = best_plan(st, hw, memory * GIB) if st is not None else None
+        if st is not None and found is not None:
+            assert step_floor(st).candidate <= found[2].step_time_s
+            bounded += 1
+    assert bounded

@@ -139,19 +139,30 @@ def setting(table: ChainTable, cluster: ClusterSpec, group: int, pp: int, dp: in
     group_out = tuple(max(o.output * group / o.tp for o in opts) for opts in options)
     degrees = sorted({o.tp for opts in options for o in opts})
     terms = tuple(tp_terms(t, group, dp, cluster, grad_bytes) for t in degrees)
-    reshards = tuple({(x.tp, y.tp): reshard_time(x, y, cluster) for x in before for y in after}
+    priced: dict[tuple[float, int, int], float] = {}  # layers of one output at one degree reshard alike
+    groups = {t: Mesh(tp=t).tp_group for t in degrees}
+
+    def reshard(x: Option, y: Option) -> float:
+        key = (x.output, x.tp, y.tp)
+        if key not in priced:
+            priced[key] = reshard_time(x, y, cluster, groups[max(x.tp, y.tp)])
+        return priced[key]
+
+    reshards = tuple({(x.tp, y.tp): reshard(x, y) for x in before for y in after}
                      for before, after in zip(((),) + tuple(options), options, strict=False))
     return Setting(group, pp, dp, mbs, global_batch // (dp * mbs), tuple(options), group_out, terms, reshards,
                    Mesh(tp=group, dp_shard=dp, pp=pp).pipeline_neighbours)
 
 
-def reshard_time(before: Option, after: Option, cluster: ClusterSpec) -> float:
+def reshard_time(before: Option, after: Option, cluster: ClusterSpec, group: Group | None = None) -> float:
     """Forward all-gather + backward reduce-scatter of the boundary activation between neighbours of different TP
-    (module docstring): 2 x collective_time(ALL_GATHER, output x t_hi / t_before, t_hi, stride 1)."""
+    (module docstring): 2 x collective_time(ALL_GATHER, output x t_hi / t_before, t_hi, stride 1); `group`: the
+    TP group of t_hi ranks, when the caller has it."""
     if before.tp == after.tp:
         return 0.0
     hi = max(before.tp, after.tp)
-    return 2 * collective(Collective.ALL_GATHER, before.output * hi / before.tp, Mesh(tp=hi).tp_group, cluster)
+    return 2 * collective(Collective.ALL_GATHER, before.output * hi / before.tp,
+                          Mesh(tp=hi).tp_group if group is None else group, cluster)
 
 
 def stored_bytes(st: Setting, layer: int, opt: Option, recompute: bool) -> float:

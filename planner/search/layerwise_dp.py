@@ -26,9 +26,10 @@ the options per layer (k TP degrees x 2); chains of at most MAX_LAYERWISE_LAYERS
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -47,6 +48,7 @@ from planner.search.layerwise import (
     setting,
     stored_bytes,
 )
+from planner.search.layerwise_bounds import SLACK, Cut, StepFloor, beaten, step_floor
 from planner.search.partition import best_boundaries
 
 MAX_LAYERWISE_LAYERS = 64  # the frontiers of every (stage, first layer) are kept: O(pp · L²) of them
@@ -108,28 +110,40 @@ def _moves(st: Setting, stage: int, layer: int) -> list[_Move]:
     return out
 
 
-def _extend(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: int, moves: list[_Move],
-            state: tuple[int, int], point: Point, cap_x: float, budget: float, roomy: bool = False
-            ) -> list[tuple[tuple[int, int], Point]]:
-    """Every option of `layer` after `point` (state: previous TP, degrees in use as a bit set) that fits; `roomy`:
-    memory cannot bind, so it is neither checked nor kept (0)."""
-    out = []
-    for mv in moves:
-        if mv.choice.recompute and (cap_x == 0 or mv.activation > cap_x):
-            continue
-        if not roomy and point.memory + mv.memory > budget:
-            continue
-        t = mv.time + (st.reshard(layer, state[0], mv.tp) if layer > first else (
-            send_in(st, first, st.option(layer, mv.tp), cluster) if stage > 0 else 0.0))
-        used = state[1] | mv.bit
-        tail = mv.tail + (mv.alpha if used != state[1] else 0.0)
-        out.append(((mv.tp, used), Point(0.0 if roomy else point.memory + mv.memory, point.time + t,
-                                         point.tail + tail, (*point.choices, mv.choice))))
-    return out
+def _grow(st: Setting, cluster: ClusterSpec, stage: int, first: int, layer: int, moves: list[_Move],
+          states: dict[tuple[int, int], list[Point]], budget: float, roomy: bool, cut: Cut | None
+          ) -> dict[tuple[int, int], list[Point]]:
+    """Every point of `states` (state: previous TP, degrees in use as a bit set) extended by every move of `layer`
+    that fits and, with a `cut` (for layers [first, layer]), may lead to a plan within its limit (`Cut.drops`,
+    written out: this loop is most of the search); `roomy`: memory cannot bind, so it is neither checked nor kept
+    (0). What a move adds after a state is priced once per (state, move), not per point."""
+    grown: dict[tuple[int, int], list[Point]] = {}
+    for (before, used), points in states.items():
+        steps = []
+        for mv in moves:
+            t = mv.time + (st.reshard(layer, before, mv.tp) if layer > first else (
+                send_in(st, first, st.option(layer, mv.tp), cluster) if stage > 0 else 0.0))
+            now = used | mv.bit
+            steps.append((mv, t, mv.tail + (mv.alpha if now != used else 0.0), (mv.tp, now)))
+        for p in points:
+            for mv, t, add, key in steps:
+                if not roomy and p.memory + mv.memory > budget:
+                    continue
+                time, tail = p.time + t, p.tail + add
+                if cut is not None:
+                    total = time + cut.rest
+                    spread = total / cut.pp
+                    if cut.m1 * (time if time > spread else spread) + total + (
+                            tail if tail > cut.tail_floor else cut.tail_floor) > cut.bar:
+                        continue
+                grown.setdefault(key, []).append(Point(0.0 if roomy else p.memory + mv.memory, time, tail,
+                                                       (*p.choices, mv.choice)))
+    return grown
 
 
 def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, cap: float,
-                    memo: dict[tuple[int, bool], dict[int, list[Point]]] | None = None) -> dict[int, list[Point]]:
+                    memo: dict[tuple[int, bool], dict[int, list[Point]]] | None = None,
+                    floor: StepFloor | None = None) -> dict[int, list[Point]]:
     """For each end j: the Pareto set of (T, tail) over assignments of layers [first, j) that fit on `stage`
     (memory = the stage's peak bytes with its transient). Where memory cannot bind (`roomy`) the frontiers depend on
     the stage only through whether it is the last (no send after it): `memo` keeps them per (first layer, last
@@ -142,19 +156,21 @@ def stage_frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, c
         # recomputing only adds time and memory cannot bind
         key = (first, stage == st.pp - 1)
         if memo is None or key not in memo:
-            found = _frontiers(st, cluster, stage, first, n if key[1] else n - 1, [0.0], math.inf)
+            found = _frontiers(st, cluster, stage, first, n if key[1] else n - 1, [0.0], math.inf, floor)
             if memo is None:
                 return found
             memo[key] = found
         return {j: v for j, v in memo[key].items() if j <= last}
     caps = sorted({0.0} | {o.activation for layer in range(first, last) for o in st.options[layer]})
-    return _frontiers(st, cluster, stage, first, last, caps, cap)
+    return _frontiers(st, cluster, stage, first, last, caps, cap, floor)
 
 
 def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: int, caps: list[float],
-               cap: float) -> dict[int, list[Point]]:
+               cap: float, floor: StepFloor | None) -> dict[int, list[Point]]:
     """`stage_frontiers` over ends up to `last`, one DP per cap on the recompute transient; memory is tracked
-    against `cap` unless it is infinite (roomy)."""
+    against `cap` unless it is infinite (roomy); with a `floor`, points no plan within its limit holds are dropped
+    (planner.search.layerwise_bounds: a dropped point dominates none that is kept, so the kept frontier is the
+    whole one less those points)."""
     roomy = math.isinf(cap)
     ends: dict[int, list[Point]] = {}
     fixed = M.BUFFER_ALLOWANCE_GIB * GIB
@@ -165,19 +181,18 @@ def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: 
             break
         states: dict[tuple[int, int], list[Point]] = {(0, 0): [Point(0.0, 0.0, 0.0, ())]}
         for layer in range(first, last):
-            grown: dict[tuple[int, int], list[Point]] = {}
-            for key, points in states.items():
-                for p in points:
-                    for new_key, q in _extend(st, cluster, stage, first, layer, moves[layer - first], key, p, cap_x,
-                                              budget, roomy):
-                        grown.setdefault(new_key, []).append(q)
-            states = {k: _pareto(v) for k, v in grown.items()}
+            cut = floor.cut(first, layer + 1) if floor is not None else None
+            usable = [mv for mv in moves[layer - first]  # recompute only what the transient cap X admits
+                      if not mv.choice.recompute or (cap_x != 0 and mv.activation <= cap_x)]
+            states = {k: _pareto(v) for k, v in _grow(st, cluster, stage, first, layer, usable, states, budget, roomy,
+                                                      cut).items()}
             if not states:
                 break
             closing = ends.setdefault(layer + 1, [])
             for (tp, _), points in states.items():
                 out = send_out(st, st.option(layer, tp), cluster) if stage < st.pp - 1 else 0.0
-                closing += [Point(p.memory + fixed + cap_x, p.time + out, p.tail, p.choices) for p in points]
+                closing += [Point(p.memory + fixed + cap_x, p.time + out, p.tail, p.choices) for p in points
+                            if cut is None or not cut.drops(p.time + out, p.tail)]
     return {j: _pareto([Point(0.0, p.time, p.tail, p.choices) for p in v]) for j, v in ends.items() if v}
 
 
@@ -193,13 +208,14 @@ def frontier_count(pp: int, n: int) -> int:
     return sum(len(_firsts(s, pp, n)) for s in range(pp))
 
 
-def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int], tuple[LayerChoice, ...],
-                                                                        Priced] | None:
-    """The exact best split and per-layer choices of one candidate (module docstring, step 2), or None."""
+def best_plan(st: Setting, cluster: ClusterSpec, cap: float, floor: StepFloor | None = None
+              ) -> tuple[list[int], tuple[LayerChoice, ...], Priced] | None:
+    """The exact best split and per-layer choices of one candidate (module docstring, step 2), or None; with a
+    `floor` whose limit is finite, the exact best when its step is within the limit, else None or a plan above it."""
     n, pp = len(st.options), st.pp
     memo: dict[tuple[int, bool], dict[int, list[Point]]] = {}
     frontier = {(s, i, j): pts for s in range(pp) for i in _firsts(s, pp, n)
-                for j, pts in stage_frontiers(st, cluster, s, i, cap, memo).items()}
+                for j, pts in stage_frontiers(st, cluster, s, i, cap, memo, floor).items()}
     if not frontier:
         return None
     if pp == 1:  # step = m·T + tail: the frontier's best point
@@ -215,10 +231,11 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
     cost[:] = np.inf
     chosen: dict[tuple[int, int, int], Point] = {}
     best: tuple[list[int], tuple[LayerChoice, ...], Priced] | None = None
+    limit = math.inf if floor is None else floor.limit * (1 + SLACK)  # a plan above it is not wanted
     k = 0
     while k < len(events):
         cap_c = events[k][0]
-        if best is not None and free[1] + cap_c >= best[2].step_time_s:
+        if free[1] + cap_c >= (limit if best is None else best[2].step_time_s):
             break
         changed = False
         while k < len(events) and events[k][0] == cap_c:
@@ -231,7 +248,7 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
         # only a pipeline under the best step less this cap can win (a plan whose largest tail is below the cap was
         # met at the cap equal to that tail, with a pipeline no slower)
         split = best_boundaries(cost, cost, np.isfinite(cost), st.m,
-                                limit=np.inf if best is None else best[2].step_time_s - cap_c)
+                                limit=(limit if best is None else best[2].step_time_s) - cap_c)
         if split is None:
             continue
         bounds = split[0]
@@ -246,26 +263,29 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float) -> tuple[list[int],
 def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,
                    top_k: int = 5, progress: Callable[[int, int], None] | None = None) -> list[ChainPlan]:
     """The fastest per-layer plans, one per (G, pp, dp, mbs) candidate of the uniform chain search, best first.
-    `progress(done, total)` after each candidate, in stage frontiers (`frontier_count`: a candidate of pp stages
-    on L layers builds 1 + (pp − 1)·(L − pp + 1) of them, most of its work): the total is known before the first."""
+    Candidates are searched in the order of their least step (planner.search.layerwise_bounds); once top_k plans
+    are known, a candidate whose least step is above the k-th best step is skipped and the others search only for
+    plans within it (exact: a skipped or cut plan cannot enter the top k). `progress(done, total)` after each
+    candidate, in stage frontiers (`frontier_count`: a candidate of pp stages on L layers builds
+    1 + (pp − 1)·(L − pp + 1) of them, most of its work; a skipped candidate's count as done): the total is known
+    before the first."""
     if table.num_layers > MAX_LAYERWISE_LAYERS:
         raise InputError(f"--per-layer plans chains of at most {MAX_LAYERWISE_LAYERS} layers (the exact search keeps "
                          f"a frontier per stage and first layer); this chain has {table.num_layers}")
     gpus, cap, n = cluster.num_gpus, cluster.gpu.memory_gib * GIB, table.num_layers
-    tps = sorted({int(k[1]) for k in table.rows.index})
-    sizes = sorted({int(k[2]) * g // int(k[1]) for k in table.rows.index for g in tps if g % int(k[1]) == 0})
-    todo = [(group, pp, gpus // (group * pp), mbs)
-            for group in (g for g in tps if gpus % g == 0 and g <= cluster.scale_up_size)
-            for pp in (p for p in range(1, n + 1) if (gpus // group) % p == 0)
-            if global_batch % (gpus // (group * pp)) == 0
-            for mbs in (b for b in sizes if (global_batch // (gpus // (group * pp))) % b == 0)]
-    total, done = sum(frontier_count(pp, n) for _, pp, _, _ in todo), 0
+    todo = [(c[1], st, step_floor(st) if st is not None else None) for c in _candidates(table, cluster, global_batch)
+            for st in [setting(table, cluster, *c, global_batch, grad_bytes)]]
+    todo.sort(key=lambda c: math.inf if c[2] is None else c[2].candidate)  # without options (None): last
+    total, done = sum(frontier_count(pp, n) for pp, _, _ in todo), 0
     results: list[ChainPlan] = []
-    for group, pp, dp, mbs in todo:
-        st = setting(table, cluster, group, pp, dp, mbs, global_batch, grad_bytes)
-        found = best_plan(st, cluster, cap) if st is not None else None
-        if st is not None and found is not None:
+    steps: list[float] = []  # the steps found, ascending: steps[top_k - 1] is the k-th best
+    for pp, st, floor in todo:
+        limit = steps[top_k - 1] if len(steps) >= top_k else math.inf
+        found = None if st is None or floor is None or beaten(floor.candidate, limit) else best_plan(
+            st, cluster, cap, replace(floor, limit=limit))
+        if st is not None and found is not None and not beaten(found[2].step_time_s, limit):
             results.append(_chain_plan(st, *found, global_batch))
+            bisect.insort(steps, found[2].step_time_s)
         done += frontier_count(pp, n)
         if progress is not None:
             progress(done, total)
@@ -273,6 +293,19 @@ def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, g
         raise InfeasibleError(f"no per-layer plan of the {table.num_layers}-layer chain fits in "
                               f"{cluster.gpu.memory_gib:g} GiB per GPU on {gpus} GPUs")
     return sorted(results, key=lambda r: (r.step_time_s, r.tp, r.pp, r.mbs))[:top_k]
+
+
+def _candidates(table: ChainTable, cluster: ClusterSpec, global_batch: int) -> list[tuple[int, int, int, int]]:
+    """(G, pp, dp, mbs) of the uniform chain search: G a TP degree of the table within the scale-up domain, mbs a
+    micro-batch some layer's rows reach at a degree dividing G."""
+    gpus, n = cluster.num_gpus, table.num_layers
+    tps = sorted({int(k[1]) for k in table.rows.index})
+    sizes = sorted({int(k[2]) * g // int(k[1]) for k in table.rows.index for g in tps if g % int(k[1]) == 0})
+    return [(group, pp, gpus // (group * pp), mbs)
+            for group in (g for g in tps if gpus % g == 0 and g <= cluster.scale_up_size)
+            for pp in (p for p in range(1, n + 1) if (gpus // group) % p == 0)
+            if global_batch % (gpus // (group * pp)) == 0
+            for mbs in (b for b in sizes if (global_batch // (gpus // (group * pp))) % b == 0)]
 
 
 def _chain_plan(st: Setting, bounds: list[int], choices: tuple[LayerChoice, ...], priced: Priced,
