@@ -82,19 +82,22 @@ class _Layout:
         self.held = [0.0] * pp
         self.peak = [0.0] * pp
         self.idle = [0.0] * pp
-        self.end: dict[tuple[OpKind, int, int], float] = {}
+        self.worst_idle = 0.0  # max(self.idle), kept as it grows
+        self.end = {kind: [[0.0] * m for _ in range(pp)] for kind in (OpKind.F, OpKind.B, OpKind.W)}
+        self.cost = {kind: times.of(kind) for kind in (OpKind.F, OpKind.B, OpKind.W)}
+        self.grows = {OpKind.F: 1.0, OpKind.B: w_share - 1.0, OpKind.W: -w_share}
         self.orders: list[list[Op]] = [[] for _ in range(pp)]
 
     def arrival(self, kind: OpKind, stage: int, mb: int) -> float:
         """When the input of `kind` for `mb` is on `stage` (its own F for the last stage's B; 0 for stage 0's F)."""
         comm = self.times.comm
         if kind is OpKind.F:
-            return self.end[(OpKind.F, stage - 1, mb)] + comm if stage else 0.0
+            return self.end[OpKind.F][stage - 1][mb] + comm if stage else 0.0
         if kind is OpKind.B:
             if stage == self.pp - 1:
-                return self.end[(OpKind.F, stage, mb)]
-            return self.end[(OpKind.B, stage + 1, mb)] + comm
-        return self.end[(OpKind.B, stage, mb)]
+                return self.end[OpKind.F][stage][mb]
+            return self.end[OpKind.B][stage + 1][mb] + comm
+        return self.end[OpKind.B][stage][mb]
 
     def put(self, stage: int, kind: OpKind) -> None:
         """Run the next `kind` pass of `stage` as early as its clock and its input allow."""
@@ -102,10 +105,11 @@ class _Layout:
         start = max(self.clock[stage], self.arrival(kind, stage, mb))
         if self.orders[stage]:
             self.idle[stage] += start - self.clock[stage]
+            self.worst_idle = max(self.worst_idle, self.idle[stage])
         else:
             self.first[stage] = start
-        self.clock[stage] = self.end[(kind, stage, mb)] = start + self.times.of(kind)
-        self.held[stage] += {OpKind.F: 1.0, OpKind.B: self.w_share - 1.0, OpKind.W: -self.w_share}[kind]
+        self.clock[stage] = self.end[kind][stage][mb] = start + self.cost[kind]
+        self.held[stage] += self.grows[kind]
         self.peak[stage] = max(self.peak[stage], self.held[stage])
         self.count[kind][stage] += 1
         self.orders[stage].append(Op(kind, mb, stage))
@@ -127,7 +131,7 @@ class _Layout:
         while self.pending_w(stage) and self.clock[stage] + w <= ready:
             self.put(stage, OpKind.W)
         gap = ready - self.clock[stage]
-        if self.pending_w(stage) and gap > 0 and (every_short_gap or self.idle[stage] + gap > max(self.idle)):
+        if self.pending_w(stage) and gap > 0 and (every_short_gap or self.idle[stage] + gap > self.worst_idle):
             self.put(stage, OpKind.W)
 
     def span(self, stage: int) -> float:
@@ -176,7 +180,7 @@ def _skips_f(lay: _Layout, stage: int) -> bool:
         extra_w += 1
     if lay.clock[stage] + t.forward + extra_w * t.weight_grad <= wanted:
         return False
-    return wanted - lay.clock[stage] <= max(lay.idle) - lay.idle[stage]
+    return wanted - lay.clock[stage] <= lay.worst_idle - lay.idle[stage]
 
 
 def _steady(lay: _Layout, mb: int, knobs: Knobs) -> None:
