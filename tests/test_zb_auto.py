@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cost_models.pipeline.simulator import Durations, OpKind, Program, simulate
-from cost_models.pipeline.zb_auto import PassTimes, auto_schedule, zb_auto_order
+from cost_models.pipeline.zb_auto import PassTimes, auto_schedule, zb_auto_bubble, zb_auto_order, zb_auto_program
 
 TABLE5 = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "schedules" / "zero_bubble_table5.yaml"
 DATA = yaml.safe_load(TABLE5.read_text())
@@ -69,3 +69,30 @@ def test_limit_below_one_microbatch_is_refused() -> None:
         auto_schedule(4, 8, PassTimes(1.0, 1.0, 1.0), 0.5)
     with pytest.raises(ValueError, match="p >= 1 and m >= 1"):
         auto_schedule(0, 8, PassTimes(1.0, 1.0, 1.0), 2.0)
+
+
+@pytest.mark.parametrize("pp,m", [(2, 8), (4, 4), (4, 5), (4, 8), (8, 8), (8, 24)])
+def test_synchronised_step(pp: int, m: int) -> None:
+    """With T_F = T_B = T_W the optimizer-synchronised step (the makespan) of ZB-2p's order is m(T_F + T_B + T_W) +
+    (p − 1)·T_F, ZB-H2's (Qi et al. 2024, Table 2: ZB-H2's stages idle (p − 1)(T_F + T_B − 2T_W) = 0, the last one
+    starting (p − 1)·T_F late), from m = p micro-batches on where ZB-H2 needs 2p − 1."""
+    assert zb_auto_bubble(2, pp, m, 1.0, 1.0, 1.0) == pytest.approx(pp - 1)
+
+
+@pytest.mark.parametrize("memory", [1, 2])
+@pytest.mark.parametrize("pp,m", [(2, 1), (2, 8), (3, 5), (4, 8), (4, 13)])
+def test_orders_run_in_torch(memory: int, pp: int, m: int) -> None:
+    """torch.distributed.pipelining's validator accepts ZB-1p's and ZB-2p's orders as action lists (one stage per
+    rank, input and weight gradients apart), and its lowering adds the sends and receives and dry-runs them without
+    a deadlock."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch is not installed (the [profile] extra)")
+    kinds = {OpKind.F: schedules._ComputationType.FORWARD, OpKind.B: schedules._ComputationType.BACKWARD_INPUT,
+             OpKind.W: schedules._ComputationType.BACKWARD_WEIGHT}
+    prog = zb_auto_program(memory, pp, m)
+    actions = {rank: [schedules._Action(op.chunk, kinds[op.kind], op.microbatch) for op in order]
+               for rank, order in enumerate(prog.orders)}
+    mapping = schedules._validate_schedule(actions, pp, pp, m)
+    assert tuple(mapping[c] for c in range(pp)) == prog.placement
+    with_comms = schedules._add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=pp)
+    schedules._simulate_comms_compute(with_comms, lambda s: mapping[s], pp)

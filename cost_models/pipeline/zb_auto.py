@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 
-from cost_models.pipeline.simulator import Op, OpKind
+from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, makespan
 
 
 @dataclass(frozen=True)
@@ -243,3 +244,22 @@ def zb_auto_order(stage: int, pp: int, m: int, memory_stages: int, times: PassTi
     """`stage`'s order in the automatic schedule with a limit of `memory_stages` × p micro-batches (1: ZB-1p, 2:
     ZB-2p), laid out for `times` (default T_F = T_B = T_W, no send time: the paper's Figure 3 setting)."""
     return auto_schedule(pp, m, times or PassTimes(1.0, 1.0, 1.0), memory_stages * pp, w_share).orders[stage]
+
+
+@lru_cache(maxsize=64)
+def zb_auto_program(memory_stages: int, pp: int, m: int) -> Program:
+    """The automatic schedule's per-stage orders with a limit of `memory_stages` × p micro-batches (1: ZB-1p, 2:
+    ZB-2p), laid out once per (p, m) for T_F = T_B = T_W and no send time (the paper's Figure 3 setting; the
+    search runs the orders with its own times in the simulator, it does not lay them out again for them)."""
+    orders = auto_schedule(pp, m, PassTimes(1.0, 1.0, 1.0), memory_stages * pp).orders
+    return Program(pp, tuple(range(pp)), orders, split_backward=True, explicit_w=True)
+
+
+def zb_auto_bubble(memory_stages: int, pp: int, m: int, forward: float, input_grad: float,
+                   weight_grad: float) -> float:
+    """Idle time the automatic schedule's order adds to m(T_F + T_B + T_W) on uniform stages, the optimizer step
+    synchronised (the makespan, as meshplan's runtimes run it): the simulator on `zb_auto_program`. With T_F = T_B
+    = T_W ZB-2p's is (p − 1)·T_F, ZB-H2's, each stage's own span having none."""
+    prog = zb_auto_program(memory_stages, pp, m)
+    durations = Durations((forward,) * pp, (input_grad,) * pp, (weight_grad,) * pp, (1.0,) * pp)
+    return makespan(prog, durations) - m * (forward + input_grad + weight_grad)
