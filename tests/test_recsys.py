@@ -31,8 +31,8 @@ def test_ilp_equals_brute_force(seed: int, runtime: RecRuntime) -> None:
     gpus = rng.choice([2, 3])
     model = _model(rng, rng.choice([2, 3]))
     memory = rng.choice([2.4, 3.0, 80.0])  # GiB: tight enough that placement matters
-    job = RecJob(batch=gpus * rng.choice([1024, 8192]), gpus=gpus, host_gib=rng.choice([0.0, 4.0]),
-                 runtime=runtime)
+    host = rng.choice([0.0, 4.0]) if runtime is RecRuntime.TORCHREC else 0.0  # DLE keeps tables in HBM
+    job = RecJob(batch=gpus * rng.choice([1024, 8192]), gpus=gpus, host_gib=host, runtime=runtime)
     cluster = load_hardware("h100-sxm", gpus, HardwareOverrides(memory_gib=memory))
     best = brute_force(model, job, cluster, min_column_dim=32)
     if best is None:

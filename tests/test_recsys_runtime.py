@@ -9,11 +9,21 @@ import dataclasses
 from collections import Counter
 
 import pytest
+from typer.testing import CliRunner
 
+from cli import app
 from hardware_profiles import load_hardware
+from meshcore.errors import SpecError
 from planner.workloads.recsys.cost import bottom_pieces, evaluate_sharding
 from planner.workloads.recsys.inputs import load_recsys_model
-from planner.workloads.recsys.runtime import dle_placement, execution, host_step_seconds, update_bytes_per_element
+from planner.workloads.recsys.runtime import (
+    dle_placement,
+    execution,
+    host_step_seconds,
+    runtime_kinds,
+    update_bytes_per_element,
+)
+from planner.workloads.recsys.search import plan_sharding
 from planner.workloads.recsys.spec import RecJob, RecRuntime, ShardingKind
 
 
@@ -71,3 +81,22 @@ def test_dle_throughput_against_published(hardware: str, gpus: int, published: f
     torchrec = evaluate_sharding(model, dataclasses.replace(job, runtime=RecRuntime.TORCHREC), cluster, placement)
     assert 0.0 < dle.samples_per_s / published - 1 < 0.60
     assert dle.step_s > torchrec.step_s * 1.2
+
+
+def test_dle_runs_whole_tables_in_hbm_only() -> None:
+    """DLE's hybrid-parallel model places whole tables (no row-wise, column-wise or replicated table) in GPU memory:
+    the ILP under --runtime dle picks table-wise only, host memory is refused, and so is a TorchRec plan for it."""
+    model = load_recsys_model("dlrm-criteo-1tb")
+    job = RecJob(65536, 8, runtime=RecRuntime.DLE)
+    assert runtime_kinds(job) == {ShardingKind.TABLE_WISE}
+    plan = plan_sharding(model, job, load_hardware("a100-80gb", 8))
+    assert {s.kind for s in plan.shardings} == {ShardingKind.TABLE_WISE}
+    with pytest.raises(SpecError, match="--host-gib"):
+        RecJob(65536, 8, host_gib=8.0, runtime=RecRuntime.DLE)
+    base = ["recsys", "plan", "--model", "dlrm-small", "--hardware", "h100-sxm", "--gpus", "4", "--batch", "8192"]
+    res = CliRunner().invoke(app, [*base, "--runtime", "dle", "--emit", "torchrec"])
+    assert res.exit_code == 2 and "--runtime dle does not read one" in res.output
+    res = CliRunner().invoke(app, [*base, "--runtime", "dle"])
+    assert res.exit_code == 0 and "runtime dle" in res.output
+    res = CliRunner().invoke(app, [*base, "--runtime", "hugectr"])
+    assert res.exit_code == 2 and "--runtime must be one of torchrec, dle" in res.output

@@ -77,6 +77,9 @@ def plan_cmd(
             raise InputError(f"--emit must be torchrec, got {emit!r}")
         if emit_out is not None and emit is None:
             raise InputError("--emit-out needs --emit torchrec")
+        if emit is not None and runtime != "torchrec":
+            raise InputError(f"--emit torchrec writes a TorchRec plan; --runtime {runtime} does not read one "
+                             "(use --runtime torchrec)")
         kinds = _kinds(shardings)
         try:
             job = RecJob(batch, gpus, host_gib, host_gbs, cache_ratio,

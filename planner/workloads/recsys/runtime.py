@@ -73,6 +73,14 @@ def execution(job: RecJob) -> RecExecution:
                         step_ops=DLE_STEP_OPS if amp else DLE_STEP_OPS - 2)
 
 
+def runtime_kinds(job: RecJob) -> frozenset[ShardingKind]:
+    """The sharding kinds the runtime runs: TorchRec every kind; DLE whole tables on one GPU each (its
+    hybrid-parallel model has no row-wise, column-wise or replicated table, and keeps every table in HBM)."""
+    if job.runtime is RecRuntime.DLE:
+        return frozenset({ShardingKind.TABLE_WISE})
+    return frozenset(ShardingKind)
+
+
 def update_bytes_per_element(ex: RecExecution, table_bytes: int, act_bytes: int) -> tuple[float, float]:
     """(bytes per looked-up element, bytes per pooled output element) that `ex` moves beyond the fused kernel
     (which reads the pooled gradient and reads and writes the row: cost.lookup_seconds).

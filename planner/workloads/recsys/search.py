@@ -32,6 +32,7 @@ from planner.workloads.recsys.cost import (
     every_rank_piece,
     one_rank_piece,
 )
+from planner.workloads.recsys.runtime import runtime_kinds
 from planner.workloads.recsys.spec import (
     EmbeddingTable,
     RecJob,
@@ -79,6 +80,7 @@ class RecPlan:
 
 def table_options(table: EmbeddingTable, job: RecJob, kinds: frozenset[ShardingKind],
                   min_column_dim: int = 128) -> list[Option]:
+    kinds = kinds & runtime_kinds(job)
     options: list[Option] = []
     if ShardingKind.DATA_PARALLEL in kinds:
         options.append(Option(ShardingKind.DATA_PARALLEL))
@@ -228,7 +230,8 @@ def _check_capacity(model: RecModel, job: RecJob, cluster: ClusterSpec, kinds: f
     for table in model.tables:
         if not table_options(table, job, kinds, min_column_dim):
             raise InfeasibleError(f"table {table.name}: no sharding is allowed for it; allow one of "
-                                  f"{', '.join(k.value for k in ShardingKind)}")
+                                  f"{', '.join(sorted(k.value for k in runtime_kinds(job)))} "
+                                  f"(what --runtime {job.runtime.value} runs)")
 
 
 def _infeasible_message(model: RecModel, job: RecJob, cluster: ClusterSpec) -> str:

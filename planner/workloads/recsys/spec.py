@@ -143,7 +143,8 @@ class RecModel:
 class RecJob:
     """One training step of `batch` samples over `gpus` GPUs. `host_gib`: host memory per GPU that tables may
     use (0: none, no host option), `host_gbs` the host-to-GPU bandwidth per GPU for cache misses, `cache_ratio`
-    the share of a host-resident table's rows cached in HBM (TorchRec's CacheParams.load_factor)."""
+    the share of a host-resident table's rows cached in HBM (TorchRec's CacheParams.load_factor). `runtime`: the
+    training code whose step is priced (planner/workloads/recsys/runtime.py)."""
 
     batch: int
     gpus: int
@@ -166,6 +167,9 @@ class RecJob:
             raise SpecError(f"comm_bytes must be 2 or 4, got {self.comm_bytes!r}")
         if not isinstance(self.runtime, RecRuntime):
             raise SpecError(f"--runtime must be one of {[r.value for r in RecRuntime]}, got {self.runtime!r}"[:300])
+        if self.runtime is RecRuntime.DLE and self.host_gib > 0:
+            raise SpecError("--runtime dle keeps every table in GPU memory (no host-memory caching); "
+                            "drop --host-gib or use --runtime torchrec")
 
     @property
     def local_batch(self) -> int:
