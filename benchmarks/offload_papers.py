@@ -148,6 +148,8 @@ def rows(records: dict[str, dict[str, Any]]) -> dict[str, Row]:
     out = {}
     for key, rec in records.items():
         predicted, how = PRICERS[rec["price"]](rec)
+        if "assumed" in rec:  # what the source does not print and the record had to assume
+            how += f"; ASSUMED, not published: {rec['assumed']}"
         out[key] = Row(key, rec["system"], rec["published"]["unit"], rec["published"]["value"], predicted, how)
     return out
 

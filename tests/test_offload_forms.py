@@ -15,6 +15,7 @@ from cost_models.memory.offload import (
     GRADIENT_BUCKET_ELEMENTS,
     NVME_ADAM_BYTES,
     cpu_adam_time,
+    cpu_gradient_pass_time,
     layer_offload_exposed,
     nvme_time,
     offloaded_optimizer_step,
@@ -61,7 +62,9 @@ def test_the_nvme_tier() -> None:
     swap = nvme_time(params * NVME_ADAM_BYTES, WORKSTATION)
     assert swap == pytest.approx(params * 24 / (36e9 * 0.8))
     step = offloaded_optimizer_step(params, False, WORKSTATION, on_nvme=True)
-    assert step == pytest.approx(max(swap, cpu_adam_time(params, WORKSTATION)) + pcie_time(2 * params, WORKSTATION))
+    adam = max(swap, cpu_adam_time(params, WORKSTATION))
+    back = pcie_time(2 * params, WORKSTATION)
+    assert step == pytest.approx(cpu_gradient_pass_time(params, WORKSTATION) + adam + back)
     no_nvme = load_hardware("rtx4090", 1)
     assert nvme_time(1.0, no_nvme) == float("inf")
     job = {"gpus": 1, "seq_len": 1024, "global_batch": 8, "runtime": DS, "mbs": 8, "recompute": "full", "zero": 3}

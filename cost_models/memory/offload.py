@@ -16,10 +16,12 @@ A copy hides behind the pass it runs beside (copy engines, not SMs); what the pa
     exposed = max(0, bytes / PCIe − pass seconds)
 PCIe: a GPU's link at PCIE_EFFICIENCY of its rate (pinned-memory copies reach about 26 of 32 GB/s on Gen4 x16,
 CUDA's bandwidthTest), shared by the GPUs behind one switch uplink, which all copy at the same time in a data- or
-pipeline-parallel step. CPU Adam is bandwidth-bound (DeepSpeed's vectorised CPU-Adam, Ren et al. section 5.1): it
-streams CPU_ADAM_BYTES per parameter through host memory at the node's achievable bandwidth, the smaller of
-HOST_MEMORY_EFFICIENCY of its peak and CORE_STREAM_GBS per core, shared by the node's GPUs, and at most the host's
-`adam_mparams_per_core` parameters per core and second where its profile gives a measured rate.
+pipeline-parallel step. CPU Adam (DeepSpeed's vectorised CPU-Adam, Ren et al. section 5.1) streams CPU_ADAM_BYTES per
+parameter through host memory at the node's achievable bandwidth, the smaller of HOST_MEMORY_EFFICIENCY of its peak
+and CORE_STREAM_GBS per core, shared by the node's GPUs, and updates at most `adam_mparams_per_core` parameters per
+core and second: the host profile's measured rate, else DEEPSPEED_ADAM_MPARAMS_PER_CORE, the one DeepSpeed published
+(its ZeRO-Offload tutorial's log), which on every host profiled binds before the bandwidth does. Before Adam the host
+makes one more pass over the fp32 gradients (CPU_GRAD_PASS_BYTES: DeepSpeed's unscale_and_clip_grads).
 Two more forms:
   gradients    ZeRO-Offload's gradient offload (DeepSpeed's offload_optimizer, stages 1-3): every backward sends each
                layer's gradients to the host as its reduce bucket fills (grad bytes per trained parameter of the
@@ -41,6 +43,15 @@ from meshcore import ClusterSpec, JobSpec, Layout, Offload
 PCIE_EFFICIENCY = 0.8
 HOST_MEMORY_EFFICIENCY = 0.6  # STREAM triad against the DDR peak of two-socket servers
 CORE_STREAM_GBS = 10.0  # what one core draws streaming (single-thread STREAM on current x86 server cores)
+# DeepSpeedCPUAdam's rate where a host profile measures none, millions of parameters per core and second: DeepSpeed's
+# ZeRO-Offload tutorial (docs/_tutorials/zero-offload.md, its log docs/assets/images/zero_offload_dp1_10B_log.png)
+# trains the 10B GPT-2 (50 x 4096, 10.3B parameters) on one V100 of a DGX-2 (2 x 24-core Xeon Platinum 8168) and
+# logs optimizer_step 6,479 and 6,217 ms: 10.3e9 / 6.35 s / 48 cores = 33.8. A third of what the DGX-2's memory
+# bandwidth allows (CPU_ADAM_BYTES at 0.6 x 256 GB/s: 5.5e9 parameters/s against the 1.6e9 measured)
+DEEPSPEED_ADAM_MPARAMS_PER_CORE = 33.8
+# the host's pass over the fp32 gradients before Adam (DeepSpeed's unscale_and_clip_grads: read and write them; the
+# tutorial logs it as optimizer_gradients, 1,113 and 1,160 ms for the 10B model)
+CPU_GRAD_PASS_BYTES = 8.0
 # Adam on the host per parameter: read the bf16 gradient (2), read and write the fp32 master weight, first and second
 # moments (3 x 8), write the bf16 weight the GPU copies back (2)
 CPU_ADAM_BYTES = 28.0
@@ -86,17 +97,24 @@ def _node_gpus(cluster: ClusterSpec) -> int:
 
 def cpu_adam_params_per_s(cluster: ClusterSpec) -> float:
     """Parameters per second one GPU's CPU Adam updates: the node's rate, the lesser of its cores' compute
-    (cores x adam_mparams_per_core) and its memory bandwidth over CPU_ADAM_BYTES, over the node's GPUs."""
+    (cores x adam_mparams_per_core, the profile's measurement or DEEPSPEED_ADAM_MPARAMS_PER_CORE) and its memory
+    bandwidth over CPU_ADAM_BYTES, over the node's GPUs."""
     host = cluster.host
     rate = min(host.memory_gbs * HOST_MEMORY_EFFICIENCY, host.cores * CORE_STREAM_GBS) * 1e9 / CPU_ADAM_BYTES
-    if host.adam_mparams_per_core:
-        rate = min(rate, host.cores * host.adam_mparams_per_core * 1e6)
-    return rate / _node_gpus(cluster)
+    per_core = host.adam_mparams_per_core or DEEPSPEED_ADAM_MPARAMS_PER_CORE
+    return min(rate, host.cores * per_core * 1e6) / _node_gpus(cluster)
 
 
 def cpu_adam_time(local_params: float, cluster: ClusterSpec) -> float:
     """Adam over one GPU's `local_params` on the host (`cpu_adam_params_per_s`)."""
     return local_params / cpu_adam_params_per_s(cluster)
+
+
+def cpu_gradient_pass_time(local_params: float, cluster: ClusterSpec) -> float:
+    """The host's pass over one GPU's fp32 gradients before CPU Adam, CPU_GRAD_PASS_BYTES per parameter at the GPU's
+    share of host bandwidth (DeepSpeed's unscale_and_clip_grads on the offloaded gradient partition: stage_1_and_2.py
+    and stage3.py `step`, timed as optimizer_gradients)."""
+    return local_params * CPU_GRAD_PASS_BYTES / host_bandwidth_per_gpu(cluster)
 
 
 def nvme_bytes_per_s(cluster: ClusterSpec) -> float:
@@ -112,15 +130,15 @@ def nvme_time(nbytes: float, cluster: ClusterSpec) -> float:
 
 def offloaded_optimizer_step(local_params: float, weights_on_host: bool, cluster: ClusterSpec,
                              on_nvme: bool = False) -> float:
-    """The step of an offloaded optimizer: CPU Adam (beside the swap of its state through NVMe when it lives there:
-    max(Adam, NVME_ADAM_BYTES per parameter at the array's rate)), then the updated bf16 weights back to the GPU (2
-    bytes per parameter; with parameter offload they stay off the GPU, the next forward fetches them, and on NVMe
-    they are written there)."""
+    """The step of an offloaded optimizer: the host's pass over the gradients (`cpu_gradient_pass_time`), CPU Adam
+    (beside the swap of its state through NVMe when it lives there: max(Adam, NVME_ADAM_BYTES per parameter at the
+    array's rate)), then the updated bf16 weights back to the GPU (2 bytes per parameter; with parameter offload they
+    stay off the GPU, the next forward fetches them, and on NVMe they are written there)."""
     adam = cpu_adam_time(local_params, cluster)
     if on_nvme:
         adam = max(adam, nvme_time(local_params * (NVME_ADAM_BYTES + (2.0 if weights_on_host else 0.0)), cluster))
     back = 0.0 if weights_on_host else pcie_time(local_params * 2.0, cluster)
-    return adam + back
+    return cpu_gradient_pass_time(local_params, cluster) + adam + back
 
 
 def weight_fetch_bytes_per_s(cluster: ClusterSpec, from_nvme: bool) -> float:
