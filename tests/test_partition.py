@@ -8,6 +8,7 @@ import pytest
 
 from planner.search.ilp import solve_cpsat, solve_highs
 from planner.search.partition import SplitProblem, brute_force, solve_dp
+from planner.search.plain_split import solve_plain
 
 
 def _instance(seed: int) -> SplitProblem:
@@ -56,3 +57,28 @@ def test_memory_forces_recomputation_on_the_first_stage() -> None:
     split = solve_dp(SplitProblem(8, 32, partial_recompute=True, **kw))  # type: ignore[arg-type]
     assert split is not None and split.recompute[0] > 0 and split.recompute[-1] == 0
     assert solve_dp(SplitProblem(8, 32, partial_recompute=False, **kw)) is None  # type: ignore[arg-type]
+
+
+def _large(seed: int) -> SplitProblem:
+    """Stacks of up to 40 layers on up to 8 stages, memory tight enough that some stages recompute."""
+    rng = random.Random(seed)
+    layers = rng.randint(2, 40)
+    stages = rng.randint(2, min(8, layers))
+    m1 = [rng.uniform(20, 60) for _ in range(stages)]
+    return SplitProblem(
+        num_layers=layers, num_microbatches=rng.randint(1, 64),
+        t0=tuple(rng.uniform(50, 400) * 1e-6 for _ in range(stages)), t1=rng.uniform(100, 300) * 1e-6,
+        tr=rng.choice([0.0, rng.uniform(10, 120) * 1e-6]),
+        m0=tuple(rng.uniform(50, 200) for _ in range(stages)), m1=tuple(m1),
+        mr=tuple(rng.uniform(0, x * 0.99) for x in m1), transient=rng.uniform(0, 30),
+        capacity=rng.uniform(150, 60 * layers / stages + 300), partial_recompute=rng.random() < 0.7,
+        w0=tuple(rng.uniform(0, 40) * 1e-6 for _ in range(stages)) if rng.random() < 0.4 else (),
+        w1=rng.uniform(0, 50) * 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_plain_dp_is_numpy_dp_bit_for_bit(seed: int) -> None:
+    """The plain-Python DP (small problems, no numpy at start-up) returns the numpy DP's split exactly: the same
+    layers, recomputation, stage times and objective, ties broken alike (on the small instances too)."""
+    for p in (_instance(seed), _large(seed)):
+        assert solve_plain(p) == solve_dp(p)

@@ -25,8 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-import numpy as np
-
 from cost_models.pipeline.simulator import Op, OpKind
 
 PERIOD = 6  # slots one micro-batch takes on a rank: F, B and W of two chunks
@@ -69,7 +67,10 @@ class RankSlots:
         """Most chunk activations held at once: an F adds one, a W frees one; where the W passes are not placed yet
         each free slot runs one that waits (the building blocks' accounting, B frees nothing). The waiting W are a
         queue served one a free slot, so by slot t D(t) = min over u <= t of A(u) + S(t) − S(u) have run (A the B
-        passes, S the free slots, both counted to the slot)."""
+        passes, S the free slots, both counted to the slot). numpy loads here, with the first V-Half or V-Min order,
+        not at start-up."""
+        import numpy as np
+
         forwards = np.fromiter((s for k in (F_DOWN, F_UP) for s in self.passes[k]), int)
         backwards = np.fromiter((s for k in (B_UP, B_DOWN) for s in self.passes[k]), int)
         weights = np.fromiter((s for w in self.weights for s in w), int)

@@ -38,8 +38,9 @@ from cost_models.step import LayoutCosts, layer_activations, layer_times, layout
 from meshcore import GIB, JobSpec, ModelSpec, Recompute, ZeroStage
 from meshcore.cluster import HeteroCluster, HeteroLayout, HeteroStage
 from meshcore.errors import InfeasibleError, InputError
-from planner.search.partition import SplitProblem, best_boundaries, least_bottleneck, segments, stage_tables
+from planner.search.partition import best_boundaries, least_bottleneck, segments, stage_tables
 from planner.search.space import divisors
+from planner.search.split_model import SplitProblem
 
 MAX_ORDERED = 4  # up to this many groups every order (and subset) is tried, beyond it the file's order only
 

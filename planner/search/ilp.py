@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the solvers load when a split is solved, not at start-up
     import pulp
     from ortools.sat.python import cp_model
 
-from planner.search.partition import Split, SplitProblem, make_split, stage_tables
+from planner.search.split_model import Split, SplitProblem
 
 NS = 1e9
 
@@ -89,6 +89,8 @@ def run_highs(prob: pulp.LpProblem, variables: list[pulp.LpVariable], options: S
 
 def _split_from(p: SplitProblem, layers: list[int]) -> Split:
     """Recompute times from the exact tables so every method reports the same numbers."""
+    from planner.search.partition import make_split, stage_tables  # numpy, loaded when a split is solved
+
     times, recs = stage_tables(p)
     return make_split(p, times, recs, layers)
 

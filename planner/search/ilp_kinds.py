@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the solvers load when a split is solved, not at start-up
     pass
 
 from planner.search.ilp import NS, IlpResult, SolveOptions, Solver, run_cpsat, run_highs
-from planner.search.partition import KindSplitProblem, Split, kind_segment_tables, kind_split
+from planner.search.split_model import KindSplitProblem, Split
 
 
 def _hidden(p: KindSplitProblem, s: int) -> tuple[float, tuple[float, ...]]:
@@ -60,6 +60,8 @@ def _add_structure(p: KindSplitProblem, add: Callable[[Any, str], None], x: list
 
 def _read(p: KindSplitProblem, placed: list[list[float]]) -> Split:
     """The split of a solved placement, priced by the DP's tables."""
+    from planner.search.partition import kind_segment_tables, kind_split  # numpy, loaded when a split is solved
+
     times, sums, recs = kind_segment_tables(p)
     layers = [sum(1 for v in row if v > 0.5) for row in placed]
     bounds = [0]

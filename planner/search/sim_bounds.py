@@ -30,8 +30,6 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from cost_models.compute.knobs import LayerTime
 from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE
 from cost_models.pipeline.simulator import Durations, Program
@@ -145,12 +143,12 @@ class SplitPaths:
                  ) -> None:
         self.rows, self.prefix, self.memory = rows, list(prefix), memory
         if memory is not None:  # per rank: bytes kept and bytes at the least for the first j layers, and the time
-            alive = np.asarray(memory.alive)[:, None]  # with the recomputation per byte kept
-            kept = np.asarray(memory.state)[None, :] + alive * np.asarray(memory.act)[None, :]
-            self.kept = kept.tolist()
-            self.least = (np.asarray(memory.state)[None, :] + alive * np.asarray(memory.least_act)[None, :]).tolist()
+            state = memory.state  # with the recomputation per byte kept (plain floats: no numpy at start-up)
+            self.kept = [[s + a * x for s, x in zip(state, memory.act, strict=True)] for a in memory.alive]
+            self.least = [[s + a * x for s, x in zip(state, memory.least_act, strict=True)] for a in memory.alive]
             self.rho = [memory.rho / a for a in memory.alive]
-            self.mixed = (np.asarray(self.prefix)[None, :] + np.asarray(self.rho)[:, None] * kept).tolist()
+            self.mixed = [[p + r * k for p, k in zip(self.prefix, row, strict=True)]
+                          for r, row in zip(self.rho, self.kept, strict=True)]
 
     def feasible(self, x: float) -> bool:
         """Whether some split keeps every row of every stage at or below `x` (False: every split that pricing can

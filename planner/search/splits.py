@@ -18,8 +18,9 @@ from meshcore import (
 )
 from planner.search.ilp import SolveOptions, Solver, solve_ilp
 from planner.search.ilp_kinds import solve_kinds_ilp
-from planner.search.partition import KindSplitProblem, Split, SplitProblem, solve_dp, solve_kinds
+from planner.search.plain_split import small, solve_plain
 from planner.search.space import SearchSpec
+from planner.search.split_model import KindSplitProblem, Split, SplitProblem
 
 # ZB-H1 and ZB-H2 are split for the closed form of cost_models.pipeline.stages with each stage but the last hiding
 # ZB_HIDES
@@ -130,11 +131,23 @@ def v_chunks(per_rank: tuple[int, ...], vpp: int = 2) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def solve_uniform(problem: SplitProblem) -> Split | None:
+    """The exact split of a uniform stack: plain Python where the problem is small, else numpy's vectorised DP."""
+    if small(problem):
+        return solve_plain(problem)
+    from planner.search.partition import solve_dp
+
+    return solve_dp(problem)
+
+
 def solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver,
                  options: SolveOptions) -> tuple[Split | None, float, bool]:
     """(split, gap, optimal): the exact per-stage split of the layout's layers, by the DP or, when asked, the
-    MILP seeded with it; stacks whose layers differ in kind take the segment DP and the per-layer MILP."""
+    MILP seeded with it; stacks whose layers differ in kind take the segment DP and the per-layer MILP. A small
+    uniform stack's DP runs in plain Python (`plain_split`, the same answer); numpy loads only for a larger one."""
     if costs.model.heterogeneous:
+        from planner.search.partition import solve_kinds
+
         kinds = kind_split_problem(costs, spec.partial_recompute)
         split = solve_kinds(kinds)
         if solver is Solver.DP or split is None:
@@ -142,7 +155,7 @@ def solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver,
         result = solve_kinds_ilp(kinds, solver, options, hint=split)
     else:
         problem = split_problem(costs, spec.partial_recompute)
-        split = solve_dp(problem)
+        split = solve_uniform(problem)
         if solver is Solver.DP or split is None:
             return split, 0.0, True
         result = solve_ilp(problem, solver, options, hint=split)
