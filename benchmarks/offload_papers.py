@@ -26,6 +26,7 @@ from cost_models.compute.knobs import LayerKnobs  # noqa: E402
 from cost_models.compute.layer import decoder_layer_time, head_time  # noqa: E402
 from cost_models.memory.params import one_layer_params  # noqa: E402
 from cost_models.memory.stage_swap import SwapStage, stage_swap_step  # noqa: E402
+from cost_models.prediction import Prediction  # noqa: E402
 from meshcore import Recompute, Runtime  # noqa: E402
 from meshcore.execution import Execution  # noqa: E402
 from meshcore.framework import Framework  # noqa: E402
@@ -81,14 +82,30 @@ def _runtime(rec: dict[str, Any]) -> Runtime:
     return Runtime(framework=framework, execution=execution, **rec.get("runtime_flags", {}))
 
 
-def price_layout(rec: dict[str, Any]) -> tuple[float, str]:
+def evaluate_layout(rec: dict[str, Any]) -> Prediction:
+    """The record's own layout, evaluated on its hardware, model, job and runtime."""
     lay = dict(rec["layout"])
     offload = ",".join(lay.pop("offload", [])) or None
-    pred = evaluate(_model(rec["model"]), _hardware(rec["hardware"]), gpus=rec["gpus"], seq_len=rec["seq_len"],
+    return evaluate(_model(rec["model"]), _hardware(rec["hardware"]), gpus=rec["gpus"], seq_len=rec["seq_len"],
                     global_batch=rec["global_batch"], runtime=_runtime(rec), offload=offload, dtype="bf16", **lay)
+
+
+def phases(pred: Prediction) -> dict[str, float]:
+    """Seconds per step of the phases DeepSpeed's timers log: forward, backward (with the recomputation, which runs
+    inside it) and the optimizer step (the slowest stage's passes over every micro-batch)."""
+    m, t = pred.num_microbatches, max(pred.stages, key=lambda s: s.compute_s).time
+    return {"forward": m * t.forward, "backward": m * (t.backward + t.recompute),
+            "optimizer": pred.breakdown.optimizer_s}
+
+
+def price_layout(rec: dict[str, Any]) -> tuple[float, str]:
+    pred = evaluate_layout(rec)
     how = f"evaluated: {rec['layout']}; {pred.step_time_s:.1f} s/step, peak {pred.peak_memory_gib:.1f} GiB"
     if not pred.fits:
         how += " (meshplan says it does not fit)"
+    if "phases" in rec:  # what the run logged of each phase against the prediction
+        how += "; " + ", ".join(f"{k} {v:.1f} s (logged {'-'.join(f'{x:.1f}' for x in rec['phases'][k])})"
+                                for k, v in phases(pred).items())
     return _figure(rec["published"]["unit"], pred.tokens_per_s, pred.model_tflops_per_gpu), how
 
 
