@@ -15,11 +15,16 @@ recompute choice minimising the step of planner.search.layerwise's model, exactl
    assignment fits without recomputing, recomputation (more time, the same tail) cannot help: X = 0 only, and
    memory leaves the dominance test (the frontier is then over (T, tail) alone).
    Closing the stage after layer l gives the Pareto set of (T, tail) of the segment [i, l + 1) that fits.
+   With one stage (pp 1) the step m·T + tail adds what each layer adds: a state keeps only the Pareto set of
+   (memory, m·T + tail), one point where memory cannot bind.
 2. The split. step = (m − 1)·max T + Σ T + max tail has two bottlenecks. For each tail cap C (the distinct
    tails of the frontiers, ascending) every segment takes its least T with tail <= C and the split DP of
    planner.search.partition (`best_boundaries`, exact for (m − 1)·max + Σ) gives the best pipeline; C plus
    it bounds the step of that plan from above and, at C = the optimum's largest tail, reaches the optimum.
    The scan stops once C plus the best pipeline with no cap cannot win.
+3. Bounds (planner.search.layerwise_bounds). Candidates run in the order of their least step; once top_k plans
+   are known, a candidate whose least step is above the k-th best is skipped, and the others drop frontier points
+   no plan within it can hold (with one stage, also above the best plan found under an earlier cap X).
 Every answer is re-priced by planner.search.layerwise.price, the plain cost model. The frontiers can grow with
 the options per layer (k TP degrees x 2); chains of at most MAX_LAYERWISE_LAYERS layers are planned.
 """
@@ -64,8 +69,12 @@ class Point(NamedTuple):
     choices: tuple[LayerChoice, ...]
 
 
-def _pareto(points: list[Point]) -> list[Point]:
-    """The points no other point beats or equals in memory, time and tail at once."""
+def _pareto(points: list[Point], weight: int = 0) -> list[Point]:
+    """The points no other point beats or equals in memory, time and tail at once; with a `weight` m (a plan of one
+    stage, whose step m·T + tail adds what each layer adds), those no other beats or equals in memory and
+    m·T + tail (the least time first among equals)."""
+    if weight:
+        return _least(points, weight)
     kept: list[Point] = []
     ordered = sorted(points, key=lambda q: q[:3])
     if ordered and ordered[0].memory == ordered[-1].memory:  # (T, tail) alone: every kept point is no slower
@@ -78,6 +87,16 @@ def _pareto(points: list[Point]) -> list[Point]:
     for p in ordered:
         if not any(k.time <= p.time and k.tail <= p.tail for k in kept):
             kept.append(p)
+    return kept
+
+
+def _least(points: list[Point], m: int) -> list[Point]:
+    kept: list[Point] = []
+    least = math.inf
+    for p in sorted(points, key=lambda q: (q.memory, m * q.time + q.tail, q.time, q.tail)):
+        if m * p.time + p.tail < least:
+            kept.append(p)
+            least = m * p.time + p.tail
     return kept
 
 
@@ -170,8 +189,9 @@ def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: 
     """`stage_frontiers` over ends up to `last`, one DP per cap on the recompute transient; memory is tracked
     against `cap` unless it is infinite (roomy); with a `floor`, points no plan within its limit holds are dropped
     (planner.search.layerwise_bounds: a dropped point dominates none that is kept, so the kept frontier is the
-    whole one less those points)."""
-    roomy = math.isinf(cap)
+    whole one less those points). With one stage a whole plan is a point at the last end, its step m·T + tail: the
+    best found under one cap X limits the DPs of the caps after it (a point above it cannot be the best)."""
+    roomy, weight = math.isinf(cap), st.m if st.pp == 1 else 0
     ends: dict[int, list[Point]] = {}
     fixed = M.BUFFER_ALLOWANCE_GIB * GIB
     moves = [_moves(st, stage, layer) for layer in range(first, last)]
@@ -184,8 +204,8 @@ def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: 
             cut = floor.cut(first, layer + 1) if floor is not None else None
             usable = [mv for mv in moves[layer - first]  # recompute only what the transient cap X admits
                       if not mv.choice.recompute or (cap_x != 0 and mv.activation <= cap_x)]
-            states = {k: _pareto(v) for k, v in _grow(st, cluster, stage, first, layer, usable, states, budget, roomy,
-                                                      cut).items()}
+            grown = _grow(st, cluster, stage, first, layer, usable, states, budget, roomy, cut)
+            states = {k: _pareto(v, weight) for k, v in grown.items()}
             if not states:
                 break
             closing = ends.setdefault(layer + 1, [])
@@ -193,7 +213,9 @@ def _frontiers(st: Setting, cluster: ClusterSpec, stage: int, first: int, last: 
                 out = send_out(st, st.option(layer, tp), cluster) if stage < st.pp - 1 else 0.0
                 closing += [Point(p.memory + fixed + cap_x, p.time + out, p.tail, p.choices) for p in points
                             if cut is None or not cut.drops(p.time + out, p.tail)]
-    return {j: _pareto([Point(0.0, p.time, p.tail, p.choices) for p in v]) for j, v in ends.items() if v}
+        if st.pp == 1 and floor is not None and ends.get(last):
+            floor = replace(floor, limit=min(floor.limit, min(st.m * p.time + p.tail for p in ends[last])))
+    return {j: _pareto([Point(0.0, p.time, p.tail, p.choices) for p in v], weight) for j, v in ends.items() if v}
 
 
 def _firsts(stage: int, pp: int, n: int) -> range:
@@ -213,6 +235,7 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float, floor: StepFloor | 
     """The exact best split and per-layer choices of one candidate (module docstring, step 2), or None; with a
     `floor` whose limit is finite, the exact best when its step is within the limit, else None or a plan above it."""
     n, pp = len(st.options), st.pp
+    floor = step_floor(st) if floor is None else floor
     memo: dict[tuple[int, bool], dict[int, list[Point]]] = {}
     frontier = {(s, i, j): pts for s in range(pp) for i in _firsts(s, pp, n)
                 for j, pts in stage_frontiers(st, cluster, s, i, cap, memo, floor).items()}
