@@ -66,23 +66,50 @@ def test_bottom_mlp_on_rank_zero() -> None:
     assert all(p.compute_s == 0 and p.recv_bytes == 8192 * 128 * 2 for p in pieces[1:])
 
 
-@pytest.mark.parametrize("hardware,gpus,published", [("a100-80gb", 8, 16.5e6), ("v100-32gb", 8, 6.92e6),
-                                                     ("dgx2-v100", 8, 7.93e6), ("dgx2-v100", 16, 10.8e6),
-                                                     ("a100-80gb", 1, 4.02e6), ("v100-32gb", 1, 2.09e6)])
-def test_dle_throughput_against_published(hardware: str, gpus: int, published: float) -> None:
+@pytest.mark.parametrize("hardware,gpus,published,bound", [
+    ("a100-80gb", 8, 16.5e6, 0.25), ("v100-32gb", 8, 6.92e6, 0.25), ("dgx2-v100", 8, 7.93e6, 0.25),
+    ("a100-80gb", 1, 4.02e6, 0.25), ("v100-32gb", 1, 2.09e6, 0.25), ("dgx2-v100", 1, 2.25e6, 0.25),
+    ("dgx2-v100", 16, 10.8e6, 0.60)])
+def test_dle_throughput_against_published(hardware: str, gpus: int, published: float, bound: float) -> None:
     """NVIDIA's placement under NVIDIA's code against the published records/s (DGX A100, DGX-1 and DGX-2 rows of
     the README's table, 65536 samples per step; the one-GPU rows are the "small" model, priced with the preset's
-    tables since only the row counts differ): still optimistic on every row, by less than 60 % (the issue's
-    target is 25 %; the README states what is left), and slower than TorchRec's fused kernels on the same placement
-    by at least the sparse-gradient passes."""
+    tables since only the row counts differ): within the issue's 25 % on every row but DGX-2's 16 GPUs (+59 %, where
+    GPU 0's bottom MLP sets the step; the README says what is left), and slower than TorchRec's fused kernels on the
+    same placement by at least the sparse-gradient passes."""
     model = load_recsys_model("dlrm-criteo-1tb")
     job = RecJob(65536, gpus, runtime=RecRuntime.DLE)
     cluster = load_hardware(hardware, gpus)
     placement = dle_placement(model, job)
     dle = evaluate_sharding(model, job, cluster, placement)
     torchrec = evaluate_sharding(model, dataclasses.replace(job, runtime=RecRuntime.TORCHREC), cluster, placement)
-    assert 0.0 < dle.samples_per_s / published - 1 < 0.60
+    assert abs(dle.samples_per_s / published - 1) < bound
     assert dle.step_s > torchrec.step_s * 1.2
+
+
+def test_index_add_at_its_measured_share() -> None:
+    """PyTorch's index_add_ (DLE's sparse update) moves its 3 x 4 bytes per looked-up fp32 element at 30 % of peak
+    HBM bandwidth (index_select measured on A100, pytorch/pytorch#145999), the rest at the streaming rate; a fused
+    kernel moves none of them that way. On one A100 with DLE's 26 x 65536 lookups of 128 fp32 columns that pass is
+    2.6 GB: 4.3 ms at 612 GB/s instead of 1.4 ms at the profile's 1929 GB/s."""
+    from planner.workloads.recsys.cost import lookup_seconds
+    from planner.workloads.recsys.runtime import INDEX_KERNEL_HBM_SHARE, scatter_bytes_per_element
+    from planner.workloads.recsys.spec import EmbeddingOptimizer, EmbeddingTable
+
+    assert INDEX_KERNEL_HBM_SHARE == 0.30
+    assert scatter_bytes_per_element(execution(RecJob(65536, 1, runtime=RecRuntime.DLE)), 4) == 12.0
+    assert scatter_bytes_per_element(execution(RecJob(65536, 1)), 4) == 0.0
+    cluster = load_hardware("a100-80gb", 1)
+    table, lookups = EmbeddingTable("t", 10**6, 128), 26 * 65536
+    dle = RecJob(65536, 1, runtime=RecRuntime.DLE)
+    scatter = lookups * 128 * 12.0
+    streaming = lookup_seconds(lookups, 128, lookups, table, dle, EmbeddingOptimizer.SGD, cluster)
+    rate = cluster.gpu.hbm_gbs * 1e9
+    assert scatter / (rate * 0.30) == pytest.approx(4.28e-3, rel=0.01)
+    expected_extra = scatter / (rate * 0.30) - scatter / (rate * cluster.gpu.memory_efficiency)
+    plain = lookup_seconds(lookups, 128, lookups, table, RecJob(65536, 1), EmbeddingOptimizer.SGD, cluster)
+    per_lookup, _ = update_bytes_per_element(execution(dle), 4, 2)
+    dle_streaming = plain + lookups * 128 * per_lookup / (rate * cluster.gpu.memory_efficiency)
+    assert streaming == pytest.approx(dle_streaming + expected_extra, rel=1e-9)
 
 
 def test_dle_runs_whole_tables_in_hbm_only() -> None:

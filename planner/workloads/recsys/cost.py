@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from cost_models.comm.collectives import Collective, all_to_all_time, collective_time
 from meshcore import ClusterSpec
 from meshcore.enums import GIB
-from planner.workloads.recsys.runtime import execution, host_step_seconds, update_bytes_per_element
+from planner.workloads.recsys.runtime import (
+    INDEX_KERNEL_HBM_SHARE,
+    execution,
+    host_step_seconds,
+    scatter_bytes_per_element,
+    update_bytes_per_element,
+)
 from planner.workloads.recsys.spec import (
     EmbeddingOptimizer,
     EmbeddingTable,
@@ -96,13 +102,17 @@ def lookup_seconds(lookups: float, cols: int, outputs: float, table: EmbeddingTa
     over the achievable HBM bandwidth (e: table bytes per element, a: activation bytes). TorchRec's estimator
     takes the backward as twice the forward (BWD_COMPUTE_MULTIPLIER = 2); this counts the bytes instead. A runtime
     that writes the gradient out and applies it in passes of its own, or casts the pooled rows separately, moves
-    the bytes of runtime.update_bytes_per_element on top."""
+    the bytes of runtime.update_bytes_per_element on top; where PyTorch's index_add_ applies it, that kernel's
+    bytes (runtime.scatter_bytes_per_element: the gradient row read, the table row read and written) move at the
+    index kernels' share of peak bandwidth (runtime.INDEX_KERNEL_HBM_SHARE) instead of the streaming rate."""
     e, a = table.dtype.bytes, job.comm_bytes
     state = state_bytes_per_row(optimizer, cols)
-    per_lookup, per_output = update_bytes_per_element(execution(job), e, a)
+    ex = execution(job)
+    per_lookup, per_output = update_bytes_per_element(ex, e, a)
     moved = (lookups * cols * (e * 3 + per_lookup) + outputs * cols * (a * 2 + per_output)
              + 2 * lookups * state)
-    return moved / _hbm_rate(cluster)
+    scatter = lookups * cols * scatter_bytes_per_element(ex, e)
+    return (moved - scatter) / _hbm_rate(cluster) + scatter / (cluster.gpu.hbm_gbs * 1e9 * INDEX_KERNEL_HBM_SHARE)
 
 
 def one_rank_piece(table: EmbeddingTable, cols: int, storage: Storage, model: RecModel, job: RecJob,

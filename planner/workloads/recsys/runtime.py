@@ -11,7 +11,12 @@ DLRM at 729963dd, the code of NVIDIA's published throughputs, run with --amp --c
     fused_gather_embedding.py (one GPU) return a torch sparse gradient of one fp32 row per lookup;
     GradScaler.unscale_ rewrites its values (AMP), and torch.optim.SGD adds it to the table with the dense += sparse
     path of ATen (add_out_dense_sparse_cuda: an uncoalesced gradient goes through index_add_), outside the CUDA
-    graph (scripts/main.py, weight_update);
+    graph (scripts/main.py, weight_update). PyTorch's index kernels (index_select, index_add_, index_reduce) launched
+    min(ceil(n / 128), 8 x SMs) blocks of 128 threads, 1024 threads per SM, half of what an A100 or V100 SM holds,
+    and "on an A100 GPU, torch.index_select achieves only about 30% of the theoretical memory bandwidth for large
+    inputs" (pytorch/pytorch#145999, January 2025, which raised the grid for all three; DLE's containers predate
+    it): index_add_'s bytes move at INDEX_KERNEL_HBM_SHARE of peak (measured for index_select on A100; index_add_
+    shares the launch and adds atomics; carried to V100, whose SMs the same launch fills to the same half);
   - with several GPUs the gather writes fp32 rows (gather_gpu_fwd) and DlrmBottom.forward casts them to fp16
     (`x.half()`) before the all-to-all, a cast kernel of its own; its backward casts the gradient back to fp32;
   - after the forward all-to-all the received pieces are concatenated into the interaction's input (torch.cat in
@@ -42,6 +47,7 @@ from planner.workloads.recsys.spec import RecJob, RecModel, RecRuntime, Sharding
 DLE_STEP_OPS = 12.0
 DLE_STEP_SYNCS = 2  # GradScaler.step's found_inf.item() and the StepTimer's torch.cuda.synchronize (with --amp)
 DLE_BOTTOM_ALONE_ABOVE = 4  # get_device_mapping leaves GPU 0 without tables when there are more GPUs than this
+INDEX_KERNEL_HBM_SHARE = 0.30  # PyTorch's index_add_/index_select before #145999: share of peak HBM bandwidth
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,12 @@ def update_bytes_per_element(ex: RecExecution, table_bytes: int, act_bytes: int)
     per_lookup = (2 * e + (2 * e if ex.unscale_gradient else 0.0)) if ex.sparse_gradient else 0.0
     per_output = 2 * e if ex.cast_pooled and act_bytes != table_bytes else 0.0
     return per_lookup, per_output
+
+
+def scatter_bytes_per_element(ex: RecExecution, table_bytes: int) -> float:
+    """Bytes per looked-up element that PyTorch's index_add_ moves where it applies a sparse gradient: the
+    gradient value read, the table row read and written (3e); 0 for a fused kernel."""
+    return 3.0 * table_bytes if ex.sparse_gradient else 0.0
 
 
 def host_step_seconds(ex: RecExecution, cluster: ClusterSpec) -> float:
