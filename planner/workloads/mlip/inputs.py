@@ -13,6 +13,9 @@ and one row per profiled atom count:
     # source: ...          (optional) profile or formula the numbers come from
     # mode: md             (optional) train (default: step_s is a training step) or md (one forces-only call)
     # ghost_depth_a: 5.0   (optional, MD) LAMMPS ghost cutoff in Å; default layers x cutoff_a (Allegro: cutoff_a)
+    # md_scheme: ghosts    (optional, MD) ghosts (model run on owned + ghost atoms: pair_style mace) or
+    #                      message_passing (owned atoms only, ghost features exchanged per layer: symmetrix, ML-IAP)
+    # swap_s: 7e-5         (optional, MD) fixed seconds of each LAMMPS swap a multi-rank step adds (kernels, fences)
     atoms,step_s,memory_bytes
     1000,0.0093,1.6e9
 """
@@ -26,10 +29,10 @@ from pathlib import Path
 from meshcore.checks import finite, is_integer
 from meshcore.errors import InputError, SpecError
 from meshcore.inputfile import MAX_TABLE_BYTES, read_text, shown
-from planner.workloads.mlip.spec import CostRow, MlipCostTable, MlipMode
+from planner.workloads.mlip.spec import CostRow, MdScheme, MlipCostTable, MlipMode
 
 META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
-META_OPTIONAL = ("name", "device", "source", "mode", "ghost_depth_a")
+META_OPTIONAL = ("name", "device", "source", "mode", "ghost_depth_a", "md_scheme", "swap_s")
 COLUMNS = ("atoms", "step_s", "memory_bytes")
 _INTS = ("layers", "params")
 
@@ -50,6 +53,14 @@ def _mode(text: str, origin: str) -> MlipMode:
     except ValueError:
         allowed = ", ".join(m.value for m in MlipMode)
         raise InputError(f"{origin}: mode must be one of {allowed}, got {text!r}") from None
+
+
+def _scheme(text: str, origin: str) -> MdScheme:
+    try:
+        return MdScheme(text)
+    except ValueError:
+        allowed = ", ".join(m.value for m in MdScheme)
+        raise InputError(f"{origin}: md_scheme must be one of {allowed}, got {text!r}") from None
 
 
 def parse_cost_table(text: str, origin: str) -> MlipCostTable:
@@ -89,8 +100,9 @@ def parse_cost_table(text: str, origin: str) -> MlipCostTable:
             rows=tuple(CostRow(int(a), float(s), float(m)) for a, s, m in rows),
             **{k: _number(meta[k], f"{origin}: {k}", k in _INTS) for k in META_REQUIRED},  # type: ignore[arg-type]
             device=meta.get("device", "unknown"), source=meta.get("source", "unknown"),
-            mode=_mode(meta.get("mode", "train"), origin),
-            ghost_depth_a=float(_number(meta.get("ghost_depth_a", "0"), f"{origin}: ghost_depth_a", False)))
+            mode=_mode(meta.get("mode", "train"), origin), md_scheme=_scheme(meta.get("md_scheme", "ghosts"), origin),
+            ghost_depth_a=float(_number(meta.get("ghost_depth_a", "0"), f"{origin}: ghost_depth_a", False)),
+            swap_s=float(_number(meta.get("swap_s", "0"), f"{origin}: swap_s", False)))
     except SpecError as exc:
         raise InputError(f"{origin}: {exc}") from None
 

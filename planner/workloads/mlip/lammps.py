@@ -9,10 +9,8 @@ from typing import Any
 
 from meshcore import ClusterSpec
 from planner.workloads.mlip.cost import MlipPrediction
-from planner.workloads.mlip.md import ghost_depth
+from planner.workloads.mlip.md import SKIN_A, ghost_depth
 from planner.workloads.mlip.spec import MlipCostTable
-
-SKIN_A = 2.0  # LAMMPS's default neighbour skin in metal units (Å)
 
 
 def lammps_input(best: MlipPrediction, table: MlipCostTable, cluster: ClusterSpec) -> dict[str, Any]:

@@ -57,11 +57,12 @@ def _key(p: MlipPrediction) -> tuple[float, int, tuple[int, int, int]]:
 
 
 def search_md(table: MlipCostTable, job: MlipJob, cluster: ClusterSpec, top_k: int = 5) -> MlipSearch:
-    """Every domain grid over all of the job's GPUs (LAMMPS runs one rank per GPU), priced by md.evaluate_md."""
+    """Every domain grid over all of the job's GPUs (LAMMPS runs one rank per GPU), priced by md.evaluate_md; bricks
+    thinner than the ghost shell are allowed, as LAMMPS allows them (more swaps: md.swaps)."""
     if table.mode is not MlipMode.MD:
         raise InputError(f"cost table {table.name!r} times training steps (mode: {table.mode.value}); an MD plan needs "
                          "a forces-only table: '# mode: md' and step_s = one energy and forces call")
-    priced = [evaluate_md(table, job, cluster, g) for g in grids(job.gpus) if _valid(table, job, g)]
+    priced = [evaluate_md(table, job, cluster, g) for g in grids(job.gpus, ordered=True)]
     found = sorted((p for p in priced if p.fits), key=_key)
     if not found:
         raise InfeasibleError(_infeasible(table, job, cluster))

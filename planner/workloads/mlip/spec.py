@@ -29,6 +29,19 @@ class MlipMode(str, Enum):
     MD = "md"
 
 
+class MdScheme(str, Enum):
+    """How an MD pair style spends work on its ghost atoms (planner/workloads/mlip/md.py):
+    GHOSTS: the model runs on owned and ghost atoms alike, every ghost a node (pair_style mace, whose ghost shell is
+      layers x cutoff deep so the owned atoms' last layer is exact; no feature exchange);
+    MESSAGE_PASSING: the model runs on the owned atoms only, ghosts are edge ends, and the node features of the
+      ghosts are sent forward between layers and their gradients back (pair_style symmetrix/mace in its default
+      multi-rank mode `mpi_message_passing`, ML-IAP's MACE, SevenNet's e3gnn/parallel); a strictly local model
+      (Allegro) is this with one layer: no feature exchange at all."""
+
+    GHOSTS = "ghosts"
+    MESSAGE_PASSING = "message_passing"
+
+
 @dataclass(frozen=True)
 class CostRow:
     """One profiled point: a structure of `atoms` atoms (plus ghosts, counted as atoms) takes `step_s` for forward,
@@ -62,6 +75,8 @@ class MlipCostTable:
     source: str = "unknown"
     mode: MlipMode = MlipMode.TRAIN
     ghost_depth_a: float = 0.0  # MD ghost shell depth in Å; 0: layers x cutoff (see md.py)
+    md_scheme: MdScheme = MdScheme.GHOSTS  # where an MD step spends work on ghosts (see md.py)
+    swap_s: float = 0.0  # MD: fixed seconds of each LAMMPS swap a multi-rank step adds (see md.py)
 
     def __post_init__(self) -> None:
         identifier(self.name, "cost table name", SpecError)
@@ -85,6 +100,10 @@ class MlipCostTable:
         real(self.density, f"cost table {self.name!r}: density", 1e-6, 10.0, low_open=False, error=SpecError)
         real(self.ghost_depth_a, f"cost table {self.name!r}: ghost_depth_a", 0.0, 1000.0, low_open=False,
              error=SpecError)
+        real(self.swap_s, f"cost table {self.name!r}: swap_s", 0.0, 1.0, low_open=False, error=SpecError)
+        if not isinstance(self.md_scheme, MdScheme):
+            raise SpecError(f"cost table {self.name!r}: md_scheme must be one of "
+                            f"{', '.join(m.value for m in MdScheme)}, got {self.md_scheme!r}")
 
 
 @dataclass(frozen=True)
