@@ -28,14 +28,13 @@ def test_published_runs_are_the_issue_table() -> None:
 def test_multi_gpu_runs_from_the_one_gpu_table(backend: str, low: float, high: float) -> None:
     """On LAMMPS's default grids, with swap_s measured on the 54-atom 2-GPU run alone, the other 14 multi-GPU runs
     of each backend are predicted within `low` .. `high` % of their published ns/day and within 8 % on average
-    (benchmark: symmetrix 7.2 %, ML-IAP 7.4 %; symmetrix, 13,718 atoms on 8 GPUs: 6.40 published, 7.35 predicted);
-    every run that was made fits."""
+    (benchmark: symmetrix 7.2 %, ML-IAP 7.4 %; symmetrix, 13,718 atoms on 8 GPUs: 6.40 published, 7.35 predicted).
+    The issue publishes no memory, so whether these runs fit is not checked here."""
     rows = bench.compare(backend)
     held_out = [r for r in rows if not r.calibration]
     assert len(held_out) == 14
     for row in held_out:
         assert low < row.diff_pct < high, (row.run, row.diff_pct)
-        assert row.lammps.fits
     assert sum(abs(r.diff_pct) for r in held_out) / len(held_out) < 8.0
     big = next(r for r in rows if r.run.atoms == 13718 and r.run.gpus == 8)
     assert big.lammps.grid == (2, 2, 2)
