@@ -29,7 +29,7 @@ from cost_models.compute.knobs import LayerActivations, LayerTimes
 from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.step import LayoutCosts, layout_costs, stage_cost
-from meshcore import ClusterSpec, JobSpec, ModelSpec, Schedule
+from meshcore import DEFAULT_SCHEDULE, ClusterSpec, JobSpec, ModelSpec
 from meshcore.cluster import HeteroCluster, HeteroLayout
 
 
@@ -97,7 +97,7 @@ def predict_hetero(model: ModelSpec, job: JobSpec, cluster: HeteroCluster, layou
     """Step time, throughput, MFU and per-stage memory of `layout` (composition in the module docstring)."""
     stages = hetero_stages(model, job, cluster, layout, costs)
     m = layout.num_microbatches(job)
-    pipe = pipeline_time([s.compute_s for s in stages], m, 1, Schedule.ONE_F_ONE_B)
+    pipe = pipeline_time([s.compute_s for s in stages], m, 1, DEFAULT_SCHEDULE)
     tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
     emb_sync = 0.0
     if model.tied_embeddings and layout.pp > 1:
@@ -121,5 +121,5 @@ def predict_hetero(model: ModelSpec, job: JobSpec, cluster: HeteroCluster, layou
         mfu=model_flops / step / peaks, hfu=hw_flops / step / peaks,
         peak_memory_gib=stages[tightest].peak_memory_gib, memory_capacity_gib=capacity[tightest],
         fits=all(s.peak_memory_gib <= c for s, c in zip(stages, capacity, strict=True)),
-        bubble_fraction=bubble_fraction(Schedule.ONE_F_ONE_B, layout.pp, m, 1), num_microbatches=m,
+        bubble_fraction=bubble_fraction(DEFAULT_SCHEDULE, layout.pp, m, 1), num_microbatches=m,
         breakdown=breakdown, stages=tuple(stages))

@@ -28,7 +28,8 @@ from cost_models.memory import footprint as M
 from cost_models.memory import held as H
 from cost_models.memory.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params
-from cost_models.pipeline.schedules import W_SHARE, in_flight
+from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.schedules import in_flight
 from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.sync import (

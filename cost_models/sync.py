@@ -42,8 +42,9 @@ from meshcore import (
     JobSpec,
     Layout,
     Offload,
-    Schedule,
+    ScheduleFamily,
     ZeroStage,
+    spec_of,
 )
 from meshcore.execution import FsdpForm
 from meshcore.mesh import DataGroups
@@ -168,7 +169,7 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
         r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
                                rt.multi_rail, gather_bytes(job, cluster))
         reduce, gather = reduce + r, gather + g
-    if layout.schedule is not Schedule.INTERLEAVED_1F1B and chunks is None:
+    if spec_of(layout.schedule).family is not ScheduleFamily.INTERLEAVED and chunks is None:
         v = 1.0
     n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
     own_b, own_f = (backward / v, forward / v) if finite else (0.0, 0.0)

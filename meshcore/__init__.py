@@ -9,8 +9,6 @@ The spec types are re-exported here (`from meshcore import Layout, Mesh, ModelSp
 from meshcore.enums import (
     DEFAULT_RECOMPUTE_MODULES,
     GIB,
-    V_SHAPED,
-    WAVE_PLACED,
     Activation,
     AttentionKernel,
     Dtype,
@@ -34,14 +32,24 @@ from meshcore.layout import Layout, MemoryPolicy, Pipeline, non_default_modules
 from meshcore.measured import MeasuredCosts, MeasuredLayer
 from meshcore.mesh import DataGroups, Dim, Group, Mesh, Tier
 from meshcore.model import MLASpec, ModelSpec, MoESpec, VisionSpec, check_expert_degrees
+from meshcore.schedules import (
+    DEFAULT_SCHEDULE,
+    SCHEDULES,
+    SPLIT_BACKWARD,
+    V_SHAPED,
+    WAVE_PLACED,
+    ScheduleFamily,
+    ScheduleSpec,
+    default_schedule,
+    spec_of,
+)
 
 __all__ = [
-    "DEFAULT_RECOMPUTE_MODULES", "GIB", "V_SHAPED", "WAVE_PLACED", "Activation", "AttentionKernel", "ClusterSpec",
-    "CollectiveSpec",
-    "DataGroups", "Dim", "Dtype", "EfficiencyCurve", "Fabric", "GpuSpec", "Group", "HostSpec", "JobSpec", "LayerKind",
-    "Layout", "LinkSpec",
-    "MLASpec", "MeasuredCosts", "MeasuredLayer", "MemoryPolicy", "Mesh", "ModelSpec", "MoESpec", "Norm", "Offload",
-    "Pipeline", "Recompute", "RecomputeModule", "Runtime", "Schedule", "Target", "Tier", "VisionSpec", "ZeroStage",
-    "check_expert_degrees", "module_names", "non_default_modules", "offload_names", "wave_chunks", "wave_rank",
-    "with_implied",
+    "DEFAULT_RECOMPUTE_MODULES", "DEFAULT_SCHEDULE", "GIB", "SCHEDULES", "SPLIT_BACKWARD", "V_SHAPED", "WAVE_PLACED",
+    "Activation", "AttentionKernel", "ClusterSpec", "CollectiveSpec", "DataGroups", "Dim", "Dtype", "EfficiencyCurve",
+    "Fabric", "GpuSpec", "Group", "HostSpec", "JobSpec", "LayerKind", "Layout", "LinkSpec", "MLASpec",
+    "MeasuredCosts", "MeasuredLayer", "MemoryPolicy", "Mesh", "MoESpec", "ModelSpec", "Norm", "Offload", "Pipeline",
+    "Recompute", "RecomputeModule", "Runtime", "Schedule", "ScheduleFamily", "ScheduleSpec", "Target", "Tier",
+    "VisionSpec", "ZeroStage", "check_expert_degrees", "default_schedule", "module_names", "non_default_modules",
+    "offload_names", "spec_of", "wave_chunks", "wave_rank", "with_implied",
 ]

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshcore.checks import BANDWIDTH_GBS, EFFICIENCY, MAX_GPUS, MAX_PHYSICAL, identifier, integer, physical, real
-from meshcore.enums import Recompute, Schedule, ZeroStage
+from meshcore.enums import Recompute, ZeroStage
 from meshcore.errors import SpecError
 from meshcore.hardware import ClusterSpec, LinkSpec
 from meshcore.job import JobSpec
 from meshcore.layout import Layout
+from meshcore.schedules import DEFAULT_SCHEDULE
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class HeteroLayout:
         """The homogeneous layout whose per-stage costs a stage of TP degree `tp` has: same pp, dp, mbs, ZeRO and
         recomputation, SP with TP (the cost model prices one stage on one group's ClusterSpec with it)."""
         return Layout(tp=tp, pp=self.pp, dp=self.dp, mbs=self.mbs, sp=tp > 1, zero=self.zero,
-                      recompute=self.recompute, schedule=Schedule.ONE_F_ONE_B)
+                      recompute=self.recompute, schedule=DEFAULT_SCHEDULE)
 
     def runs(self) -> tuple[tuple[str, int, int], ...]:
         """(group, first stage, stage count) of each contiguous run of stages on one group, in pipeline order."""

@@ -71,7 +71,8 @@ def module_names(modules: frozenset[RecomputeModule]) -> list[str]:
 
 
 class Schedule(str, Enum):
-    """Pipeline schedules (cost_models.pipeline.schedules has their closed forms and op orders)."""
+    """Pipeline schedules: each member's traits are its `meshcore.schedules.ScheduleSpec`, its pricing
+    cost_models.pipeline.registry's `SchedulePricing` (a new schedule adds its member and those two entries)."""
 
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
@@ -83,12 +84,6 @@ class Schedule(str, Enum):
     V_HALF = "v-half"  # a V of two chunks at half 1F1B's activations (Qi et al., NeurIPS 2024, "Controllable Memory")
     V_MIN = "v-min"  # a V of two chunks at a third of 1F1B's activations (same paper)
     WAVE = "wave"  # chunks placed as waves down and back up the ranks (Hanayo, Liu et al. SC'23), unsplit backward
-
-
-# chunk k on rank k going down, then back up, ...
-WAVE_PLACED = frozenset({Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.V_HALF, Schedule.V_MIN, Schedule.WAVE})
-# two chunks per rank as a V, the backward split (ZB-V, DualPipeV and the controllable-memory V schedules)
-V_SHAPED = frozenset({Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.V_HALF, Schedule.V_MIN})
 
 
 def wave_rank(chunk: int, pp: int) -> int:

@@ -16,8 +16,6 @@ from functools import cached_property
 from meshcore.checks import MAX_GLOBAL_BATCH, MAX_GPUS, integer, is_integer
 from meshcore.enums import (
     DEFAULT_RECOMPUTE_MODULES,
-    V_SHAPED,
-    WAVE_PLACED,
     Offload,
     Recompute,
     RecomputeModule,
@@ -31,6 +29,7 @@ from meshcore.errors import LayoutError
 from meshcore.job import JobSpec
 from meshcore.mesh import Mesh
 from meshcore.model import ModelSpec, check_expert_degrees
+from meshcore.schedules import DEFAULT_SCHEDULE, spec_of
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class Pipeline:
 
     pp: int = 1
     vpp: int = 1
-    schedule: Schedule = Schedule.ONE_F_ONE_B
+    schedule: Schedule = DEFAULT_SCHEDULE
     mbs: int = 1
     stage_layers: tuple[int, ...] | None = None
 
@@ -52,13 +51,13 @@ class Pipeline:
     def chunk_rank(self, chunk: int) -> int:
         """Pipeline rank of model chunk `chunk`: k % pp (Megatron's interleaving), or sweeps down and back up for
         ZB-V and the wave (`wave_rank`: ZB-V's chunk k on rank k going down, then rank 2·pp − 1 − k)."""
-        if self.schedule in WAVE_PLACED:
+        if spec_of(self.schedule).wave_placed:
             return wave_rank(chunk, self.pp)
         return chunk % self.pp
 
     def rank_chunks(self, rank: int) -> tuple[int, ...]:
         """The model chunks of `rank`, in model order (the inverse of `chunk_rank`)."""
-        if self.schedule in WAVE_PLACED:
+        if spec_of(self.schedule).wave_placed:
             return wave_chunks(rank, self.pp, self.vpp)
         return tuple(range(rank, self.chunks, self.pp))
 
@@ -86,30 +85,7 @@ class Pipeline:
             raise LayoutError(f"stage_layers sum to {sum(self.stage_layers)}, model has {num_layers} layers")
 
     def _validate_schedule(self, m: int) -> None:
-        if self.schedule in V_SHAPED:
-            name, least = self.schedule.value, 2 * self.pp - (self.schedule is Schedule.ZB_V)
-            if self.vpp != 2 or self.pp == 1:
-                raise LayoutError(f"{name} runs two model chunks per rank: it needs vpp 2 and pp > 1, got vpp "
-                                  f"{self.vpp}, pp {self.pp}")
-            if self.schedule in (Schedule.ZB_V, Schedule.DUALPIPE_V) and m < least:
-                raise LayoutError(f"{name} needs at least {least} micro-batches (2 * pp{' - 1' * (least % 2)}), "
-                                  f"got {m}")
-        elif self.schedule is Schedule.WAVE:
-            if self.vpp % 2 or self.pp == 1:
-                raise LayoutError(f"the wave schedule runs waves down and back up the ranks: it needs an even vpp "
-                                  f"(2 per wave) and pp > 1, got vpp {self.vpp}, pp {self.pp}")
-            if m < 2 * self.pp:
-                raise LayoutError(f"the wave schedule needs at least 2 * pp = {2 * self.pp} micro-batches, got {m}")
-        elif self.schedule is Schedule.ZB_H2 and m < 2 * self.pp - 1 and self.pp > 1:
-            raise LayoutError(f"zb-h2 warms up with 2 * pp - 1 = {2 * self.pp - 1} micro-batches, got {m}")
-        if self.schedule not in WAVE_PLACED and (self.schedule is Schedule.INTERLEAVED_1F1B) != (self.vpp > 1):
-            raise LayoutError(f"the interleaved-1f1b schedule needs vpp > 1 and the others (but zb-v and wave) vpp 1;"
-                              f" got {self.schedule.value} with vpp {self.vpp}")
-        if self.vpp > 1 and self.schedule is Schedule.INTERLEAVED_1F1B:
-            if self.pp == 1:
-                raise LayoutError("virtual pipeline stages (vpp > 1) need pp > 1")
-            if m % self.pp:
-                raise LayoutError(f"interleaved schedule needs micro-batches {m} divisible by pp {self.pp}")
+        spec_of(self.schedule).check(self.pp, self.vpp, m)
 
 
 @dataclass(frozen=True)
@@ -182,7 +158,7 @@ class Layout:
     sp: bool = False
     zero: ZeroStage = ZeroStage.NONE
     recompute: Recompute = Recompute.NONE
-    schedule: Schedule = Schedule.ONE_F_ONE_B
+    schedule: Schedule = DEFAULT_SCHEDULE
     stage_layers: tuple[int, ...] | None = None
     recompute_layers: tuple[int, ...] | None = None
     ep: int = 1

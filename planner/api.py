@@ -33,6 +33,7 @@ from meshcore import (
     Runtime,
     Schedule,
     ZeroStage,
+    default_schedule,
 )
 from meshcore.checks import (
     MAX_GLOBAL_BATCH,
@@ -210,7 +211,7 @@ def make_layout(problem: Problem, *, tp: int = 1, pp: int = 1, cp: int = 1, vpp:
         raise LayoutError(f"world size {gpus} not divisible by tp {tp} * pp {pp} * cp {cp} = {tp * pp * cp}")
     integer(zero, "zero", 0, 3)
     sched = _enum(Schedule, schedule, "schedule") if schedule is not None else (
-        Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
+        default_schedule(vpp))
     if sched in WAVE_PLACED and vpp == 1:
         vpp = 2  # ZB-V and DualPipeV always run two chunks per rank; a wave without --vpp is one wave
     rc, modules = recompute_choice(_enum(Recompute, recompute, "recompute"), recompute_modules)

@@ -241,7 +241,7 @@ def test_wave_chunks_and_layout_rules() -> None:
     model = load_model("llama3-8b")
     with pytest.raises(LayoutError, match="even vpp"):
         Layout(pp=4, dp=2, vpp=3, schedule=Schedule.WAVE).validate(model, JobSpec(seq_len=4096, global_batch=16), 8)
-    with pytest.raises(LayoutError, match="at least 2 \\* pp = 8 micro-batches"):
+    with pytest.raises(LayoutError, match=r"wave needs at least 8 micro-batches \(2 \* pp\), got 7"):
         Layout(pp=4, dp=2, vpp=2, schedule=Schedule.WAVE).validate(model, JobSpec(seq_len=4096, global_batch=14), 8)
 
 

@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_models import TINY_DEEPSEEK
 
-from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE, program
+from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.schedules import program
 from cost_models.pipeline.simulator import Durations, makespan
 from cost_models.step import evaluate_layout
-from meshcore import Runtime, Schedule
+from meshcore import SPLIT_BACKWARD, Runtime, Schedule
 from planner.api import resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from meshcore import (
+    DEFAULT_SCHEDULE,
     AttentionKernel,
     Dtype,
     Recompute,
@@ -285,7 +286,7 @@ def cluster_conflicts(*, hardware: str | None, gpus: int | None, costs: Path | N
     return {"--hardware": hardware is not None, "--gpus": gpus is not None, "--costs": costs is not None,
             "--pp": pp is not None, "--cp": cp not in (None, 1), "--vpp": vpp not in (None, 1),
             "--ep": ep not in (None, 1), "--etp": etp not in (None, 1),
-            "--schedule": schedule not in (None, Schedule.ONE_F_ONE_B), "--offload": offload is not None,
+            "--schedule": schedule not in (None, DEFAULT_SCHEDULE), "--offload": offload is not None,
             "--recompute-modules": recompute_modules is not None, "--sp/--no-sp": sp is not None,
             "--launcher": launcher is not None, "--solver": solver is not Solver.DP, "--even-split": even_split,
             "--lora-rank": lora_rank != 0, "--emit-out": emit_out is not None,

@@ -33,10 +33,11 @@ def _stages(value: Any, where: str) -> tuple[int, ...]:
 def profile_from_mapping(data: Any, origin: str) -> RuntimeProfile:
     """One runtime profile document -> RuntimeProfile."""
     data = mapping_keys(data, _KEYS, ("execution",), origin)
-    if not isinstance(data["schedules"], list) or not isinstance(data["offload"], dict):
-        raise InputError(f"{origin}: schedules must be a list and offload a mapping of what -> ZeRO stages")
+    if not (isinstance(data["schedules"], list) or data["schedules"] == "all") or not isinstance(data["offload"], dict):
+        raise InputError(f"{origin}: schedules must be a list (or all) and offload a mapping of what -> ZeRO stages")
     caps = Capabilities(
-        schedules=tuple(choice(Schedule, s, f"{origin}: schedules entry") for s in data["schedules"]),
+        schedules=tuple(Schedule) if data["schedules"] == "all" else tuple(
+            choice(Schedule, s, f"{origin}: schedules entry") for s in data["schedules"]),
         zero_stages=_stages(data["zero_stages"], f"{origin}: zero_stages"),
         pipeline_zero_stages=_stages(data["pipeline_zero_stages"], f"{origin}: pipeline_zero_stages"),
         hsdp_zero_stages=_stages(data["hsdp_zero_stages"], f"{origin}: hsdp_zero_stages"),

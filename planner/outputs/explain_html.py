@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import html
 
-from cost_models.pipeline.schedules import LAUNCHERS
 from cost_models.pipeline.simulator import Event
 from cost_models.prediction import Prediction
+from meshcore import spec_of
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.explain import COLORS, KIND_NAMES, MEMORY_COLORS, Explanation, breakdown_colors
 from planner.outputs.report import layout_dict
@@ -80,7 +80,7 @@ def _launch(ex: Explanation, plan_name: str) -> str:
         emit = (f"<code>meshplan emit {esc(plan_name)} --to {profile.target.value} --out FILE</code>, the "
                 f"configuration of the plan's runtime ({esc(profile.title)})")
     lay = plan.best.layout
-    runs = (f" The {esc(lay.schedule.value)} schedule runs on: {esc(', '.join(LAUNCHERS[lay.schedule]))}."
+    runs = (f" The {esc(lay.schedule.value)} schedule runs on: {esc(', '.join(spec_of(lay.schedule).launchers))}."
             if lay.pp > 1 else "")
     return (f"<p>Write the launcher configuration with {emit}; <code>meshplan trial {esc(plan_name)} --out trials"
             f"</code> writes scripts that train the best layouts for a few steps to check them.{runs}</p>")

@@ -23,7 +23,7 @@ from typing import Any
 
 from cost_models.prediction import Prediction
 from hardware_profiles import profile_mapping
-from meshcore import JobSpec, Layout, ModelSpec, Schedule, Target
+from meshcore import DEFAULT_SCHEDULE, JobSpec, Layout, ModelSpec, Target
 from meshcore.cluster import HeteroCluster, HeteroLayout
 from meshcore.text import comment
 from planner.inputs.loaders import model_mapping
@@ -100,7 +100,7 @@ def _layout_dict(layout: HeteroLayout) -> dict[str, Any]:
     return {"pp": layout.pp, "dp": layout.dp, "tp_per_stage": [s.tp for s in layout.stages],
             "groups_in_order": [g for g, _, _ in layout.runs()], "layers_per_stage": [s.layers for s in layout.stages],
             "micro_batch_size": layout.mbs, "zero_stage": int(layout.zero), "recompute": layout.recompute.value,
-            "schedule": Schedule.ONE_F_ONE_B.value}
+            "schedule": DEFAULT_SCHEDULE.value}
 
 
 def hetero_plan_dict(plan: HeteroPlan, record_timing: bool = False) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def equivalent_plan(plan: HeteroPlan) -> Plan:
                                    "torchrun starts one number of processes per node for a whole job")
     tp = lay.stages[0].tp
     layout = Layout(tp=tp, pp=lay.pp, dp=lay.dp, mbs=lay.mbs, sp=tp > 1, zero=lay.zero, recompute=lay.recompute,
-                    schedule=Schedule.ONE_F_ONE_B, stage_layers=tuple(s.layers for s in lay.stages),
+                    schedule=DEFAULT_SCHEDULE, stage_layers=tuple(s.layers for s in lay.stages),
                     recompute_layers=tuple(s.full for s in lay.stages) if any(s.full for s in lay.stages) else None)
     first = used[0].cluster
     cluster = replace(first, num_gpus=lay.world, name=plan.cluster.name)

@@ -21,7 +21,6 @@ from typing import Any
 
 import yaml
 
-from cost_models.pipeline.schedules import LAUNCHERS
 from hardware_profiles import profile_mapping
 from meshcore import (
     JobSpec,
@@ -32,6 +31,7 @@ from meshcore import (
     module_names,
     non_default_modules,
     offload_names,
+    spec_of,
 )
 from meshcore.checks import path_argument
 from meshcore.errors import InputError
@@ -102,7 +102,7 @@ def plan_to_dict(plan: Plan, record_timing: bool = False) -> dict[str, Any]:
                         "ep": layout.ep,
                         **({"etp": layout.etp} if plan.model.moe is not None else {}), "sp": layout.sp,
                         "vpp": layout.vpp, "zero_stage": int(layout.zero), "schedule": layout.schedule.value,
-                        "schedule_runs_on": list(LAUNCHERS[layout.schedule]),
+                        "schedule_runs_on": list(spec_of(layout.schedule).launchers),
                         "layers_per_chunk": list(layout.chunk_layers(plan.model.num_layers)),
                         **({"offload": offload_names(layout.offload)} if layout.offload else {})},
         "batching": {"micro_batch_size": layout.mbs, "num_microbatches": layout.num_microbatches(job),

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cost_models.pipeline.schedules import LAUNCHERS
 from cost_models.prediction import Prediction, StageCost
-from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names
+from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names, spec_of
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict, describe
 from planner.outputs.plan import Plan
@@ -179,7 +178,8 @@ def plan_table(plan: Plan) -> str:
     if best.layout.stage_layers is not None and best.layout.vpp == 1:
         lines.append(f"  layers per stage: {list(best.layout.stage_layers)}")
     if best.layout.pp > 1:
-        lines.append(f"  schedule {best.layout.schedule.value} runs on: {', '.join(LAUNCHERS[best.layout.schedule])}")
+        runs_on = ", ".join(spec_of(best.layout.schedule).launchers)
+        lines.append(f"  schedule {best.layout.schedule.value} runs on: {runs_on}")
     if best.layout.offload:
         lines.append(offload_reason(plan))
     lines += ["", f"  {'#':>2}   {'step s':>9} {'closed s':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "

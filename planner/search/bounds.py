@@ -13,11 +13,23 @@ from dataclasses import replace
 from cost_models.compute.knobs import LayerKnobs, LayerTime, LayerTimes
 from cost_models.memory.offload import layer_offload_exposed
 from cost_models.memory.params import StageParams
-from cost_models.pipeline.schedules import W_SHARE, wave_bubble
-from cost_models.pipeline.stages import ZB_HIDES
+from cost_models.pipeline.forms import W_SHARE, wave_bubble
+from cost_models.pipeline.registry import pricing
 from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
 from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
-from meshcore import GIB, V_SHAPED, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
+from meshcore import (
+    DEFAULT_SCHEDULE,
+    GIB,
+    ClusterSpec,
+    JobSpec,
+    ModelSpec,
+    Offload,
+    Recompute,
+    Schedule,
+    ScheduleFamily,
+    ZeroStage,
+    spec_of,
+)
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
@@ -79,7 +91,7 @@ class SearchBounds(RankMemory):
         stage's layer time (with the least exposed ZeRO traffic, `_traffic_floor`, the least over the offload
         choices, as the tail's), forward and backward (the slowest rank takes at least A), each schedule's
         bound is at least (m − 1)·A + the tail's least plus A·(1 + (p − 1)/v) (1F1B, interleaved),
-        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.stages.ZB_HIDES), A + (p − 1)·f̄/2 (ZB-V,
+        p·A − k·W_SHARE·p·b̄ (ZB-H1 k = 2, ZB-H2 k = 3: cost_models.pipeline.registry, `hides`), A + (p − 1)·f̄/2 (ZB-V,
         DualPipeV) or A + 2(p − 1)·max(f̄, A − f̄)/v (the wave), the least over the group's schedules; each is at
         least A, so this is at least `floor`. Less 1e-9 of it for rounding."""
         return self.shape_floor(group[0], [(c.schedule, c.vpp) for c in group], offloads)
@@ -105,11 +117,12 @@ class SearchBounds(RankMemory):
     @staticmethod
     def fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
         """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
-        if schedule in ZB_HIDES:  # each stage but the last hides at most ZB_HIDES weight gradients
-            return p * a - ZB_HIDES[schedule] * W_SHARE * p * b
-        if schedule in V_SHAPED:
+        hides, family = pricing(schedule).hides, spec_of(schedule).family
+        if hides:  # each stage but the last hides at most `hides` weight gradients
+            return p * a - hides * W_SHARE * p * b
+        if family is ScheduleFamily.V:
             return a + (p - 1) * f / 2
-        if schedule is Schedule.WAVE:
+        if family is ScheduleFamily.WAVE:
             return a + 2 * (p - 1) * max(f, a - f) / v
         return a * (1 + (p - 1) / v)
 
@@ -142,7 +155,7 @@ class SearchBounds(RankMemory):
         if key not in self._traffic:
             model, job, cluster = self.model, self.job, self.cluster
             params = self.params(c, beside).scaled(1 / c.pp)
-            layout = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B, offload=offload).layout()
+            layout = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE, offload=offload).layout()
             if key[:-1] not in self._comm:
                 wide = LayerTime(forward=math.inf, backward=math.inf)
                 self._comm[key[:-1]] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
@@ -195,7 +208,7 @@ class SearchBounds(RankMemory):
         takes at least `slowest`.
 
         The pipeline takes at least (m + (pp − 1)/v) times the average stage (its slowest stage is at
-        least the average) less, for ZB-H1 and ZB-H2, ZB_HIDES times the most weight gradients it hides
+        least the average) less, for ZB-H1 and ZB-H2, `hides` times the most weight gradients it hides
         (`_zb_h1_hidden`), the step tail at least the average stage's gradient reduction and optimizer step. Exposed
         communication is convex in (bytes, compute), so pricing it on the average stage under-estimates the average
         (Jensen).
@@ -207,15 +220,16 @@ class SearchBounds(RankMemory):
         if c.pp > 1:
             stage += self.sends(c) * hop
         slowest = max(stage, self.slowest(c), slowest)  # the slowest rank is at least the average and `slowest`
-        if c.schedule is Schedule.ZB_V:  # every rank is busy m·t_r
-            # its bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
+        costs, family = pricing(c.schedule), spec_of(c.schedule).family
+        if family is ScheduleFamily.V and costs.waits_input_grad:  # every rank is busy m·t_r
+            # ZB-V's bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
-        if c.schedule in V_SHAPED:  # DualPipeV's (p − 1)·max(f, 2b − w), any V's: rank p − 1 waits p − 1 forwards
+        if family is ScheduleFamily.V:  # DualPipeV's (p − 1)·max(f, 2b − w), any V's: rank p − 1 waits p − 1 forwards
             return slowest * m + (c.pp - 1) * forward / 2 + tail
-        if c.schedule is Schedule.WAVE:
+        if family is ScheduleFamily.WAVE:
             chunk = max(forward, stage - forward) / c.vpp
             return slowest * m + wave_bubble(c.pp, chunk, chunk) + tail
-        hidden = ZB_HIDES[c.schedule] * W_SHARE * self._zb_h1_hidden(c, backward) if c.schedule in ZB_HIDES else 0.0
+        hidden = costs.hides * W_SHARE * self._zb_h1_hidden(c, backward) if costs.hides else 0.0
         return slowest * (m - 1 / c.vpp) + stage * c.pp / c.vpp - hidden + tail
 
     def slowest(self, c: Candidate) -> float:
@@ -256,7 +270,7 @@ class SearchBounds(RankMemory):
             return self._families[key]
         model, job, cluster = self.model, self.job, self.cluster
         if key[:-1] not in self._family_parts:  # what does not depend on the offload choice
-            bare = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B, offload=frozenset())
+            bare = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE, offload=frozenset())
             layout = bare.layout()
             avg = self._average(bare)
             params = self.params(bare, head_beside_embedding).scaled(1 / c.pp)
@@ -264,7 +278,7 @@ class SearchBounds(RankMemory):
                                             sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster,
                                                                avg))
         hop, avg, params, sharded = self._family_parts[key[:-1]]
-        c = replace(c, vpp=1, schedule=Schedule.ONE_F_ONE_B)
+        c = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE)
         layout = c.layout()
         stage = avg.total + sharded + self._offload_floor(c)
         tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward, math.inf)

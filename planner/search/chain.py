@@ -26,7 +26,7 @@ from cost_models.pipeline.schedules import in_flight
 from cost_models.pipeline.stages import pipeline_time
 from cost_models.profile.tables import SHAPE_COLUMNS, checked_rows, read_frame, same_value
 from cost_models.sync import adam_step_time, grad_sync_times
-from meshcore import GIB, ClusterSpec, Schedule, ZeroStage
+from meshcore import DEFAULT_SCHEDULE, GIB, ClusterSpec, ZeroStage
 from meshcore.errors import InfeasibleError, InputError
 from meshcore.mesh import Mesh
 from planner.search.partition import best_boundaries
@@ -181,7 +181,7 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
 
     def stage_bytes(s: int, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | float:
         """Bytes on stage s holding layers a..b-1: states, activations in flight, buffers."""
-        alive = in_flight(Schedule.ONE_F_ONE_B, s, pp, m, 1)
+        alive = in_flight(DEFAULT_SCHEDULE, s, pp, m, 1)
         held: np.ndarray | float = ((pre_w[b] - pre_w[a]) * state + alive * (pre_a[b] - pre_a[a])
                                     + M.BUFFER_ALLOWANCE_GIB * GIB)
         return held
@@ -199,7 +199,7 @@ def _price(table: ChainTable, cluster: ClusterSpec, tp: int, pp: int, dp: int, m
         p = float(pre_w[b] - pre_w[a])
         comm = sum(grad_sync_times(p, zero, mesh.dense_data, cluster, grad_bytes, True))
         tail = max(tail, comm + adam_step_time(p / (shard if zero >= ZeroStage.OPTIMIZER else 1), cluster))
-    step = pipeline_time(times, m, 1, Schedule.ONE_F_ONE_B) + tail
+    step = pipeline_time(times, m, 1, DEFAULT_SCHEDULE) + tail
     layers = tuple(b - a for a, b in pairs)
     return ChainPlan(tp, pp, dp, mbs, zero, layers, tuple(times), tuple(mem), step, global_batch / step)
 

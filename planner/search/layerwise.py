@@ -43,7 +43,7 @@ from cost_models.memory import footprint as M
 from cost_models.pipeline.schedules import in_flight
 from cost_models.pipeline.stages import pipeline_time
 from cost_models.sync import OPTIMIZER_BYTES_PER_PARAM, grad_sync_times
-from meshcore import GIB, ClusterSpec, Schedule, ZeroStage
+from meshcore import DEFAULT_SCHEDULE, GIB, ClusterSpec, ZeroStage
 from meshcore.mesh import Group, Mesh
 from planner.search.chain import ChainTable, LayerChoice
 
@@ -194,7 +194,7 @@ class Priced:
 
 def alive(st: Setting, stage: int) -> float:
     """Micro-batches whose activations stage `stage` holds at its peak (1F1B)."""
-    return in_flight(Schedule.ONE_F_ONE_B, stage, st.pp, st.m, 1)
+    return in_flight(DEFAULT_SCHEDULE, stage, st.pp, st.m, 1)
 
 
 def price(st: Setting, cluster: ClusterSpec, bounds: Sequence[int], choices: Sequence[LayerChoice]) -> Priced:
@@ -217,5 +217,5 @@ def price(st: Setting, cluster: ClusterSpec, bounds: Sequence[int], choices: Seq
         times.append(float(t))
         tails.append(float(tail))
         mems.append(float(states + alive(st, s) * kept + transient + M.BUFFER_ALLOWANCE_GIB * GIB))
-    step = float(pipeline_time(times, st.m, 1, Schedule.ONE_F_ONE_B) + max(tails))
+    step = float(pipeline_time(times, st.m, 1, DEFAULT_SCHEDULE) + max(tails))
     return Priced(step, tuple(times), tuple(tails), tuple(mems))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshcore import Layout, ModelSpec, Offload, Schedule, non_default_modules
+from meshcore import DEFAULT_SCHEDULE, Layout, ModelSpec, Offload, non_default_modules
 from meshcore.errors import InputError, LayoutError
 from meshcore.framework import Framework, RuntimeProfile
 from planner.search.searchspec import SearchSpec
@@ -29,7 +29,7 @@ def _check_pins(spec: SearchSpec, profile: RuntimeProfile) -> None:
     if spec.zero is not None and spec.pp not in (None, 1) and spec.zero not in caps.pipeline_zero_stages:
         raise _refuse(profile, f"ZeRO-{spec.zero} beside a pipeline", f"ZeRO {_names(caps.pipeline_zero_stages)} "
                       "with pp > 1")
-    if spec.schedule not in (None, Schedule.ONE_F_ONE_B) and spec.schedule not in caps.schedules:
+    if spec.schedule not in (None, DEFAULT_SCHEDULE) and spec.schedule not in caps.schedules:
         raise _refuse(profile, f"the {spec.schedule.value} schedule", _names(caps.schedules))
     for pinned, allowed, name in ((spec.cp, caps.context_parallel, "context parallelism (cp > 1)"),
                                   (spec.ep, caps.expert_parallel, "expert parallelism (ep > 1)"),

@@ -31,10 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from cost_models.compute.knobs import LayerTime
-from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE
+from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.simulator import Durations, Program
 from cost_models.step import pipeline_hop_time
-from meshcore import GIB, V_SHAPED, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
+from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.simulate import simulable
@@ -226,7 +227,7 @@ def split_floor(rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: 
 def trailing_w(schedule: Schedule, stage: int) -> int:
     """The most weight-gradient ops stage `stage`'s order runs after its last input gradient: the pending ones and the
     one the last input gradient releases (ZB-H1 keeps d pending, ZB-H2 2d: cost_models.pipeline.zero_bubble)."""
-    return (2 * stage if schedule is Schedule.ZB_H2 else stage) + 1
+    return spec_of(schedule).pending_w * stage + 1
 
 
 def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[float], hop: float, tau: float,
@@ -241,17 +242,18 @@ def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[flo
     balanced chunks as many as they fall): their forwards (ZB-V, DualPipeV) or forward and backward (the wave)."""
     rows = []
     before = 0.0
+    family = spec_of(schedule).family
     for d in range(pp):
         e = ends[d]
-        if schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+        if family is ScheduleFamily.ONE_CHUNK:
             row = [(before + m * e + 2 * d * hop, 1.0, 0.0, float(m))]
-        elif schedule in (Schedule.ZB_H1, Schedule.ZB_H2):
+        elif family is ScheduleFamily.ORDERED_W:
             row = [(forward_share * before + m * e + d * hop, forward_share, 0.0, float(m))]
             late = m - trailing_w(schedule, d) * weight_share
             if late >= 1.0:
                 row.append(((1 - weight_share) * before + late * e + 2 * d * hop, 1 - weight_share, 0.0, late))
         else:
-            v_split = schedule in V_SHAPED  # a V whose first ops are forwards
+            v_split = family is ScheduleFamily.V  # a V whose first ops are forwards
             share = forward_share if v_split else 1.0
             sends = d * hop if v_split else 2 * d * hop
             row = [(m * e + sends - share * tau * d, 0.0, share * tau / vpp, float(m))]
@@ -291,7 +293,7 @@ class ReportedBounds(SearchBounds):
         stage += recomputed
         m = self.job.global_batch // (c.dp * c.mbs)
         work = m * max(stage, self.slowest(c), slowest)
-        if c.vpp == 1 and c.schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+        if c.vpp == 1 and spec_of(c.schedule).family is ScheduleFamily.ONE_CHUNK:
             work = max(work, minimax_fill(c.pp * stage, c.pp, m, hop))
         return (work + tail) * (1 - _ROUNDING)
 
@@ -403,7 +405,7 @@ class ReportedBounds(SearchBounds):
         key = (c.tp, c.cp, c.pp, c.dp, c.mbs, c.ep, c.etp)
         if key not in self._hops:
             self._hops[key] = pipeline_hop_time(self.model, self.job, self.cluster, replace(
-                c, vpp=1, schedule=Schedule.ONE_F_ONE_B).layout())
+                c, vpp=1, schedule=DEFAULT_SCHEDULE).layout())
         return self._hops[key]
 
     def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
@@ -415,7 +417,7 @@ class ReportedBounds(SearchBounds):
         for schedule, v in shapes:
             if simulable(p, v, m):
                 pipe = m * a
-                if v == 1 and schedule in (Schedule.ONE_F_ONE_B, Schedule.GPIPE):
+                if v == 1 and spec_of(schedule).family is ScheduleFamily.ONE_CHUNK:
                     pipe = max(pipe, minimax_fill(p * a, p, m, self.hop(first)))
             else:
                 pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)

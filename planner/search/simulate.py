@@ -10,11 +10,12 @@ as the closed form. Large pipelines are not simulated (the event loop is Python)
 
 from __future__ import annotations
 
-from cost_models.pipeline.schedules import SPLIT_BACKWARD, W_SHARE, program
+from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.schedules import program
 from cost_models.pipeline.simulator import Durations, SimResult, makespan, simulate
 from cost_models.prediction import Prediction
 from cost_models.step import pipeline_hop_time
-from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec
+from meshcore import SPLIT_BACKWARD, ClusterSpec, JobSpec, Layout, ModelSpec
 
 MAX_EVENTS = 200_000  # simulated ops x devices (the event loop scans the devices per op)
 

@@ -34,6 +34,8 @@ from itertools import product
 
 from meshcore import (
     DEFAULT_RECOMPUTE_MODULES,
+    DEFAULT_SCHEDULE,
+    SCHEDULES,
     WAVE_PLACED,
     AttentionKernel,
     ClusterSpec,
@@ -44,7 +46,10 @@ from meshcore import (
     Recompute,
     RecomputeModule,
     Schedule,
+    ScheduleFamily,
+    ScheduleSpec,
     ZeroStage,
+    default_schedule,
 )
 from meshcore.errors import LayoutError
 from meshcore.layout import sp_multiple
@@ -69,7 +74,7 @@ class Candidate:
     zero: ZeroStage
     recompute: Recompute
     sp: bool
-    schedule: Schedule = Schedule.ONE_F_ONE_B
+    schedule: Schedule = DEFAULT_SCHEDULE
     ep: int = 1
     etp: int = 1
     modules: frozenset[RecomputeModule] = frozenset()  # with recompute selective (empty: Megatron's default)
@@ -125,35 +130,20 @@ def schedules_for(pp: int, vpp: int, spec: SearchSpec, microbatches: int | None 
     micro-batches; with one chunk per rank 1F1B, ZB-H1 and, from 2p − 1 micro-batches, ZB-H2 (GPipe is as fast as
     1F1B and keeps all m micro-batches in memory: generated only when pinned); without a pipeline only 1F1B, which
     then means no schedule at all."""
-    m = microbatches
-    if vpp > 1:
-        options = [Schedule.INTERLEAVED_1F1B] if m is None or m % pp == 0 else []
-        if _zbv_runs(pp, vpp, m):
-            options.append(Schedule.ZB_V)
-        if vpp == 2 and (m is None or m >= 2 * pp):
-            options.append(Schedule.DUALPIPE_V)
-        if vpp == 2 and spec.schedule in (Schedule.V_HALF, Schedule.V_MIN):  # any m; only pinned (docstring)
-            options.append(spec.schedule)
-        if _wave_runs(pp, vpp, m, spec):
-            options.append(Schedule.WAVE)
-    elif pp == 1:
-        options = [Schedule.ONE_F_ONE_B]
-    else:
-        options = [Schedule.ONE_F_ONE_B, Schedule.ZB_H1] + ([Schedule.ZB_H2] if m is None or m >= 2 * pp - 1 else [])
-        options += [Schedule.GPIPE] if spec.schedule is Schedule.GPIPE else []
+    if pp == 1 and vpp == 1:
+        options = [DEFAULT_SCHEDULE]
+    else:  # each schedule's rules (meshcore.schedules), the wave's count of waves, those searched only when pinned
+        options = [s for s, rules in SCHEDULES.items()
+                   if (rules.searched or s is spec.schedule) and _runs(rules, pp, vpp, microbatches, spec)]
     allowed = [s for s in options if spec.schedule_choices is None or s in spec.schedule_choices or pp == 1]
     return [s for s in allowed if spec.schedule is None or s is spec.schedule or pp == 1]
 
 
-def _zbv_runs(pp: int, vpp: int, microbatches: int | None) -> bool:
-    """ZB-V: two chunks per rank and at least 2p − 1 micro-batches (None: not known yet)."""
-    return vpp == 2 and (microbatches is None or microbatches >= 2 * pp - 1)
-
-
-def _wave_runs(pp: int, vpp: int, microbatches: int | None, spec: SearchSpec) -> bool:
-    """The wave: an even vpp of at most `max_waves` waves (unless pinned) and at least 2p micro-batches."""
-    return (vpp % 2 == 0 and (vpp <= 2 * spec.max_waves or spec.vpp == vpp)
-            and (microbatches is None or microbatches >= 2 * pp))
+def _runs(rules: ScheduleSpec, pp: int, vpp: int, microbatches: int | None, spec: SearchSpec) -> bool:
+    """Whether a schedule runs (pp, vpp, m) in the search (m None: not known yet): its own rules
+    (`ScheduleSpec.runs`) and, for the wave, at most `max_waves` waves unless vpp is pinned."""
+    return (rules.runs(pp, vpp, microbatches)
+            and (rules.family is not ScheduleFamily.WAVE or vpp <= 2 * spec.max_waves or spec.vpp == vpp))
 
 
 def divisors(n: int) -> list[int]:
@@ -210,7 +200,8 @@ def _vpps(model: ModelSpec, pp: int, microbatches: int, spec: SearchSpec) -> lis
     if microbatches % pp == 0:
         vpps += fits
     else:
-        vpps += [v for v in fits if _zbv_runs(pp, v, microbatches) or _wave_runs(pp, v, microbatches, spec)]
+        vpps += [v for v in fits if any(rules.searched and _runs(rules, pp, v, microbatches, spec)
+                                        for rules in SCHEDULES.values())]
     return _pinned(spec.vpp, vpps)
 
 
@@ -371,7 +362,7 @@ def _pinned_layout(gpus: int, tp: int, cp: int, pp: int, spec: SearchSpec) -> La
     if gpus % (tp * pp * cp):
         raise LayoutError(f"world size {gpus} not divisible by tp {tp} * pp {pp} * cp {cp} = {tp * pp * cp}")
     vpp = spec.vpp or (2 if spec.schedule in WAVE_PLACED else 1)
-    schedule = spec.schedule or (Schedule.INTERLEAVED_1F1B if vpp > 1 else Schedule.ONE_F_ONE_B)
+    schedule = spec.schedule or default_schedule(vpp)
     recompute = Recompute.SELECTIVE if spec.recompute_modules else (spec.recompute or Recompute.NONE)
     return Layout(tp=tp, pp=pp, dp=gpus // (tp * pp * cp), cp=cp, vpp=vpp, mbs=spec.mbs or 1,
                   sp=(tp > 1) if spec.sp is None else spec.sp, zero=ZeroStage(spec.zero or 0), recompute=recompute,

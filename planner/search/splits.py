@@ -3,8 +3,9 @@ several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP 
 
 from __future__ import annotations
 
-from cost_models.pipeline.schedules import W_SHARE, in_flight
-from cost_models.pipeline.stages import ZB_HIDES
+from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.registry import pricing
+from cost_models.pipeline.schedules import in_flight
 from cost_models.prediction import StageLayers
 from cost_models.step import (
     LayoutCosts,
@@ -13,7 +14,8 @@ from cost_models.step import (
 from meshcore import (
     GIB,
     Recompute,
-    Schedule,
+    ScheduleFamily,
+    spec_of,
     wave_chunks,
 )
 from planner.search.ilp import SolveOptions, Solver, solve_ilp
@@ -23,9 +25,9 @@ from planner.search.space import SearchSpec
 from planner.search.split_model import KindSplitProblem, Split, SplitProblem
 
 # ZB-H1 and ZB-H2 are split for the closed form of cost_models.pipeline.stages with each stage but the last hiding
-# ZB_HIDES
-# of its weight gradients (2 and 3), the most `zero_bubble_hidden` takes off: ZB-H1's where T_W <= T_F (the paper's
-# case), ZB-H2's where T_B >= 2T_W; elsewhere the split solved is that of this objective, below the closed form.
+# `hides` of its weight gradients (2 and 3: cost_models.pipeline.registry), the most forms.zb_h1_hidden and
+# zb_h2_hidden take off: ZB-H1's where T_W <= T_F (the paper's case), ZB-H2's where T_B >= 2T_W; elsewhere the split
+# solved is that of this objective, below the closed form.
 
 
 def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
@@ -40,11 +42,11 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
         st = stage_cost(costs, rank, costs.uniform(n, n if full_base else f))
         return st.compute_s, st.activations_gib * GIB, (st.peak_memory_gib - st.activations_gib) * GIB
 
-    def weight_grad(rank: int, n: int) -> float:  # what the stage hides: ZB_HIDES weight gradients
+    def weight_grad(rank: int, n: int) -> float:  # what the stage hides: `hides` weight gradients
         backward = stage_cost(costs, rank, costs.uniform(n, n if full_base else 0)).time.backward
-        return ZB_HIDES.get(layout.schedule, 0) * W_SHARE * backward
+        return pricing(layout.schedule).hides * W_SHARE * backward
 
-    zero_bubble = layout.schedule in (Schedule.ZB_H1, Schedule.ZB_H2)
+    zero_bubble = spec_of(layout.schedule).family is ScheduleFamily.ORDERED_W
     # the ranks whose stages differ (first, a middle one, last), each priced once
     probes = {q: (at(q, 1, 0), at(q, two, 0), at(q, 1, 1), in_flight(layout.schedule, q, pp, m, layout.vpp),
                   (weight_grad(q, 1), weight_grad(q, two)) if zero_bubble else (0.0, 0.0))
@@ -77,7 +79,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
     per-layer coefficients (exposed ZeRO-2/3 traffic is linearised, and the full model re-checks the split)."""
     layout = costs.layout
     full_base = layout.recompute is Recompute.FULL
-    hides = ZB_HIDES.get(layout.schedule, 0)
+    hides = pricing(layout.schedule).hides
 
     def at(rank: int, layers: StageLayers) -> tuple[float, float, float]:
         st = stage_cost(costs, rank, layers)
@@ -110,7 +112,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
             row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
         m1.append(tuple(row_m))
         mr.append(tuple(row_r))
-    zero_bubble = layout.schedule in (Schedule.ZB_H1, Schedule.ZB_H2)
+    zero_bubble = spec_of(layout.schedule).family is ScheduleFamily.ORDERED_W
     return KindSplitProblem(
         kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches, t0=tuple(t0),
         t1=tuple(t1), tr=tuple(tr), m0=tuple(m0), m1=tuple(m1), mr=tuple(mr), transient=transient,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from meshcore import Schedule, Target
+from meshcore import SCHEDULES, Schedule, Target
 from meshcore.errors import InfeasibleError
 from meshcore.fileio import is_script
 from meshcore.framework import Framework
@@ -40,7 +40,7 @@ EMITTERS: dict[Target, Callable[[Plan], str]] = {
 FRAMEWORK = {Target.MEGATRON: Framework.MEGATRON, Target.NEMO: Framework.NEMO, Target.TORCHTITAN: Framework.TORCHTITAN,
              Target.TORCHTITAN_CLI: Framework.TORCHTITAN, Target.DEEPSPEED: Framework.DEEPSPEED,
              Target.TORCH_ACTIONS: Framework.ANY}
-TITAN_SCHEDULES = (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_V)
+TITAN_SCHEDULES = tuple(s for s, rules in SCHEDULES.items() if rules.torchtitan_cli)
 # What a target runs beyond its runtime's profile: torchtitan 0.3's command line states the split as layers per
 # stage (even splits only) and has no action-list option; the action list runs every schedule meshplan orders.
 CAPABILITIES: dict[Target, SearchSpec] = {

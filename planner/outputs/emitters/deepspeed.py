@@ -19,11 +19,12 @@ from meshcore import (
     AttentionKernel,
     Offload,
     Recompute,
-    Schedule,
     ZeroStage,
     module_names,
     non_default_modules,
 )
+from meshcore.framework import Framework
+from planner.inputs.runtimes import load_runtime
 from planner.outputs.emitters.common import UnsupportedPlanError, facts
 from planner.outputs.plan import Plan
 
@@ -50,7 +51,7 @@ def refuse_unrunnable(plan: Plan) -> None:
     if lay.pp > 1 and not f.uniform_chunks:
         raise UnsupportedPlanError(f"DeepSpeed partitions pipeline stages itself; this plan splits {list(f.chunks)}: "
                                    "the nearest plan uses an even split (re-plan with --even-split)")
-    if lay.pp > 1 and lay.schedule is not Schedule.ONE_F_ONE_B:
+    if lay.pp > 1 and lay.schedule not in load_runtime(Framework.DEEPSPEED).capabilities.schedules:
         raise UnsupportedPlanError(f"DeepSpeed's pipeline engine runs its own 1F1B-style schedule, not "
                                    f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
     if non_default_modules(lay):

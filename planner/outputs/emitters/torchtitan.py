@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from meshcore import Dtype, Layout, Recompute, Schedule, ZeroStage, module_names, non_default_modules
+from meshcore import SCHEDULES, Dtype, Layout, Recompute, ZeroStage, module_names, non_default_modules, spec_of
 from meshcore.errors import UnsupportedModelError
 from meshcore.text import comment
 from planner.outputs.emitters.common import UnsupportedPlanError, describe, facts, offload_runner
@@ -54,13 +54,9 @@ from planner.outputs.plan import Plan
 
 TITAN_MAX_NORM = 1.0  # torchtitan's training.max_norm default (config/job_config.py), scaled by grad_scale()
 ACTIONS_FILE = "pipeline_actions.csv"  # a BY_ACTIONS plan's op order: meshplan emit PLAN --to torch-actions
-SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED_1F1B: "Interleaved1F1B",
-             Schedule.ZB_V: "ZBVZeroBubble", Schedule.DUALPIPE_V: "DualPipeV"}
 # Schedules torchtitan runs from meshplan's action list (pipeline_parallel_schedule_csv), each with the named schedule
-# whose stage placement it shares: one stage per rank (1F1B's) or a V of two (ZBVZeroBubble's)
-BY_ACTIONS = {Schedule.WAVE: Schedule.ZB_V, Schedule.V_HALF: Schedule.ZB_V, Schedule.V_MIN: Schedule.ZB_V,
-              Schedule.ZB_H1: Schedule.ONE_F_ONE_B,
-              Schedule.ZB_H2: Schedule.ONE_F_ONE_B}
+# whose stage placement it shares (`ScheduleSpec.by_actions`): one stage per rank (1F1B's) or a V (ZBVZeroBubble's)
+BY_ACTIONS = frozenset(s for s, rules in SCHEDULES.items() if rules.by_actions is not None)
 
 
 def model_parts(plan: Plan) -> list[list[str]]:
@@ -76,6 +72,13 @@ def model_parts(plan: Plan) -> list[list[str]]:
         parts.append(names)
         start += n
     return parts
+
+
+def titan_name(lay: Layout) -> str | None:
+    """torchtitan's name of the schedule `lay` runs: its own, or that of the named schedule whose placement runs
+    meshplan's action list; None where torchtitan has neither."""
+    rules = spec_of(lay.schedule)
+    return rules.torchtitan if rules.by_actions is None else spec_of(rules.by_actions).torchtitan
 
 
 def refuse_unrunnable(lay: Layout) -> None:
@@ -95,11 +98,11 @@ def refuse_unrunnable(lay: Layout) -> None:
         raise UnsupportedPlanError(
             f"torchtitan cannot recompute {list(lay.recompute_layers)} layers per stage; the nearest plan uses "
             "full recomputation everywhere (--recompute full) or none (--no-partial-recompute)")
-    if lay.schedule is Schedule.WAVE and lay.pp > 1 and lay.vpp != 2:
+    if spec_of(lay.schedule).wave_placed and lay.pp > 1 and lay.vpp != 2:
         raise UnsupportedPlanError(f"torchtitan places chunks as a V only two per rank (ZBVZeroBubble, DualPipeV): it "
                                    f"cannot place a wave of vpp {lay.vpp}; the nearest plan uses one wave (--vpp 2) or "
                                    "one of its own schedules")
-    if lay.schedule not in (*SCHEDULES, *BY_ACTIONS) and lay.pp > 1:
+    if titan_name(lay) is None and lay.pp > 1:
         raise UnsupportedPlanError(f"torchtitan has no {lay.schedule.value} schedule with one stage per rank (its "
                                    "zero-bubble schedules need several); the nearest plan uses 1f1b")
 
@@ -121,9 +124,9 @@ def parallelism_section(plan: Plan) -> dict[str, Any]:
         parallelism["fsdp_reshard_after_forward"] = "default" if lay.zero is ZeroStage.WEIGHTS else "never"
     if lay.pp > 1:
         listed = lay.schedule in BY_ACTIONS  # the named schedule's placement running the action list
-        parallelism.update(pipeline_parallel_schedule=SCHEDULES[BY_ACTIONS.get(lay.schedule, lay.schedule)],
-                           pipeline_parallel_microbatch_size=lay.mbs, module_fqns_per_model_part=model_parts(plan))
-        if lay.schedule is Schedule.DUALPIPE_V:
+        parallelism.update(pipeline_parallel_schedule=titan_name(lay), pipeline_parallel_microbatch_size=lay.mbs,
+                           module_fqns_per_model_part=model_parts(plan))
+        if parallelism["pipeline_parallel_schedule"] == "DualPipeV":
             # its F&B overlap hook only serves expert parallelism, and torchtitan refuses it beside activation
             # checkpointing; off, the pairs run back to back as meshplan prices them (it registers the hook anyway)
             overlap = lay.ep > 1 and lay.recompute is Recompute.NONE
