@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
@@ -115,23 +116,44 @@ def makespan(program: Program, durations: Durations) -> float:
     return _sweep(program, durations, record=False).makespan
 
 
+Encoded = tuple[tuple[tuple[int, int, int], ...], ...]  # per device, its ops as (kind, micro-batch, chunk)
+Timeline = list[tuple[float, int, int, float, tuple[int, int, int]]]  # (start, device, rank, end, op) per op run
+# What both loops start from: placement, hop, orders, chunks, devices, the last chunk, per-kind durations (`_steps`),
+# end times of each (micro-batch, chunk)'s F and B (-1: not run), per device its clock and next op, and what F, B, W
+# free of a chunk's activations
+Setup = tuple[tuple[int, ...], float, Encoded, int, int, int, tuple[tuple[float, ...], ...], list[float], list[float],
+              list[float], list[int], tuple[float, float, float]]
+
+
+def _setup(program: Program, durations: Durations) -> Setup:
+    """`Setup` of a program and its durations."""
+    place, orders, devices = program.placement, program.encoded, program.num_devices
+    chunks, w_share = len(place), durations.w_share
+    width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
+    frees = ((1 - w_share) if program.split_backward else 1.0, w_share, 1.0)
+    return (place, durations.p2p_s, orders, chunks, devices, chunks - 1, _steps(durations), [-1.0] * width,
+            [-1.0] * width, [0.0] * devices, [0] * devices, frees)
+
+
+def _result(clock: list[float], record: bool, peak: list[float], busy: list[float], timeline: Timeline) -> SimResult:
+    """The makespan alone (`record` False), or with the events in `timeline`'s order, the peaks and busy times."""
+    if not record:
+        return SimResult(max(clock, default=0.0), (), (), ())
+    kinds = (OpKind.F, OpKind.B, OpKind.W, OpKind.BW)
+    events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
+    return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))
+
+
 def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
     """A program whose orders fix every op, W included: each op starts when its device has run the op before it and
     its inputs are there, whatever the other devices do meanwhile, so the devices are advanced one at a time, each
     as far as its inputs allow, and a device is looked at again when an op it may wait on has run (F(mb, c + 1)
     waits on F(mb, c), B(mb, c − 1) on B(mb, c)). The times are those of the event loop (`_simulate_deferred`), the
     same maxima and sums; the events are returned in its order (start, device)."""
-    place, hop, orders = program.placement, durations.p2p_s, program.encoded
-    chunks, devices = len(place), program.num_devices
-    last = chunks - 1
-    steps = _steps(durations)
-    width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
-    end_f, end_b = [-1.0] * width, [-1.0] * width
-    clock, at = [0.0] * devices, [0] * devices
+    place, hop, orders, chunks, devices, last, steps, end_f, end_b, clock, at, frees = _setup(program, durations)
     memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
-    act, w_share, split = durations.activation, durations.w_share, program.split_backward
-    frees = ((1 - w_share) if split else 1.0, w_share, 1.0)
-    timeline: list[tuple[float, int, int, float, tuple[int, int, int]]] = []
+    act = durations.activation
+    timeline: Timeline = []
     todo = list(range(devices - 1, -1, -1))
     while todo:
         device = todo.pop()
@@ -180,37 +202,17 @@ def _sweep(program: Program, durations: Durations, record: bool) -> SimResult:
         at[device], clock[device] = i, t
     if any(at[d] < len(orders[d]) for d in range(devices)):
         raise ValueError("the schedule deadlocks: some device waits for work that can never be ready")
-    if not record:  # the makespan alone
-        return SimResult(max(clock, default=0.0), (), (), ())
     timeline.sort(key=lambda e: e[:3])
-    kinds = (OpKind.F, OpKind.B, OpKind.W, OpKind.BW)
-    events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
-    return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))
+    return _result(clock, record, peak, busy, timeline)
 
 
-def _simulate_deferred(program: Program, durations: Durations, record: bool = True) -> SimResult:
-    """The event loop, for programs whose weight-gradient ops wait on their device until it would otherwise idle
-    (zero-bubble schedules without explicit W): what a device runs next depends on when its inputs arrive.
-
-    The next event is the least key over the devices, (start, device, rank): a device's next scheduled op (rank 1)
-    when its inputs are there, or a pending weight-gradient op when it would otherwise wait (rank 2) or holds more
-    of them than its limit (rank 0, first). A device's key changes only when an op it may wait on has run: its own
-    (its clock, queue and pending W) or a neighbouring chunk's (F(mb, c + 1) waits on F(mb, c) and B(mb, c − 1) on
-    B(mb, c)), so only those devices' keys are looked at again after each event."""
-    place, hop, orders = program.placement, durations.p2p_s, program.encoded
-    chunks, devices = len(place), program.num_devices
-    last = chunks - 1
-    steps = _steps(durations)
-    width = chunks * (1 + max((mb for order in orders for _, mb, _ in order), default=0))
-    end_f, end_b = [-1.0] * width, [-1.0] * width
-    clock, at = [0.0] * devices, [0] * devices
-    pending: list[deque[tuple[int, int, int]]] = [deque() for _ in range(devices)]
+def _deferred_key(program: Program, setup: Setup, pending: list[deque[tuple[int, int, int]]]
+                  ) -> Callable[[int], tuple[float, int, int] | None]:
+    """The event loop's key of a device (`_simulate_deferred`), over the loop's own lists (`setup`, `pending`): the
+    start of its next scheduled op when its inputs are there (rank 1), or of a pending weight gradient when it would
+    otherwise wait (rank 2) or holds more than its limit (rank 0); None when it can run nothing yet."""
+    place, hop, orders, chunks, devices, last, _, end_f, end_b, clock, at, _ = setup
     limits = program.max_pending_w or (0,) * devices
-    memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
-    act, w_share = durations.activation, durations.w_share
-    defer = program.split_backward and not program.explicit_w
-    frees = ((1 - w_share) if program.split_backward else 1.0, w_share, 1.0)
-    timeline: list[tuple[float, int, int, float, tuple[int, int, int]]] = []
 
     def key(device: int) -> tuple[float, int, int] | None:
         t, order, i = clock[device], orders[device], at[device]
@@ -250,6 +252,25 @@ def _simulate_deferred(program: Program, durations: Durations, record: bool = Tr
                     return own
         return None if head is None else (head, device, 1)
 
+    return key
+
+
+def _simulate_deferred(program: Program, durations: Durations, record: bool = True) -> SimResult:
+    """The event loop, for programs whose weight-gradient ops wait on their device until it would otherwise idle
+    (zero-bubble schedules without explicit W): what a device runs next depends on when its inputs arrive.
+
+    The next event is the least key over the devices, (start, device, rank) (`_deferred_key`). A device's key changes
+    only when an op it may wait on has run: its own (its clock, queue and pending W) or a neighbouring chunk's
+    (F(mb, c + 1) waits on F(mb, c) and B(mb, c − 1) on B(mb, c)), so only those devices' keys are looked at again
+    after each event."""
+    setup = _setup(program, durations)
+    place, _, orders, chunks, devices, last, steps, end_f, end_b, clock, at, frees = setup
+    pending: list[deque[tuple[int, int, int]]] = [deque() for _ in range(devices)]
+    key = _deferred_key(program, setup, pending)
+    memory, peak, busy = [0.0] * devices, [0.0] * devices, [0.0] * devices
+    act = durations.activation
+    defer = program.split_backward and not program.explicit_w
+    timeline: Timeline = []
     keys = [key(d) for d in range(devices)]
     remaining = sum(len(order) for order in orders)
     while remaining or any(pending):
@@ -282,11 +303,7 @@ def _simulate_deferred(program: Program, durations: Durations, record: bool = Tr
             keys[place[c - 1]] = key(place[c - 1])
         if c < last and place[c + 1] != device:
             keys[place[c + 1]] = key(place[c + 1])
-    if not record:  # the makespan alone
-        return SimResult(max(clock, default=0.0), (), (), ())
-    kinds = (OpKind.F, OpKind.B, OpKind.W, OpKind.BW)
-    events = tuple(Event(d, Op(kinds[op[0]], op[1], op[2]), start, end) for start, d, _, end, op in timeline)
-    return SimResult(max(clock, default=0.0), events, tuple(peak), tuple(busy))
+    return _result(clock, record, peak, busy, timeline)
 
 
 def _steps(d: Durations) -> tuple[tuple[float, ...], ...]:
