@@ -46,6 +46,23 @@ def test_gradients_leave_the_gpu_bucket_by_bucket() -> None:
     assert moved.fits and not kept.fits
 
 
+def test_accumulated_gradients_come_back_with_the_weights() -> None:
+    """DeepSpeed accumulates offloaded gradients on the GPU: from a step's second micro-batch on, the sum so far comes
+    back from the host beside the backward (stage3.py partition_grads; stage_1_and_2.py
+    async_accumulate_grad_in_cpu_via_gpu), queued behind the weights coming in. A step of one micro-batch brings
+    nothing back; of m, (m - 1) / m of the gradients per micro-batch."""
+    cluster = load_hardware("rtx4090", 1)
+    t = LayerTime(forward=1e-4, backward=2e-4)
+    w, g = 1e8, 3e8
+    expected = (pcie_time(w, cluster) - 1e-4) + (max(pcie_time(w + g, cluster), pcie_time(g, cluster)) - 2e-4)
+    assert layer_offload_exposed(t, w, 0.0, cluster, g, grad_in_bytes=g) == pytest.approx(expected)
+    job = {"gpus": 1, "seq_len": 1024, "runtime": DS, "mbs": 1, "recompute": "full", "zero": 3,
+           "offload": "optimizer,gradients,params"}
+    one = evaluate("llama2-13b", "rtx4090", global_batch=1, **job)
+    eight = evaluate("llama2-13b", "rtx4090", global_batch=8, **job)
+    assert one.stages[0].offload_s < eight.stages[0].offload_s  # the same micro-batch, with gradients to bring back
+
+
 def test_gradient_copies_run_against_the_weights() -> None:
     """Gradients go out while weights and activations come in: opposite PCIe directions overlap, the same queue."""
     cluster = load_hardware("rtx4090", 1)

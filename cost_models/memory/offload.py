@@ -25,8 +25,11 @@ makes one more pass over the fp32 gradients (CPU_GRAD_PASS_BYTES: DeepSpeed's un
 Two more forms:
   gradients    ZeRO-Offload's gradient offload (DeepSpeed's offload_optimizer, stages 1-3): every backward sends each
                layer's gradients to the host as its reduce bucket fills (grad bytes per trained parameter of the
-               shard, the other PCIe direction than the weights and activations coming in), where they are
-               accumulated in fp32; the GPU keeps GRADIENT_BUCKETS buckets of GRADIENT_BUCKET_ELEMENTS.
+               shard, the other PCIe direction than the weights and activations coming in); the GPU keeps
+               GRADIENT_BUCKETS buckets of GRADIENT_BUCKET_ELEMENTS. DeepSpeed accumulates them on the GPU: from a
+               step's second micro-batch on, each layer's gradients so far come back from the host (the weights'
+               direction), are added to the new ones and go out again (stage3.py `partition_grads`,
+               stage_1_and_2.py `async_accumulate_grad_in_cpu_via_gpu`).
   nvme         ZeRO-Infinity's NVMe tier: the fp32 master weights and Adam moments (and, with parameter offload,
                the 16-bit weights) live on the node's NVMe array; host memory keeps the fp32 gradients and staging
                buffers. The step swaps each state in and out (NVME_ADAM_BYTES per parameter) beside CPU Adam, which
@@ -167,18 +170,21 @@ def host_capacity_bytes(cluster: ClusterSpec) -> float:
 
 
 def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
-                          grad_bytes: float = 0.0, weights_from_nvme: bool = False) -> float:
+                          grad_bytes: float = 0.0, weights_from_nvme: bool = False,
+                          grad_in_bytes: float = 0.0) -> float:
     """Exposed copy seconds of one layer and micro-batch: its `weight_bytes` shard in before the forward, the
     backward and a recomputation (from NVMe at `weight_fetch_bytes_per_s`); its `stored_bytes` of activations out
-    beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the backward. Copies in
-    opposite directions run at once; in the same direction they queue:
-        forward:  max(w / fetch, s / pcie) − t_fwd          backward: max(w / fetch + s / pcie, g / pcie) − t_bwd"""
+    beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the backward, and
+    `grad_in_bytes` of gradients accumulated so far back in to be added to them. Copies in opposite directions run
+    at once; in the same direction they queue:
+        forward:  max(w / fetch, s / pcie) − t_fwd
+        backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd"""
     if not weight_bytes and not stored_bytes and not grad_bytes:
         return 0.0
     rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
     fetch = (weight_bytes / rate if rate else float("inf")) if weight_bytes else 0.0
     fwd = max(fetch, pcie_time(stored_bytes, cluster))
-    bwd = max(fetch + pcie_time(stored_bytes, cluster), pcie_time(grad_bytes, cluster))
+    bwd = max(fetch + pcie_time(stored_bytes + grad_in_bytes, cluster), pcie_time(grad_bytes, cluster))
     exposed = max(0.0, fwd - time.forward) + max(0.0, bwd - time.backward)
     if weight_bytes and time.recompute > 0:
         exposed += max(0.0, fetch - time.recompute)
