@@ -22,7 +22,8 @@ recompute choice minimising the step of planner.search.layerwise's model, exactl
    planner.search.partition (`best_boundaries`, exact for (m − 1)·max + Σ) gives the best pipeline; C plus
    it bounds the step of that plan from above and, at C = the optimum's largest tail, reaches the optimum.
    The scan stops once C plus the best pipeline with no cap cannot win.
-3. Bounds (planner.search.layerwise_bounds). Candidates run in the order of their least step; once top_k plans
+3. Bounds (planner.search.layerwise_bounds). Candidates run one-stage first, each group in the order of their
+   least step (any order is exact; quick one-stage plans set the k-th best early); once top_k plans
    are known, a candidate whose least step is above the k-th best is skipped, and the others drop frontier points
    no plan within it can hold (with one stage, also above the best plan found under an earlier cap X).
 Every answer is re-priced by planner.search.layerwise.price, the plain cost model. The frontiers can grow with
@@ -286,7 +287,8 @@ def best_plan(st: Setting, cluster: ClusterSpec, cap: float, floor: StepFloor | 
 def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, grad_bytes: int = 4,
                    top_k: int = 5, progress: Callable[[int, int], None] | None = None) -> list[ChainPlan]:
     """The fastest per-layer plans, one per (G, pp, dp, mbs) candidate of the uniform chain search, best first.
-    Candidates are searched in the order of their least step (planner.search.layerwise_bounds); once top_k plans
+    Candidates are searched one-stage first, each group in the order of their least step
+    (planner.search.layerwise_bounds); once top_k plans
     are known, a candidate whose least step is above the k-th best step is skipped and the others search only for
     plans within it (exact: a skipped or cut plan cannot enter the top k). `progress(done, total)` after each
     candidate, in stage frontiers (`frontier_count`: a candidate of pp stages on L layers builds
@@ -298,7 +300,9 @@ def plan_layerwise(table: ChainTable, cluster: ClusterSpec, global_batch: int, g
     gpus, cap, n = cluster.num_gpus, cluster.gpu.memory_gib * GIB, table.num_layers
     todo = [(c[1], st, step_floor(st) if st is not None else None) for c in _candidates(table, cluster, global_batch)
             for st in [setting(table, cluster, *c, global_batch, grad_bytes)]]
-    todo.sort(key=lambda c: math.inf if c[2] is None else c[2].candidate)  # without options (None): last
+    # one-stage candidates first (their search is quick and sets the k-th best for the rest), then by least step;
+    # those without options (None) last
+    todo.sort(key=lambda c: (c[0] > 1, math.inf if c[2] is None else c[2].candidate))
     total, done = sum(frontier_count(pp, n) for pp, _, _ in todo), 0
     results: list[ChainPlan] = []
     steps: list[float] = []  # the steps found, ascending: steps[top_k - 1] is the k-th best
