@@ -241,16 +241,46 @@ def mlp_seconds(shapes: list[tuple[int, int]], batch: float, job: RecJob, cluste
     return seconds + 4 * batch * sum(m for _, m in shapes) * job.comm_bytes / _hbm_rate(cluster)
 
 
+def apex_mlp_seconds(shapes: list[tuple[int, int]], batch: float, input_grad: bool, job: RecJob,
+                     cluster: ClusterSpec) -> float:
+    """Forward and backward of ReLU layers `shapes` on `batch` samples as apex.mlp.MLP runs them (csrc/mlp_cuda.cu,
+    mlp_fp and mlp_bp; runtime.RecExecution.apex_mlp), kernel by kernel, each GEMM at the slower of its FLOPs and
+    its activation bytes (k: in, m: out, a: activation bytes, f = 2·b·k·m):
+        GEMMs   forward, dgrad, wgrad: max(f / (peak · eff(f)), b·(k + m)·a / HBM) each; no dgrad for the first
+                layer unless `input_grad` (mlp.cpp passes the input's requires_grad to mlp_bp)
+        kernels biasAddRelu_fprop (read, write the output: 2·b·m·a) and biasAddRelu_bprop (read the output and its
+                gradient, write the GEMM's gradient: 3·b·m·a), at the element-wise rate."""
+    gpu = cluster.gpu
+    peak, hbm = gpu.peak_bf16_tflops * 1e12, _hbm_rate(cluster)
+    a = job.comm_bytes
+    seconds = 0.0
+    for layer, (k, m) in enumerate(shapes):
+        flops = 2.0 * batch * k * m
+        gemm = max(flops / (peak * gpu.matmul_efficiency.at(flops)), batch * (k + m) * a / hbm)
+        seconds += gemm * (3 if layer > 0 or input_grad else 2) + 5 * batch * m * a / hbm
+    return seconds
+
+
+def _mlp_time(shapes: list[tuple[int, int]], batch: float, input_grad: bool, job: RecJob,
+              cluster: ClusterSpec) -> float:
+    """The runtime's MLP: apex's kernels (apex_mlp_seconds) where it runs them, else mlp_seconds."""
+    if execution(job).apex_mlp:
+        return apex_mlp_seconds(shapes, batch, input_grad, job, cluster)
+    return mlp_seconds(shapes, batch, job, cluster)
+
+
 def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
-    """The data-parallel MLPs (mlp_seconds at the local batch; without the bottom MLP where the runtime runs it on
-    one rank, bottom_piece) plus the dot interaction (b·F²·D multiply-adds, batched GEMM, forward and backward) and
-    the pooled features moved four times (twice more, read and written, where the runtime copies them around the
-    all-to-alls: RecExecution.a2a_copies); the gradient all-reduce over every GPU overlaps the backward
-    (GpuSpec.exposed)."""
+    """The data-parallel MLPs (the runtime's MLP time at the local batch, _mlp_time; without the bottom MLP where the
+    runtime runs it on one rank, bottom_piece) plus the dot interaction (b·F²·D multiply-adds, batched GEMM, forward
+    and backward) and the pooled features moved four times (twice more, read and written, where the runtime copies
+    them around the all-to-alls: RecExecution.a2a_copies); the gradient all-reduce over every GPU overlaps the
+    backward (GpuSpec.exposed)."""
     b, gpu, ex = job.local_batch, cluster.gpu, execution(job)
     peak = gpu.peak_bf16_tflops * 1e12
     shapes = _top_shapes(model) if ex.bottom_rank is not None else _mlp_shapes(model)
-    seconds = mlp_seconds(shapes, b, job, cluster)
+    seconds = _mlp_time(_top_shapes(model), b, True, job, cluster)
+    if ex.bottom_rank is None:
+        seconds += _mlp_time(_bottom_shapes(model), b, False, job, cluster)
     features = len(model.tables) + 1
     if model.interaction is Interaction.DOT:
         flops = 2.0 * b * features * features * model.dim
@@ -266,7 +296,7 @@ def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
 
 def bottom_pieces(model: RecModel, job: RecJob, cluster: ClusterSpec) -> list[PieceCost]:
     """Each rank's share of a bottom MLP that one rank runs on the global batch (runtime.RecExecution.bottom_rank;
-    none where it is data parallel): its holder computes it (mlp_seconds at the global batch), keeps its weights
+    none where it is data parallel): its holder computes it (_mlp_time at the global batch), keeps its weights
     and optimizer state, and sends every other rank its samples' outputs in the all-to-all, (n-1)/n·B·D·a bytes;
     every other rank receives b·D·a."""
     rank = execution(job).bottom_rank
@@ -275,7 +305,7 @@ def bottom_pieces(model: RecModel, job: RecJob, cluster: ClusterSpec) -> list[Pi
     n, b, big_b, a, d = job.gpus, job.local_batch, job.batch, job.comm_bytes, model.dim
     shapes = _bottom_shapes(model)
     params = sum(k * m + m for k, m in shapes)
-    holder = PieceCost(compute_s=mlp_seconds(shapes, big_b, job, cluster), send_bytes=(n - 1) / n * big_b * d * a,
+    holder = PieceCost(compute_s=_mlp_time(shapes, big_b, False, job, cluster), send_bytes=(n - 1) / n * big_b * d * a,
                        hbm_bytes=params * DENSE_STATE_BYTES + 2 * big_b * sum(m for _, m in shapes) * a)
     other = PieceCost(recv_bytes=b * d * a)
     return [holder if g == rank else other for g in range(n)]

@@ -24,6 +24,12 @@ DLRM at 729963dd, the code of NVIDIA's published throughputs, run with --amp --c
     per-rank blocks (`.contiguous()` in BottomToTop.backward): two copies of the interaction input through HBM;
   - the bottom MLP runs on GPU 0 alone, on the global batch, and above 4 GPUs GPU 0 holds no table
     (dlrm/utils/distributed.py, get_device_mapping); the top MLP and the interaction are data parallel (DDP);
+  - both MLPs are apex.mlp.MLP (--optimized_mlp, on by default: dlrm/nn/mlps.py, CppMlp and AmpMlp) whose
+    csrc/mlp_cuda.cu runs each ReLU layer as a cuBLAS GEMM and kernels of its own (its cuBLASLt bias/ReLU epilogue
+    is taken only for activation < 1, i.e. not for ReLU): biasAddRelu_fprop rereads and rewrites the GEMM's output,
+    biasAddRelu_bprop reads the output and its gradient and writes the GEMM's gradient, then the dgrad GEMM (skipped
+    for the first layer where the input needs no gradient: the bottom MLP's dense features) and the wgrad GEMM
+    (cost.apex_mlp_seconds);
   - the forward and backward are one CUDA graph (no per-operator host time), but every step the host waits for the
     GPU twice (GradScaler.step reads found_inf with .item(); the StepTimer synchronises) and then issues the
     optimizer eagerly: STEP_OPS operators the GPU waits for (counted below).
@@ -57,7 +63,8 @@ class RecExecution:
     `cast_pooled` (the gather writes table-dtype rows and a kernel of its own casts them to the activation dtype),
     `a2a_copies` (the interaction input is copied after the forward all-to-all and its gradient before the
     backward one), `bottom_rank` (the rank that runs the bottom MLP on the global batch; None: data parallel),
-    `step_syncs` and `step_ops` (host syncs per step and the operators the GPU then waits for)."""
+    `step_syncs` and `step_ops` (host syncs per step and the operators the GPU then waits for), `apex_mlp` (the MLPs
+    run apex's MLP kernels, priced per kernel: cost.apex_mlp_seconds)."""
 
     sparse_gradient: bool = False
     unscale_gradient: bool = False
@@ -66,6 +73,7 @@ class RecExecution:
     bottom_rank: int | None = None
     step_syncs: int = 0
     step_ops: float = 0.0
+    apex_mlp: bool = False
 
 
 def execution(job: RecJob) -> RecExecution:
@@ -76,7 +84,7 @@ def execution(job: RecJob) -> RecExecution:
     return RecExecution(sparse_gradient=True, unscale_gradient=amp, cast_pooled=amp and job.gpus > 1,
                         a2a_copies=job.gpus > 1,
                         bottom_rank=0 if job.gpus > 1 else None, step_syncs=DLE_STEP_SYNCS if amp else 1,
-                        step_ops=DLE_STEP_OPS if amp else DLE_STEP_OPS - 2)
+                        step_ops=DLE_STEP_OPS if amp else DLE_STEP_OPS - 2, apex_mlp=True)
 
 
 def runtime_kinds(job: RecJob) -> frozenset[ShardingKind]:
