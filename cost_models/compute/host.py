@@ -18,7 +18,10 @@ Megatron-core MoE (arXiv 2603.07685, section on the compute wall) names this hos
 three limits of fine-grained MoE training; CUDA graphs exist to remove it.
 
 Operator counts per forward pass (Megatron-core with Transformer Engine, counted from the modules a layer
-calls; each count is the order of magnitude, the per-operator time is what the calibration fits):
+calls; each count is the order of magnitude, the per-operator time is what the calibration fits, on H100 from a
+prior of 30 µs: four Transformer Engine linear modules at 115 µs of CPU per forward, NVIDIA/TransformerEngine#1191,
+and the other 21 operators of a dense layer at a plain PyTorch call's 13.5 µs on a DGX H100's Xeon 8480C,
+NVIDIA/TransformerEngine#2053: (4·115 + 21·13.5) / 25; benchmarks/data/calibration/prior_hopper.yaml):
     attention block   ~15: fused norm + QKV linear, QK norms, rotary embedding, fused attention, output
                       projection, bias-dropout-add, with their casts and reshapes
     dense MLP block   ~10: fused norm + FC1, activation, FC2, bias-dropout-add
