@@ -172,6 +172,18 @@ def test_trial_that_writes_nothing_exits_non_zero(tmp_path: Path) -> None:
     assert trial.exit_code == 3 and "runs none of the plan's 1 layouts" in trial.output
 
 
+def test_trial_of_a_nemo_plan_exits_non_zero_saying_why(tmp_path: Path) -> None:
+    """NeMo has no trial launcher: `trial` on a NeMo plan writes nothing and says which launchers it has."""
+    runner = CliRunner()
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "16", "--seq-len",
+                              "4096", "--global-batch", "64", "--runtime", "nemo", "--top-k", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    trial = runner.invoke(app, ["trial", str(out), "--out", str(tmp_path / "t"), "--top-k", "1"])
+    assert trial.exit_code != 0 and "the plan's runtime is nemo" in trial.output
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize(("framework", "zero", "runs"), [
     (Framework.MEGATRON, 1, True), (Framework.MEGATRON, 3, False), (Framework.NEMO, 1, False),
     (Framework.TORCHTITAN, 3, True), (Framework.DEEPSPEED, 3, False), (Framework.ANY, 2, True)])
