@@ -19,6 +19,7 @@ MEGATRON_ARGS=(
   --attention-dropout 0.0
   --hidden-dropout 0.0
   --multi-latent-attention
+  --qk-layernorm
   --q-lora-rank 1536
   --kv-lora-rank 512
   --qk-head-dim 128

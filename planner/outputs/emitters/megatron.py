@@ -95,11 +95,15 @@ def _attention_args(plan: Plan) -> list[tuple[str, object]]:
 
 def _mla_args(plan: Plan) -> list[tuple[str, object]]:
     """Multi-head latent attention: --qk-head-dim is the no-rope part of a query/key head, --qk-pos-emb-head-dim
-    its rotary part."""
+    its rotary part. --qk-layernorm gives MLA its RMSNorms on the query and key-value latents (DeepSeek-V3's
+    q_a_layernorm and kv_a_layernorm, which meshplan counts): without it megatron-core 0.16.1 builds them as
+    identities (gpt_layer_specs.py, the MLA branch of get_gpt_layer_local_spec; tests/test_megatron_model.py)."""
     mla = plan.model.mla
     if mla is None:
         return []
     args: list[tuple[str, object]] = [("--multi-latent-attention", None)]
+    if not plan.model.qk_norm:  # otherwise already written with the other model flags
+        args.append(("--qk-layernorm", None))
     if mla.q_lora_rank:
         args.append(("--q-lora-rank", mla.q_lora_rank))
     return args + [("--kv-lora-rank", mla.kv_lora_rank), ("--qk-head-dim", mla.qk_nope_head_dim),
