@@ -161,7 +161,7 @@ def test_megatron_core_builds_deepseek_v3() -> None:
     shims in BUILD, none of which makes or changes a parameter:
     1. torch.cuda.current_device returns "cpu" while GPTModel is constructed: MLA builds its YaRN rotary table on
        it whatever use_cpu_initialization says (multi_latent_attention.py:138 passes no such flag;
-       yarn_rotary_pos_embedding.py:76, 122, 126), and so does the router's expert-bias buffers
+       yarn_rotary_pos_embedding.py:76, 122, 126), and so do the router's expert-bias buffers
        (moe/router.py:164-180). These are buffers; BUILD asserts every parameter is still on the meta device.
     2. multi_latent_attention.HAVE_TE is set to megatron-core's own answer (extensions/transformer_engine.py:
        False without TE): multi_latent_attention.py:55-62 sets it True because the import of the extension module
