@@ -310,21 +310,37 @@ class _Search:
         elif not (self.kth() < math.inf and bounds.split_refuses(c, self.kth())):
             heapq.heappush(self.heap, (bounds.split_bound(c, bound), key, 2, 1, c))
 
+    def floored(self, c: Candidate, balanced: bool) -> bool:
+        """Whether `c`'s memory floors rule out every layout of it: none fits on the GPU or in its node's host
+        memory."""
+        bounds = self.bounds
+        return (bounds.memory_floor(c, balanced) > self.capacity
+                or bounds.host_floor(c, balanced) > self.host_capacity)
+
     def bounded(self, c: Candidate, key: tuple[int, ...]) -> None:
         """A candidate at its bound: dropped by its memory floors, else re-queued at its tight bound; its next
-        module set joins at its own bound."""
+        module set joins at its own bound. Where `c` is dropped, each next set that its own floors drop too is
+        dropped at once, never queued (most of a mixture-of-experts search's candidates: none, selective and each
+        module set of the same degrees, one after the other; their bounds are then never computed): it would have
+        been dropped when it came up, and a dropped set settles nothing for the next (`dominated_by_sibling` reads
+        its step, None either way)."""
         bounds, balanced = self.bounds, balanced_only(c, self.spec)
-        if (bounds.memory_floor(c, balanced) > self.capacity  # no layout of it fits on the GPU
-                or bounds.host_floor(c, balanced) > self.host_capacity):  # or in its node's host memory
+        dropped = self.floored(c, balanced)
+        if dropped:
             self.steps[c] = None
             self.tally["floored"] += 1
         else:  # re-queued at the bound with the recomputation it needs
             heapq.heappush(self.heap, (bounds.tight_key(c, balanced), key, 2, 0, c))
         nxt = next_module_set(c, self.family, self.job)
-        if nxt is not None:
+        while nxt is not None:
             self.sibling[nxt] = c
-            heapq.heappush(self.heap, (bounds.key(nxt), nxt.sort_key(), 1, 0, nxt))
             self.tally["expanded"] += 1
+            if not (dropped and self.floored(nxt, balanced)):
+                heapq.heappush(self.heap, (bounds.key(nxt), nxt.sort_key(), 1, 0, nxt))
+                return
+            self.steps[nxt] = None
+            self.tally["floored"] += 1
+            c, nxt = nxt, next_module_set(nxt, self.family, self.job)
 
     def result(self, seconds: float) -> SearchResult:
         """The top-k, best first, with the certificate; InfeasibleError where nothing fits."""
