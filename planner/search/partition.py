@@ -102,20 +102,23 @@ def least_bottleneck(cost: np.ndarray, allowed: np.ndarray) -> float:
 
 
 def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndarray, m: int,
-                    start: float = 0.0, limit: float = np.inf) -> tuple[list[int], float] | None:
+                    start: float = 0.0, limit: float = np.inf, levels: np.ndarray | None = None
+                    ) -> tuple[list[int], float] | None:
     """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j], or None
     when no split's value is below `limit`.
 
     For each bottleneck bound B (the distinct segment costs, from `start` up) a DP finds the least sum with
     every stage within B; the scan stops once (m − 1)·B plus the unbounded least sum can no longer win (beat the
-    best so far, or `limit`)."""
+    best so far, or `limit`). `levels`: those distinct costs (sorted) where the caller knows them without sorting
+    every segment's (a uniform stack: its count table's finite values, each the cost of some allowed segment)."""
     allowed = allowed & np.isfinite(max_cost)
     unbounded = least_sum(sum_cost, allowed)
     if unbounded is None:
         return None
     start = max(start, least_bottleneck(max_cost, allowed) * (1 - _EPS))  # no split exists under it
     best: tuple[list[int], float] | None = None
-    for bound in distinct(max_cost[allowed & (max_cost >= start)]):
+    levels = distinct(max_cost[allowed & (max_cost >= start)]) if levels is None else levels[levels >= start]
+    for bound in levels:
         if (m - 1) * bound + unbounded[0] >= (limit if best is None else min(best[1], limit)):
             break
         solved = least_sum(sum_cost, allowed & (max_cost <= bound * (1 + _EPS)))
@@ -128,12 +131,23 @@ def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndar
     return best
 
 
-def segments(table: np.ndarray) -> np.ndarray:
-    """A per-(stage, layer count) table as per-(stage, first, end) segment costs (∞ for empty segments)."""
+def segment_index(width: int) -> np.ndarray:
+    """[first, end] -> the layer count end − first of a non-empty segment, else `width` (a column of ∞ that
+    `segments` appends): one gather turns a count table into segment costs."""
+    ends = np.arange(width)
+    count = ends[None, :] - ends[:, None]
+    index: np.ndarray = np.where(count > 0, count, width)
+    return index
+
+
+def segments(table: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+    """A per-(stage, layer count) table as per-(stage, first, end) segment costs (∞ for empty segments); `index`:
+    `segment_index` of the table's width, when the caller has it."""
     width = table.shape[1]
-    i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
-    count = np.clip(j - i, 0, None)
-    return np.where(j > i, table[:, count], np.inf)
+    index = segment_index(width) if index is None else index
+    padded = np.concatenate([table, np.full((table.shape[0], 1), np.inf)], axis=1)
+    costs: np.ndarray = padded[:, index]
+    return costs
 
 
 def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
@@ -156,9 +170,11 @@ def solve_dp(p: SplitProblem) -> Split | None:
             hi = mid
         else:
             lo = mid + 1
-    max_cost = segments(times)
-    found = best_boundaries(max_cost, segments(sum_costs(p, times)), np.isfinite(max_cost), p.num_microbatches,
-                            start=float(bounds[lo]))
+    index = segment_index(p.num_layers + 1)
+    max_cost = segments(times, index)
+    sums = max_cost if not p.w0 else segments(sum_costs(p, times), index)
+    found = best_boundaries(max_cost, sums, np.isfinite(max_cost), p.num_microbatches, start=float(bounds[lo]),
+                            levels=bounds)
     if found is None:
         return None
     layers = [b - a for a, b in zip(found[0], found[0][1:], strict=False)]
