@@ -215,3 +215,17 @@ def test_group_floor_is_below_the_bound_of_every_offload_choice() -> None:
             floor = bounds.group_floor(group, choices)
             least = min(bounds.bound(replace(c, offload=o)) for c in group for o in choices)
             assert floor <= least * (1 + 1e-12), (CASES[index], group[0])
+
+
+def test_candidate_but_is_replace() -> None:
+    """`Candidate.but` (the search's fast copy) gives what dataclasses.replace gives, equal, hashing and ordering
+    alike, and refuses a name that is not a field."""
+    problem = resolve("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64)
+    pool = list(itertools.islice(candidates(problem.model, problem.cluster, problem.job, SearchSpec()), 200))
+    changes = ({"vpp": 2}, {"dp_replicate": 2, "ep": 1}, {"recompute": Recompute.FULL, "modules": frozenset()})
+    for c, change in itertools.product(pool, changes):
+        fast, slow = c.but(**change), replace(c, **change)
+        assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+        assert fast.sort_key() == slow.sort_key()
+    with pytest.raises(TypeError, match="no field"):
+        pool[0].but(pipeline=2)

@@ -157,7 +157,7 @@ class _Search:
         for i, members in enumerate(floors.values()):
             first, shapes, experts, _ = self.built[members[0][0]]
             ep, etp = experts[members[0][1]]
-            c = first if (ep, etp) == (first.ep, first.etp) else replace(first, ep=ep, etp=etp)
+            c = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
             heap.append((self.bounds.family_floor(c, [(s, v) for v, s in shapes]), (), -1, i, members))
         heapq.heapify(heap)
         return heap
@@ -173,7 +173,7 @@ class _Search:
                 self.variants[key] = self.choices(c)
             else:
                 self.variants[key] = tuple(o for o in self.choices(c)
-                                           if bounds.state_bound(replace(c, offload=o)) <= self.capacity)
+                                           if bounds.state_bound(c.but(offload=o)) <= self.capacity)
         return self.variants[key]
 
     def expand(self, members: Members) -> None:
@@ -203,10 +203,9 @@ class _Search:
         """A group at its floor: each offload choice of each of its shapes queued at its bound."""
         first, held = group
         for schedule, vpp in held:
-            base = first if (schedule, vpp) == (first.schedule, first.vpp) else replace(first, vpp=vpp,
-                                                                                          schedule=schedule)
+            base = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(vpp=vpp, schedule=schedule)
             for o in self.within_state_bound(base):
-                c = base if o == base.offload else replace(base, offload=o)
+                c = base if o == base.offload else base.but(offload=o)
                 heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
 
     def kth(self) -> float:
@@ -292,7 +291,7 @@ class _Search:
         """A candidate at the top of the heap, at its bound (level 1), its tight bound (2) or its simulation floor
         (3)."""
         if c.dp_replicate > 1 and self.spec.dp_replicate is None and c not in self.sibling:
-            self.sibling[c] = replace(c, dp_replicate=1)  # HSDP: priced only where it may beat sharding over all
+            self.sibling[c] = c.but(dp_replicate=1)  # HSDP: priced only where it may beat sharding over all
         if level == 3:
             if c in self.waiting:  # (not simulated already for a variant's dominance)
                 self.simulate(c, self.kth())
