@@ -270,11 +270,11 @@ def test_affine_rows_numpy_and_plain_agree() -> None:
     """The split-memory rows are the same floats whether numpy (large tables) or plain Python (small) builds them."""
     import random
 
-    from planner.search import sim_bounds
+    from planner.search.memory_floors import affine_rows
 
     rng = random.Random(7)
     for ranks, layers in ((2, 9), (8, 65), (32, 127)):
         base, values = [rng.uniform(0, 1e9) for _ in range(layers)], [rng.uniform(0, 1e8) for _ in range(layers)]
         scales = [rng.uniform(0.5, 40) for _ in range(ranks)]
         plain = [[b + a * x for b, x in zip(base, values, strict=True)] for a in scales]
-        assert sim_bounds.affine_rows(base, scales, values) == plain
+        assert affine_rows(base, scales, values) == plain

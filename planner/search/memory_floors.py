@@ -23,6 +23,7 @@ GPUs of that rank's stage (cost_models.memory.offload.node_host_bytes), each nee
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from cost_models.compute import flops as F
@@ -220,3 +221,15 @@ class RankMemory:
             kinds = [(dense, n_dense), (moe, n_moe)]
             floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
         return floor * (1 - ROUNDING)
+
+
+def affine_rows(base: Sequence[float], scales: Sequence[float], values: Sequence[float]) -> list[list[float]]:
+    """[[base[j] + a·values[j] for each j] for each a in scales]: numpy's for a large table (three times faster), plain
+    floats for a small one (a small plan never imports numpy); the same operations, so the same floats."""
+    if len(scales) * len(base) <= 512:
+        return [[b + a * x for b, x in zip(base, values, strict=True)] for a in scales]
+    import numpy as np
+
+    rows: list[list[float]] = (np.asarray(base)[None, :] + np.asarray(scales)[:, None] * np.asarray(values)[None, :]
+                               ).tolist()
+    return rows

@@ -38,6 +38,7 @@ from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
+from planner.search.memory_floors import affine_rows
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 
@@ -135,18 +136,6 @@ class SplitMemory:
             return None
         over = base + self.alive[d] * (self.act[end] - self.act[start]) - self.capacity
         return self.rho / self.alive[d] * over if over > 0 else 0.0
-
-
-def affine_rows(base: Sequence[float], scales: Sequence[float], values: Sequence[float]) -> list[list[float]]:
-    """[[base[j] + a·values[j] for each j] for each a in scales]: numpy's for a large table (three times faster), plain
-    floats for a small one (a small plan never imports numpy); the same operations, so the same floats."""
-    if len(scales) * len(base) <= 512:
-        return [[b + a * x for b, x in zip(base, values, strict=True)] for a in scales]
-    import numpy as np
-
-    rows: list[list[float]] = (np.asarray(base)[None, :] + np.asarray(scales)[:, None] * np.asarray(values)[None, :]
-                               ).tolist()
-    return rows
 
 
 class SplitPaths:
