@@ -79,6 +79,7 @@ class Schedule(str, Enum):
     INTERLEAVED_1F1B = "interleaved-1f1b"
     ZB_H1 = "zb-h1"  # zero-bubble, backward split into input and weight gradients (Qi et al. 2023, Figure 3 top)
     ZB_H2 = "zb-h2"  # zero-bubble with 2p − 1 micro-batches in flight, a parallelogram (Qi et al. 2023, Figure 3)
+    ZB_2P = "zb-2p"  # the zero-bubble paper's automatic schedule within 2p micro-batches of activations (section 3.1)
     ZB_V = "zb-v"  # zero-bubble on two chunks per rank placed as a V (Qi et al. 2024; torch's ZBVZeroBubble)
     DUALPIPE_V = "dualpipe-v"  # DeepSeek's DualPipeV: a V of two chunks, F&B pairs (DualPipe repo; torch, torchtitan)
     V_HALF = "v-half"  # a V of two chunks at half 1F1B's activations (Qi et al., NeurIPS 2024, "Controllable Memory")

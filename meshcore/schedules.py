@@ -38,7 +38,8 @@ class ScheduleSpec:
     plan prints it; `torchtitan`: its pipeline_parallel_schedule name, or None; `torchtitan_cli`: torchtitan 0.3's
     command-line target writes it; `by_actions`: torchtitan runs it from meshplan's action list with the stage
     placement of this named schedule; `pending_w`: weight-gradient ops a stage d of an ORDERED_W order keeps pending
-    per stage before it (ZB-H1 d, ZB-H2 2d: cost_models.pipeline.zero_bubble)."""
+    per stage before it (ZB-H1 d, ZB-H2 2d: cost_models.pipeline.zero_bubble; 0: no rule, its order is laid out per
+    (p, m), ZB-2p's, and the search counts them off the order)."""
 
     schedule: Schedule
     family: ScheduleFamily
@@ -133,6 +134,8 @@ _SPECS = (
                  by_actions=Schedule.ONE_F_ONE_B, pending_w=1),
     ScheduleSpec(Schedule.ZB_H2, ScheduleFamily.ORDERED_W, launchers=(ONE_STAGE_ACTIONS, ACTION_RUNTIME),
                  least_microbatches=(2, 1), by_actions=Schedule.ONE_F_ONE_B, pending_w=2),
+    ScheduleSpec(Schedule.ZB_2P, ScheduleFamily.ORDERED_W, launchers=(ONE_STAGE_ACTIONS, ACTION_RUNTIME),
+                 searched=False, by_actions=Schedule.ONE_F_ONE_B),
     ScheduleSpec(Schedule.ZB_V, ScheduleFamily.V, launchers=("torchtitan (ZBVZeroBubble)",),
                  least_microbatches=(2, 1), torchtitan="ZBVZeroBubble", torchtitan_cli=True),
     ScheduleSpec(Schedule.DUALPIPE_V, ScheduleFamily.V,

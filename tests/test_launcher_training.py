@@ -1,7 +1,7 @@
 """Plans that train: configs meshplan emits, run by the launchers' own trainers on CPU processes over gloo.
 
 - torchtitan 0.2.2: its Trainer (what `torchrun -m torchtitan.train` runs) from the emitted TOML, unchanged but
-  for the run's length, learning rate, logging and the shared starting weights, for fourteen layouts of a tiny
+  for the run's length, learning rate, logging and the shared starting weights, for fifteen layouts of a tiny
   Llama-style model; after each of STEPS steps the loss and the gradient norm match the unpipelined one-process
   run from the same seed checkpoint (tolerances below).
 - DeepSpeed 0.19.8 (DS_ACCELERATOR=cpu): deepspeed.initialize with the emitted JSON for ZeRO 1, 2 and 3, and its
@@ -77,6 +77,7 @@ TITAN_LAYOUTS: dict[str, tuple[int, SearchSpec]] = {
     "wave": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.WAVE)),
     "ZB-H1": (2, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ZB_H1)),
     "ZB-H2": (2, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ZB_H2)),
+    "ZB-2p": (2, pins(tp=1, pp=2, zero=0, mbs=1, schedule=Schedule.ZB_2P)),
     "DualPipeV": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.DUALPIPE_V)),
     "V-Half": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.V_HALF)),
     "V-Min": (2, pins(tp=1, pp=2, vpp=2, zero=0, mbs=1, schedule=Schedule.V_MIN)),

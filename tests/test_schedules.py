@@ -18,8 +18,8 @@ from meshcore import Runtime, Schedule
 ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
 
 CASES = [(Schedule.GPIPE, 1), (Schedule.ONE_F_ONE_B, 1), (Schedule.INTERLEAVED_1F1B, 2),
-         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.ZB_V, 2),
-         (Schedule.DUALPIPE_V, 2), (Schedule.V_HALF, 2), (Schedule.V_MIN, 2)]
+         (Schedule.INTERLEAVED_1F1B, 4), (Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.ZB_2P, 1),
+         (Schedule.ZB_V, 2), (Schedule.DUALPIPE_V, 2), (Schedule.V_HALF, 2), (Schedule.V_MIN, 2)]
 
 
 def _durations(prog: Program, f: float, b: float, hop: float = 0.0) -> Durations:

@@ -20,6 +20,9 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
                        micro-batches where W frees the activations (the paper's count), off the order here
   wave, v = 2W chunks  T = m(F + B) + 2(p − 1)·max(F, B)/v                  in flight: Σ over the rank's chunks
                        exact for m >= v·p, an upper bound from 2p          c of min(v·p − c, m), over v
+  ZB-2p                T = m(F + B) + the simulator's idle time on the order the paper's heuristic lays out for
+                       T_F = T_B_in = T_W (`zb_2p_time`; cost_models.pipeline.zb_auto): (p − 1)·F then, ZB-H2's,
+                       from m = p; in flight at most 2p micro-batches (the paper's limit), off the order here
 Interleaved needs m % p == 0. ZB-H1 and ZB-H2 (Qi et al. 2024) split backward into input gradient B_in and
 weight gradient W = W_SHARE·B and fix every op in the order the paper's Figure 3 draws
 (cost_models.pipeline.zero_bubble); the activations in flight of every order that fixes its W passes are counted off
@@ -43,6 +46,7 @@ Stages of unequal cost, per-stage times t_i (forward + backward of one micro-bat
 - DualPipeV:       T = m·max_i t_i + `dualpipev_bubble` on the largest per-chunk forward and 2b − w
 - V-Half, V-Min:   T = m·max_i t_i + `v_memory_bubble` on the largest per-chunk F, B and W
 - wave, v chunks:  T = m·max_i t_i + `wave_bubble` on the largest per-chunk forward and backward times
+- ZB-2p:           T = m·max_i t_i + `zb_auto_bubble` on the largest F, B_in and W
 Each reduces to the uniform closed form, which the discrete-event simulator reproduces (tests/test_schedules.py); for
 uneven stages the simulator stays the reference (it re-prices the V and wave schedules' uneven stages).
 """
@@ -55,6 +59,7 @@ from functools import lru_cache
 from cost_models.pipeline.controllable_memory import VMemory, v_memory_order
 from cost_models.pipeline.orders import placement
 from cost_models.pipeline.simulator import Durations, Program, makespan
+from cost_models.pipeline.zb_auto import zb_auto_bubble
 from meshcore import wave_chunks
 
 W_SHARE = 0.5  # weight-gradient share of backward time (dW and dX GEMMs have equal FLOPs)
@@ -264,3 +269,26 @@ def zbv_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
 def wave_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
     """Each chunk peaks as its own 1F1B stage would, all at once (the simulator's peaks)."""
     return sum(min(pp * vpp - c, m) for c in wave_chunks(device, pp, vpp)) / vpp
+
+
+# ZB-2p (Qi et al. 2024 section 3.1, its limit 2p·M_B): the order laid out per (p, m), priced by the simulator
+
+ZB_2P_STAGES = 2  # activations of 2p micro-batches at most (section 5.1)
+
+
+def zb_2p_time(pp: int, m: int, vpp: int, f: float, b: float) -> float:
+    b_in = (1 - W_SHARE) * b
+    return m * (f + b) + zb_auto_bubble(ZB_2P_STAGES, pp, m, f, b_in, b - b_in)
+
+
+def zb_2p_uneven(times: Sequence[float], m: int, vpp: int, weight: Sequence[float], forward: Sequence[float]) -> float:
+    """The uniform order's idle time on the slowest stage's F, B_in and W."""
+    f, w = max(forward), max(weight)
+    b_in = max(t - fw - ww for t, fw, ww in zip(times, forward, weight, strict=True))
+    return m * max(times) + zb_auto_bubble(ZB_2P_STAGES, len(times), m, f, b_in, w)
+
+
+def zb_2p_fraction(pp: int, m: int, vpp: int) -> float:
+    """F = B_in = W = 1 (F = 1, B = 2)."""
+    return zb_auto_bubble(ZB_2P_STAGES, pp, m, 1.0, 1.0, 1.0) / (3 * m)
+

@@ -15,6 +15,7 @@ from cost_models.pipeline.controllable_memory import VMemory
 from cost_models.pipeline.dualpipe import dualpipev_order
 from cost_models.pipeline.orders import gpipe_program, interleaved_program, one_f_one_b_program, placement, wave_program
 from cost_models.pipeline.simulator import Op, Program
+from cost_models.pipeline.zb_auto import zb_auto_program
 from cost_models.pipeline.zero_bubble import zb_h1_order, zb_h2_order, zbv_order
 from meshcore import SCHEDULES, Schedule
 
@@ -33,7 +34,8 @@ class SchedulePricing:
     (`in_flight`; None: counted off its order, cost_models.pipeline.schedules.order_peaks). `hides`: a stage but the
     last hides at most this many weight gradients (ZB-H1 2, ZB-H2 3: forms.zb_h1_hidden); `waits_input_grad`: its
     bubble's first term waits on the chunk's input gradient as on its forward (ZB-V's (p − 1)·max(f, b)), which the
-    search's bounds may count."""
+    search's bounds may count; `laid_out`: its order is laid out by a heuristic per (p, m) (ZB-2p), no closed form
+    bounds it, and the search's bounds count only each rank's own m micro-batches of work."""
 
     program: Builder
     uniform: UniformTime
@@ -42,6 +44,7 @@ class SchedulePricing:
     in_flight: InFlight | None = None
     hides: int = 0
     waits_input_grad: bool = False
+    laid_out: bool = False
 
 
 def _one_chunk_orders(build: Callable[[int, int, int], tuple[Op, ...]], pp: int, m: int, vpp: int = 1) -> Program:
@@ -73,6 +76,8 @@ PRICING = MappingProxyType({
                                     forms.zero_bubble_fraction, hides=2),
     Schedule.ZB_H2: SchedulePricing(partial(_one_chunk_orders, zb_h2_order), forms.zb_h2_time, forms.zb_h2_uneven,
                                     forms.zero_bubble_fraction, hides=3),
+    Schedule.ZB_2P: SchedulePricing(lambda pp, m, vpp: zb_auto_program(forms.ZB_2P_STAGES, pp, m), forms.zb_2p_time,
+                                    forms.zb_2p_uneven, forms.zb_2p_fraction, laid_out=True),
     Schedule.ZB_V: SchedulePricing(partial(_v_orders, zbv_order), forms.zbv_time, forms.zbv_uneven, forms.zbv_fraction,
                                    forms.zbv_in_flight, waits_input_grad=True),
     Schedule.DUALPIPE_V: SchedulePricing(partial(_v_orders, dualpipev_order), forms.dualpipev_time,

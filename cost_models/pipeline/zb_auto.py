@@ -263,3 +263,10 @@ def zb_auto_bubble(memory_stages: int, pp: int, m: int, forward: float, input_gr
     prog = zb_auto_program(memory_stages, pp, m)
     durations = Durations((forward,) * pp, (input_grad,) * pp, (weight_grad,) * pp, (1.0,) * pp)
     return makespan(prog, durations) - m * (forward + input_grad + weight_grad)
+
+
+def trailing_weight_ops(order: tuple[Op, ...]) -> int:
+    """How many weight-gradient ops a stage's order runs after its last input gradient (what the search's path bounds
+    through that input gradient leave out)."""
+    last = max((i for i, op in enumerate(order) if op.kind is OpKind.B), default=-1)
+    return sum(1 for op in order[last + 1:] if op.kind is OpKind.W)

@@ -118,6 +118,8 @@ class SearchBounds(RankMemory):
     def fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
         """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
         hides, family = pricing(schedule).hides, spec_of(schedule).family
+        if pricing(schedule).laid_out:  # ZB-2p: no closed form bounds its fill
+            return a
         if hides:  # each stage but the last hides at most `hides` weight gradients
             return p * a - hides * W_SHARE * p * b
         if family is ScheduleFamily.V:
@@ -221,6 +223,8 @@ class SearchBounds(RankMemory):
             stage += self.sends(c) * hop
         slowest = max(stage, self.slowest(c), slowest)  # the slowest rank is at least the average and `slowest`
         costs, family = pricing(c.schedule), spec_of(c.schedule).family
+        if costs.laid_out:  # ZB-2p: each rank runs its m micro-batches, no closed form bounds the rest
+            return slowest * m + tail
         if family is ScheduleFamily.V and costs.waits_input_grad:  # every rank is busy m·t_r
             # ZB-V's bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail

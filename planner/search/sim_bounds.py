@@ -32,7 +32,9 @@ from dataclasses import dataclass, replace
 
 from cost_models.compute.knobs import LayerTime
 from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.simulator import Durations, Program
+from cost_models.pipeline.zb_auto import trailing_weight_ops
 from cost_models.step import pipeline_hop_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
@@ -224,10 +226,12 @@ def split_floor(rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: 
     return SplitPaths(rows, prefix, memory).floor(above)
 
 
-def trailing_w(schedule: Schedule, stage: int) -> int:
+def trailing_w(schedule: Schedule, stage: int, pp: int, m: int) -> int:
     """The most weight-gradient ops stage `stage`'s order runs after its last input gradient: the pending ones and the
-    one the last input gradient releases (ZB-H1 keeps d pending, ZB-H2 2d: cost_models.pipeline.zero_bubble)."""
-    return spec_of(schedule).pending_w * stage + 1
+    one the last input gradient releases (ZB-H1 keeps d pending, ZB-H2 2d: cost_models.pipeline.zero_bubble); an
+    order laid out per (p, m) with no such rule (ZB-2p, `pending_w` 0) has them counted off it."""
+    pending = spec_of(schedule).pending_w
+    return pending * stage + 1 if pending else trailing_weight_ops(pricing(schedule).program(pp, m, 1).orders[stage])
 
 
 def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[float], hop: float, tau: float,
@@ -249,7 +253,7 @@ def split_rows(schedule: Schedule, pp: int, m: int, vpp: int, ends: Sequence[flo
             row = [(before + m * e + 2 * d * hop, 1.0, 0.0, float(m))]
         elif family is ScheduleFamily.ORDERED_W:
             row = [(forward_share * before + m * e + d * hop, forward_share, 0.0, float(m))]
-            late = m - trailing_w(schedule, d) * weight_share
+            late = m - trailing_w(schedule, d, pp, m) * weight_share
             if late >= 1.0:
                 row.append(((1 - weight_share) * before + late * e + 2 * d * hop, 1 - weight_share, 0.0, late))
         else:
