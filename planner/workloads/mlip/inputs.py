@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import csv
 import io
+from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from meshcore.checks import finite, is_integer
 from meshcore.errors import InputError, SpecError
 from meshcore.inputfile import MAX_TABLE_BYTES, read_text, shown
 from planner.workloads.mlip.spec import CostRow, MdScheme, MlipCostTable, MlipMode
+
+E = TypeVar("E", bound=Enum)
 
 META_REQUIRED = ("layers", "cutoff_a", "halo_bytes", "params", "density")
 META_OPTIONAL = ("name", "device", "source", "mode", "ghost_depth_a", "md_scheme", "swap_s")
@@ -47,20 +51,13 @@ def _number(text: str, where: str, integer: bool) -> float | int:
     return value
 
 
-def _mode(text: str, origin: str) -> MlipMode:
+def _member(kind: type[E], field: str, text: str, origin: str) -> E:
+    """The member of `kind` whose value is `text`; else an InputError naming `field` and the allowed values."""
     try:
-        return MlipMode(text)
+        return kind(text)
     except ValueError:
-        allowed = ", ".join(m.value for m in MlipMode)
-        raise InputError(f"{origin}: mode must be one of {allowed}, got {text!r}") from None
-
-
-def _scheme(text: str, origin: str) -> MdScheme:
-    try:
-        return MdScheme(text)
-    except ValueError:
-        allowed = ", ".join(m.value for m in MdScheme)
-        raise InputError(f"{origin}: md_scheme must be one of {allowed}, got {text!r}") from None
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise InputError(f"{origin}: {field} must be one of {allowed}, got {text!r}") from None
 
 
 def parse_cost_table(text: str, origin: str) -> MlipCostTable:
@@ -100,7 +97,8 @@ def parse_cost_table(text: str, origin: str) -> MlipCostTable:
             rows=tuple(CostRow(int(a), float(s), float(m)) for a, s, m in rows),
             **{k: _number(meta[k], f"{origin}: {k}", k in _INTS) for k in META_REQUIRED},  # type: ignore[arg-type]
             device=meta.get("device", "unknown"), source=meta.get("source", "unknown"),
-            mode=_mode(meta.get("mode", "train"), origin), md_scheme=_scheme(meta.get("md_scheme", "ghosts"), origin),
+            mode=_member(MlipMode, "mode", meta.get("mode", "train"), origin),
+            md_scheme=_member(MdScheme, "md_scheme", meta.get("md_scheme", "ghosts"), origin),
             ghost_depth_a=float(_number(meta.get("ghost_depth_a", "0"), f"{origin}: ghost_depth_a", False)),
             swap_s=float(_number(meta.get("swap_s", "0"), f"{origin}: swap_s", False)))
     except SpecError as exc:
