@@ -13,7 +13,7 @@ from cost_models.pipeline.controllable_memory import VMemory, paper_peak
 from cost_models.pipeline.schedules import closed_form, in_flight, program
 from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, simulate
 from cost_models.pipeline.stages import pipeline_time
-from meshcore import Runtime, Schedule
+from meshcore import SCHEDULES, Runtime, Schedule
 
 ANY = Runtime(framework="any")  # ZB-V and the wave with two waves: the research space
 
@@ -204,23 +204,31 @@ def test_wave_below_vp_microbatches(pp: int, vpp: int) -> None:
                                                                   for d in range(pp)], rel=1e-12)
 
 
-@pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 13), (8, 16)])
-def test_wave_order_runs_in_torch(pp: int, m: int) -> None:
-    """torch.distributed.pipelining's own checks accept the wave's order as an action list: its validator
-    infers the wave placement from it (chunk k on rank k going down, 2p − 1 − k coming back), and its runtime's
-    lowering adds the sends and receives and dry-runs the result without a deadlock."""
+def _dry_run_in_torch(schedule: Schedule, pp: int, m: int) -> None:
+    """Hand `schedule`'s two-chunk order on `pp` ranks to torch.distributed.pipelining as an action list (a whole
+    backward as FULL_BACKWARD, a split one as BACKWARD_INPUT and BACKWARD_WEIGHT): its validator must infer our
+    chunk placement, and its lowering must add the sends and receives and dry-run them without a deadlock."""
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
                                     reason="torch is not installed (the [profile] extra)")
-    from cost_models.pipeline.simulator import OpKind
-
     kinds = {OpKind.F: schedules._ComputationType.FORWARD, OpKind.B: schedules._ComputationType.FULL_BACKWARD}
-    ours = program(Schedule.WAVE, pp, m, 2)
+    ours = program(schedule, pp, m, 2)
+    if SCHEDULES[schedule].split_backward:
+        kinds |= {OpKind.B: schedules._ComputationType.BACKWARD_INPUT,
+                  OpKind.W: schedules._ComputationType.BACKWARD_WEIGHT}
     actions = {rank: [schedules._Action(op.chunk, kinds[op.kind], op.microbatch) for op in order]
                for rank, order in enumerate(ours.orders)}
     mapping = schedules._validate_schedule(actions, pp, 2 * pp, m)
     assert tuple(mapping[c] for c in range(2 * pp)) == ours.placement
     with_comms = schedules._add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=2 * pp)
     schedules._simulate_comms_compute(with_comms, lambda s: mapping[s], 2 * pp)
+
+
+@pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 13), (8, 16)])
+def test_wave_order_runs_in_torch(pp: int, m: int) -> None:
+    """torch.distributed.pipelining's own checks accept the wave's order as an action list: its validator
+    infers the wave placement from it (chunk k on rank k going down, 2p − 1 − k coming back), and its runtime's
+    lowering adds the sends and receives and dry-runs the result without a deadlock."""
+    _dry_run_in_torch(Schedule.WAVE, pp, m)
 
 
 def test_wave_chunks_and_layout_rules() -> None:
@@ -416,14 +424,4 @@ def test_v_schedules_run_in_torch(schedule: Schedule, pp: int, m: int) -> None:
     """torch.distributed.pipelining's validator infers the V placement from V-Half's and V-Min's action lists (input
     and weight gradients apart), and its lowering adds the sends and receives and dry-runs them without a
     deadlock."""
-    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
-                                    reason="torch is not installed (the [profile] extra)")
-    kinds = {OpKind.F: schedules._ComputationType.FORWARD, OpKind.B: schedules._ComputationType.BACKWARD_INPUT,
-             OpKind.W: schedules._ComputationType.BACKWARD_WEIGHT}
-    ours = program(schedule, pp, m, 2)
-    actions = {rank: [schedules._Action(op.chunk, kinds[op.kind], op.microbatch) for op in order]
-               for rank, order in enumerate(ours.orders)}
-    mapping = schedules._validate_schedule(actions, pp, 2 * pp, m)
-    assert tuple(mapping[c] for c in range(2 * pp)) == ours.placement
-    with_comms = schedules._add_send_recv(actions, stage_to_rank=lambda s: mapping[s], num_stages=2 * pp)
-    schedules._simulate_comms_compute(with_comms, lambda s: mapping[s], 2 * pp)
+    _dry_run_in_torch(schedule, pp, m)
