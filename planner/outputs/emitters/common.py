@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from meshcore import Layout, Offload, Recompute, ZeroStage, module_names, non_default_modules, offload_names
 from meshcore.errors import MeshplanError
+from meshcore.framework import Framework
 from meshcore.text import one_line
+from planner.inputs.runtimes import load_runtime
 from planner.outputs.plan import Plan
 
 
@@ -15,6 +17,11 @@ class UnsupportedPlanError(MeshplanError):
     """The launcher cannot run this plan as it is; the message names the nearest plan it can run."""
 
     exit_code = 2
+
+
+def runs_schedule(framework: Framework, lay: Layout) -> bool:
+    """Whether `framework` runs `lay`'s pipeline: no pipeline at all, or a schedule its runtime profile lists."""
+    return lay.pp == 1 or lay.schedule in load_runtime(framework).capabilities.schedules
 
 
 @dataclass(frozen=True)

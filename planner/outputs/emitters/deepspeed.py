@@ -24,8 +24,7 @@ from meshcore import (
     non_default_modules,
 )
 from meshcore.framework import Framework
-from planner.inputs.runtimes import load_runtime
-from planner.outputs.emitters.common import UnsupportedPlanError, facts
+from planner.outputs.emitters.common import UnsupportedPlanError, facts, runs_schedule
 from planner.outputs.plan import Plan
 
 
@@ -51,7 +50,7 @@ def refuse_unrunnable(plan: Plan) -> None:
     if lay.pp > 1 and not f.uniform_chunks:
         raise UnsupportedPlanError(f"DeepSpeed partitions pipeline stages itself; this plan splits {list(f.chunks)}: "
                                    "the nearest plan uses an even split (re-plan with --even-split)")
-    if lay.pp > 1 and lay.schedule not in load_runtime(Framework.DEEPSPEED).capabilities.schedules:
+    if not runs_schedule(Framework.DEEPSPEED, lay):
         raise UnsupportedPlanError(f"DeepSpeed's pipeline engine runs its own 1F1B-style schedule, not "
                                    f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
     if non_default_modules(lay):

@@ -29,13 +29,13 @@ from meshcore import (
 from meshcore.errors import UnsupportedModelError
 from meshcore.framework import Framework
 from meshcore.text import comment
-from planner.inputs.runtimes import load_runtime
 from planner.outputs.emitters.common import (
     UnsupportedPlanError,
     describe,
     facts,
     offload_runner,
     partial_recompute,
+    runs_schedule,
 )
 from planner.outputs.plan import Plan
 
@@ -170,7 +170,7 @@ def _moe_args(plan: Plan) -> list[tuple[str, object]]:
 
 def _pipeline_args(plan: Plan) -> list[tuple[str, object]]:
     lay, f = plan.best.layout, facts(plan)
-    if lay.schedule not in load_runtime(Framework.MEGATRON).capabilities.schedules and lay.pp > 1:
+    if not runs_schedule(Framework.MEGATRON, lay):
         raise UnsupportedPlanError(f"Megatron-LM has no {lay.schedule.value} schedule (1F1B without VPP, "
                                    "interleaved with it); the nearest plan uses --schedule 1f1b")
     args: list[tuple[str, object]] = [("--pipeline-model-parallel-size", lay.pp)]

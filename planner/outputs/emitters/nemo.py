@@ -14,13 +14,13 @@ from typing import Any
 from meshcore import Recompute, ZeroStage, module_names, non_default_modules
 from meshcore.framework import Framework
 from meshcore.text import comment
-from planner.inputs.runtimes import load_runtime
 from planner.outputs.emitters.common import (
     UnsupportedPlanError,
     describe,
     facts,
     offload_runner,
     partial_recompute,
+    runs_schedule,
 )
 from planner.outputs.emitters.megatron import pipeline_layout
 from planner.outputs.plan import Plan
@@ -84,7 +84,7 @@ def emit(plan: Plan) -> str:
     if lay.zero >= ZeroStage.GRADIENTS:
         raise UnsupportedPlanError(f"the NeMo target writes DDP and the distributed optimizer only, not "
                                    f"ZeRO-{int(lay.zero)} (Megatron-FSDP); the nearest plan uses --zero 1")
-    if lay.pp > 1 and lay.schedule not in load_runtime(Framework.NEMO).capabilities.schedules:
+    if not runs_schedule(Framework.NEMO, lay):
         raise UnsupportedPlanError(f"NeMo runs Megatron-Core's 1F1B and interleaved schedules, not "
                                    f"{lay.schedule.value}; the nearest plan uses --schedule 1f1b")
     fields = model_fields(plan)
