@@ -319,7 +319,8 @@ def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: Stag
     """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed` of each layer: its
     ZeRO-3 weight shard with parameter offload, its gradients with gradient offload and, in (m − 1) of a step's m
     micro-batches, the gradients accumulated so far coming back to be added on the GPU; its stored activations
-    with activation offload; `layer_copy_bytes`), from one layer of each kind (`dense`, `moe`: its parameters on one
+    with activation offload; `layer_copy_bytes`; the gradients' copies synchronous and staged without
+    `Runtime.pinned_offload`), from one layer of each kind (`dense`, `moe`: its parameters on one
     rank): affine in the stage's layers, as the split search needs."""
     stored = Offload.ACTIVATIONS in layout.offload
     if not (stored or Offload.PARAMS in layout.offload or Offload.GRADIENTS in layout.offload):
@@ -330,7 +331,8 @@ def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: Stag
 
     def one(time: LayerTime, params: StageParams, act: float) -> float:
         w, g = layer_copy_bytes(params, layout, job)
-        return layer_offload_exposed(time, w, act if stored else 0.0, cluster, g, nvme, back * g)
+        return layer_offload_exposed(time, w, act if stored else 0.0, cluster, g, nvme, back * g,
+                                     pageable=not job.runtime.pinned_offload)
 
     total = ((layers.dense - layers.dense_full) * one(times.decoder, dense, acts.dense)
              + layers.dense_full * one(times.decoder_full, dense, acts.full))

@@ -51,6 +51,10 @@ class Runtime:
     # them only when the data is needed (Megatron-LM's default with interleaving, --no-overlap-p2p-communication
     # turns it off; torch.distributed.pipelining's runtime always); 1F1B without chunks waits on each
     overlap_p2p_comm: bool = True
+    # the offloaded optimizer's host buffers are page-locked (DeepSpeed's offload_optimizer.pin_memory: true by
+    # default from 0.19.5, false before, PR #8207); off: every gradient copy to or from them is a synchronous copy
+    # staged through the driver's buffer (cost_models/memory/offload.py pageable_bytes_per_s)
+    pinned_offload: bool = True
     # how the runtime executes a layout (its profile's `execution` section, meshcore.execution): filled from
     # hardware_profiles/runtimes/<framework>.yaml by planner.api.resolve; None prices as Megatron-core runs it
     execution: Execution | None = None

@@ -19,6 +19,8 @@ from cost_models.memory.offload import (
     layer_offload_exposed,
     nvme_time,
     offloaded_optimizer_step,
+    pageable_bytes_per_s,
+    pcie_bytes_per_s,
     pcie_time,
 )
 from hardware_profiles import load_hardware
@@ -70,6 +72,31 @@ def test_gradient_copies_run_against_the_weights() -> None:
     w, g = 1e8, 3e8
     expected = (pcie_time(w, cluster) - 1e-4) + (max(pcie_time(w, cluster), pcie_time(g, cluster)) - 2e-4)
     assert layer_offload_exposed(t, w, 0.0, cluster, g) == pytest.approx(expected)
+
+
+def test_gradient_copies_into_pageable_memory_are_synchronous() -> None:
+    """DeepSpeed before 0.19.5 leaves offload_optimizer.pin_memory false (offload_config.py at v0.18.6): ZeRO-3's
+    gradient offload then ran "a synchronous, low-bandwidth (staged pageable) path with no overlap against backward
+    compute" (DeepSpeed PR #8207, which measured the backward 18-28 % shorter once pinned and asynchronous). The
+    copies out and back are exposed in full at the staged rate, one host thread's memcpy in turn with the DMA; the
+    weights still hide behind the backward."""
+    cluster = load_hardware("rtx4090", 8)
+    rate = pageable_bytes_per_s(cluster)
+    assert rate == pytest.approx(1 / (1 / (32e9 * 0.8 / 2) + 2 / 10e9))
+    assert rate < pcie_bytes_per_s(cluster) / 3
+    t = LayerTime(forward=1e-2, backward=2e-2)
+    w, g = 1e7, 3e7
+    pinned = layer_offload_exposed(t, w, 0.0, cluster, g, grad_in_bytes=g)
+    pageable = layer_offload_exposed(t, w, 0.0, cluster, g, grad_in_bytes=g, pageable=True)
+    assert pinned == 0.0  # hidden behind a 20 ms backward
+    assert pageable == pytest.approx(2 * g / rate)
+    pinned_run = Runtime(framework=Framework.DEEPSPEED, grad_reduce_bytes=2)
+    job = {"gpus": 8, "seq_len": 2048, "global_batch": 64, "mbs": 2, "recompute": "full", "zero": 3,
+           "offload": "optimizer,gradients,params"}
+    fast = evaluate("llama3-8b", "rtx4090", runtime=pinned_run, **job)
+    slow = evaluate("llama3-8b", "rtx4090", runtime=Runtime(framework=Framework.DEEPSPEED, grad_reduce_bytes=2,
+                                                            pinned_offload=False), **job)
+    assert slow.step_time_s > fast.step_time_s
 
 
 def test_the_nvme_tier() -> None:

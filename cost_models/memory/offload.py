@@ -14,6 +14,10 @@ Three choices (`Layout.offload`), each a published mechanism:
                forward and back during the backward of the layer above, so the GPU holds about two layers' worth.
 A copy hides behind the pass it runs beside (copy engines, not SMs); what the pass cannot cover is exposed:
     exposed = max(0, bytes / PCIe − pass seconds)
+unless the host memory is pageable (`Runtime.pinned_offload` off: DeepSpeed's offload_optimizer.pin_memory, false by
+default before 0.19.5): then the driver stages every gradient copy through its own small pinned buffer and the call
+returns only when the copy is done, so the host issues no more of the backward meanwhile and the copy is exposed in
+full, at `pageable_bytes_per_s` (benchmarks/data/offload/pageable_copies.yaml).
 PCIe: a GPU's link at PCIE_EFFICIENCY of its rate (pinned-memory copies reach about 26 of 32 GB/s on Gen4 x16,
 CUDA's bandwidthTest), shared by the GPUs behind one switch uplink, which all copy at the same time in a data- or
 pipeline-parallel step. CPU Adam (DeepSpeed's vectorised CPU-Adam, Ren et al. section 5.1) streams CPU_ADAM_BYTES per
@@ -79,6 +83,19 @@ def pcie_bytes_per_s(cluster: ClusterSpec) -> float:
 def pcie_time(nbytes: float, cluster: ClusterSpec) -> float:
     """Seconds to copy `nbytes` between one GPU and host memory (one direction)."""
     return nbytes / pcie_bytes_per_s(cluster)
+
+
+def pageable_bytes_per_s(cluster: ClusterSpec) -> float:
+    """One GPU's rate copying to or from pageable host memory: the CUDA driver moves each chunk between the pageable
+    pages and its small pinned staging buffer with one host thread, and by DMA between that buffer and the GPU, in
+    turn (CUDA Runtime API, "API synchronization behavior": a device-to-pageable copy returns once it has completed,
+    a pageable-to-device copy once the data is staged; the staging buffer is a few MB, fixed by the driver). The
+    thread's memcpy reads and writes each byte, CORE_STREAM_GBS / 2 of payload; with the PCIe share:
+        rate = 1 / (1 / pcie_bytes_per_s + 2 / CORE_STREAM_GBS)
+    DeepSpeed PR #8207 (pin_memory made the default, ZeRO-3's gradient offload made asynchronous) measured this
+    path's cost: backward 1,810 -> 1,308 ms (Qwen2.5-1.5B) and 3,097 -> 2,540 ms (Qwen2.5-3B) on 4 x RTX 4080 SUPER
+    (benchmarks/data/offload/pageable_copies.yaml)."""
+    return 1.0 / (1.0 / pcie_bytes_per_s(cluster) + 2.0 / (CORE_STREAM_GBS * 1e9))
 
 
 def exposed_copy(nbytes: float, pass_s: float, cluster: ClusterSpec) -> float:
@@ -171,14 +188,19 @@ def host_capacity_bytes(cluster: ClusterSpec) -> float:
 
 def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
                           grad_bytes: float = 0.0, weights_from_nvme: bool = False,
-                          grad_in_bytes: float = 0.0) -> float:
+                          grad_in_bytes: float = 0.0, pageable: bool = False) -> float:
     """Exposed copy seconds of one layer and micro-batch: its `weight_bytes` shard in before the forward, the
     backward and a recomputation (from NVMe at `weight_fetch_bytes_per_s`); its `stored_bytes` of activations out
     beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the backward, and
     `grad_in_bytes` of gradients accumulated so far back in to be added to them. Copies in opposite directions run
     at once; in the same direction they queue:
         forward:  max(w / fetch, s / pcie) − t_fwd
-        backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd"""
+        backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd
+    Into `pageable` host memory the gradient copies are synchronous: (g + g_in) / pageable_bytes_per_s is exposed
+    whole and the backward's copies are the weights and activations alone."""
+    if pageable and (grad_bytes or grad_in_bytes):
+        synchronous = (grad_bytes + grad_in_bytes) / pageable_bytes_per_s(cluster)
+        return synchronous + layer_offload_exposed(time, weight_bytes, stored_bytes, cluster, 0.0, weights_from_nvme)
     if not weight_bytes and not stored_bytes and not grad_bytes:
         return 0.0
     rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
