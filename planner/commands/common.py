@@ -300,7 +300,7 @@ class Progress:
 
 profile_app = typer.Typer(no_args_is_help=True,
                           help="Measure layers, the network and the host's fixed costs with PyTorch (needs the profile "
-                               "extra).")
+                               "extra), or an interatomic potential with MACE (the mlip extra).")
 
 
 app.add_typer(profile_app, name="profile")

@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("studies", "Fit the hardware profile's physical parameters to your own measured runs (held-out "
                              "check first)."),
     "profile": ("profiling", "Measure layers, the network and the host's fixed costs with PyTorch (needs the profile "
-                             "extra)."),
+                             "extra), or an interatomic potential with MACE (the mlip extra)."),
     "infer": ("inference", "Plan inference: LLM serving, edge pipelines, diffusion transformers."),
     "mlip": ("mlip", "Plan graph interatomic potentials (MACE, NequIP, Allegro): domain decomposition or data "
                      "parallelism."),

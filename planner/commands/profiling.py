@@ -1,5 +1,6 @@
-"""`meshplan profile layers`, `profile network` and `profile host`: time real layers, collectives and the host's fixed
-costs with PyTorch (the [profile] extra) and write a cost table or a hardware-profile fragment."""
+"""`meshplan profile layers`, `profile network`, `profile host` and `profile mlip`: time real layers, collectives, the
+host's fixed costs with PyTorch (the [profile] extra) or a MACE interatomic potential (the [mlip] extra) and write a
+cost table or a hardware-profile fragment."""
 
 from __future__ import annotations
 
@@ -112,5 +113,59 @@ def profile_host(
         typer.echo(f"collective call {result.collective_us:.1f} us, host sync {result.sync_us:.1f} us, "
                    f"optimizer step {result.step_ms:.3f} ms")
         typer.echo(f"fragment written to {out}")
+
+    run(action)
+
+
+@profile_app.command("mlip")
+def profile_mlip(
+    out: Annotated[Path, typer.Option(parser=output_path, help="MLIP cost table to write (.csv, for meshplan mlip "
+                                                                "plan --costs).")],
+    mode: Annotated[str, typer.Option(help="train (forward, forces, backward) or md (forward and forces).")] = "train",
+    element: Annotated[str, typer.Option(help="Element of the periodic bulk crystal (ASE's lattice).")] = "Cu",
+    cells: Annotated[str, typer.Option(help="Boxes to time: the cubic cell repeated n x n x n, comma-separated n "
+                                            "(fcc: 4 n^3 atoms).")] = "2,3,4,5",
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    channels: Annotated[int, typer.Option(min=1, max=512, help="MACE hidden channels.")] = 32,
+    hidden_l: Annotated[int, typer.Option(min=0, max=3, help="Highest rotation order of the hidden features.")] = 1,
+    layers: Annotated[int, typer.Option(min=1, max=8, help="Message-passing layers (interactions).")] = 2,
+    cutoff: Annotated[float, typer.Option(min=1.0, max=15.0, help="Radial cutoff, Å.")] = 5.0,
+    max_ell: Annotated[int, typer.Option(min=1, max=4, help="Edge spherical harmonics up to this order.")] = 2,
+    correlation: Annotated[int, typer.Option(min=1, max=4, help="Body order of the product basis.")] = 3,
+    dtype: Annotated[str, typer.Option(help="float32 or float64.")] = "float32",
+    threads: Annotated[int, typer.Option(min=0, max=1024, help="CPU threads for PyTorch; 0: its default.")] = 0,
+    repeats: Annotated[int, typer.Option(min=1, max=1000, help="Timed repeats per box (after two warm-ups), 1 to "
+                                                                "1000; the least is kept.")] = 3,
+) -> None:
+    """Time a real MACE model (mace-torch) on periodic bulk boxes and write an MLIP cost table."""
+    from meshcore.fileio import write_text_atomic
+
+    def action() -> None:
+        for flag, value, allowed in (("--mode", mode, ("train", "md")), ("--device", device, ("cpu", "cuda")),
+                                     ("--dtype", dtype, ("float32", "float64"))):
+            if value not in allowed:
+                raise InputError(f"{flag} must be {' or '.join(allowed)}, got {value!r}")
+        boxes = int_list(cells, "--cells")
+        check({"--cells": (max(boxes), 1, 40)})
+        needs("torch", "profile", "profiling")
+        needs("mace", "mlip", "profile mlip")
+        from cost_models.profile.mlipprofile import MaceSize, machine, profile_mace
+        from planner.workloads.mlip.inputs import cost_table_text
+        from planner.workloads.mlip.profiled import profiled_table
+        from planner.workloads.mlip.spec import MlipMode
+
+        size = MaceSize(channels, hidden_l, layers, cutoff, max_ell, correlation, dtype)
+        ran_on = machine(device, threads)
+        with Progress("timing MACE") as bar:
+            profile = profile_mace(size, element, boxes, mode == "train", device, repeats, threads, bar.update)
+        table = profiled_table(profile, size, element, MlipMode(mode), ran_on, repeats)
+        command = (f"meshplan profile mlip --mode {mode} --element {element} --cells {cells} --device {device} "
+                   f"--channels {channels} --hidden-l {hidden_l} --layers {layers} --cutoff {cutoff:g} --max-ell "
+                   f"{max_ell} --correlation {correlation} --dtype {dtype} --threads {threads} --repeats {repeats}")
+        write_text_atomic(out, cost_table_text(table, (f"written by {command}",)))
+        for r in profile.rows:
+            typer.echo(f"{r.atoms:>8} atoms {r.edges:>10} edges: {r.step_s * 1e3:10.2f} ms  "
+                       f"{r.memory_bytes / 2**20:10.2f} MiB")
+        typer.echo(f"cost table written to {out} ({table.name}, {profile.params} parameters, on {ran_on})")
 
     run(action)

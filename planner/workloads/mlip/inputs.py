@@ -108,3 +108,21 @@ def parse_cost_table(text: str, origin: str) -> MlipCostTable:
 def load_cost_table(path: str) -> MlipCostTable:
     """The MLIP cost table at `path` (any readable path: a file, /dev/stdin; at most MAX_TABLE_BYTES)."""
     return parse_cost_table(read_text(path, "cost table", MAX_TABLE_BYTES), shown(path))
+
+
+def cost_table_text(table: MlipCostTable, comments: tuple[str, ...] = ()) -> str:
+    """`table` in the format above (parse_cost_table reads it back equal), `comments` as plain `#` lines first;
+    the MD-only keys are written only where they are set. A comment may not hold a colon (it would read as a key)."""
+    if any(":" in c or "\n" in c for c in comments):
+        raise ValueError(f"a cost table comment may not hold a colon or a newline: {comments!r}")
+    lines = [f"# {c}" for c in comments]
+    lines += [f"# name: {table.name}", f"# source: {table.source}", f"# device: {table.device}",
+              f"# mode: {table.mode.value}", f"# layers: {table.layers}", f"# cutoff_a: {table.cutoff_a!r}",
+              f"# halo_bytes: {table.halo_bytes!r}", f"# params: {table.params}", f"# density: {table.density!r}"]
+    if table.mode is MlipMode.MD:
+        lines.append(f"# md_scheme: {table.md_scheme.value}")
+        lines += [f"# {k}: {getattr(table, k)!r}" for k in ("ghost_depth_a", "swap_s") if getattr(table, k)]
+    lines.append(",".join(COLUMNS))
+    lines += [f"{r.atoms},{r.step_s!r},{r.memory_bytes!r}" for r in table.rows]
+    return "\n".join(lines) + "\n"
+
