@@ -20,8 +20,11 @@ def plan_cmd(
     costs: Annotated[str, typer.Option(help="Cost table CSV (format: planner/workloads/mlip/inputs.py, README).")],
     hardware: Hardware,
     gpus: Annotated[int, typer.Option(help="GPUs.")],
-    atoms: Annotated[int, typer.Option(help="Atoms per structure.")],
+    atoms: Annotated[int | None, typer.Option(help="Atoms per structure (or --sizes).")] = None,
     structures: Annotated[int, typer.Option(help="Structures per training step (over all GPUs).")] = 1,
+    sizes: Annotated[str | None, typer.Option(help="A training step's structures of different sizes, CSV atoms,count "
+                                                   "(instead of --atoms and --structures): data parallel, balanced "
+                                                   "by atoms.")] = None,
     mode: Annotated[str, typer.Option(help="train (a training step) or md (one LAMMPS MD step, forces only, "
                                            "one box over all GPUs; needs a '# mode: md' cost table).")] = "train",
     top_k: Annotated[int, typer.Option(min=1, max=100, help="Alternatives to keep and show.")] = 5,
@@ -42,6 +45,13 @@ def plan_cmd(
 
         if mode not in {m.value for m in MlipMode}:
             raise InputError(f"--mode must be one of {', '.join(m.value for m in MlipMode)}, got {mode!r}")
+        if (atoms is None) == (sizes is None):
+            raise InputError("give --atoms (structures of one size) or --sizes (a CSV of atoms,count), not both or "
+                             "neither")
+        if sizes is not None:
+            _plan_sizes(sizes, costs, hardware, gpus, mode, structures, memory_gib, out, as_json)
+            return
+        assert atoms is not None
         try:
             job = MlipJob(atoms, structures, gpus, MlipMode(mode))
         except SpecError as exc:
@@ -52,3 +62,27 @@ def plan_cmd(
         write_and_print(document, out, as_json, dumps, mlip_summary)
 
     run(action)
+
+
+def _plan_sizes(sizes: str, costs: str, hardware: str, gpus: int, mode: str, structures: int,
+                memory_gib: float | None, out: Path | None, as_json: bool) -> None:
+    """`mlip plan --sizes`: a data-parallel step over structures of different sizes (workloads/mlip/mixed.py)."""
+    from hardware_profiles import HardwareOverrides, load_hardware
+    from meshcore.checks import MAX_GPUS, optional_integer
+    from meshcore.errors import InputError
+    from planner.outputs.inferplan import dumps
+    from planner.workloads.mlip.inputs import load_cost_table, load_sizes
+    from planner.workloads.mlip.mixed import evaluate_mixed
+    from planner.workloads.mlip.plan import mixed_document, mixed_summary
+
+    if mode != "train" or structures != 1:
+        raise InputError("--sizes plans a training step (--mode train) and counts the structures itself (no "
+                         "--structures)")
+    optional_integer(gpus, "--gpus", 1, MAX_GPUS)
+    table = load_cost_table(costs)
+    if table.mode.value != "train":
+        raise InputError(f"cost table {table.name!r} times {table.mode.value} steps; --sizes needs a training table")
+    step = load_sizes(sizes)
+    cluster = load_hardware(hardware, gpus, HardwareOverrides(memory_gib=memory_gib))
+    document = mixed_document(evaluate_mixed(table, step, gpus, cluster), step, cluster, costs, sizes)
+    write_and_print(document, out, as_json, dumps, mixed_summary)

@@ -31,7 +31,7 @@ from typing import TypeVar
 from meshcore.checks import finite, is_integer
 from meshcore.errors import InputError, SpecError
 from meshcore.inputfile import MAX_TABLE_BYTES, read_text, shown
-from planner.workloads.mlip.spec import CostRow, MdScheme, MlipCostTable, MlipMode
+from planner.workloads.mlip.spec import MAX_ATOMS, CostRow, MdScheme, MlipCostTable, MlipMode
 
 E = TypeVar("E", bound=Enum)
 
@@ -126,3 +126,34 @@ def cost_table_text(table: MlipCostTable, comments: tuple[str, ...] = ()) -> str
     lines += [f"{r.atoms},{r.step_s!r},{r.memory_bytes!r}" for r in table.rows]
     return "\n".join(lines) + "\n"
 
+
+MAX_STRUCTURES = 100_000  # structures in one step's size list
+
+
+def parse_sizes(text: str, origin: str) -> tuple[int, ...]:
+    """A training step's structure sizes from CSV `atoms,count` (count structures of that many atoms each, `#`
+    lines ignored), expanded in the file's order."""
+    body = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    reader = csv.reader(io.StringIO("\n".join(body)))
+    header = [h.strip() for h in next(reader, [])]
+    if header != ["atoms", "count"]:
+        raise InputError(f"{origin}: the header must be atoms,count, got {','.join(header) or 'nothing'}")
+    sizes: list[int] = []
+    for i, cells in enumerate(reader, 2):
+        if len(cells) != 2:
+            raise InputError(f"{origin}: row {i} has {len(cells)} cells, expected 2 (atoms,count)")
+        atoms, count = (_number(c.strip(), f"{origin}: row {i} {k}", True) for c, k in zip(cells, header, strict=True))
+        if not 1 <= atoms <= MAX_ATOMS or not 1 <= count <= MAX_STRUCTURES:
+            raise InputError(f"{origin}: row {i} needs 1 <= atoms <= {MAX_ATOMS:g} and 1 <= count <= "
+                             f"{MAX_STRUCTURES}, got {atoms},{count}")
+        sizes += [int(atoms)] * int(count)
+        if len(sizes) > MAX_STRUCTURES:
+            raise InputError(f"{origin}: more than {MAX_STRUCTURES} structures in one step")
+    if not sizes:
+        raise InputError(f"{origin}: no rows after the atoms,count header")
+    return tuple(sizes)
+
+
+def load_sizes(path: str) -> tuple[int, ...]:
+    """The structure sizes at `path` (parse_sizes' format)."""
+    return parse_sizes(read_text(path, "size list", MAX_TABLE_BYTES), shown(path))

@@ -9,6 +9,7 @@ from meshcore import GIB, ClusterSpec
 from planner.outputs.planfile import MESHPLAN_VERSION
 from planner.workloads.mlip.cost import MlipPrediction
 from planner.workloads.mlip.lammps import lammps_input
+from planner.workloads.mlip.mixed import MixedPrediction
 from planner.workloads.mlip.search import MlipSearch
 from planner.workloads.mlip.spec import MlipCostTable, MlipJob, MlipMode
 
@@ -53,3 +54,36 @@ def mlip_summary(doc: dict[str, Any]) -> str:
         lam = doc["lammps"]
         lines += ["", f"LAMMPS ({lam['note']}):", *(f"  {x}" for x in lam["input"]), f"  {lam['launch']}"]
     return "\n".join(lines)
+
+
+def mixed_document(p: MixedPrediction, sizes: tuple[int, ...], cluster: ClusterSpec, costs: str,
+                   sizes_file: str) -> dict[str, Any]:
+    """The plan file of a step over structures of different sizes (mixed.py): each replica's structures."""
+    part = p.partition
+    return {"meshplan_version": MESHPLAN_VERSION, "workload": "mlip", "mode": MlipMode.TRAIN.value, "costs": costs,
+            "sizes": sizes_file, "hardware": cluster.name, "gpus": p.replicas, "structures": p.structures,
+            "atoms_total": sum(sizes),
+            "best": {"strategy": "data_parallel", "balanced_by": "atoms", "replicas": p.replicas,
+                     "step_time_s": _r(p.step_s), "structures_per_s": _r(p.structures_per_s),
+                     "compute_s": _r(p.compute_s), "allreduce_s": _r(p.allreduce_s),
+                     "memory_gib": _r(p.memory_bytes / GIB), "fits": p.memory_bytes <= p.memory_capacity,
+                     "largest_share_atoms": part.makespan, "lower_bound_atoms": part.lower_bound,
+                     "exact": part.exact, "replica_atoms": list(part.loads),
+                     "replica_structures": [list(g) for g in part.groups]},
+            "by_count": {"sampler": "DistributedSampler (MACE), mean over seeded shuffles",
+                         "step_time_s": _r(p.by_count_step_s), "largest_share_atoms": _r(p.by_count_max_atoms)}}
+
+
+def mixed_summary(doc: dict[str, Any]) -> str:
+    b, c = doc["best"], doc["by_count"]
+    proof = ("exact" if b["exact"] else
+             f"within LPT's bound of the lower bound {b['lower_bound_atoms']} atoms")
+    return "\n".join([
+        f"{doc['structures']} structure(s), {doc['atoms_total']} atoms, on {doc['gpus']} x {doc['hardware']} "
+        f"(costs: {doc['costs']}, sizes: {doc['sizes']})",
+        f"balanced by atoms: largest share {b['largest_share_atoms']} atoms ({proof}), step "
+        f"{b['step_time_s'] * 1e3:.3f} ms, {b['structures_per_s']:.4g} structures/s, {b['memory_gib']:.2f} GiB per "
+        "GPU",
+        f"dealt by count (MACE's DistributedSampler, mean of shuffles): largest share "
+        f"{c['largest_share_atoms']:.1f} atoms, step {c['step_time_s'] * 1e3:.3f} ms "
+        f"({c['step_time_s'] / b['step_time_s']:.3g} x the balanced step)"])
