@@ -65,3 +65,13 @@ def test_bad_profile_flags_are_one_line_errors(tmp_path: Path) -> None:
         res = runner.invoke(app, ["profile", "mlip", "--out", str(tmp_path / "t.csv"), *TINY, *flags])
         assert res.exit_code == 2 and says in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not (tmp_path / "t.csv").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed: the profile extra's "
+                                                                      "message comes first")
+def test_without_mace_the_profiler_says_which_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mace" else real(name, *a))
+    res = runner.invoke(app, ["profile", "mlip", "--out", str(tmp_path / "t.csv"), *TINY])
+    assert res.exit_code == 2 and "pip install -e '.[mlip]'" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "t.csv").exists()
