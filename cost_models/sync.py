@@ -30,6 +30,7 @@ from cost_models.memory.offload import (
     HOST_OPTIMIZER_BYTES,
     HOST_WEIGHT_BYTES,
     NVME_STATE_BYTES,
+    HostCopies,
     exposed_copy,
     layer_offload_exposed,
     offloaded_optimizer_step,
@@ -319,20 +320,21 @@ def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: Stag
     """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed` of each layer: its
     ZeRO-3 weight shard with parameter offload, its gradients with gradient offload and, in (m − 1) of a step's m
     micro-batches, the gradients accumulated so far coming back to be added on the GPU; its stored activations
-    with activation offload; `layer_copy_bytes`; the gradients' copies synchronous and staged without
-    `Runtime.pinned_offload`), from one layer of each kind (`dense`, `moe`: its parameters on one
-    rank): affine in the stage's layers, as the split search needs."""
+    with activation offload; `layer_copy_bytes`; which copies are synchronous or on the compute stream,
+    `offload.HostCopies`, from the runtime's switches), from one layer of each kind (`dense`, `moe`: its
+    parameters on one rank): affine in the stage's layers, as the split search needs."""
     stored = Offload.ACTIVATIONS in layout.offload
     if not (stored or Offload.PARAMS in layout.offload or Offload.GRADIENTS in layout.offload):
         return 0.0
     nvme = Offload.NVME in layout.offload
     m = layout.num_microbatches(job)
     back = (m - 1) / m  # the first micro-batch of a step has nothing accumulated to bring back
+    run = job.runtime
+    copies = HostCopies(gradients_pageable=not run.pinned_offload, gradients_in_stream=not run.overlap_grad_reduce)
 
     def one(time: LayerTime, params: StageParams, act: float) -> float:
         w, g = layer_copy_bytes(params, layout, job)
-        return layer_offload_exposed(time, w, act if stored else 0.0, cluster, g, nvme, back * g,
-                                     pageable=not job.runtime.pinned_offload)
+        return layer_offload_exposed(time, w, act if stored else 0.0, cluster, g, nvme, back * g, copies)
 
     total = ((layers.dense - layers.dense_full) * one(times.decoder, dense, acts.dense)
              + layers.dense_full * one(times.decoder_full, dense, acts.full))

@@ -14,6 +14,7 @@ from cost_models.compute.knobs import LayerTime
 from cost_models.memory.offload import (
     GRADIENT_BUCKET_ELEMENTS,
     NVME_ADAM_BYTES,
+    HostCopies,
     cpu_adam_time,
     cpu_gradient_pass_time,
     layer_offload_exposed,
@@ -87,7 +88,7 @@ def test_gradient_copies_into_pageable_memory_are_synchronous() -> None:
     t = LayerTime(forward=1e-2, backward=2e-2)
     w, g = 1e7, 3e7
     pinned = layer_offload_exposed(t, w, 0.0, cluster, g, grad_in_bytes=g)
-    pageable = layer_offload_exposed(t, w, 0.0, cluster, g, grad_in_bytes=g, pageable=True)
+    pageable = layer_offload_exposed(t, w, 0.0, cluster, g, grad_in_bytes=g, copies=HostCopies(gradients_pageable=True))
     assert pinned == 0.0  # hidden behind a 20 ms backward
     assert pageable == pytest.approx(2 * g / rate)
     pinned_run = Runtime(framework=Framework.DEEPSPEED, grad_reduce_bytes=2)
@@ -97,6 +98,19 @@ def test_gradient_copies_into_pageable_memory_are_synchronous() -> None:
     slow = evaluate("llama3-8b", "rtx4090", runtime=Runtime(framework=Framework.DEEPSPEED, grad_reduce_bytes=2,
                                                             pinned_offload=False), **job)
     assert slow.step_time_s > fast.step_time_s
+
+
+def test_gradient_copies_on_the_compute_stream_are_exposed() -> None:
+    """DeepSpeed's stage 2 without overlap_comm (false by default, zero/constants.py since 0.3.0) issues the
+    reduction and the gradients' copies to the host on the compute stream (stage2.py reduce_ipg_grads at v0.3.0):
+    pinned, so at the PCIe rate, but after the backward's kernels, not beside them. DeepSpeed's ZeRO-Offload
+    tutorial run is such a run (benchmarks/offload_papers.py prints its backward against its log)."""
+    cluster = load_hardware("dgx2-v100", 1)
+    t = LayerTime(forward=1e-2, backward=2e-2)
+    g = 3e7
+    assert layer_offload_exposed(t, 0.0, 0.0, cluster, g) == 0.0
+    in_stream = layer_offload_exposed(t, 0.0, 0.0, cluster, g, copies=HostCopies(gradients_in_stream=True))
+    assert in_stream == pytest.approx(g / (16e9 * 0.8))
 
 
 def test_the_nvme_tier() -> None:

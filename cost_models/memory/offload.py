@@ -15,9 +15,10 @@ Three choices (`Layout.offload`), each a published mechanism:
 A copy hides behind the pass it runs beside (copy engines, not SMs); what the pass cannot cover is exposed:
     exposed = max(0, bytes / PCIe − pass seconds)
 unless the host memory is pageable (`Runtime.pinned_offload` off: DeepSpeed's offload_optimizer.pin_memory, false by
-default before 0.19.5): then the driver stages every gradient copy through its own small pinned buffer and the call
-returns only when the copy is done, so the host issues no more of the backward meanwhile and the copy is exposed in
-full, at `pageable_bytes_per_s` (benchmarks/data/offload/pageable_copies.yaml).
+default before 0.19.5): then the driver stages every copy through its own small
+pinned buffer and the call returns only when the copy is done, so the host issues no more of the pass meanwhile and
+the copy is exposed in full, at `pageable_bytes_per_s` (benchmarks/data/offload/pageable_copies.yaml); or unless the
+copy queues on the compute stream (`HostCopies`).
 PCIe: a GPU's link at PCIE_EFFICIENCY of its rate (pinned-memory copies reach about 26 of 32 GB/s on Gen4 x16,
 CUDA's bandwidthTest), shared by the GPUs behind one switch uplink, which all copy at the same time in a data- or
 pipeline-parallel step. CPU Adam (DeepSpeed's vectorised CPU-Adam, Ren et al. section 5.1) streams CPU_ADAM_BYTES per
@@ -43,6 +44,8 @@ Two more forms:
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from cost_models.compute.knobs import LayerTime
 from meshcore import ClusterSpec, JobSpec, Layout, Offload
@@ -186,9 +189,24 @@ def host_capacity_bytes(cluster: ClusterSpec) -> float:
     return cluster.host.memory_gib * 2**30 * HOST_MEMORY_USABLE
 
 
+@dataclass(frozen=True)
+class HostCopies:
+    """Which of a layer's host copies cannot run beside its passes, and why:
+    gradients_pageable   the offloaded optimizer's host buffers are pageable (`Runtime.pinned_offload` off): the
+                         gradient copies are synchronous, at `pageable_bytes_per_s` (DeepSpeed PR #8207);
+    gradients_in_stream  the gradient copies queue on the compute stream (`Runtime.overlap_grad_reduce` off:
+                         DeepSpeed without overlap_comm, whose stage 2 issues the reduction and the copies to the
+                         host on torch.cuda.current_stream(), stage2.py reduce_ipg_grads in 0.3.0,
+                         stage_1_and_2.py since), exposed at the PCIe rate.
+    The defaults (asynchronous copies to pinned memory) expose the least."""
+
+    gradients_pageable: bool = False
+    gradients_in_stream: bool = False
+
+
 def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
                           grad_bytes: float = 0.0, weights_from_nvme: bool = False,
-                          grad_in_bytes: float = 0.0, pageable: bool = False) -> float:
+                          grad_in_bytes: float = 0.0, copies: HostCopies = HostCopies()) -> float:
     """Exposed copy seconds of one layer and micro-batch: its `weight_bytes` shard in before the forward, the
     backward and a recomputation (from NVMe at `weight_fetch_bytes_per_s`); its `stored_bytes` of activations out
     beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the backward, and
@@ -196,13 +214,15 @@ def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: fl
     at once; in the same direction they queue:
         forward:  max(w / fetch, s / pcie) − t_fwd
         backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd
-    Into `pageable` host memory the gradient copies are synchronous: (g + g_in) / pageable_bytes_per_s is exposed
-    whole and the backward's copies are the weights and activations alone."""
-    if pageable and (grad_bytes or grad_in_bytes):
-        synchronous = (grad_bytes + grad_in_bytes) / pageable_bytes_per_s(cluster)
-        return synchronous + layer_offload_exposed(time, weight_bytes, stored_bytes, cluster, 0.0, weights_from_nvme)
-    if not weight_bytes and not stored_bytes and not grad_bytes:
-        return 0.0
+    Gradient copies that `copies` makes synchronous or puts on the compute stream are exposed whole and leave the
+    terms above: (g + g_in) / pageable_bytes_per_s or / pcie_bytes_per_s."""
+    serial = 0.0
+    if (copies.gradients_pageable or copies.gradients_in_stream) and (grad_bytes or grad_in_bytes):
+        rate = pageable_bytes_per_s(cluster) if copies.gradients_pageable else pcie_bytes_per_s(cluster)
+        serial += (grad_bytes + grad_in_bytes) / rate
+        grad_bytes = grad_in_bytes = 0.0
+    if not weight_bytes and not stored_bytes and not grad_bytes and not grad_in_bytes:
+        return serial
     rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
     fetch = (weight_bytes / rate if rate else float("inf")) if weight_bytes else 0.0
     fwd = max(fetch, pcie_time(stored_bytes, cluster))
@@ -210,7 +230,7 @@ def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: fl
     exposed = max(0.0, fwd - time.forward) + max(0.0, bwd - time.backward)
     if weight_bytes and time.recompute > 0:
         exposed += max(0.0, fetch - time.recompute)
-    return exposed
+    return serial + exposed
 
 
 def node_host_bytes(per_gpu: list[float], ranks_per_stage: int, gpus_per_node: int) -> float:
