@@ -51,6 +51,34 @@ def test_eager_vae_decode_reproduces_sglangs_h200_measurements() -> None:
         assert predicted == pytest.approx(row["decode_ms"], rel=tolerance), row
 
 
+def test_pipefusion_ring_of_p_patches_puts_the_hop_on_the_critical_path() -> None:
+    # xDiT's async pipeline (pipeline_stable_diffusion_3._async_pipeline at 3858f12): the last stage sends each
+    # patch back to the first; with its default num_pipeline_patch = p, p patches fill p stages with no slack
+    from planner.workloads.diffusion.cost import patch_turn
+
+    assert patch_turn(4e-3, 1e-3, 4, 4, 0.0) == pytest.approx(5e-3)
+    assert patch_turn(4e-3, 1e-3, 4, 8, 0.0) == pytest.approx(4e-3)  # twice the patches: a round trip is covered
+    assert patch_turn(4e-3, 1e-3, 4, 16, 0.5e-3) == pytest.approx(4.5e-3)
+
+
+def test_pipefusion_patches_each_carry_the_whole_prompt() -> None:
+    # xfuser's patch-mode joint attention (xFuserJointAttnProcessor2_0 at 3858f12) projects and attends with all
+    # of the prompt's text tokens in every patch: under PipeFusion's 4 patches a stage of 6 SD3 blocks runs the
+    # prompt's GEMMs 4 times a step, as many as one GPU running all 24 blocks once, and its attention 6·(M + 1) = 30
+    # times against 24·2 = 48; so a longer prompt adds 5/8 to 1 times as much per step as without PipeFusion (today
+    # 0.74), where a prompt split with the image across the patches would add a quarter
+    from planner.workloads.diffusion.cost import denoise_time
+
+    model, a100 = load_diffusion_model("sd3-medium"), load_hardware("a100-80gb", 8)
+
+    def added(layout: DiffusionLayout) -> float:
+        short, long = (DiffusionJob(2048, 20, t5_tokens=t, warmup_steps=0) for t in (64, 512))
+        return denoise_time(model, a100, long, layout) - denoise_time(model, a100, short, layout)
+
+    piped, whole = added(DiffusionLayout(cfg=2, pipefusion=4, patches=4)), added(DiffusionLayout(cfg=2))
+    assert 0.6 < piped / whole < 1.0
+
+
 def test_flash_attention_2_on_hopper_runs_at_the_measured_rate() -> None:
     # tritonbench, pytorch/pytorch#142132: SDPA flash at (1, 24, 4608, 128) 329 TFLOP/s on H100 (cuDNN 631)
     from cost_models.compute.kernels import attention_efficiency

@@ -11,10 +11,16 @@ Flux): GEMMs 2·S·(4·h² + 2·h·f) FLOPs, full (non-causal) attention 4·S²�
   efficiency), fp32 merges of their outputs, K/V concatenations, a kernel floor per step and the K/V all-gather's
   excess over the first block. sp = u·r ranks share the sequence.
 - PipeFusion (p stages, M patches): layers cut into p stages; after `warmup_steps` synchronous steps a stage
-  runs one patch of S/M queries against the full, one-step-stale keys and values, and patches flow on across
-  steps (a patch's next step needs only its own output), so the bubble is paid once:
-      T = warmup · Σ_stages t(S) + ((steps − warmup)·M + p − 1) · max_stage t(S/M)
-  with the patch sends (S/(M·sp))·h·2 bytes overlapped.
+  runs one patch of the image's I/M tokens against the full, one-step-stale keys and values, and patches flow on
+  across steps (a patch's next step needs only its own output), so the bubble is paid once:
+      T = warmup · Σ_stages t(S) + ((steps − warmup)·M + p − 1) · turn
+  Each patch carries the whole prompt: xfuser's patch-mode attention processors project, attend with and run the
+  MLP of all T text tokens in every patch's forward (xfuser/model_executor/layers/attention_processor.py,
+  xFuserJointAttnProcessor2_0, at xDiT 3858f12), so a patch is I/M + T queries against I + T keys. The patches
+  circulate in a ring (the last stage sends each back to the first for its next step, pipeline_stable_diffusion_3
+  _async_pipeline): with M patches in flight over p stages a patch returns to a stage after p·(t + hop), in which the
+  stage has M patches to run, so turn = max(t + exposed hop, p·(t + hop)/M), and with xDiT's default M = p the
+  hop is on the critical path. The patch sends are (S/(M·sp))·h·2 bytes.
 - CFG parallel (2 groups): the conditional and unconditional passes run apart and the noise predictions are
   all-gathered once per step; without it a CFG model runs both passes (a batch of 2).
 Once per image, on every rank (parts.py): the text encoders over the prompt (and the negative
@@ -164,6 +170,13 @@ def decode_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, 
     return vae_decode_time(side, model.latent_channels, job.batch, cluster, ranks)
 
 
+def patch_turn(patch_s: float, hop_s: float, stages: int, patches: int, exposed_hop_s: float) -> float:
+    """Seconds per patch on a stage of PipeFusion's ring (module docstring): the stage's own work and the part of
+    the hop it cannot hide, or, when too few patches circulate to cover a round trip, p·(t + hop)/M; with M = p the
+    whole hop."""
+    return max(patch_s + exposed_hop_s, stages * (patch_s + hop_s) / patches)
+
+
 def denoise_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob, layout: DiffusionLayout) -> float:
     """All denoising steps of the transformer for one request (module docstring)."""
     seq = sequence_len(model, job)
@@ -179,10 +192,10 @@ def denoise_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob,
         return job.steps * (full[0] + gather)
     hop_full = send_recv(seq / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
     warm = min(job.warmup_steps, job.steps)
-    queries = seq / layout.patches
+    queries = image_tokens(model, job.resolution) / layout.patches + text_tokens(model, job)
     patch = max(stage_times(model, cluster, layout, seq, queries, rows))
-    hop = send_recv(queries / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
-    turn = patch + cluster.gpu.exposed(hop, patch)
+    hop = send_recv(seq / layout.patches / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
+    turn = patch_turn(patch, hop, p, layout.patches, cluster.gpu.exposed(hop, patch))
     steady = ((job.steps - warm) * layout.patches + p - 1) * turn if job.steps > warm else 0.0
     return warm * (sum(full) + (p - 1) * hop_full + gather) + steady + (job.steps - warm) * gather
 
