@@ -68,8 +68,16 @@ def test_mixed_step_is_the_table_at_the_largest_share() -> None:
     assert p.compute_s == pytest.approx(interpolate(table, 2000)[0])
     assert p.step_s == pytest.approx(p.compute_s + p.allreduce_s)
     assert p.by_count_max_atoms >= 2200 and p.by_count_step_s > p.step_s
+    assert p.by_count_too_big == 0
     with pytest.raises(InfeasibleError, match="do not fit"):
         evaluate_mixed(table, (5_000_000,), 4, cluster)
+    # the example table needs ~72 GiB at 50,000 atoms (of the H100's 80) and ~105 GiB at 75,000: balanced, each GPU
+    # takes two of the eight 25,000-atom structures; dealt by count (8 structures each), a GPU that draws three of
+    # them runs out of memory
+    crowded = (25_000,) * 8 + (10,) * 24
+    q = evaluate_mixed(table, crowded, 4, cluster)
+    assert q.partition.makespan == 50_060 and q.memory_bytes <= q.memory_capacity
+    assert 0 < q.by_count_too_big < 1
 
 
 def test_sizes_file_format() -> None:

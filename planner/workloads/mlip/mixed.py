@@ -4,8 +4,9 @@ priced by the cost table at its total atoms (same density, so the same edges per
 step waits for the slowest replica, then all-reduces the gradients (cost.py's all-reduce). The table's time never
 falls as atoms grow, so the slowest replica is the one with the most atoms: the shares come from balance.balance
 (the least largest atom sum; exact or within LPT's bound) and, beside it, from MACE's deal by count
-(DistributedSampler over a shuffled order: the mean over SHUFFLES seeded shuffles). Memory: the table's at the
-largest share plus the optimizer state and buffers, as cost.py counts them."""
+(DistributedSampler over a shuffled order: the mean over SHUFFLES seeded shuffles, and how many of them leave a
+replica a share that does not fit). Memory: the table's at the largest share plus the optimizer state and buffers,
+as cost.py counts them."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class MixedPrediction:
     memory_capacity: float
     by_count_step_s: float  # mean over the shuffles
     by_count_max_atoms: float  # mean over the shuffles of the largest share
+    by_count_too_big: float  # share of the shuffles whose largest share does not fit
     structures: int
 
     @property
@@ -66,5 +68,6 @@ def evaluate_mixed(table: MlipCostTable, sizes: Sequence[int], gpus: int, cluste
         rng.shuffle(shuffled)
         largest.append(max(sum(g) for g in by_count(shuffled, gpus)))
     by_count_s = sum(interpolate(table, a)[0] for a in largest) / SHUFFLES + allreduce
+    too_big = sum(_memory(table, a) > capacity for a in largest) / SHUFFLES
     return MixedPrediction(part, compute + allreduce, compute, allreduce, memory, capacity, by_count_s,
-                           sum(largest) / SHUFFLES, len(sizes))
+                           sum(largest) / SHUFFLES, too_big, len(sizes))

@@ -71,7 +71,8 @@ def mixed_document(p: MixedPrediction, sizes: tuple[int, ...], cluster: ClusterS
                      "exact": part.exact, "replica_atoms": list(part.loads),
                      "replica_structures": [list(g) for g in part.groups]},
             "by_count": {"sampler": "DistributedSampler (MACE), mean over seeded shuffles",
-                         "step_time_s": _r(p.by_count_step_s), "largest_share_atoms": _r(p.by_count_max_atoms)}}
+                         "step_time_s": _r(p.by_count_step_s), "largest_share_atoms": _r(p.by_count_max_atoms),
+                         "shuffles_out_of_memory": _r(p.by_count_too_big)}}
 
 
 def mixed_summary(doc: dict[str, Any]) -> str:
@@ -86,4 +87,6 @@ def mixed_summary(doc: dict[str, Any]) -> str:
         "GPU",
         f"dealt by count (MACE's DistributedSampler, mean of shuffles): largest share "
         f"{c['largest_share_atoms']:.1f} atoms, step {c['step_time_s'] * 1e3:.3f} ms "
-        f"({c['step_time_s'] / b['step_time_s']:.3g} x the balanced step)"])
+        f"({c['step_time_s'] / b['step_time_s']:.3g} x the balanced step)"
+        + (f"; {c['shuffles_out_of_memory']:.0%} of shuffles leave a GPU a share that does not fit"
+           if c["shuffles_out_of_memory"] else "")])
