@@ -109,10 +109,11 @@ class _Search:
     cheaper sibling reaches its own; one is dominated, and never priced, when that sibling fits at a step time no
     more than the variant's bound (it frees memory for a looser split or fewer recomputed layers, which cannot repay
     more). A variant may come up before its sibling (its tight bound can be the lower one): the sibling is priced
-    first. HSDP candidates (dp_replicate > 1) are variants of the same candidate sharded over every data-parallel
-    rank in the same way: they hold more state, so they can only win on exposed communication, and are dominated
-    when that sibling's step is no more than their bound. Above the groups, the families sharing a `floor_key` wait
-    as one entry (a list of them) at `family_floor`, below every floor of their groups."""
+    first, unless its own tight bound exceeds the variant's bound (it cannot dominate it then; the variant is dominated
+    exactly when the sibling is). HSDP candidates (dp_replicate > 1) are variants of the same candidate sharded over
+    every data-parallel rank in the same way: they hold more state, so they can only win on exposed communication, and
+    are dominated when that sibling's step is no more than their bound. Above the groups, the families sharing a
+    `floor_key` wait as one entry (a list of them) at `family_floor`, below every floor of their groups."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec, solver: Solver,
                  options: SolveOptions, progress: ProgressFn | None, incumbent: Incumbent | None) -> None:
@@ -135,6 +136,7 @@ class _Search:
         self.steps: dict[Candidate, float | None] = {}  # settled: the reported step, None: nothing fits or dominated
         self.sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
         self.dominated: set[Candidate] = set()
+        self.lows: dict[Candidate, float] = {}  # a queued candidate's tight bound (or its split's): <= its step
         self.waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # to simulate
         self.worst_gap, self.all_optimal = 0.0, True
         self.heap = self._family_entries()
@@ -225,10 +227,20 @@ class _Search:
             heapq.heapreplace(self.top, entry)
 
     def dominated_by_sibling(self, c: Candidate) -> bool:
-        """Whether `c`'s cheaper sibling (priced first) fits at a step no more than c's bound, or is dominated."""
+        """Whether `c`'s cheaper sibling (priced first) fits at a step no more than c's bound, or is dominated. A
+        sibling not yet priced whose tight bound (a lower bound on its reported step) exceeds c's bound cannot
+        dominate c itself: then c is dominated exactly when that sibling is, and the sibling is not priced for it
+        (it is priced when it comes up, if ever; the answer is the same, most such siblings never come up)."""
         before = self.sibling.get(c)
         if before is None:
             return False
+        if before not in self.steps and before not in self.waiting and self.lows.get(before, -math.inf) > (
+                self.bounds.key(c)):
+            if not self.dominated_by_sibling(before):
+                return False
+            self.steps[before] = None
+            self.dominated.add(before)
+            return True
         self.settle(before)
         if before in self.waiting:
             self.simulate(before, math.inf)  # its reported step decides
@@ -307,7 +319,8 @@ class _Search:
         if tie or c in self.steps or not bounds.simulated(c) or balanced_only(c, self.spec):
             self.settle(c)
         elif not (self.kth() < math.inf and bounds.split_refuses(c, self.kth())):
-            heapq.heappush(self.heap, (bounds.split_bound(c, bound), key, 2, 1, c))
+            self.lows[c] = bounds.split_bound(c, bound)
+            heapq.heappush(self.heap, (self.lows[c], key, 2, 1, c))
 
     def floored(self, c: Candidate, balanced: bool) -> bool:
         """Whether `c`'s memory floors rule out every layout of it: none fits on the GPU or in its node's host
@@ -329,7 +342,8 @@ class _Search:
             self.steps[c] = None
             self.tally["floored"] += 1
         else:  # re-queued at the bound with the recomputation it needs
-            heapq.heappush(self.heap, (bounds.tight_key(c, balanced), key, 2, 0, c))
+            self.lows[c] = bounds.tight_key(c, balanced)
+            heapq.heappush(self.heap, (self.lows[c], key, 2, 0, c))
         nxt = next_module_set(c, self.family, self.job)
         while nxt is not None:
             self.sibling[nxt] = c
