@@ -95,6 +95,17 @@ def test_pcie_groups_cross_sockets_only_past_four_gpus() -> None:
     assert sockets_spanned(load_hardware("h100-sxm", 8), 8, 1) == 1
 
 
+def test_a_ring_over_both_sockets_waits_for_its_host_memory_hop() -> None:
+    # a ring of 4 ranks 2 apart on 8 L40s (0, 2, 4, 6) sends 2 -> 4 and 6 -> 0 between the sockets; with the other
+    # interleaved ring (1, 3, 5, 7) two flows share each direction of the host-memory path; 0..3 stays under one
+    from planner.workloads.diffusion.comm import send_recv
+
+    l40 = load_hardware("l40", 8)
+    mb = 8e6
+    assert send_recv(mb, 2, l40, 4) >= 2 * mb / (l40.host.cross_socket_gbs * 1e9)
+    assert send_recv(mb, 1, l40, 4) < send_recv(mb, 2, l40, 4) / 2
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["label"] for c in CASES])
 def test_pick_equals_xdits_fastest_measured_layout(case: dict[str, Any]) -> None:
     # xDiT's tables and charts (benchmarks/data/inference/xdit.yaml): among the layouts measured on one machine,

@@ -104,10 +104,16 @@ def all_gather(nbytes: float, size: int, stride: int, cluster: ClusterSpec) -> f
     return max(inside, _cross_socket_time(nbytes * size, size, stride, cluster))
 
 
-def send_recv(nbytes: float, stride: int, cluster: ClusterSpec) -> float:
-    """A send/recv between ranks `stride` apart (PipeFusion's patches, yunchang's ring steps)."""
-    cross = _cross_socket_time(2.0 * nbytes, 2, stride, cluster)
-    return max(p2p_time(nbytes, stride, cluster), cross)
+def send_recv(nbytes: float, stride: int, cluster: ClusterSpec, ring: int = 2) -> float:
+    """One step of a ring of `ring` ranks `stride` apart in which every rank sends `nbytes` to the next (PipeFusion's
+    patches, yunchang's ring steps): the step waits for its slowest hop. A ring over both sockets of a PCIe node has
+    one hop each way between them (the last rank's back to the first included), and the `stride` interleaved rings
+    of that kind share the host-memory path: stride·nbytes per direction at `host.cross_socket_gbs`."""
+    inside = p2p_time(nbytes, stride, cluster)
+    if sockets_spanned(cluster, ring, stride) <= 1:
+        return inside
+    cross = cluster.scale_up.latency_us * 1e-6 + stride * nbytes / (cluster.host.cross_socket_gbs * 1e9)
+    return max(inside, cross)
 
 
 def ulysses_time(tokens: float, hidden: int, ulysses: int, cluster: ClusterSpec) -> float:
@@ -133,7 +139,7 @@ def ring_overhead(tokens: float, hidden: int, layout_ulysses: int, ring: int, fi
     floor = (ring - 1) * RING_STEP_KERNELS * KERNEL_FLOOR_US * 1e-6
     kv = 2.0 * elems * BYTES
     if p2p_ring:
-        comm = (ring - 1) * gpu.exposed(send_recv(kv, layout_ulysses, cluster), step_s)
+        comm = (ring - 1) * gpu.exposed(send_recv(kv, layout_ulysses, cluster, ring), step_s)
     else:
         comm = gpu.exposed(all_gather(kv, ring, layout_ulysses, cluster), first_block_s)
     return work + floor + comm
