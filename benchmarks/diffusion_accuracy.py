@@ -45,7 +45,8 @@ def layout_of(run: dict[str, Any]) -> DiffusionLayout:
 
 
 def job_of(case: dict[str, Any]) -> DiffusionJob:
-    return DiffusionJob(case["resolution"], case["steps"], t5_tokens=case["t5_tokens"])
+    return DiffusionJob(case["resolution"], case["steps"], t5_tokens=case["t5_tokens"],
+                        send_recv_ring=case.get("ring") == "send_recv")
 
 
 def predict(case: dict[str, Any], run: dict[str, Any]) -> float:

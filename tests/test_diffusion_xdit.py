@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,21 @@ def test_every_row_out_of_band_names_its_cause_and_only_those() -> None:
         outside = {id(run) for run, _ in diffusion_accuracy.out_of_band(rows)}
         for run, _ in rows:
             assert ("why" in run) == (id(run) in outside), (case["label"], run)
+
+
+def test_2024_send_recv_ring_hides_a_large_blocks_kv_behind_its_attention() -> None:
+    # xfuser 2024-08 (ring_flash_attn.py at 678a298): each ring step sends the next K/V block while attending to this
+    # one; at 2048 px on 8 L40s (Ulysses 2 x Ring 4) that attention covers most of the cross-socket copy the
+    # all-gather ring of xfuser's later USP path exposes, and without a ring the flag changes nothing
+    from planner.workloads.diffusion.cost import denoise_time
+
+    model, l40 = load_diffusion_model("flux1-schnell"), load_hardware("l40", 8)
+    job = DiffusionJob(2048, 4, t5_tokens=256)
+    p2p = replace(job, send_recv_ring=True)
+    ring = DiffusionLayout(ulysses=2, ring=4)
+    assert denoise_time(model, l40, p2p, ring) < 0.9 * denoise_time(model, l40, job, ring)
+    plain = DiffusionLayout(ulysses=8)
+    assert denoise_time(model, l40, p2p, plain) == denoise_time(model, l40, job, plain)
 
 
 def test_latency_holds_encoders_and_vae() -> None:

@@ -18,7 +18,7 @@ SD3 pipelines without PipeFusion; yunchang's LongContextAttention with PipeFusio
   The keys and values arrive by one all-gather of every rank's K and V (the default `_AllGatherRotater`), which
   runs beside the first block's attention and must be complete before the second: its excess over that block is
   exposed. With PipeFusion xDiT uses yunchang's ring instead: one send/recv of the K, V block per step, each
-  beside that step's attention.
+  beside that step's attention; before its USP path (2024-11) that was its only ring (DiffusionJob.send_recv_ring).
   Each ring step also runs RING_STEP_KERNELS dependent kernels in a row (the concatenation, the attention kernel
   and its log-sum-exp, the merge), each paying at least the GPU's launch-to-completion floor of an empty kernel
   (KERNEL_FLOOR_US, about 4 µs on current NVIDIA GPUs and drivers) before the next may start.

@@ -85,14 +85,15 @@ def _passes(model: DiffusionModel, layout: DiffusionLayout, batch: int) -> int:
 
 
 def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLayout, seq: int, queries: float,
-               rows: int, double: bool) -> float:
+               rows: int, double: bool, send_recv_ring: bool = False) -> float:
     """One block on one rank for `rows` sequences, each `queries` of its `seq` tokens as queries (all of them,
     or one PipeFusion patch) spread over the sp ranks: GEMMs at the curve's efficiency (roofline with the
     block's weights), element-wise traffic, one fused-attention kernel per ring block of seq/ring keys, the Ulysses
     all-to-alls and what the ring adds (comm.py); at least the host's time to issue the block's operators
     (COMPILED_STREAM_OPS per stream at the profile's host_op_us, as cost_models/compute/host.py prices a layer), which
     binds
-    when a rank's share (a PipeFusion patch, a short sequence over many ranks) is small."""
+    when a rank's share (a PipeFusion patch, a short sequence over many ranks) is small. `send_recv_ring`: the ring
+    passes K/V by send/recv beside each step's attention (comm.ring_overhead) rather than by one all-gather."""
     gpu, h = cluster.gpu, model.hidden_size
     tokens = rows * queries / layout.sp
     flops = 2.0 * tokens * stream_params(model)
@@ -104,16 +105,17 @@ def layer_time(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLay
                                  gpu)[0] / sdpa_flash_rate(gpu)
     attn = layout.ring * block
     a2a = ulysses_time(tokens, h, layout.ulysses, cluster)
-    ring = ring_overhead(tokens, h, layout.ulysses, layout.ring, block, block, layout.pipefusion > 1, cluster)
+    ring = ring_overhead(tokens, h, layout.ulysses, layout.ring, block, block, send_recv_ring, cluster)
     ops = (2.0 if double else 1.0) * COMPILED_STREAM_OPS
     return max(gemm + elementwise + attn + a2a + ring, ops * cluster.host_op_us * 1e-6)
 
 
 def stage_times(model: DiffusionModel, cluster: ClusterSpec, layout: DiffusionLayout, seq: int, queries: float,
-                rows: int) -> tuple[float, ...]:
+                rows: int, send_recv_ring: bool = False) -> tuple[float, ...]:
     """Seconds of each PipeFusion stage (double-stream blocks first) for one pass of `queries` per sequence."""
-    double_t = layer_time(model, cluster, layout, seq, queries, rows, True) if model.double_layers else 0.0
-    single_t = layer_time(model, cluster, layout, seq, queries, rows, False) if model.single_layers else 0.0
+    args = (model, cluster, layout, seq, queries, rows)
+    double_t = layer_time(*args, True, send_recv_ring) if model.double_layers else 0.0
+    single_t = layer_time(*args, False, send_recv_ring) if model.single_layers else 0.0
     out, start = [], 0
     for n in stage_layers(model.num_layers, layout.pipefusion):
         doubles = max(0, min(start + n, model.double_layers) - start)
@@ -181,7 +183,9 @@ def denoise_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob,
     """All denoising steps of the transformer for one request (module docstring)."""
     seq = sequence_len(model, job)
     rows = _passes(model, layout, job.batch)
-    full = stage_times(model, cluster, layout, seq, seq, rows)
+    # yunchang's send/recv ring: xDiT's PipeFusion path, and its only ring before the USP path of 2024-11 (comm.py)
+    send_recv_ring = layout.pipefusion > 1 or job.send_recv_ring
+    full = stage_times(model, cluster, layout, seq, seq, rows, send_recv_ring)
     gather = 0.0
     if layout.cfg > 1:
         latent = image_tokens(model, job.resolution) * model.latent_channels * model.patch_size**2 * BYTES
@@ -193,7 +197,7 @@ def denoise_time(model: DiffusionModel, cluster: ClusterSpec, job: DiffusionJob,
     hop_full = send_recv(seq / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
     warm = min(job.warmup_steps, job.steps)
     queries = image_tokens(model, job.resolution) / layout.patches + text_tokens(model, job)
-    patch = max(stage_times(model, cluster, layout, seq, queries, rows))
+    patch = max(stage_times(model, cluster, layout, seq, queries, rows, send_recv_ring))
     hop = send_recv(seq / layout.patches / layout.sp * model.hidden_size * BYTES * rows, layout.sp, cluster)
     turn = patch_turn(patch, hop, p, layout.patches, cluster.gpu.exposed(hop, patch))
     steady = ((job.steps - warm) * layout.patches + p - 1) * turn if job.steps > warm else 0.0

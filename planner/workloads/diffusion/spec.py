@@ -92,6 +92,9 @@ class DiffusionJob:
     warmup_steps: int = 1  # PipeFusion's synchronous first steps (fill the stale-activation buffers)
     t5_tokens: int | None = None  # the prompt's T5 length (xfuser --max_sequence_length); None: the model's
     parallel_vae: bool = False  # decode patch-parallel over the replica (xfuser --use_parallel_vae)
+    # the ring passes K/V by yunchang's send/recv beside each step's attention, as xDiT did before its USP path of
+    # 2024-11 (xfuser/core/long_ctx_attention/ring/ring_flash_attn.py); False: PyTorch's all-gather ring (usp.py)
+    send_recv_ring: bool = False
 
     def __post_init__(self) -> None:
         integer(self.resolution, "--resolution", 8, 65536, SpecError)
