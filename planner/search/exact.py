@@ -57,6 +57,7 @@ from planner.search.space import (
     no_layout_reason,
     offload_options,
 )
+from planner.search.split_paths import FloorSearch
 from planner.search.splits import split_problem
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,8 @@ class _Search:
         self.steps: dict[Candidate, float | None] = {}  # settled: the reported step, None: nothing fits or dominated
         self.sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
         self.dominated: set[Candidate] = set()
-        self.lows: dict[Candidate, float] = {}  # a queued candidate's tight bound (or its split's): <= its step
+        self.lows: dict[Candidate, float] = {}  # a queued candidate's tight bound: <= its step
+        self.paths: dict[Candidate, tuple[float, FloorSearch]] = {}  # its split's bound: (its tight bound, the search)
         self.waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # to simulate
         self.worst_gap, self.all_optimal = 0.0, True
         self.heap = self._family_entries()
@@ -234,8 +236,7 @@ class _Search:
         before = self.sibling.get(c)
         if before is None:
             return False
-        if before not in self.steps and before not in self.waiting and self.lows.get(before, -math.inf) > (
-                self.bounds.key(c)):
+        if before not in self.steps and before not in self.waiting and self.low(before) > self.bounds.key(c):
             if not self.dominated_by_sibling(before):
                 return False
             self.steps[before] = None
@@ -246,6 +247,16 @@ class _Search:
             self.simulate(before, math.inf)  # its reported step decides
         step = self.steps[before]
         return before in self.dominated or (step is not None and self.bounds.key(c) >= step)
+
+    def low(self, c: Candidate) -> float:
+        """A lower bound on the reported step of `c`, queued: its tight bound, or its split's bound (searched to the
+        end); -∞ for one not queued."""
+        low = self.lows.get(c, -math.inf)
+        if c in self.paths and low > -math.inf:
+            known, search = self.paths[c]
+            search.finish()
+            low = self.bounds.split_key(c, known, search.low)
+        return low
 
     def settle(self, c: Candidate) -> None:
         """Price `c` (its cheaper sibling first) unless priced or dominated; a simulated one waits at its floor."""
@@ -314,13 +325,23 @@ class _Search:
 
     def tight(self, c: Candidate, bound: float, key: tuple[int, ...], tie: int) -> None:
         """A candidate at its tight bound: priced, or re-queued at the bound of its split's paths (unless no split
-        can beat the top-k)."""
+        can beat the top-k). That bound is refined one test at a time (`FloorSearch`), each time the candidate comes
+        up at it, until it rises above where it came up or is done (then priced): the candidate comes up at the bound
+        of its finished search in the same order, and the tests that would refine a bound the search never reaches are
+        not made."""
         bounds = self.bounds
+        if tie and c not in self.steps and c not in self.waiting:
+            known, search = self.paths[c]
+            while (now := bounds.split_key(c, known, search.low)) <= bound and not search.done:
+                search.step()
+            if now > bound:
+                heapq.heappush(self.heap, (now, key, 2, 1, c))
+                return
         if tie or c in self.steps or not bounds.simulated(c) or balanced_only(c, self.spec):
             self.settle(c)
         elif not (self.kth() < math.inf and bounds.split_refuses(c, self.kth())):
-            self.lows[c] = bounds.split_bound(c, bound)
-            heapq.heappush(self.heap, (self.lows[c], key, 2, 1, c))
+            self.paths[c] = (bound, bounds.split_search(c, bound))
+            heapq.heappush(self.heap, (bounds.split_key(c, bound, self.paths[c][1].low), key, 2, 1, c))
 
     def floored(self, c: Candidate, balanced: bool) -> bool:
         """Whether `c`'s memory floors rule out every layout of it: none fits on the GPU or in its node's host

@@ -26,9 +26,8 @@ are the slower ones is simulated faster than the closed form says. Zero-bubble a
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from cost_models.compute.knobs import LayerTime
 from cost_models.pipeline.forms import W_SHARE
@@ -40,9 +39,9 @@ from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
-from planner.search.memory_floors import affine_rows
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
+from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths
 
 
 def minimax_fill(total: float, pp: int, m: int, hop: float) -> float:
@@ -111,119 +110,6 @@ def durations_floor(program: Program, d: Durations, m: int) -> float:
     trailing = trailing_weight(program, d)
     early = [m * w - t for w, t in zip(work, trailing, strict=True)]
     return max(head, path_floor(place, both, [e / m for e in early], m, d.p2p_s, True))
-
-
-Row = tuple[float, float, float, float]  # (c, s, s2, u): path_d >= c + s·P(l_d) + s2·l_d + u·(P(l_d + n_d) − P(l_d))
-
-
-@dataclass(frozen=True)
-class SplitMemory:
-    """What a rank's memory adds to its time in `split_feasible` (`SearchBounds.fitting_slowest`'s f_r): rank d holding
-    layers [l, j) keeps fixed[d] + state(j) − state(l) + alive[d]·(act(j) − act(l)) bytes, the excess over `capacity`
-    saved by full recomputation at no less than rho/alive[d] seconds a byte, and cannot hold them if even fully
-    recomputed (`least_act`) they exceed it. state, act and least_act are prefix sums over the layers."""
-
-    fixed: tuple[float, ...]
-    alive: tuple[float, ...]
-    state: tuple[float, ...]
-    act: tuple[float, ...]
-    least_act: tuple[float, ...]
-    capacity: float
-    rho: float
-
-    def time(self, d: int, start: int, end: int) -> float | None:
-        """The least recomputation seconds of rank d holding layers [start, end), None if they cannot fit."""
-        base = self.fixed[d] + self.state[end] - self.state[start]
-        if base + self.alive[d] * (self.least_act[end] - self.least_act[start]) > self.capacity:
-            return None
-        over = base + self.alive[d] * (self.act[end] - self.act[start]) - self.capacity
-        return self.rho / self.alive[d] * over if over > 0 else 0.0
-
-
-class SplitPaths:
-    """The path bounds of a candidate whose split is solved, over every split (`split_feasible`, `floor`)."""
-
-    def __init__(self, rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: SplitMemory | None = None
-                 ) -> None:
-        self.rows, self.prefix, self.memory = rows, list(prefix), memory
-        if memory is not None:  # per rank: bytes kept and bytes at the least for the first j layers, and the time
-            self.kept = affine_rows(memory.state, memory.alive, memory.act)  # with the recomputation per byte kept
-            self.least = affine_rows(memory.state, memory.alive, memory.least_act)
-            self.rho = [memory.rho / a for a in memory.alive]
-            self.mixed = [[p + r * k for p, k in zip(self.prefix, row, strict=True)]
-                          for r, row in zip(self.rho, self.kept, strict=True)]
-
-    def feasible(self, x: float) -> bool:
-        """Whether some split keeps every row of every stage at or below `x` (False: every split that pricing can
-        return has a path above x). P = `prefix`, P(l) the least time of the first l layers; l_d the layers before
-        stage d, n_d its own (relaxed to zero or more), stage d's own time at least P(l + n) − P(l) plus what `memory`
-        adds (the stages before it at least P(l_d)); each row has u > 0, s <= u and s2 <= u·(least layer time).
-
-        A stage may start at l only if its rows hold with no layer of its own, c + s·P(l) + s2·l + u·(its memory's
-        time) <= x, which holds on a prefix of l; it may end at any j up to the largest for which its rows hold, which
-        does not fall with l (a later start leaves it fewer layers to hold, which costs more than the layers before
-        it add). So the layers reachable after each stage are 0 .. the greedy most: feasible iff that reaches every
-        layer. Each limit is a bisection of a prefix sum; comparisons lean towards feasible (a bound stays below)."""
-        prefix, memory, layers = self.prefix, self.memory, len(self.prefix) - 1
-        slack = 1 + 1e-12
-        hi = 0
-        for d, row in enumerate(self.rows):
-            pen0 = 0.0
-            if memory is not None:
-                if memory.fixed[d] > memory.capacity * slack:
-                    return False
-                pen0 = self.rho[d] * max(memory.fixed[d] - memory.capacity, 0.0)
-            start = hi  # the largest start in 0 .. hi that holds with no layer
-            for c, s, s2, u in row:
-                room = x - c - u * pen0
-                if room < -1e-12 * abs(x):
-                    return False
-                if math.isinf(room):
-                    continue
-                if s > 0:
-                    start = min(start, bisect_right(prefix, room / s * slack + 1e-300) - 1)
-                elif s2 > 0:
-                    start = min(start, math.floor(room / s2 * slack + 1e-12))
-            start = max(start, 0)
-            budget = min((x - c - s * prefix[start] - s2 * start) / u for c, s, s2, u in row)
-            reach = prefix[start] + budget
-            end = bisect_right(prefix, reach * slack + 1e-300) - 1  # the layers' times alone
-            if memory is not None:
-                free = memory.capacity - memory.fixed[d] + self.kept[d][start]  # bytes before recomputation
-                plain = bisect_right(self.kept[d], free * slack) - 1
-                if end > plain:  # past it each byte kept costs rho[d] seconds
-                    end = max(plain, bisect_right(self.mixed[d], (reach + self.rho[d] * free) * slack + 1e-300) - 1)
-                room = memory.capacity - memory.fixed[d] + self.least[d][start]
-                end = min(end, bisect_right(self.least[d], room * slack) - 1)
-            hi = max(start, min(end, layers))
-        return hi >= layers
-
-    def floor(self, above: float = 0.0) -> float:
-        """The least x `feasible` accepts, from below to a relative 1e-3 (bisection keeps an x it refuses: a true
-        lower bound); `above` where it accepts that (a bound the caller has already), ∞ where no split fits."""
-        if not self.feasible(math.inf):
-            return math.inf
-        if self.feasible(above):
-            return above
-        low, high = above, 1.25 * above + 1e-12
-        while not self.feasible(high):
-            low, high = high, high + 2 * (high - low)
-        while high - low > 1e-3 * high:  # an order to price candidates in needs no more
-            mid = (low + high) / 2
-            low, high = (low, mid) if self.feasible(mid) else (mid, high)
-        return low
-
-
-def split_feasible(rows: Sequence[Sequence[Row]], prefix: Sequence[float], x: float,
-                   memory: SplitMemory | None = None) -> bool:
-    """`SplitPaths.feasible`."""
-    return SplitPaths(rows, prefix, memory).feasible(x)
-
-
-def split_floor(rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: SplitMemory | None = None,
-                above: float = 0.0) -> float:
-    """`SplitPaths.floor`."""
-    return SplitPaths(rows, prefix, memory).floor(above)
 
 
 def trailing_w(schedule: Schedule, stage: int, pp: int, m: int) -> int:
@@ -369,9 +255,17 @@ class ReportedBounds(SearchBounds):
     def split_bound(self, c: Candidate, known: float) -> float:
         """A lower bound on the simulated step of `c` (solved) at least `known` (one already): `SplitPaths.floor` plus
         the least tail."""
-        tail = self._family(c, self.beside(c))[4]
-        found = self.split_paths(c).floor(max(known - tail, 0.0))
-        return max(known, (found + tail) * (1 - _ROUNDING))
+        search = self.split_search(c, known)
+        search.finish()
+        return self.split_key(c, known, search.low)
+
+    def split_search(self, c: Candidate, known: float) -> FloorSearch:
+        """`split_bound`'s search for the floor, one test at a time (`split_key` of its `low` at each step)."""
+        return FloorSearch(self.split_paths(c), max(known - self._family(c, self.beside(c))[4], 0.0))
+
+    def split_key(self, c: Candidate, known: float, low: float) -> float:
+        """The bound on the simulated step of `c` (solved) that `low`, below the floor of its paths, gives."""
+        return max(known, (low + self._family(c, self.beside(c))[4]) * (1 - _ROUNDING))
 
     def split_refuses(self, c: Candidate, step: float) -> bool:
         """Whether no split of `c` (solved) that fits can be simulated to a step below `step` (with the least tail)."""
