@@ -165,3 +165,30 @@ def test_moe_search_equals_exhaustive_pricing(case: tuple) -> None:
     priced = _check_against_exhaustive(resolve(spec_model, hw, gpus=gpus, seq_len=seq, global_batch=batch),
                                        SearchSpec(pp=pp, top_k=1))
     assert any(p.ranked is not None and p.ranked.layout.ep > 1 for p in priced)
+
+
+def test_layouts_with_the_same_durations_share_one_simulation() -> None:
+    """The search's makespans by what the simulator reads (`simulated_step_time`'s memo): Llama-3 8B's best research
+    layout on 8 H100 (pipelined, simulated, ZeRO 1) sharded over all four data-parallel ranks and over two of them
+    (HSDP: the same stage times, another tail) runs the simulator once, and each step equals the one simulated on its
+    own."""
+    from dataclasses import replace
+
+    from cost_models.step import evaluate_layout
+    from meshcore import Runtime
+    from planner.search.simulate import simulated_step_time
+
+    found = plan("llama3-8b", "h100-sxm", gpus=8, seq_len=8192, global_batch=128, runtime=Runtime(framework="any"))
+    pr = resolve("llama3-8b", "h100-sxm", gpus=8, seq_len=8192, global_batch=128, runtime=Runtime(framework="any"))
+    assert found.best.layout.pp > 1
+    memo: dict[tuple[object, ...], float] = {}
+    steps = []
+    assert found.best.layout.dp == 4 and found.best.layout.dp_replicate == 1
+    for replicas in (1, 2):
+        layout = replace(found.best.layout, dp_replicate=replicas)
+        prediction = evaluate_layout(pr.model, pr.cluster, pr.job, layout)
+        alone = simulated_step_time(pr.model, pr.cluster, pr.job, layout, prediction)
+        shared = simulated_step_time(pr.model, pr.cluster, pr.job, layout, prediction, memo=memo)
+        assert alone is not None and shared == alone
+        steps.append(shared)
+    assert len(memo) == 1 and steps[0] != steps[1]

@@ -138,6 +138,7 @@ class _Search:
         self.sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
         self.dominated: set[Candidate] = set()
         self.lows: dict[Candidate, float] = {}  # a queued candidate's tight bound: <= its step
+        self.makespans: dict[tuple[object, ...], float] = {}  # the simulator's, by what it reads (simulate.py)
         self.paths: dict[Candidate, tuple[float, FloorSearch]] = {}  # its split's bound: (its tight bound, the search)
         self.waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # to simulate
         self.worst_gap, self.all_optimal = 0.0, True
@@ -289,7 +290,7 @@ class _Search:
         for floor, i, ranked, d in self.waiting.pop(c):
             if floor >= below or (best is not None and floor > best[0]):
                 break
-            found = simulated(self.model, self.cluster, self.job, ranked, d)
+            found = simulated(self.model, self.cluster, self.job, ranked, d, self.makespans)
             self.tally["simulated"] += 1
             if best is None or (found.step_time_s, i) < best[:2]:
                 best = (found.step_time_s, i, found)

@@ -43,9 +43,11 @@ def reported(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, priced: Price
     return min(found, key=lambda r: r.step_time_s, default=None)
 
 
-def simulated(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked, d: Durations | None = None) -> Ranked:
-    """`r` with its simulated step (`d`: its simulator durations, when the caller has them)."""
-    return replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction, d))
+def simulated(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, r: Ranked, d: Durations | None = None,
+              memo: dict[tuple[object, ...], float] | None = None) -> Ranked:
+    """`r` with its simulated step (`d`: its simulator durations, when the caller has them; `memo`: makespans already
+    simulated, `simulated_step_time`'s)."""
+    return replace(r, simulated_step_time_s=simulated_step_time(model, cluster, job, r.layout, r.prediction, d, memo))
 
 
 def balanced_only(c: Candidate, spec: SearchSpec) -> bool:

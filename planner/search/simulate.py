@@ -61,11 +61,20 @@ def step_tail(prediction: Prediction) -> float:
 
 
 def simulated_step_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
-                        prediction: Prediction, durations_: Durations | None = None) -> float | None:
+                        prediction: Prediction, durations_: Durations | None = None,
+                        memo: dict[tuple[object, ...], float] | None = None) -> float | None:
     """Step time with the simulated pipeline, or None when the layout is too large to simulate (`durations_`: the
-    layout's, when the caller has them)."""
-    if not simulable(layout.pp, layout.vpp, prediction.num_microbatches):
+    layout's, when the caller has them). `memo`: makespans by (schedule, pp, micro-batches, vpp, durations), which
+    are all the simulator reads: layouts that differ elsewhere (ZeRO stage, offload, degrees whose stages take the
+    same times) share one run, the same float."""
+    m = prediction.num_microbatches
+    if not simulable(layout.pp, layout.vpp, m):
         return None
-    prog = program(layout.schedule, layout.pp, prediction.num_microbatches, layout.vpp)
     d = durations_ if durations_ is not None else durations(model, cluster, job, layout, prediction)
-    return makespan(prog, d) + step_tail(prediction)
+    key = (layout.schedule, layout.pp, m, layout.vpp, d)
+    if memo is None or key not in memo:
+        found = makespan(program(layout.schedule, layout.pp, m, layout.vpp), d)
+        if memo is None:
+            return found + step_tail(prediction)
+        memo[key] = found
+    return memo[key] + step_tail(prediction)
