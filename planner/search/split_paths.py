@@ -50,8 +50,15 @@ class SplitPaths:
             self.kept = affine_rows(memory.state, memory.alive, memory.act)  # with the recomputation per byte kept
             self.least = affine_rows(memory.state, memory.alive, memory.least_act)
             self.rho = [memory.rho / a for a in memory.alive]
-            self.mixed = [[p + r * k for p, k in zip(self.prefix, row, strict=True)]
-                          for r, row in zip(self.rho, self.kept, strict=True)]
+            self._mixed: list[list[float] | None] = [None] * len(memory.alive)  # `mixed`, built where needed
+
+    def mixed(self, d: int) -> list[float]:
+        """Rank d's layer-time prefix plus its recomputation per byte kept (rho[d]·kept[d]), once: `feasible` reads it
+        only for a rank whose layers would keep more than fits."""
+        row = self._mixed[d]
+        if row is None:
+            row = self._mixed[d] = [p + self.rho[d] * k for p, k in zip(self.prefix, self.kept[d], strict=True)]
+        return row
 
     def feasible(self, x: float) -> bool:
         """Whether some split keeps every row of every stage at or below `x` (False: every split that pricing can
@@ -92,7 +99,7 @@ class SplitPaths:
                 free = memory.capacity - memory.fixed[d] + self.kept[d][start]  # bytes before recomputation
                 plain = bisect_right(self.kept[d], free * slack) - 1
                 if end > plain:  # past it each byte kept costs rho[d] seconds
-                    end = max(plain, bisect_right(self.mixed[d], (reach + self.rho[d] * free) * slack + 1e-300) - 1)
+                    end = max(plain, bisect_right(self.mixed(d), (reach + self.rho[d] * free) * slack + 1e-300) - 1)
                 room = memory.capacity - memory.fixed[d] + self.least[d][start]
                 end = min(end, bisect_right(self.least[d], room * slack) - 1)
             hi = max(start, min(end, layers))
