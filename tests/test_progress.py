@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_layerwise import mixed_table
 from typer.testing import CliRunner
 
 from cli import app
@@ -16,7 +17,6 @@ from hardware_profiles import load_hardware
 from planner.commands.common import Progress
 from planner.search.chain import read_chain
 from planner.search.layerwise_dp import plan_layerwise
-from tests.test_layerwise import mixed_table
 
 runner = CliRunner()
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from test_progress import _Recorder
 from typer.testing import CliRunner
 
 from cli import app
 from planner.studies.sweep import SECOND_AXIS, Job, Varied, capacity, short_layout, sweep, sweep_figure
-from tests.test_progress import _Recorder
 
 runner = CliRunner()
 JOB = Job("llama3-8b", "h100-sxm", 64, 4096, 256)
