@@ -27,6 +27,7 @@ from planner.workloads.recsys.search import plan_sharding  # noqa: E402
 from planner.workloads.recsys.spec import RecJob, RecRuntime  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "recsys" / "published.yaml"
+BOUND = 0.25  # issue 34's bound for DLRM
 
 
 def _mps(ev: RecEvaluation | None) -> str:
@@ -39,6 +40,7 @@ def main() -> None:
     print(f"{'run':<20} {'published M/s':>13} {'dle placement':>13} {'error':>8}  {'step ms':>7} {'dense':>6} "
           f"{'emb':>6} {'host':>5}  {'ILP (dle) M/s':>13} {'torchrec M/s':>12}")
     errors = []
+    unexplained = []
     for run in data["runs"]:
         model = load_recsys_model(run["model"])
         cluster = load_hardware(run["hardware"], run["gpus"])
@@ -51,12 +53,19 @@ def main() -> None:
             torchrec = plan_sharding(model, dataclasses.replace(job, runtime=RecRuntime.TORCHREC), cluster).evaluation
         error = ev.samples_per_s / run["records_per_s"] - 1
         errors.append(abs(error))
+        if abs(error) > BOUND:
+            unexplained.append(f"{run['name']}: {error:+.1%}, {ev.step_s * 1e3:.2f} ms predicted against "
+                               f"{run['batch'] / run['records_per_s'] * 1e3:.2f} ms published per step")
         host = ev.step_s - ev.dense.compute_s - ev.dense.allreduce_s - max(ev.rank_s)
         print(f"{run['name']:<20} {run['records_per_s'] / 1e6:>13.2f} {ev.samples_per_s / 1e6:>13.2f} "
               f"{error:>+8.1%}  {ev.step_s * 1e3:>7.3f} {(ev.dense.compute_s + ev.dense.allreduce_s) * 1e3:>6.3f} "
               f"{max(ev.rank_s) * 1e3:>6.3f} {host * 1e3:>5.3f}  {_mps(ilp):>13} {_mps(torchrec):>12}")
     print(f"mean |error| {sum(errors) / len(errors):.1%} over {len(errors)} runs (positive: meshplan faster); "
           "one-GPU rows: the small model's time, no all-to-all")
+    for line in unexplained:
+        print(f"outside ±{BOUND:.0%} (issue 34): {line}; the rest of the gap is not explained by the published figures "
+              "meshplan prices (NVSwitch all-to-all and all-reduce, PCIe, the code's host syncs and data path): "
+              "not fitted")
 
 
 if __name__ == "__main__":

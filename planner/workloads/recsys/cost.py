@@ -25,6 +25,7 @@ from meshcore import ClusterSpec
 from meshcore.enums import GIB
 from planner.workloads.recsys.runtime import (
     INDEX_KERNEL_HBM_SHARE,
+    bottom_host_seconds,
     execution,
     host_step_seconds,
     scatter_bytes_per_element,
@@ -274,7 +275,8 @@ def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
     runtime runs it on one rank, bottom_piece) plus the dot interaction (b·F²·D multiply-adds, batched GEMM, forward
     and backward) and the pooled features moved four times (twice more, read and written, where the runtime copies
     them around the all-to-alls: RecExecution.a2a_copies); the gradient all-reduce over every GPU overlaps the
-    backward (GpuSpec.exposed)."""
+    backward (GpuSpec.exposed), or only the interaction's backward where the runtime launches it after the whole MLP
+    backward and the backward all-to-all waits for it (RecExecution.allreduce_before_a2a)."""
     b, gpu, ex = job.local_batch, cluster.gpu, execution(job)
     peak = gpu.peak_bf16_tflops * 1e12
     shapes = _top_shapes(model) if ex.bottom_rank is not None else _mlp_shapes(model)
@@ -282,14 +284,16 @@ def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
     if ex.bottom_rank is None:
         seconds += _mlp_time(_bottom_shapes(model), b, False, job, cluster)
     features = len(model.tables) + 1
+    interaction_bwd = 0.0
     if model.interaction is Interaction.DOT:
         flops = 2.0 * b * features * features * model.dim
-        seconds += 3 * flops / (peak * gpu.matmul_efficiency.at(flops / b))
+        interaction_bwd = 2 * flops / (peak * gpu.matmul_efficiency.at(flops / b))
+        seconds += 1.5 * interaction_bwd
     act = b * (sum(m for _, m in shapes) + features * model.dim) * job.comm_bytes
     seconds += (8 if ex.a2a_copies else 4) * b * features * model.dim * job.comm_bytes / _hbm_rate(cluster)
     params = sum(k * m + m for k, m in shapes)
     allreduce = collective_time(Collective.ALL_REDUCE, params * 4.0, job.gpus, 1, cluster)
-    exposed = gpu.exposed(allreduce, seconds * 2 / 3)
+    exposed = gpu.exposed(allreduce, interaction_bwd if ex.allreduce_before_a2a else seconds * 2 / 3)
     memory = params * DENSE_STATE_BYTES + 2 * act + BUFFER_GIB * GIB
     return DenseCost(seconds, exposed, memory, params)
 
@@ -297,7 +301,8 @@ def dense_cost(model: RecModel, job: RecJob, cluster: ClusterSpec) -> DenseCost:
 def bottom_pieces(model: RecModel, job: RecJob, cluster: ClusterSpec) -> list[PieceCost]:
     """Each rank's share of a bottom MLP that one rank runs on the global batch (runtime.RecExecution.bottom_rank;
     none where it is data parallel): its holder computes it (_mlp_time at the global batch), keeps its weights
-    and optimizer state, and sends every other rank its samples' outputs in the all-to-all, (n-1)/n·B·D·a bytes;
+    and optimizer state, and sends every other rank its samples' outputs in the all-to-all, (n-1)/n·B·D·a bytes; its
+    GPU also waits for the host's data path where it holds no table (runtime.bottom_host_seconds);
     every other rank receives b·D·a."""
     rank = execution(job).bottom_rank
     if rank is None:
@@ -305,7 +310,8 @@ def bottom_pieces(model: RecModel, job: RecJob, cluster: ClusterSpec) -> list[Pi
     n, b, big_b, a, d = job.gpus, job.local_batch, job.batch, job.comm_bytes, model.dim
     shapes = _bottom_shapes(model)
     params = sum(k * m + m for k, m in shapes)
-    holder = PieceCost(compute_s=_mlp_time(shapes, big_b, False, job, cluster), send_bytes=(n - 1) / n * big_b * d * a,
+    busy = _mlp_time(shapes, big_b, False, job, cluster) + bottom_host_seconds(execution(job), model, job, cluster)
+    holder = PieceCost(compute_s=busy, send_bytes=(n - 1) / n * big_b * d * a,
                        hbm_bytes=params * DENSE_STATE_BYTES + 2 * big_b * sum(m for _, m in shapes) * a)
     other = PieceCost(recv_bytes=b * d * a)
     return [holder if g == rank else other for g in range(n)]

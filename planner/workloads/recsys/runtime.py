@@ -32,7 +32,18 @@ DLRM at 729963dd, the code of NVIDIA's published throughputs, run with --amp --c
     (cost.apex_mlp_seconds);
   - the forward and backward are one CUDA graph (no per-operator host time), but every step the host waits for the
     GPU twice (GradScaler.step reads found_inf with .item(); the StepTimer synchronises) and then issues the
-    optimizer eagerly: STEP_OPS operators the GPU waits for (counted below).
+    optimizer eagerly: STEP_OPS operators the GPU waits for (counted below);
+  - the top MLP's gradients are all-reduced by DDP on the default process group, whose NCCL stream also runs the
+    all-to-alls: apex's MlpFunction.backward returns every weight gradient at once when the whole MLP backward ends,
+    so DDP's buckets are launched only then, and the backward all-to-all queues behind them; only the interaction's
+    backward runs beside the all-reduce (RecExecution.allreduce_before_a2a);
+  - the data loader is torch's DataLoader with num_workers=0 and pin_memory=False (data/factories.py): between the
+    two host syncs the main thread copies the next batch from pageable host memory (data/utils.py,
+    collate_split_tensors: `.to(device, non_blocking=True)` of the batch's dense features, ids and labels, a cast of
+    the dense features to fp32, record_stream for each). Every rank reads the global batch's labels (B fp32 after
+    ParametricDataset._get_label) and its own tables' ids; the bottom MLP's rank reads the B x 13 fp16 dense features.
+    A rank with tables hides that host time behind its index_add_; above 4 GPUs the bottom MLP's rank holds no table
+    and its GPU waits for it (bottom_host_seconds).
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import math
 from dataclasses import dataclass
 
 from cost_models.compute.host import DRAIN_OPS
+from cost_models.memory.offload import pcie_time
 from meshcore import ClusterSpec
 from planner.workloads.recsys.spec import RecJob, RecModel, RecRuntime, ShardingKind, Storage, TableSharding
 
@@ -54,6 +66,11 @@ DLE_STEP_OPS = 12.0
 DLE_STEP_SYNCS = 2  # GradScaler.step's found_inf.item() and the StepTimer's torch.cuda.synchronize (with --amp)
 DLE_BOTTOM_ALONE_ABOVE = 4  # get_device_mapping leaves GPU 0 without tables when there are more GPUs than this
 INDEX_KERNEL_HBM_SHARE = 0.30  # PyTorch's index_add_/index_select before #145999: share of peak HBM bandwidth
+# Operators of DLE's data path per step (data/utils.py, collate_split_tensors, and the DataLoader's fetch): three
+# host-to-device copies, three record_stream calls, the dense features' cast to fp32.
+DLE_DATA_OPS = 7.0
+DENSE_FEATURE_DISK_BYTES = 2  # ParametricDataset reads the dense features as fp16 (np.float16)
+LABEL_BYTES = 4  # ParametricDataset._get_label returns the labels as fp32 before the copy
 
 
 @dataclass(frozen=True)
@@ -64,7 +81,9 @@ class RecExecution:
     `a2a_copies` (the interaction input is copied after the forward all-to-all and its gradient before the
     backward one), `bottom_rank` (the rank that runs the bottom MLP on the global batch; None: data parallel),
     `step_syncs` and `step_ops` (host syncs per step and the operators the GPU then waits for), `apex_mlp` (the MLPs
-    run apex's MLP kernels, priced per kernel: cost.apex_mlp_seconds)."""
+    run apex's MLP kernels, priced per kernel: cost.apex_mlp_seconds), `allreduce_before_a2a` (the dense gradients'
+    all-reduce starts after the whole MLP backward and the backward all-to-all waits for it), `data_ops` (host
+    operators of the pageable data path between the syncs; 0: none priced)."""
 
     sparse_gradient: bool = False
     unscale_gradient: bool = False
@@ -74,6 +93,8 @@ class RecExecution:
     step_syncs: int = 0
     step_ops: float = 0.0
     apex_mlp: bool = False
+    allreduce_before_a2a: bool = False
+    data_ops: float = 0.0
 
 
 def execution(job: RecJob) -> RecExecution:
@@ -84,7 +105,8 @@ def execution(job: RecJob) -> RecExecution:
     return RecExecution(sparse_gradient=True, unscale_gradient=amp, cast_pooled=amp and job.gpus > 1,
                         a2a_copies=job.gpus > 1,
                         bottom_rank=0 if job.gpus > 1 else None, step_syncs=DLE_STEP_SYNCS if amp else 1,
-                        step_ops=DLE_STEP_OPS if amp else DLE_STEP_OPS - 2, apex_mlp=True)
+                        step_ops=DLE_STEP_OPS if amp else DLE_STEP_OPS - 2, apex_mlp=True,
+                        allreduce_before_a2a=job.gpus > 1, data_ops=DLE_DATA_OPS)
 
 
 def runtime_kinds(job: RecJob) -> frozenset[ShardingKind]:
@@ -119,6 +141,20 @@ def host_step_seconds(ex: RecExecution, cluster: ClusterSpec) -> float:
     cost_models/compute/host.py) and the host then issues `step_ops` operators before the GPU has work again:
         t = (syncs · DRAIN_OPS + step_ops) · host_op_us."""
     return (ex.step_syncs * DRAIN_OPS + ex.step_ops) * cluster.host_op_us * 1e-6
+
+
+def bottom_host_seconds(ex: RecExecution, model: RecModel, job: RecJob, cluster: ClusterSpec) -> float:
+    """Seconds the bottom MLP's rank waits each step for the host's data path where that rank holds no table (above
+    DLE_BOTTOM_ALONE_ABOVE GPUs; module docstring): `data_ops` operators plus the pageable copy of the global batch's
+    dense features (fp16) and labels (fp32),
+        t = data_ops · host_op_us + B·(dense_features·2 + 4) / PCIe,
+    PCIe the GPU's share of its switch uplink at PCIE_EFFICIENCY (cost_models/memory/offload.py, pcie_time: CUDA's
+    bandwidthTest figure for pinned memory). A pageable copy goes through the driver's pinned staging buffer and is
+    no faster than a pinned one, so this is a lower bound of the copy. 0 where the rank also holds tables."""
+    if ex.bottom_rank is None or ex.data_ops <= 0 or job.gpus <= DLE_BOTTOM_ALONE_ABOVE:
+        return 0.0
+    nbytes = job.batch * (model.dense_features * DENSE_FEATURE_DISK_BYTES + LABEL_BYTES)
+    return ex.data_ops * cluster.host_op_us * 1e-6 + pcie_time(nbytes, cluster)
 
 
 def dle_placement(model: RecModel, job: RecJob) -> tuple[TableSharding, ...]:
