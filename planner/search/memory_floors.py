@@ -153,13 +153,16 @@ class RankMemory:
                                  tuple(host_state_bytes(p, layout, job) for p in pieces))
         return self._pieces[key]
 
-    def rank_bytes(self, c: Candidate) -> tuple[list[float], tuple[float, ...], float, float]:
+    def rank_bytes(self, c: Candidate, acts: LayerActivations | None = None
+                   ) -> tuple[list[float], tuple[float, ...], float, float]:
         """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
-        module docstring's fixed_r, as cost_models.step._stage_memory and stage_cost count them."""
+        module docstring's fixed_r, as cost_models.step._stage_memory and stage_cost count them (`acts`: c's
+        `activations`, when the caller has them)."""
         emb, head, _ = self.ranks(c)
         alive = self.alive(c)
         s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
-        model, job, acts = self.model, self.job, self.activations(c)
+        model, job = self.model, self.job
+        acts = self.activations(c) if acts is None else acts
         logits, first = self._ends(c)
         mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
         mtp = model.mtp_layers * (acts.moe if mtp_moe else acts.dense)
@@ -179,13 +182,16 @@ class RankMemory:
         """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
         chunks when `balanced`, else any split of the layers with at least one per rank, any of them fully
         recomputed. A candidate whose floor exceeds the GPU's memory cannot fit."""
-        fixed, alive, s_dense, s_moe = self.rank_bytes(c)
         acts = self.activations(c)
+        fixed, alive, s_dense, s_moe = self.rank_bytes(c, acts)
         a_dense, a_moe = acts.dense, acts.moe
         if not balanced and self.partial_recompute:  # the split may recompute any layer fully: it stores its input
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two are in fixed)
             a_dense = a_moe = 0.0
+        if balanced:  # `_largest_rank`'s, in one pass: the same floats
+            return max(f + n_dense * (s_dense + a_dense * a) + n_moe * (s_moe + a_moe * a)
+                       for f, a, (n_dense, n_moe) in zip(fixed, alive, self.ranks(c)[2], strict=True)) * (1 - ROUNDING)
         return self._largest_rank(c, balanced, fixed, [s_dense + a_dense * a for a in alive],
                                   [s_moe + a_moe * a for a in alive])
 
