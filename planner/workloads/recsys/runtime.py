@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass
 
 from cost_models.compute.host import DRAIN_OPS
-from cost_models.memory.offload import pcie_time
+from cost_models.memory.offload import pageable_bytes_per_s
 from meshcore import ClusterSpec
 from planner.workloads.recsys.spec import RecJob, RecModel, RecRuntime, ShardingKind, Storage, TableSharding
 
@@ -147,14 +147,15 @@ def bottom_host_seconds(ex: RecExecution, model: RecModel, job: RecJob, cluster:
     """Seconds the bottom MLP's rank waits each step for the host's data path where that rank holds no table (above
     DLE_BOTTOM_ALONE_ABOVE GPUs; module docstring): `data_ops` operators plus the pageable copy of the global batch's
     dense features (fp16) and labels (fp32),
-        t = data_ops · host_op_us + B·(dense_features·2 + 4) / PCIe,
-    PCIe the GPU's share of its switch uplink at PCIE_EFFICIENCY (cost_models/memory/offload.py, pcie_time: CUDA's
-    bandwidthTest figure for pinned memory). A pageable copy goes through the driver's pinned staging buffer and is
-    no faster than a pinned one, so this is a lower bound of the copy. 0 where the rank also holds tables."""
+        t = data_ops · host_op_us + B·(dense_features·2 + 4) / pageable rate,
+    the pageable rate cost_models/memory/offload.py's pageable_bytes_per_s (the driver stages each chunk through its
+    pinned buffer with one host thread's memcpy, then DMAs it over the GPU's share of its PCIe uplink, in turn:
+    benchmarks/data/offload/pageable_copies.yaml, checked there against DeepSpeed PR #5301's measured pinned
+    speed-up). 0 where the rank also holds tables."""
     if ex.bottom_rank is None or ex.data_ops <= 0 or job.gpus <= DLE_BOTTOM_ALONE_ABOVE:
         return 0.0
     nbytes = job.batch * (model.dense_features * DENSE_FEATURE_DISK_BYTES + LABEL_BYTES)
-    return ex.data_ops * cluster.host_op_us * 1e-6 + pcie_time(nbytes, cluster)
+    return ex.data_ops * cluster.host_op_us * 1e-6 + nbytes / pageable_bytes_per_s(cluster)
 
 
 def dle_placement(model: RecModel, job: RecJob) -> tuple[TableSharding, ...]:
