@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from cli import app
@@ -27,6 +29,8 @@ from planner.workloads.recsys.runtime import (
 )
 from planner.workloads.recsys.search import plan_sharding
 from planner.workloads.recsys.spec import RecJob, RecRuntime, ShardingKind
+
+DLE_STEP = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "recsys" / "dle_step.yaml"
 
 
 def test_dle_placement_follows_get_device_mapping() -> None:
@@ -105,6 +109,9 @@ def test_bottom_rank_waits_for_the_pageable_data_path() -> None:
     assert bottom_host_seconds(execution(four), model, four, load_hardware("dgx2-v100", 4)) == 0.0
     torchrec = dataclasses.replace(job, runtime=RecRuntime.TORCHREC)
     assert bottom_host_seconds(execution(torchrec), model, torchrec, cluster) == 0.0
+    code = yaml.safe_load(DLE_STEP.read_text())["data_path"]  # the counts as read from DLE's code
+    assert (code["host_ops"], code["dense_feature_bytes"], code["label_bytes"]) == (7, 2, 4)
+    assert execution(job).data_ops == code["host_ops"]
 
 
 def test_dle_allreduce_waits_for_the_whole_mlp_backward() -> None:

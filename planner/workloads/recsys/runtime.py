@@ -43,7 +43,8 @@ DLRM at 729963dd, the code of NVIDIA's published throughputs, run with --amp --c
     the dense features to fp32, record_stream for each). Every rank reads the global batch's labels (B fp32 after
     ParametricDataset._get_label) and its own tables' ids; the bottom MLP's rank reads the B x 13 fp16 dense features.
     A rank with tables hides that host time behind its index_add_; above 4 GPUs the bottom MLP's rank holds no table
-    and its GPU waits for it (bottom_host_seconds).
+    and its GPU waits for it (bottom_host_seconds). The lines these two items were read from:
+    benchmarks/data/recsys/dle_step.yaml.
 """
 
 from __future__ import annotations
