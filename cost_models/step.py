@@ -35,6 +35,7 @@ from cost_models.prediction import Prediction, StageCost, StageLayers, step_brea
 from cost_models.sync import (
     dp_reduce_exposed,
     gather_bytes,
+    grad_accumulation_time,
     host_state_bytes,
     kept_gathered,
     optimizer_time,
@@ -302,9 +303,9 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time = time + costs.times.head
         params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
     ex = job.runtime.priced_execution
-    # the runtime's fixed host cost per micro-batch and stage, and the host syncs of blocking pipeline sends
+    # the runtime's host cost per micro-batch and stage, blocking pipeline sends' host syncs, autograd's gradient adds
     sync = microbatch_sync_s(cluster, layout.pp, layout.vpp, job.runtime.overlap_p2p_comm)
-    time = time + LayerTime(host=ex.host_microbatch_s + sync)
+    time += LayerTime(backward=grad_accumulation_time(params, layout, job, cluster), host=ex.host_microbatch_s + sync)
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward),

@@ -238,6 +238,24 @@ def optimizer_time(params: StageParams, layout: Layout, job: JobSpec, cluster: C
     return adam_step_time(local, cluster)
 
 
+def grad_accumulation_time(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
+    """Seconds per micro-batch of adding its weight gradients into those accumulated so far, where the runtime leaves
+    that to autograd (Execution.grad_accumulation_bytes b > 0: DeepSpeed's engine below ZeRO-2 keeps each fp16/bf16
+    gradient in the parameter's `.grad`; PyTorch's AccumulateGrad, torch/csrc/autograd/functions/accumulate_grad.h,
+    adds every later micro-batch's gradient in place, reading both and writing one, b = 2 + 2 + 2 = 6, and takes the
+    first micro-batch's without a copy, the step having set `.grad` to None). Over m micro-batches, at HBM speed:
+        t = (m − 1)/m · P · f · b / (HBM · η_mem)    per micro-batch
+    P the stage's parameters (all of them on every rank below ZeRO-2), f the trained share (LoRA). ZeRO-2 and -3
+    reduce each micro-batch's gradients into their shard (`sharded_dp_exposed`) and gradients offloaded to the host
+    accumulate there (cost_models/memory/offload.py): none here. Megatron's gradient_accumulation_fusion writes the
+    weight-gradient GEMM's result into the fp32 main_grad with beta = 1 (b = 0)."""
+    b = job.runtime.priced_execution.grad_accumulation_bytes
+    if b == 0 or layout.zero >= ZeroStage.GRADIENTS or Offload.GRADIENTS in layout.offload:
+        return 0.0
+    m = layout.num_microbatches(job)
+    return (m - 1) / m * memory_time(params.total * job.trainable_fraction * b, cluster.gpu)
+
+
 def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                        time: LayerTime) -> float:
     """Per micro-batch communication of sharded data parallelism not hidden by compute.

@@ -177,6 +177,9 @@ class Execution:
       Engine's (cost_models.compute.layer.ring_attention_merge_time);
     logit_bytes: bytes per logit the loss holds at its peak on the last stage
     (cost_models.memory.footprint.logits_bytes);
+    grad_accumulation_bytes: HBM bytes per trained parameter each micro-batch after a step's first spends adding its
+      weight gradients into the ones accumulated so far, below ZeRO-2 (0: the GEMM accumulates them itself, Megatron's
+      gradient_accumulation_fusion; cost_models.sync.grad_accumulation_time);
     expert_gemms: how the per-expert GEMMs of an MoE layer are issued (cost_models.compute.moe_kernels);
     host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
       recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides;
@@ -204,6 +207,7 @@ class Execution:
     memory: HeldMemory = HeldMemory()
     split_projections: bool = False
     bucket_allreduce: bool = False
+    grad_accumulation_bytes: float = 0.0
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""

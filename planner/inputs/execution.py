@@ -28,7 +28,7 @@ _CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
 _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
          "bucket_allreduce", "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes",
          "expert_gemms", "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
-         "attention_backward")
+         "attention_backward", "grad_accumulation_bytes")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -115,7 +115,7 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
     for key in ("reshard_under_pp", "compile_default", "split_projections", "bucket_allreduce"):
         if key in data:
             fields[key] = flag(data[key], f"{where}: {key}")
-    for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes"):
+    for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes", "grad_accumulation_bytes"):
         if key in data:
             fields[key] = real(data[key], f"{where}: {key}", 0.0, 64.0, low_open=False)
     for key in ("attention_rate", "attention_backward"):
