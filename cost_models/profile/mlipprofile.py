@@ -29,12 +29,24 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from importlib.metadata import version
 from typing import Any
 
 from meshcore.errors import InputError
 
 WARMUPS = 2
+
+
+class MaceFloat(str, Enum):
+    """The floating-point type MACE's weights and graph run in (its trainer's --default_dtype)."""
+
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+
+    @property
+    def element_bytes(self) -> int:
+        return 4 if self is MaceFloat.FLOAT32 else 8
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,7 @@ class MaceSize:
     cutoff_a: float = 5.0
     max_ell: int = 2
     correlation: int = 3
-    dtype: str = "float32"
+    dtype: MaceFloat = MaceFloat.FLOAT32
 
     @property
     def hidden_irreps(self) -> str:
@@ -63,7 +75,7 @@ class MaceSize:
 
     @property
     def element_bytes(self) -> int:
-        return 4 if self.dtype == "float32" else 8
+        return self.dtype.element_bytes
 
 
 @dataclass(frozen=True)
@@ -211,7 +223,7 @@ def profile_mace(size: MaceSize, element: str, cells: list[int], train: bool, de
     if device_name == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: PyTorch sees no CUDA device here; use --device cpu")
     device = torch.device(device_name)
-    dtype = getattr(torch, size.dtype)
+    dtype = getattr(torch, size.dtype.value)
     boxes = [bulk_graph(element, n, size.cutoff_a) for n in sorted(set(cells))]
     largest = boxes[-1].graph
     neighbours = largest["edge_index"].shape[1] / largest["positions"].shape[0]

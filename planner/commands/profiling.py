@@ -149,12 +149,12 @@ def profile_mlip(
         check({"--cells": (max(boxes), 1, 40)})
         needs("torch", "profile", "profiling")
         needs("mace", "mlip", "profile mlip")
-        from cost_models.profile.mlipprofile import MaceSize, machine, profile_mace
+        from cost_models.profile.mlipprofile import MaceFloat, MaceSize, machine, profile_mace
         from planner.workloads.mlip.inputs import cost_table_text
         from planner.workloads.mlip.profiled import profiled_table
         from planner.workloads.mlip.spec import MlipMode
 
-        size = MaceSize(channels, hidden_l, layers, cutoff, max_ell, correlation, dtype)
+        size = MaceSize(channels, hidden_l, layers, cutoff, max_ell, correlation, MaceFloat(dtype))
         ran_on = machine(device, threads)
         with Progress("timing MACE") as bar:
             profile = profile_mace(size, element, boxes, mode == "train", device, repeats, threads, bar.update)

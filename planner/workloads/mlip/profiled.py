@@ -15,7 +15,7 @@ def profiled_table(profile: MlipProfile, size: MaceSize, element: str, mode: Mli
             "forces-only call (forward and forces)")
     source = (f"measured by meshplan profile mlip ({profile.built_with}), MACE {size.hidden_irreps}, "
               f"{size.layers} layers, {size.cutoff_a:g} A, max_ell {size.max_ell}, correlation {size.correlation}, "
-              f"{size.dtype}, random weights, on bulk {element} boxes; {step}; least of {repeats}")
+              f"{size.dtype.value}, random weights, on bulk {element} boxes; {step}; least of {repeats}")
     name = f"mace-{size.channels}x{size.hidden_l}-{size.layers}l-{element}-{mode.value}"
     try:
         return MlipCostTable(name, tuple(CostRow(r.atoms, r.step_s, r.memory_bytes) for r in profile.rows),
