@@ -189,9 +189,6 @@ class RankMemory:
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two are in fixed)
             a_dense = a_moe = 0.0
-        if balanced:  # `_largest_rank`'s, in one pass: the same floats
-            return max(f + n_dense * (s_dense + a_dense * a) + n_moe * (s_moe + a_moe * a)
-                       for f, a, (n_dense, n_moe) in zip(fixed, alive, self.ranks(c)[2], strict=True)) * (1 - ROUNDING)
         return self._largest_rank(c, balanced, fixed, [s_dense + a_dense * a for a in alive],
                                   [s_moe + a_moe * a for a in alive])
 

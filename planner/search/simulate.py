@@ -72,9 +72,9 @@ def simulated_step_time(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, la
         return None
     d = durations_ if durations_ is not None else durations(model, cluster, job, layout, prediction)
     key = (layout.schedule, layout.pp, m, layout.vpp, d)
-    if memo is None or key not in memo:
+    found = memo.get(key) if memo is not None else None
+    if found is None:
         found = makespan(program(layout.schedule, layout.pp, m, layout.vpp), d)
-        if memo is None:
-            return found + step_tail(prediction)
-        memo[key] = found
-    return memo[key] + step_tail(prediction)
+        if memo is not None:
+            memo[key] = found
+    return found + step_tail(prediction)
