@@ -5,7 +5,9 @@ own layout evaluated (`layout`), the best layout of a search on the runtime that
 swapping (`stage_swap`, cost_models/memory/stage_swap.py: Mobius, which no runtime meshplan writes for runs). The
 prediction
 is printed beside the figure with the difference; nothing is fitted (the presets as they are, the fragments the data
-names for a run's setting). What a record assumes is in its `verified` field.
+names for a run's setting). What a record assumes is in its `verified` field. A TFLOP/s figure is read in the FLOP
+count its source uses (`flop_convention`, FlopConvention): meshplan's model FLOPs by default, its hardware FLOPs
+(recomputation counted) where the source counts the recomputed forward.
 
     python benchmarks/offload_papers.py [--json]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,34 @@ from planner.search.space import SearchSpec  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "data" / "offload"
 DATA = HERE / "published.yaml"
+
+
+class FlopConvention(str, Enum):
+    """How a published TFLOP/s figure counts a step's work, so that the prediction is read the same way. MODEL: the
+    forward and backward, three forward passes' FLOPs (meshplan's model_tflops_per_gpu, the MFU convention, about
+    6·N·D); HARDWARE: the recomputed forward passes too (meshplan's hardware_tflops_per_gpu; with full
+    recomputation Megatron-LM's 96·B·s·l·h²·(1 + s/6h + V/16lh), Narayanan et al. 2021 eq. 3, about 8·N·D)."""
+
+    MODEL = "model"
+    HARDWARE = "hardware"
+
+
+class DataError(ValueError):
+    """A record of the data file that the benchmark cannot price as written."""
+
+
+def flop_convention(key: str, rec: dict[str, Any]) -> FlopConvention:
+    """The record's `flop_convention` (MODEL where it names none); only TFLOP/s records may name one."""
+    if "flop_convention" not in rec:
+        return FlopConvention.MODEL
+    text, unit = rec["flop_convention"], rec["published"]["unit"]
+    if unit != "tflops_per_gpu":
+        raise DataError(f"{key}: flop_convention applies to tflops_per_gpu records only, this one is in {unit}")
+    try:
+        return FlopConvention(text)
+    except ValueError:
+        allowed = ", ".join(c.value for c in FlopConvention)
+        raise DataError(f"{key}: flop_convention {text!r} is not one of {allowed}") from None
 
 
 @dataclass(frozen=True)
@@ -61,8 +92,22 @@ def _hardware(name: str) -> str:
     return ",".join([base, *(str(HERE / f) for f in frags)])
 
 
-def _figure(unit: str, tokens_per_s: float, model_tflops: float) -> float:
-    return tokens_per_s if unit == "tokens_per_s" else model_tflops
+def _figure(rec: dict[str, Any], pred: Prediction) -> float:
+    """The prediction in the record's unit, TFLOP/s in the FLOP count of its source."""
+    if rec["published"]["unit"] == "tokens_per_s":
+        return pred.tokens_per_s
+    if flop_convention(rec.get("system", "record"), rec) is FlopConvention.HARDWARE:
+        return pred.hardware_tflops_per_gpu
+    return pred.model_tflops_per_gpu
+
+
+def _counted(rec: dict[str, Any], pred: Prediction) -> str:
+    """What a TFLOP/s record's figure counts, with both of meshplan's counts beside it."""
+    if rec["published"]["unit"] == "tokens_per_s":
+        return ""
+    conv = flop_convention(rec.get("system", "record"), rec)
+    return (f"; read as {conv.value} FLOPs (model {pred.model_tflops_per_gpu:.1f}, hardware "
+            f"{pred.hardware_tflops_per_gpu:.1f} TFLOP/s)")
 
 
 def _execution(framework: Framework, name: str) -> Execution:
@@ -108,7 +153,7 @@ def price_layout(rec: dict[str, Any]) -> tuple[float, str]:
     if "phases" in rec:  # what the run logged of each phase against the prediction
         how += "; " + ", ".join(f"{k} {v:.1f} s (logged {'-'.join(f'{x:.1f}' for x in rec['phases'][k])})"
                                 for k, v in phases(pred).items())
-    return _figure(rec["published"]["unit"], pred.tokens_per_s, pred.model_tflops_per_gpu), how
+    return _figure(rec, pred), how + _counted(rec, pred)
 
 
 def price_plan(rec: dict[str, Any]) -> tuple[float, str]:
@@ -121,7 +166,7 @@ def price_plan(rec: dict[str, Any]) -> tuple[float, str]:
     how = (f"planned on {rec.get('runtime', 'deepspeed')}: mbs {lay.mbs} ZeRO-{int(lay.zero)} {lay.recompute.value} "
            f"offload {'+'.join(sorted(o.value for o in lay.offload)) or 'none'}; hardware "
            f"{pred.hardware_tflops_per_gpu:.0f} TFLOP/s")
-    return _figure(rec["published"]["unit"], pred.tokens_per_s, pred.model_tflops_per_gpu), how
+    return _figure(rec, pred), how + _counted(rec, pred)
 
 
 def price_stage_swap(rec: dict[str, Any]) -> tuple[float, str]:
@@ -160,6 +205,8 @@ def load() -> tuple[dict[str, dict[str, Any]], list[tuple[str, str]]]:
     """(records by key, pairs of record keys) of the data file."""
     data = yaml.safe_load(DATA.read_text())
     pairs = [(a, b) for a, b in data.pop("pairs", [])]
+    for key, rec in data.items():
+        flop_convention(key, rec)
     return data, pairs
 
 
@@ -180,7 +227,10 @@ def ratios(table: dict[str, Row], pairs: list[tuple[str, str]]) -> list[tuple[st
 
 
 def main() -> None:
-    records, pairs = load()
+    try:
+        records, pairs = load()
+    except DataError as e:
+        sys.exit(f"error: {DATA.name}: {e}")
     table = rows(records)
     paired = ratios(table, pairs)
     if "--json" in sys.argv[1:]:
