@@ -30,10 +30,11 @@ from cost_models.compute.layer import decoder_layer_time, head_time  # noqa: E40
 from cost_models.memory.params import one_layer_params  # noqa: E402
 from cost_models.memory.stage_swap import SwapStage, stage_swap_step  # noqa: E402
 from cost_models.prediction import Prediction  # noqa: E402
+from cost_models.step import evaluate_layout as evaluate_problem_layout  # noqa: E402
 from meshcore import Recompute, Runtime  # noqa: E402
 from meshcore.execution import Execution  # noqa: E402
 from meshcore.framework import Framework  # noqa: E402
-from planner.api import evaluate, plan, resolve  # noqa: E402
+from planner.api import make_layout, plan, resolve  # noqa: E402
 from planner.inputs.execution import execution_from_mapping  # noqa: E402
 from planner.search.space import SearchSpec  # noqa: E402
 
@@ -128,11 +129,16 @@ def _runtime(rec: dict[str, Any]) -> Runtime:
 
 
 def evaluate_layout(rec: dict[str, Any]) -> Prediction:
-    """The record's own layout, evaluated on its hardware, model, job and runtime."""
+    """The record's own layout, evaluated on its hardware, model, job and runtime (`stage_layers`: the decoder layers
+    of each pipeline stage where the run split them unevenly)."""
     lay = dict(rec["layout"])
     offload = ",".join(lay.pop("offload", [])) or None
-    return evaluate(_model(rec["model"]), _hardware(rec["hardware"]), gpus=rec["gpus"], seq_len=rec["seq_len"],
-                    global_batch=rec["global_batch"], runtime=_runtime(rec), offload=offload, dtype="bf16", **lay)
+    if "stage_layers" in lay:
+        lay["stage_layers"] = tuple(lay["stage_layers"])
+    problem = resolve(_model(rec["model"]), _hardware(rec["hardware"]), gpus=rec["gpus"], seq_len=rec["seq_len"],
+                      global_batch=rec["global_batch"], runtime=_runtime(rec), dtype="bf16")
+    layout = make_layout(problem, offload=offload, **lay)
+    return evaluate_problem_layout(problem.model, problem.cluster, problem.job, layout)
 
 
 def phases(pred: Prediction) -> dict[str, float]:
