@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cost_models.compute.knobs import LayerKnobs  # noqa: E402
 from cost_models.compute.layer import decoder_layer_time, head_time  # noqa: E402
-from cost_models.memory.params import one_layer_params  # noqa: E402
+from cost_models.memory.params import embedding_params, head_params, one_layer_params, rank_params  # noqa: E402
 from cost_models.memory.stage_swap import SwapStage, stage_swap_step  # noqa: E402
 from cost_models.prediction import Prediction  # noqa: E402
 from cost_models.step import evaluate_layout as evaluate_problem_layout  # noqa: E402
@@ -175,8 +175,14 @@ def price_plan(rec: dict[str, Any]) -> tuple[float, str]:
     return _figure(rec, pred), how + _counted(rec, pred)
 
 
+def _with_params(stage: SwapStage, params: float) -> SwapStage:
+    """`stage` with `params` more 16-bit weights to swap in and gradients to send out."""
+    return replace(stage, weight_bytes=stage.weight_bytes + 2.0 * params, grad_bytes=stage.grad_bytes + 2.0 * params)
+
+
 def price_stage_swap(rec: dict[str, Any]) -> tuple[float, str]:
-    """Stage swapping with near-even stages of whole layers, the LM head's time on the last; the best stage count of
+    """Stage swapping with near-even stages of whole layers, the embedding's weights on the first and the LM head's
+    time and weights on the last (a tied head's copy too), CPU Adam over every parameter once; the best stage count of
     the multiples of the GPU count."""
     gpus, mbs = rec["gpus"], rec["microbatch"]
     problem = resolve(_model(rec["model"]), _hardware(rec["hardware"]), gpus=gpus, seq_len=rec["seq_len"],
@@ -186,13 +192,15 @@ def price_stage_swap(rec: dict[str, Any]) -> tuple[float, str]:
     layer = decoder_layer_time(model, job, cluster, knobs)
     head = head_time(model, job, cluster, knobs)
     params = one_layer_params(model, job, 1, 1, 1, False).total
-    total = params * model.num_layers
+    total = rank_params(model, job, 1, head_beside_embedding=True).total
     m = rec["global_batch"] // mbs
     best: tuple[float, int] | None = None
     for stages in range(gpus, model.num_layers + 1, gpus):  # near-even stages of whole layers, the head on the last
         counts = [model.num_layers // stages + (s < model.num_layers % stages) for s in range(stages)]
         built = [SwapStage.of_layers([layer] * n, n * params) for n in counts]
-        built[-1] = replace(built[-1], forward_s=built[-1].forward_s + head.forward,
+        built[0] = _with_params(built[0], embedding_params(model, job, 1))
+        built[-1] = replace(_with_params(built[-1], head_params(model, job, 1, beside_embedding=False).total),
+                            forward_s=built[-1].forward_s + head.forward,
                             backward_s=built[-1].backward_s + head.backward + head.recompute)
         per_gpu = [built[g::gpus] for g in range(gpus)]
         step = stage_swap_step(per_gpu, m, total / gpus, cluster)
