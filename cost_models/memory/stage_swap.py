@@ -14,6 +14,9 @@ and the pipeline fills once per pass: (G − 1) micro-batch stage times before t
 mapping of stages to GPUs lessens PCIe contention; here stages are even and every GPU copies at once, sharing the
 links as `offload.pcie_bytes_per_s` does. No launcher meshplan writes for runs this (Mobius is not public):
 benchmarks/offload_papers.py prices it beside the published figures; the planner does not search it.
+Not priced: each micro-batch's activation crossing to the next stage's GPU (every stage boundary crosses one). It runs
+beside the other micro-batches' compute; priced as max(compute, transfer) per micro-batch over the RTX 4090 server's
+host-staged path it moves the RoundPipe artifact's Mobius rows by 3 points at most.
 """
 
 from __future__ import annotations
