@@ -309,7 +309,7 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward),
-        optimizer_s=optimizer_time(params, layout, job, cluster) + ex.host_step_s + step_sync_s(cluster),
+        optimizer_s=optimizer_time(params, layout, job, cluster, time) + ex.host_step_s + step_sync_s(cluster),
         states=stage_states(params, layout, job),
         offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
                                         layers, layout, job, cluster),

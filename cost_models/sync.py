@@ -34,6 +34,7 @@ from cost_models.memory.offload import (
     exposed_copy,
     layer_offload_exposed,
     offloaded_optimizer_step,
+    optimizer_beside_backward,
 )
 from cost_models.memory.params import StageParams
 from cost_models.prediction import StageLayers
@@ -228,14 +229,23 @@ def adam_step_time(local_params: float, cluster: ClusterSpec) -> float:
     return memory_time(local_params * OPTIMIZER_BYTES_PER_PARAM, cluster.gpu)
 
 
-def optimizer_time(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
+def optimizer_time(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
+                   time: LayerTime | None = None) -> float:
     """Adam step over the trained parameters this GPU updates (each group's 1/ranks share from ZeRO-1 on): on the
-    GPU, or on the host with the optimizer offloaded (cost_models/memory/offload.py)."""
+    GPU, or on the host with the optimizer offloaded (cost_models/memory/offload.py). A runtime that steps the
+    offloaded optimizer group by group beside the backward (Execution.optimizer_group_params) exposes only what the
+    stage's last backward, `time`'s backward and recomputation, leaves (`optimizer_beside_backward`); without `time`
+    the least it can expose, one group's step (the search's bounds)."""
     local = local_params(params, layout) * job.trainable_fraction
-    if Offload.OPTIMIZER in layout.offload:
-        off = layout.offload
-        return offloaded_optimizer_step(local, Offload.PARAMS in off, cluster, Offload.NVME in off)
-    return adam_step_time(local, cluster)
+    if Offload.OPTIMIZER not in layout.offload:
+        return adam_step_time(local, cluster)
+    off = layout.offload
+    step = offloaded_optimizer_step(local, Offload.PARAMS in off, cluster, Offload.NVME in off)
+    group = job.runtime.priced_execution.optimizer_group_params
+    if not group or not local:
+        return step
+    window = math.inf if time is None else time.backward + time.recompute
+    return optimizer_beside_backward(step, window, math.ceil(local / group))
 
 
 def grad_accumulation_time(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:

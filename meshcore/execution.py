@@ -183,7 +183,10 @@ class Execution:
     expert_gemms: how the per-expert GEMMs of an MoE layer are issued (cost_models.compute.moe_kernels);
     host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
       recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides;
-    memory: what it holds at its memory peak beyond states and stored activations, and its allocator (HeldMemory).
+    memory: what it holds at its memory peak beyond states and stored activations, and its allocator (HeldMemory);
+    optimizer_group_params: an offloaded optimizer steps group by group of this many parameters beside the backward
+      that completes their gradients (0: after the backward, as DeepSpeed and Megatron-core do; read as
+      `optimizer_group_mparams`; cost_models.sync.optimizer_time).
     """
 
     fsdp: FsdpForm = FsdpForm.PER_MODULE
@@ -208,6 +211,7 @@ class Execution:
     split_projections: bool = False
     bucket_allreduce: bool = False
     grad_accumulation_bytes: float = 0.0
+    optimizer_group_params: float = 0.0
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""

@@ -165,6 +165,20 @@ def offloaded_optimizer_step(local_params: float, weights_on_host: bool, cluster
     return cpu_gradient_pass_time(local_params, cluster) + adam + back
 
 
+def optimizer_beside_backward(optimizer_s: float, backward_s: float, groups: int) -> float:
+    """Exposed seconds of an offloaded optimizer step of `optimizer_s` that runs group by group beside the backward
+    of `backward_s` completing the gradients (Fuyou/LoHan's active gradient offloading, github.com/RC4ML/LoHan
+    feb88fe ratel_optimizer.py: when the backward reaches a new parameter group, `single_step` swaps the finished
+    group's fp32 weights and moments in from the SSDs, hands them to CPU Adam in a second process (main.py
+    `test_async`) and writes the group before it back, while the backward goes on). With `groups` = n equal groups
+    the backward completes group j at T_b·j/n; the optimizer takes T_o/n a group, one at a time, each started once
+    its gradients are done, so it finishes at max(T_b/n + T_o, T_b + T_o/n) and exposes, after the backward,
+        max(T_o − T_b·(1 − 1/n), T_o/n)
+    (n = 1: all of it, the optimizer after the backward)."""
+    n = max(1, groups)
+    return max(optimizer_s - backward_s * (1.0 - 1.0 / n), optimizer_s / n)
+
+
 def weight_fetch_bytes_per_s(cluster: ClusterSpec, from_nvme: bool) -> float:
     """The rate offloaded weights reach one GPU: PCIe from host memory, the lesser of PCIe and the GPU's NVMe share
     from NVMe."""
