@@ -51,8 +51,8 @@ def test_mobius_on_8_rtx4090() -> None:
 
 def test_megatron_pipeline_on_8_rtx4090() -> None:
     """The run without offloading beside it: Megatron-LM PP 8 measured 39,081 tokens/s for Qwen3-1.7B on the same
-    server (RoundPipe artifact, row Megatron-PP/4090). Its Llama-3.1-8B run (16,412) is priced 26 % fast with the
-    vocabulary NeMo actually built (next test) and is not asserted."""
+    server (RoundPipe artifact, row Megatron-PP/4090), priced with the fp32-accumulating Transformer Engine GEMMs it
+    runs (hardware/rtx4090-roundpipe.yaml without the fp16-accumulation fragment)."""
     assert _predicted("roundpipe_megatron_pp_qwen3_1p7b") == pytest.approx(39081.21, rel=0.2)
 
 
@@ -61,25 +61,24 @@ def test_megatron_llama_runs_train_the_vocabulary_nemo_builds() -> None:
     Llama31Config8B, which sets no vocab_size, and train it on MockDataModule, whose default tokenizer is GPT-2's
     (50,257 tokens); llm.pretrain gives the model the data's tokenizer and GPTConfig.configure_model pads its size to a
     multiple of 128 x TP (nemo.lightning.get_vocab_size): 50,304 under PP 8, 51,200 under TP 8, not Llama's 128,256.
-    With that head the A800 run's last pipeline stage is 1.19x a middle one, not 1.48x, and the pair with
-    ZeRO-Infinity on the RTX 4090 server (0.112 measured: rows Deepspeed-Zero-inf/4090 and Megatron-PP/4090) comes
-    within 10 %."""
+    With that head the A800 run's last pipeline stage is 1.19x a middle one, not 1.48x, and the RTX 4090 server's
+    PP 8 run (16,412 tokens/s, row Megatron-PP/4090), its Transformer Engine GEMMs accumulating in fp32, is priced
+    within 20 %. (Its pair with ZeRO-Infinity on that server is no check of the head: the DeepSpeed run's Hugging
+    Face layers multiply with fp16 accumulation, at twice the tensor rate, so the two runs' compute does not cancel.)"""
     for key in ("roundpipe_megatron_pp_llama3_8b", "roundpipe_megatron_tp_llama3_8b",
                 "roundpipe_a800_megatron_pp_llama3_8b"):
         rec = RECORDS[key]
         model = yaml.safe_load((ROOT / "benchmarks" / "data" / "offload" / rec["model"]).read_text())
         multiple = 128 * rec["layout"].get("tp", 1)
         assert model["vocab_size"] == -(-50257 // multiple) * multiple, key
-    measured = 1843.39 / 16412.18
-    predicted = _predicted("roundpipe_zero_infinity_llama3_8b") / _predicted("roundpipe_megatron_pp_llama3_8b")
-    assert predicted == pytest.approx(measured, rel=0.1)
+    assert _predicted("roundpipe_megatron_pp_llama3_8b") == pytest.approx(16412.18, rel=0.2)
 
 
 def test_the_4090_servers_gpu_to_gpu_bandwidth() -> None:
     """GeForce GPUs have no P2P: NCCL's collectives go through host memory. The rate in
-    benchmarks/data/offload/hardware/rtx4090-fp16acc.yaml is derived from the server's Megatron-TP 8 run of Qwen3-1.7B,
-    2,132 tokens/s, nearly all TP all-reduces (RoundPipe artifact, row Megatron-TP/4090): it reproduces that run
-    within 5 %, and the Llama-3.1-8B TP run on the same server, 920.81 tokens/s, which it was not derived from,
+    benchmarks/data/offload/hardware/rtx4090-roundpipe.yaml is derived from the server's Megatron-TP 8 run of
+    Qwen3-1.7B, 2,132 tokens/s, nearly all TP all-reduces (RoundPipe artifact, row Megatron-TP/4090): it reproduces
+    that run within 5 %, and the Llama-3.1-8B TP run on the same server, 920.81 tokens/s, which it was not derived from,
     within 10 %."""
     assert _predicted("roundpipe_megatron_tp_qwen3_1p7b") == pytest.approx(2132.1, rel=0.05)
     assert _predicted("roundpipe_megatron_tp_llama3_8b") == pytest.approx(920.81, rel=0.1)
