@@ -143,11 +143,12 @@ def evaluate_layout(rec: dict[str, Any]) -> Prediction:
 
 def phases(pred: Prediction) -> dict[str, float]:
     """Seconds per step of the phases DeepSpeed's timers log: forward, backward (with the recomputation, which runs
-    inside it, and the host copies the passes do not hide, gradients' in the backward) and the optimizer step (the
+    inside it, and the host copies the passes do not hide, each in the pass it belongs to) and the optimizer step (the
     slowest stage's passes over every micro-batch)."""
     m, stage = pred.num_microbatches, max(pred.stages, key=lambda s: s.compute_s)
     t = stage.time
-    return {"forward": m * t.forward, "backward": m * (t.backward + t.recompute + stage.offload_s),
+    return {"forward": m * (t.forward + stage.offload_forward_s),
+            "backward": m * (t.backward + t.recompute + stage.offload_s - stage.offload_forward_s),
             "optimizer": pred.breakdown.optimizer_s}
 
 

@@ -31,6 +31,7 @@ class StageCost:
     buffers_gib: float
     layers: StageLayers = field(default_factory=lambda: StageLayers())
     offload_s: float = 0.0  # per micro-batch: host copies (weights, activations) their passes do not hide
+    offload_forward_s: float = 0.0  # the part of offload_s in the forward passes
     host_gib: float = 0.0  # host memory per GPU: offloaded optimizer state, weights and activations
     # what the caching allocator reserves beyond the peak's allocations (cost_models.memory.held)
     reserve_gib: float = 0.0

@@ -71,9 +71,8 @@ def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layo
 def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
                   last: bool) -> tuple[float, float, float, float]:
     """(stored decoder activations, other activations and working buffers, activations offloaded to the host, the
-    allocator's reserve beyond them: cost_models.memory.held) in bytes. Offloaded activations leave the GPU about two
-    layers'
-    worth: one going out, one coming back in."""
+    allocator's reserve beyond them: cost_models.memory.held) in bytes. Offloaded activations leave the GPU about
+    two layers' worth: one going out, one coming back in."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
     ex, acts = rt.priced_execution, costs.activations
@@ -290,6 +289,7 @@ class StageBody:
     states: M.StateBytes
     offload_s: float = 0.0  # per micro-batch: host copies of offloaded weights and activations not hidden
     host_states: float = 0.0  # bytes per GPU of offloaded optimizer state and weights
+    offload_forward_s: float = 0.0  # the part of offload_s in the forward passes
 
 
 def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
@@ -303,6 +303,8 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time = time + costs.times.head
         params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
     ex = job.runtime.priced_execution
+    offload = stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params, layers,
+                                    layout, job, cluster)
     # the runtime's host cost per micro-batch and stage, blocking pipeline sends' host syncs, autograd's gradient adds
     sync = microbatch_sync_s(cluster, layout.pp, layout.vpp, job.runtime.overlap_p2p_comm)
     time += LayerTime(backward=grad_accumulation_time(params, layout, job, cluster), host=ex.host_microbatch_s + sync)
@@ -310,9 +312,7 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
         dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward),
         optimizer_s=optimizer_time(params, layout, job, cluster, time) + ex.host_step_s + step_sync_s(cluster),
-        states=stage_states(params, layout, job),
-        offload_s=stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params,
-                                        layers, layout, job, cluster),
+        states=stage_states(params, layout, job), offload_s=sum(offload), offload_forward_s=offload[0],
         host_states=host_state_bytes(params, layout, job))
 
 
@@ -332,7 +332,7 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
         other_gib=other / GIB, buffers_gib=job.runtime.priced_execution.memory.outside_allocator_gib, layers=layers,
-        reserve_gib=reserve / GIB, offload_s=body.offload_s,
+        reserve_gib=reserve / GIB, offload_s=body.offload_s, offload_forward_s=body.offload_forward_s,
         host_gib=(body.host_states + acts_on_host) / GIB)
 
 

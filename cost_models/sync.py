@@ -32,7 +32,7 @@ from cost_models.memory.offload import (
     NVME_STATE_BYTES,
     HostCopies,
     exposed_copy,
-    layer_offload_exposed,
+    layer_offload_parts,
     offloaded_optimizer_step,
     optimizer_beside_backward,
 )
@@ -344,29 +344,32 @@ def layer_copy_bytes(params: StageParams, layout: Layout, job: JobSpec) -> tuple
 
 
 def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: StageParams, moe: StageParams,
-                          layers: StageLayers, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
-    """Per micro-batch exposed host copies of a stage's layers (`offload.layer_offload_exposed` of each layer: its
-    ZeRO-3 weight shard with parameter offload, its gradients with gradient offload and, in (m − 1) of a step's m
-    micro-batches, the gradients accumulated so far coming back to be added on the GPU; its stored activations
-    with activation offload; `layer_copy_bytes`; which copies are synchronous or on the compute stream,
-    `offload.HostCopies`, from the runtime's switches), from one layer of each kind (`dense`, `moe`: its
+                          layers: StageLayers, layout: Layout, job: JobSpec, cluster: ClusterSpec
+                          ) -> tuple[float, float]:
+    """Per micro-batch exposed host copies of a stage's layers, (in the forward, in the backward)
+    (`offload.layer_offload_parts` of each layer: its ZeRO-3 weight shard with parameter offload, its gradients with
+    gradient offload and, in (m − 1) of a step's m micro-batches, the gradients accumulated so far coming back to
+    be added on the GPU; its stored activations with activation offload; `layer_copy_bytes`; which copies are
+    synchronous or on the compute stream, `offload.HostCopies`, from the runtime's switches and, for the
+    checkpoints, its `Execution.sync_checkpoint_copies`), from one layer of each kind (`dense`, `moe`: its
     parameters on one rank): affine in the stage's layers, as the split search needs."""
     stored = Offload.ACTIVATIONS in layout.offload
     if not (stored or Offload.PARAMS in layout.offload or Offload.GRADIENTS in layout.offload):
-        return 0.0
+        return 0.0, 0.0
     nvme = Offload.NVME in layout.offload
     m = layout.num_microbatches(job)
     back = (m - 1) / m  # the first micro-batch of a step has nothing accumulated to bring back
     run = job.runtime
-    copies = HostCopies(gradients_pageable=not run.pinned_offload, gradients_in_stream=not run.overlap_grad_reduce)
+    copies = HostCopies(gradients_pageable=not run.pinned_offload, gradients_in_stream=not run.overlap_grad_reduce,
+                        checkpoints_sync=run.priced_execution.sync_checkpoint_copies)
 
-    def one(time: LayerTime, params: StageParams, act: float) -> float:
+    def one(time: LayerTime, params: StageParams, act: float) -> tuple[float, float]:
         w, g = layer_copy_bytes(params, layout, job)
-        return layer_offload_exposed(time, w, act if stored else 0.0, cluster, g, nvme, back * g, copies)
+        return layer_offload_parts(time, w, act if stored else 0.0, cluster, g, nvme, back * g, copies)
 
-    total = ((layers.dense - layers.dense_full) * one(times.decoder, dense, acts.dense)
-             + layers.dense_full * one(times.decoder_full, dense, acts.full))
+    kinds = [(layers.dense - layers.dense_full, one(times.decoder, dense, acts.dense)),
+             (layers.dense_full, one(times.decoder_full, dense, acts.full))]
     if layers.moe and times.moe is not None and times.moe_full is not None:
-        total += ((layers.moe - layers.moe_full) * one(times.moe, moe, acts.moe)
-                  + layers.moe_full * one(times.moe_full, moe, acts.full))
-    return total
+        kinds += [(layers.moe - layers.moe_full, one(times.moe, moe, acts.moe)),
+                  (layers.moe_full, one(times.moe_full, moe, acts.full))]
+    return sum(n * f for n, (f, _) in kinds), sum(n * b for n, (_, b) in kinds)

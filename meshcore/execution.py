@@ -180,6 +180,10 @@ class Execution:
     grad_accumulation_bytes: HBM bytes per trained parameter each micro-batch after a step's first spends adding its
       weight gradients into the ones accumulated so far, below ZeRO-2 (0: the GEMM accumulates them itself, Megatron's
       gradient_accumulation_fusion; cost_models.sync.grad_accumulation_time);
+    sync_checkpoint_copies: the checkpoints of offloaded activations (Offload.ACTIVATIONS) move to and from pageable
+      host memory by blocking copies on the compute stream, exposed whole (DeepSpeed's cpu_checkpointing with
+      partition_activations; cost_models.memory.offload.checkpoint_copy_time); False: asynchronous copies to pinned
+      memory beside the passes;
     expert_gemms: how the per-expert GEMMs of an MoE layer are issued (cost_models.compute.moe_kernels);
     host_layer_s, host_microbatch_s, host_step_s: fixed host time per layer pass (each forward, backward or
       recomputation of a layer), per micro-batch and stage, and per optimizer step, that no kernel hides;
@@ -212,6 +216,7 @@ class Execution:
     bucket_allreduce: bool = False
     grad_accumulation_bytes: float = 0.0
     optimizer_group_params: float = 0.0
+    sync_checkpoint_copies: bool = False
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""

@@ -40,6 +40,8 @@ class Capabilities:
     uneven_split: layer splits other than even ones; per_stage_recompute: a count of fully recomputed layers per
     pipeline rank; recompute_modules: Megatron's --recompute-modules sets;
     offload: what may be offloaded, each with the ZeRO stages it runs under;
+    offload_checkpoints_only: activation offload moves only the checkpoints of fully recomputed layers (DeepSpeed's
+    cpu_checkpointing): it needs recompute full;
     kv_heads_replicated: TP larger than the KV heads by replicating them (no runtime here does: each divides the
     KV heads by TP, megatron-core asserting num_query_groups % tp == 0);
     ddp_beside_others: plain data parallelism beside tp, pp or cp (torchtitan 0.2.2's DDP is one-dimensional);
@@ -64,6 +66,7 @@ class Capabilities:
     ddp_beside_others: bool
     sp_with_tp: bool
     hsdp_zero_stages: tuple[int, ...]
+    offload_checkpoints_only: bool = False
 
     def offload_stages(self, what: Offload) -> tuple[int, ...]:
         """The ZeRO stages under which `what` may be offloaded (empty: never)."""

@@ -9,9 +9,11 @@ Three choices (`Layout.offload`), each a published mechanism:
   params       ZeRO-Infinity's parameter offload (Rajbhandari et al. 2021): with ZeRO-3 each GPU's weight shard also
                lives on the host and is copied in layer by layer, prefetched during the previous layer's pass, for
                the forward, the backward and any recomputation; the layer's gradient shard goes back in its backward.
-  activations  activation offloading (as in DeepSpeed's cpu_checkpointing and Megatron-core's fine-grained
-               activation offloading): what a layer stores for its backward is copied to the host right after its
-               forward and back during the backward of the layer above, so the GPU holds about two layers' worth.
+  activations  activation offloading (Megatron-core's fine-grained activation offloading; DeepSpeed's
+               cpu_checkpointing for the checkpoints of fully recomputed layers): what a layer stores for its
+               backward is copied to the host right after its forward and back during the backward of the layer
+               above, so the GPU holds about two layers' worth. DeepSpeed copies them synchronously to pageable
+               memory instead (`checkpoint_copy_time`, `HostCopies.checkpoints_sync`).
 A copy hides behind the pass it runs beside (copy engines, not SMs); what the pass cannot cover is exposed:
     exposed = max(0, bytes / PCIe − pass seconds)
 unless the host memory is pageable (`Runtime.pinned_offload` off: DeepSpeed's offload_optimizer.pin_memory, false by
@@ -204,6 +206,21 @@ def host_capacity_bytes(cluster: ClusterSpec) -> float:
     return cluster.host.memory_gib * 2**30 * HOST_MEMORY_USABLE
 
 
+def checkpoint_copy_time(nbytes: float, cluster: ClusterSpec) -> float:
+    """One synchronous copy of `nbytes` of activation checkpoint between the GPU and pageable host memory, exposed
+    whole: nbytes / pageable_bytes_per_s. DeepSpeed's cpu_checkpointing with partition_activations
+    (runtime/activation_checkpointing/checkpointing.py, CheckpointFunction, the same in v0.3.0 and 0.19.8): before a
+    checkpointed layer's forward runs, `partition_activations` copies its input (the TP rank's 1/tp partition,
+    `get_partition_size`) into a host tensor made by `new_empty(device='cpu')` (contiguous_memory_optimization) or by
+    `.cpu()`, pageable memory either way, with a blocking copy_ on the compute stream; its backward brings it back with
+    `.to(device)` / copy_ (`gather_partitioned_activations`, v0.3.0 `get_full_inputs`), blocking as well. PyTorch's
+    blocking device copies synchronise the stream (`at::cuda::memcpy_and_sync`), so the GPU computes nothing while a
+    checkpoint moves: each fully recomputed layer adds 2 x this per micro-batch, one in its forward, one in its
+    backward. (DeepSpeed 0.19.8 without partition_activations offloads through pinned buffers on a side stream,
+    offload_activations.py `_ActivationOffloadEngine`: the overlapped form of `layer_offload_parts`.)"""
+    return nbytes / pageable_bytes_per_s(cluster)
+
+
 @dataclass(frozen=True)
 class HostCopies:
     """Which of a layer's host copies cannot run beside its passes, and why:
@@ -212,40 +229,57 @@ class HostCopies:
     gradients_in_stream  the gradient copies queue on the compute stream (`Runtime.overlap_grad_reduce` off:
                          DeepSpeed without overlap_comm, whose stage 2 issues the reduction and the copies to the
                          host on torch.cuda.current_stream(), stage2.py reduce_ipg_grads in 0.3.0,
-                         stage_1_and_2.py since), exposed at the PCIe rate.
+                         stage_1_and_2.py since), exposed at the PCIe rate;
+    checkpoints_sync     the stored activations are checkpoints copied synchronously to and from pageable memory
+                         (`Execution.sync_checkpoint_copies`: DeepSpeed's cpu_checkpointing, `checkpoint_copy_time`).
     The defaults (asynchronous copies to pinned memory) expose the least."""
 
     gradients_pageable: bool = False
     gradients_in_stream: bool = False
+    checkpoints_sync: bool = False
+
+
+def layer_offload_parts(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
+                        grad_bytes: float = 0.0, weights_from_nvme: bool = False,
+                        grad_in_bytes: float = 0.0, copies: HostCopies = HostCopies()) -> tuple[float, float]:
+    """(forward, backward) exposed copy seconds of one layer and micro-batch: its `weight_bytes` shard in before
+    the forward, the backward and a recomputation (from NVMe at `weight_fetch_bytes_per_s`); its `stored_bytes` of
+    activations out beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the
+    backward, and `grad_in_bytes` of gradients accumulated so far back in to be added to them. Copies in opposite
+    directions run at once; in the same direction they queue:
+        forward:  max(w / fetch, s / pcie) − t_fwd
+        backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd
+    Copies that `copies` makes synchronous or puts on the compute stream are exposed whole and leave the terms
+    above: gradients (g + g_in) / pageable_bytes_per_s or / pcie_bytes_per_s in the backward; checkpoints
+    `checkpoint_copy_time(s)` in the forward and again in the backward. A recomputation belongs to the backward."""
+    forward = backward = 0.0
+    if (copies.gradients_pageable or copies.gradients_in_stream) and (grad_bytes or grad_in_bytes):
+        rate = pageable_bytes_per_s(cluster) if copies.gradients_pageable else pcie_bytes_per_s(cluster)
+        backward += (grad_bytes + grad_in_bytes) / rate
+        grad_bytes = grad_in_bytes = 0.0
+    if copies.checkpoints_sync and stored_bytes:
+        forward += checkpoint_copy_time(stored_bytes, cluster)
+        backward += checkpoint_copy_time(stored_bytes, cluster)
+        stored_bytes = 0.0
+    if not weight_bytes and not stored_bytes and not grad_bytes and not grad_in_bytes:
+        return forward, backward
+    rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
+    fetch = (weight_bytes / rate if rate else float("inf")) if weight_bytes else 0.0
+    fwd = max(fetch, pcie_time(stored_bytes, cluster))
+    bwd = max(fetch + pcie_time(stored_bytes + grad_in_bytes, cluster), pcie_time(grad_bytes, cluster))
+    forward += max(0.0, fwd - time.forward)
+    backward += max(0.0, bwd - time.backward)
+    if weight_bytes and time.recompute > 0:
+        backward += max(0.0, fetch - time.recompute)
+    return forward, backward
 
 
 def layer_offload_exposed(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
                           grad_bytes: float = 0.0, weights_from_nvme: bool = False,
                           grad_in_bytes: float = 0.0, copies: HostCopies = HostCopies()) -> float:
-    """Exposed copy seconds of one layer and micro-batch: its `weight_bytes` shard in before the forward, the
-    backward and a recomputation (from NVMe at `weight_fetch_bytes_per_s`); its `stored_bytes` of activations out
-    beside the forward and in beside the backward; its `grad_bytes` of gradients out beside the backward, and
-    `grad_in_bytes` of gradients accumulated so far back in to be added to them. Copies in opposite directions run
-    at once; in the same direction they queue:
-        forward:  max(w / fetch, s / pcie) − t_fwd
-        backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd
-    Gradient copies that `copies` makes synchronous or puts on the compute stream are exposed whole and leave the
-    terms above: (g + g_in) / pageable_bytes_per_s or / pcie_bytes_per_s."""
-    serial = 0.0
-    if (copies.gradients_pageable or copies.gradients_in_stream) and (grad_bytes or grad_in_bytes):
-        rate = pageable_bytes_per_s(cluster) if copies.gradients_pageable else pcie_bytes_per_s(cluster)
-        serial += (grad_bytes + grad_in_bytes) / rate
-        grad_bytes = grad_in_bytes = 0.0
-    if not weight_bytes and not stored_bytes and not grad_bytes and not grad_in_bytes:
-        return serial
-    rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
-    fetch = (weight_bytes / rate if rate else float("inf")) if weight_bytes else 0.0
-    fwd = max(fetch, pcie_time(stored_bytes, cluster))
-    bwd = max(fetch + pcie_time(stored_bytes + grad_in_bytes, cluster), pcie_time(grad_bytes, cluster))
-    exposed = max(0.0, fwd - time.forward) + max(0.0, bwd - time.backward)
-    if weight_bytes and time.recompute > 0:
-        exposed += max(0.0, fetch - time.recompute)
-    return serial + exposed
+    """Exposed copy seconds of one layer and micro-batch, forward and backward together (`layer_offload_parts`)."""
+    return sum(layer_offload_parts(time, weight_bytes, stored_bytes, cluster, grad_bytes, weights_from_nvme,
+                                   grad_in_bytes, copies))
 
 
 def node_host_bytes(per_gpu: list[float], ranks_per_stage: int, gpus_per_node: int) -> float:

@@ -28,7 +28,8 @@ _CASTS = ("recipe", "input_bytes", "grad_bytes", "wgrad_bytes", "weight_bytes")
 _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", "attention", "attention_rate",
          "bucket_allreduce", "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes",
          "expert_gemms", "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
-         "attention_backward", "grad_accumulation_bytes", "optimizer_group_mparams")
+         "attention_backward", "grad_accumulation_bytes", "optimizer_group_mparams",
+         "sync_checkpoint_copies")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -112,7 +113,8 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
         fields["expert_gemms"] = choice(ExpertGemms, data["expert_gemms"], f"{where}: expert_gemms")
     if "selective" in data:
         fields["selective"] = choice(SelectiveForm, data["selective"], f"{where}: selective")
-    for key in ("reshard_under_pp", "compile_default", "split_projections", "bucket_allreduce"):
+    for key in ("reshard_under_pp", "compile_default", "split_projections", "bucket_allreduce",
+                "sync_checkpoint_copies"):
         if key in data:
             fields[key] = flag(data[key], f"{where}: {key}")
     for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes", "grad_accumulation_bytes"):

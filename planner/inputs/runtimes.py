@@ -19,7 +19,8 @@ from planner.inputs.execution import execution_from_mapping
 
 _ABOUT = ("name", "label", "package", "version", "emit", "source")
 _FLAGS = ("context_parallel", "expert_parallel", "expert_tensor_parallel", "virtual_stages", "uneven_split",
-          "per_stage_recompute", "recompute_modules", "kv_heads_replicated", "ddp_beside_others", "sp_with_tp")
+          "per_stage_recompute", "recompute_modules", "kv_heads_replicated", "ddp_beside_others", "sp_with_tp",
+          "offload_checkpoints_only")
 _KEYS = (*_ABOUT, "schedules", "zero_stages", "pipeline_zero_stages", "hsdp_zero_stages", "max_waves", "offload",
          *_FLAGS)
 

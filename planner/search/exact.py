@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from cost_models.pipeline.simulator import Durations
-from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage, check_expert_degrees
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage, check_expert_degrees
 from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.ilp import SolveOptions, Solver
@@ -126,8 +126,8 @@ class _Search:
         if not self.built:
             raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
         nvme = cluster.host.nvme_gbs > 0
-        self.offloads = {(z, alone): tuple(offload_options(z, spec, alone, nvme))
-                         for z in ZeroStage for alone in (False, True)}
+        self.offloads = {(z, alone, full): tuple(offload_options(z, spec, alone, nvme, full))
+                         for z in ZeroStage for alone in (False, True) for full in (False, True)}
         self.variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
         self.tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0, "fitting": 0,
                       "held": 0, "total": 0}
@@ -145,7 +145,7 @@ class _Search:
         self.heap = self._family_entries()
 
     def choices(self, c: Candidate) -> tuple[frozenset[Offload], ...]:
-        return self.offloads[c.zero, c.dp * c.cp == 1]
+        return self.offloads[c.zero, c.dp * c.cp == 1, c.recompute is Recompute.FULL]
 
     def _family_entries(self) -> list[Entry]:
         """The candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter
@@ -172,7 +172,8 @@ class _Search:
         floor, which is their group's. Offloading only takes states off the GPU: when c fits without, all do."""
         bounds = self.bounds
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp,
-               bounds.beside(c) if beside is None else beside)
+               bounds.beside(c) if beside is None else beside,
+               c.recompute is Recompute.FULL or not self.spec.checkpoints_only)  # offloading checkpoints needs full
         if key not in self.variants:
             if not c.offload and bounds.state_bound(c) <= self.capacity:
                 self.variants[key] = self.choices(c)

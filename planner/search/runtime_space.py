@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from meshcore import DEFAULT_SCHEDULE, Layout, ModelSpec, Offload, non_default_modules
+from meshcore import DEFAULT_SCHEDULE, Layout, ModelSpec, Offload, Recompute, non_default_modules
 from meshcore.errors import InputError, LayoutError
 from meshcore.framework import Framework, RuntimeProfile
 from planner.search.searchspec import SearchSpec
@@ -50,6 +50,10 @@ def _check_pins(spec: SearchSpec, profile: RuntimeProfile) -> None:
     for what in (o for o in Offload if o in (spec.offload or ())):  # in the enum's order: the first it cannot run
         if not caps.offload_stages(what):
             raise _refuse(profile, f"{what.value} offloading", _names(tuple(k for k, _ in caps.offload)) or "none")
+    if (caps.offload_checkpoints_only and Offload.ACTIVATIONS in (spec.offload or ())
+            and spec.recompute not in (None, Recompute.FULL)):
+        raise _refuse(profile, f"activation offloading with recompute {spec.recompute.value}", "it for the "
+                      "checkpoints of fully recomputed layers only: --recompute full")
 
 
 def for_runtime(spec: SearchSpec, profile: RuntimeProfile) -> SearchSpec:
@@ -78,7 +82,7 @@ def for_runtime(spec: SearchSpec, profile: RuntimeProfile) -> SearchSpec:
         kv_replication=spec.kv_replication and caps.kv_heads_replicated,
         sp=True if caps.sp_with_tp and spec.tp not in (None, 1) and spec.sp is None else spec.sp,
         max_tp=1 if caps.sp_with_tp and spec.sp is False else spec.max_tp,
-        offload_zero=None if research else caps.offload,
+        offload_zero=None if research else caps.offload, checkpoints_only=caps.offload_checkpoints_only,
         hsdp_zero_choices=tuple(z for z in caps.hsdp_zero_stages if z in zeros))
 
 
@@ -89,7 +93,7 @@ def check_layout(layout: Layout, model: ModelSpec, profile: RuntimeProfile) -> N
     the pins of the layout as for_runtime checks them, and the rules a search applies while enumerating."""
     caps = profile.capabilities
     pins = SearchSpec(tp=layout.tp, pp=layout.pp, cp=layout.cp, vpp=layout.vpp, ep=layout.ep, etp=layout.etp,
-                      zero=int(layout.zero), schedule=layout.schedule, sp=layout.sp,
+                      zero=int(layout.zero), schedule=layout.schedule, sp=layout.sp, recompute=layout.recompute,
                       recompute_modules=layout.recompute_modules if non_default_modules(layout) else None,
                       offload=layout.offload or None)
     try:

@@ -50,6 +50,7 @@ class SearchSpec:
     kv_replication: bool = True  # TP may exceed the KV heads by replicating them (False: tp must divide them)
     pipeline_zero_choices: tuple[int, ...] | None = None  # ZeRO stages allowed beside a pipeline (None: all)
     offload_zero: tuple[tuple[Offload, tuple[int, ...]], ...] | None = None  # per offloaded state, its ZeRO stages
+    checkpoints_only: bool = False  # activations are offloaded only as full recomputation's checkpoints (DeepSpeed)
     hsdp_zero_choices: tuple[int, ...] = ()  # ZeRO stages it may shard over part of the data-parallel ranks (HSDP)
     dp_replicate: int | None = None  # pin: HSDP's replicate factor (1: shard over every data-parallel rank)
 
@@ -63,7 +64,7 @@ class SearchSpec:
         integer(self.top_k, "top_k", 1, MAX_TOP_K)
         integer(self.max_waves, "max_waves", 1, MAX_VPP // 2)
         for name in ("no_cp", "partial_recompute", "uneven_split", "module_recompute", "replicate_alone",
-                     "offload_auto"):
+                     "offload_auto", "checkpoints_only"):
             flag(getattr(self, name), name)
         if self.offload is not None:
             offloaded = frozenset(choice(Offload, o, "offload entry") for o in _members(self.offload, "offload", ""))

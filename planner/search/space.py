@@ -122,12 +122,14 @@ _STATES = ((), (_O,), (_O, _G), (_O, _G, _P), (_O, _G, _N), (_O, _G, _P, _N))
 OFFLOAD_SETS = tuple(frozenset(s + a) for a in ((), (_A,)) for s in _STATES)
 
 
-def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme: bool = False
-                    ) -> list[frozenset[Offload]]:
+def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme: bool = False,
+                    full: bool = True) -> list[frozenset[Offload]]:
     """What may live on the host at a ZeRO stage: the pin, every set of `OFFLOAD_SETS` with offload_auto, else
     nothing; the optimizer needs ZeRO 1-3 (a shard to update), the weights ZeRO-3 (a shard to stream), NVMe a host
-    that has it (`nvme`). Where the runtime's rules (`SearchSpec.offload_zero`) offload the gradients, its optimizer
-    offload always takes them along (DeepSpeed's offload_optimizer moves each bucket to the host in the backward).
+    that has it (`nvme`), the activations full recomputation (`full`) where the runtime moves only its checkpoints
+    (`SearchSpec.checkpoints_only`: DeepSpeed's cpu_checkpointing). Where the runtime's rules
+    (`SearchSpec.offload_zero`) offload the gradients, its optimizer offload always takes them along (DeepSpeed's
+    offload_optimizer moves each bucket to the host in the backward).
     A GPU `alone` in its data-parallel group has a ZeRO stage above 0 only to offload: there every choice offloads
     the optimizer, unless the stage is pinned (the user's layout, e.g. DeepSpeed's ZeRO-1 pipeline on one replica)."""
     sets = [spec.offload] if spec.offload is not None else (list(OFFLOAD_SETS) if spec.offload_auto else [frozenset()])
@@ -137,6 +139,7 @@ def offload_options(zero: ZeroStage, spec: SearchSpec, alone: bool = False, nvme
     return [s for s in sets if (Offload.OPTIMIZER not in s or zero is not ZeroStage.NONE)
             and (Offload.PARAMS not in s or zero is ZeroStage.WEIGHTS)
             and (nvme or Offload.NVME not in s)
+            and (full or not spec.checkpoints_only or Offload.ACTIVATIONS not in s)
             and (not alone or zero is ZeroStage.NONE or Offload.OPTIMIZER in s or spec.zero is not None)
             and (rules is None or all(int(zero) in rules.get(o, ()) for o in s))]
 
@@ -333,9 +336,10 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
         allowed = [z for z in ZeroStage if spec.zero_choices is None or int(z) in spec.zero_choices]
         dominated = ZeroStage.NONE if ZeroStage.OPTIMIZER in allowed else None
         alone, nvme = dp * cp == 1, cluster.host.nvme_gbs > 0
-        offloads = {z: offload_options(z, spec, alone, nvme) for z in ZeroStage}
+        offloads = {(z, full): offload_options(z, spec, alone, nvme, full) for z in ZeroStage for full in (False, True)}
         zeros = [ZeroStage(spec.zero)] if spec.zero is not None else [  # alone: ZeRO 1-3 only to offload
-            z for z in allowed if (z is not dominated or alone) and (not alone or z is ZeroStage.NONE or offloads[z])]
+            z for z in allowed
+            if (z is not dominated or alone) and (not alone or z is ZeroStage.NONE or offloads[z, True])]
         if pp > 1 and spec.pipeline_zero_choices is not None:
             zeros = [z for z in zeros if int(z) in spec.pipeline_zero_choices]
         sps = [spec.sp] if spec.sp is not None else [tp > 1]
@@ -349,14 +353,15 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
                 m = per_replica // mbs
                 shapes[mbs] = [(vpp, schedule) for vpp in _vpps(model, pp, m, spec)
                                for schedule in schedules_for(pp, vpp, spec, m)]
-            if not shapes[mbs] or not offloads[zero]:
+            offs = offloads[zero, recompute is Recompute.FULL]
+            if not shapes[mbs] or not offs:
                 continue
             vpp, schedule = shapes[mbs][0]
             for r in replicas[zero]:
                 if experts[sp, r]:
                     ep, etp = experts[sp, r][0]
                     yield (Candidate(tp, cp, pp, dp, mbs, vpp, zero, recompute, sp, schedule, ep, etp, modules,
-                                     offloads[zero][0], r), shapes[mbs], experts[sp, r], offloads[zero])
+                                     offs[0], r), shapes[mbs], experts[sp, r], offs)
 
 
 def candidates(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec,

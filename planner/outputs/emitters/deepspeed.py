@@ -3,7 +3,8 @@
 train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x DP, with DeepSpeed's DP =
 world / (pp x tp) (tensor parallelism comes from the model's mpu, not from this file). ZeRO 0-3 map to
 zero_optimization.stage, offload to the CPU or NVMe where the plan offloads (offload_optimizer, which moves the
-gradients too, offload_param with ZeRO-3, cpu_checkpointing of fully recomputed layers' checkpoints; the aio section
+gradients too, offload_param with ZeRO-3, cpu_checkpointing of fully recomputed layers' checkpoints with
+partition_activations, the blocking copies to pageable memory the cost model prices; the aio section
 for NVMe) and explicitly off otherwise; a LoRA plan's PEFT LoraConfig arguments under "peft"; the pipeline
 engine supports ZeRO 0-1 only and splits layers with its own partition methods, so only even pipeline
 splits are expressed; there is no context parallelism and no selective or per-stage recomputation.
@@ -64,6 +65,10 @@ def refuse_unrunnable(plan: Plan) -> None:
     if Offload.ACTIVATIONS in lay.offload and lay.recompute is not Recompute.FULL:
         raise UnsupportedPlanError("DeepSpeed offloads the checkpoints of fully recomputed layers only "
                                    "(cpu_checkpointing); the nearest plan uses --recompute full")
+    if Offload.ACTIVATIONS in lay.offload and lay.tp > 1 and not lay.sp:
+        raise UnsupportedPlanError(f"DeepSpeed's cpu_checkpointing as meshplan prices it partitions each checkpoint "
+                                   f"over the {lay.tp} TP ranks (partition_activations); this plan keeps it whole on "
+                                   "each: the nearest plan uses --sp")
     if Offload.OPTIMIZER in lay.offload and Offload.GRADIENTS not in lay.offload:
         raise UnsupportedPlanError("DeepSpeed's offload_optimizer also moves the gradients to the host in every "
                                    "backward; this plan keeps them on the GPU: the nearest plan offloads them "
@@ -85,8 +90,9 @@ def config(plan: Plan) -> dict[str, Any]:
         "zero_optimization": zero,
     }
     if lay.recompute is Recompute.FULL:
-        cfg["activation_checkpointing"] = {"partition_activations": lay.sp, "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": Offload.ACTIVATIONS in lay.offload,
+        on_host = Offload.ACTIVATIONS in lay.offload  # the synchronous path priced (Execution.sync_checkpoint_copies)
+        cfg["activation_checkpointing"] = {"partition_activations": lay.sp or on_host,
+                                           "contiguous_memory_optimization": False, "cpu_checkpointing": on_host,
                                            "synchronize_checkpoint_boundary": False,
                                            "profile": False}
     if lay.pp > 1:
