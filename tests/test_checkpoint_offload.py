@@ -109,9 +109,11 @@ def test_the_search_offloads_checkpoints_where_nothing_else_fits(monkeypatch: py
     p = plan("llama2-13b", "rtx4090", **job, spec=SearchSpec(offload_auto=True, top_k=1))
     lay = p.best.layout
     assert Offload.ACTIVATIONS in lay.offload and lay.recompute.value == "full" and p.best.prediction.fits
-    from planner.outputs.report import layout_line
+    from planner.outputs.report import layout_line, plan_table
 
     assert "activations" in layout_line(lay)
+    assert ("activations on the host: the checkpoints (layer inputs) of the 40 fully recomputed layers, by blocking "
+            "copies to and from pageable host memory") in plan_table(p)
     cfg = json.loads(emit(p, Target.DEEPSPEED, strict=True).text)
     assert cfg["activation_checkpointing"]["cpu_checkpointing"] is True
     assert cfg["activation_checkpointing"]["partition_activations"] is True

@@ -216,7 +216,8 @@ def checkpoint_copy_time(nbytes: float, cluster: ClusterSpec) -> float:
     `.to(device)` / copy_ (`gather_partitioned_activations`, v0.3.0 `get_full_inputs`), blocking as well. PyTorch's
     blocking device copies synchronise the stream (`at::cuda::memcpy_and_sync`), so the GPU computes nothing while a
     checkpoint moves: each fully recomputed layer adds 2 x this per micro-batch, one in its forward, one in its
-    backward. (DeepSpeed 0.19.8 without partition_activations offloads through pinned buffers on a side stream,
+    backward. Under TP the backward then all-gathers the partitions over the TP group, which is not priced here.
+    (DeepSpeed 0.19.8 without partition_activations offloads through pinned buffers on a side stream,
     offload_activations.py `_ActivationOffloadEngine`: the overlapped form of `layer_offload_parts`.)"""
     return nbytes / pageable_bytes_per_s(cluster)
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from cost_models.prediction import Prediction, StageCost
-from meshcore import ClusterSpec, JobSpec, Layout, ModelSpec, module_names, non_default_modules, offload_names, spec_of
+from meshcore import (
+    ClusterSpec,
+    JobSpec,
+    Layout,
+    ModelSpec,
+    Offload,
+    module_names,
+    non_default_modules,
+    offload_names,
+    spec_of,
+)
 from planner.inputs.runtimes import load_runtime
 from planner.outputs.bands import StepBand, band_dict, describe
 from planner.outputs.plan import Plan
@@ -168,6 +178,21 @@ def offload_reason(plan: Plan) -> str:
             f"{kept.step_time_s - best.prediction.step_time_s:+.2f} s more per step")
 
 
+def activations_on_host(plan: Plan) -> str:
+    """What the best layout's activation offload moves and how its runtime copies it (Execution.
+    sync_checkpoint_copies: DeepSpeed's cpu_checkpointing, blocking copies to pageable memory, exposed whole;
+    otherwise asynchronous copies beside the passes, exposed where a pass is shorter), with the host copies the
+    passes do not hide, in seconds per step."""
+    lay, model = plan.best.layout, plan.model
+    full = sum(lay.fully_recomputed(r, model.num_layers) for r in range(lay.pp))
+    what = (f"the checkpoints (layer inputs) of the {full} fully recomputed layers" if full == model.num_layers
+            else "what each layer stores for its backward")
+    how = ("by blocking copies to and from pageable host memory, the GPU idle meanwhile (cpu_checkpointing)"
+           if plan.job.runtime.priced_execution.sync_checkpoint_copies else "by asynchronous copies beside the passes")
+    return (f"  activations on the host: {what}, {how}; all host copies the passes do not hide: "
+            f"{plan.best.prediction.breakdown.offload_s:.2f} s per step")
+
+
 def plan_table(plan: Plan) -> str:
     """The best plan in full, then the alternatives one per line (≈: within model error of the best),
     then the certificate."""
@@ -182,6 +207,8 @@ def plan_table(plan: Plan) -> str:
         lines.append(f"  schedule {best.layout.schedule.value} runs on: {runs_on}")
     if best.layout.offload:
         lines.append(offload_reason(plan))
+    if Offload.ACTIVATIONS in best.layout.offload:
+        lines.append(activations_on_host(plan))
     lines += ["", f"  {'#':>2}   {'step s':>9} {'closed s':>9} {'error band s':>13} {'tokens/s':>11} {'MFU %':>6} "
                   f"{'peak GiB':>9}  layout"]
     for i, (r, b, mark) in enumerate(zip((best, *plan.alternatives), bands, marks, strict=True)):
