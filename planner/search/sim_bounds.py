@@ -20,7 +20,9 @@ chunks as they fall, with every time replaced by a lower bound from the layer ti
 split, one chunk per rank: path_d = S_d + m·T_d + 2d·hop with S_d = Σ_{j<d} T_j, and over every split whose T_d
 sum to P, max_d path_d >= X with X the value at which all paths are equal (`minimax_fill`); that is about half the
 1F1B bubble, (m + (p − 1)/2)·P/p, while the simulator on an even split shows all of it: a split whose first stages
-are the slower ones is simulated faster than the closed form says. Zero-bubble and wave splits get the work bound.
+are the slower ones is simulated faster than the closed form says. ZB-H1 and ZB-H2 get the same fill of their own
+paths (`ordered_fills`: the forwards before a stage, φ·S_d + m·T_d + d·hop, and the path through its last input
+gradient), which a candidate's key takes before its split is known; the V and wave schedules get the work bound.
 """
 
 from __future__ import annotations
@@ -53,6 +55,37 @@ def minimax_fill(total: float, pp: int, m: int, hop: float) -> float:
     q = 1.0 - 1.0 / m
     sends = sum(2 * d * hop / m * q ** (pp - 1 - d) for d in range(pp))
     return (total + sends) / (1.0 - q**pp)
+
+
+def path_fill(a: float, mu: Sequence[float], k: int) -> tuple[float, float]:
+    """(α, β) with α·X − β·hop >= total for every X >= max_d (a·S_d + mu[d]·T_d + k·d·hop) over T_0 .. T_{p−1} >= 0
+    summing to `total`, S_d = Σ_{j<d} T_j, for 0 <= a <= mu[d]: so the pipeline's path is at least (total + β·hop)/α
+    (`minimax_fill` is a = 1, mu = m, k = 2). A lower bound on a pipeline whose stage d's path has that form for every
+    split (the zero-bubble schedules' rows of `split_rows`, with S_d and T_d the stages' whole times).
+
+    If every path were at most X, T_d <= (X − k·d·hop − a·S_d)/mu[d], so S_{d+1} <= (1 − a/mu[d])·S_d + (X −
+    k·d·hop)/mu[d], a bound that grows with S_d; by induction S_d <= α_d·X − β_d·hop with α_{d+1} = (1 − a/mu[d])·α_d
+    + 1/mu[d] and β_{d+1} = (1 − a/mu[d])·β_d + k·d/mu[d] from α_0 = β_0 = 0."""
+    alpha = beta = 0.0
+    for d, mu_d in enumerate(mu):
+        keep = 1.0 - a / mu_d
+        alpha, beta = keep * alpha + 1.0 / mu_d, keep * beta + k * d / mu_d
+    return alpha, beta
+
+
+def ordered_fills(schedule: Schedule, pp: int, m: int, forward_share: float, weight_share: float
+                  ) -> list[tuple[float, float]]:
+    """`path_fill`'s (α, β) of the rows `split_rows` gives ZB-H1 and ZB-H2 (family ORDERED_W, one chunk per rank):
+    the forwards before stage d, φ·S_d + m·T_d + d·hop; and, where every stage has it (m − n_d·ω >= 1), the path
+    through its last input gradient, (1 − ω)·S_d + (m − n_d·ω)·T_d + 2d·hop. Over any split of P seconds per
+    micro-batch the pipeline is at least max over them of (P + β·hop)/α: a bound a candidate's key can take before
+    its split is known (most of the 1F1B fill `minimax_fill` gives where m is small beside pp and the work bound alone
+    sees none)."""
+    fills = [path_fill(forward_share, [float(m)] * pp, 1)]
+    late = [m - trailing_w(schedule, d, pp, m) * weight_share for d in range(pp)]
+    if min(late) >= max(1.0, 1 - weight_share):
+        fills.append(path_fill(1 - weight_share, late, 2))
+    return fills
 
 
 def changes_of_device(place: Sequence[int]) -> list[int]:
@@ -164,6 +197,8 @@ class ReportedBounds(SearchBounds):
         self._splits: dict[tuple[object, ...], tuple[list[list[Row]], list[float]]] = {}
         self._split_paths: dict[Candidate, SplitPaths] = {}
         self._hops: dict[tuple[int, ...], float] = {}
+        self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
 
     def simulated(self, c: Candidate) -> bool:
         return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
@@ -178,13 +213,12 @@ class ReportedBounds(SearchBounds):
         """Lower bound on the simulated step of any split of `c` whose average rank recomputes at least `recomputed`
         seconds per micro-batch more than the candidate's own recomputation and whose slowest rank takes at least
         `slowest`: the work bound on the average and the slowest rank (`SearchBounds._bound`'s terms without the
-        sends, which the simulator charges as hop latency) and, for 1F1B and GPipe, `minimax_fill`; plus the tail."""
+        sends, which the simulator charges as hop latency) and the fill of a one-chunk schedule over any split
+        (`sim_fill`: 1F1B and GPipe, ZB-H1 and ZB-H2); plus the tail."""
         stage, hop, _, _, tail = self._family(c, self.beside(c))
         stage += recomputed
         m = self.job.global_batch // (c.dp * c.mbs)
-        work = m * max(stage, self.slowest(c), slowest)
-        if c.vpp == 1 and spec_of(c.schedule).family is ScheduleFamily.ONE_CHUNK:
-            work = max(work, minimax_fill(c.pp * stage, c.pp, m, hop))
+        work = max(m * max(stage, self.slowest(c), slowest), self.sim_fill(c, c.schedule, c.vpp, m, c.pp * stage, hop))
         return (work + tail) * (1 - _ROUNDING)
 
     def sim_tight_bound(self, c: Candidate, balanced: bool) -> float:
@@ -204,12 +238,7 @@ class ReportedBounds(SearchBounds):
         key = (self.floor_key(c), c.vpp, c.schedule)
         if key not in self._splits:
             times = self.get(c)
-            kinds = [(t, full) for t, full in ((times.decoder, times.decoder_full), (times.moe, times.moe_full))
-                     if t is not None and full is not None]
-            pieces = [t for pair in kinds for t in pair] + [times.embedding, times.head]
-            computes = [(t.forward, t.backward, t.forward + t.backward + t.recompute) for t in pieces]
-            phi = min((f / total for f, _, total in computes if total > 0), default=0.0)
-            omega = W_SHARE * max((b / total for _, b, total in computes if total > 0), default=1.0)
+            phi, omega = self.shares(c)
             part = self.partial_recompute  # else a solved split recomputes no layer of its own choosing
             least = {False: min(times.decoder.total, times.decoder_full.total) if part else times.decoder.total}
             if times.moe is not None and times.moe_full is not None:
@@ -225,6 +254,35 @@ class ReportedBounds(SearchBounds):
             self._splits[key] = (split_rows(c.schedule, c.pp, m, c.vpp, ends, hop, min(least.values()), phi, omega),
                                  prefix)
         return self._splits[key]
+
+    def shares(self, c: Candidate) -> tuple[float, float]:
+        """(φ, ω) of `split_rows`: the least forward share of a piece's time (a decoder layer of each kind, own or
+        fully recomputed, the embedding, the head) and W_SHARE times the largest backward share, once per knobs."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+        if key not in self._shares:
+            times = self.get(c)
+            kinds = [(t, full) for t, full in ((times.decoder, times.decoder_full), (times.moe, times.moe_full))
+                     if t is not None and full is not None]
+            pieces = [t for pair in kinds for t in pair] + [times.embedding, times.head]
+            computes = [(t.forward, t.backward, t.forward + t.backward + t.recompute) for t in pieces]
+            self._shares[key] = (min((f / total for f, _, total in computes if total > 0), default=0.0),
+                                 W_SHARE * max((b / total for _, b, total in computes if total > 0), default=1.0))
+        return self._shares[key]
+
+    def sim_fill(self, c: Candidate, schedule: Schedule, vpp: int, m: int, total: float, hop: float) -> float:
+        """The least simulated pipeline of a shape of `c` (one chunk per rank: 1F1B or GPipe, `minimax_fill`; ZB-H1 or
+        ZB-H2, `ordered_fills`) over every split of `total` seconds per micro-batch; 0 for the others (their work
+        bound is the caller's)."""
+        family = spec_of(schedule).family
+        if vpp == 1 and family is ScheduleFamily.ONE_CHUNK:
+            return minimax_fill(total, c.pp, m, hop)
+        if vpp > 1 or family is not ScheduleFamily.ORDERED_W:
+            return 0.0
+        phi, omega = self.shares(c)
+        key = (schedule, c.pp, m, phi, omega)
+        if key not in self._ordered:
+            self._ordered[key] = ordered_fills(schedule, c.pp, m, phi, omega)
+        return max((total + beta * hop) / alpha for alpha, beta in self._ordered[key])
 
     def split_memory(self, c: Candidate) -> SplitMemory | None:
         """`SplitMemory` of `c` (`fitting_slowest`'s terms); None where activations go to the host."""
@@ -309,14 +367,13 @@ class ReportedBounds(SearchBounds):
     def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
                     offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
         """Below `key` of every member with every offload choice: the closed-form floor's fill for the shapes that are
-        not simulated, the work bound (with `minimax_fill` for 1F1B and GPipe) for those that are."""
+        not simulated, the work bound and `sim_fill` (the same fill as `sim_bound`'s on A, below each member's
+        stage) for those that are."""
         m, a, f, b, tail = self.group_parts(first, shapes, offloads)
         p, least = first.pp, math.inf
         for schedule, v in shapes:
             if simulable(p, v, m):
-                pipe = m * a
-                if v == 1 and spec_of(schedule).family is ScheduleFamily.ONE_CHUNK:
-                    pipe = max(pipe, minimax_fill(p * a, p, m, self.hop(first)))
+                pipe = max(m * a, self.sim_fill(first, schedule, v, m, p * a, self.hop(first)))
             else:
                 pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)
             least = min(least, pipe)
@@ -325,9 +382,11 @@ class ReportedBounds(SearchBounds):
     def family_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
         """Below `shape_floor` of every group sharing `floor_key` with `first` and holding some of `shapes` (any ZeRO
         stage, replicate factor and offload choice): each shape's pipeline with A the layer times alone (`floor`'s;
-        the ZeRO traffic and the tail are >= 0, and every shape's pipeline grows with A)."""
+        the ZeRO traffic and the tail are >= 0, and every shape's pipeline grows with A), the simulated ones' fill
+        (`sim_fill`) with no sends (hop 0: it grows with the hop)."""
         m = self.job.global_batch // (first.dp * first.mbs)
         a, f, b = self._average_parts(first)
         p = first.pp
-        least = min(m * a if simulable(p, v, m) else (m - 1) * a + self.fill(s, v, p, a, f, b) for s, v in shapes)
+        least = min(max(m * a, self.sim_fill(first, s, v, m, p * a, 0.0)) if simulable(p, v, m)
+                    else (m - 1) * a + SearchBounds.fill(s, v, p, a, f, b) for s, v in shapes)
         return least * (1 - 1e-9) ** 2

@@ -1,0 +1,110 @@
+"""The pipeline fills a candidate's key takes before its split is known (planner.search.sim_bounds: `path_fill`,
+`ordered_fills`, `ReportedBounds.sim_fill`): below every split of random stage times, below the simulator on random
+ZB-H1 and ZB-H2 pipelines, and, on random small jobs, every candidate's family floor below its group's floor, that
+below its key, and the key below the step a plan reports for it wherever it fits (exhaustive pricing the oracle)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_sim_bounds import small_jobs
+
+from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.schedules import program
+from cost_models.pipeline.simulator import Durations, makespan
+from meshcore import Runtime, Schedule
+from planner.api import resolve
+from planner.inputs.runtimes import load_runtime
+from planner.search.ilp import SolveOptions, Solver
+from planner.search.pricing import price, reported
+from planner.search.runtime_space import for_runtime
+from planner.search.sim_bounds import ReportedBounds, minimax_fill, ordered_fills, path_fill
+from planner.search.space import SearchSpec, families
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_path_fill_is_below_every_split(seed: int) -> None:
+    """max_d (a·S_d + mu_d·T_d + k·d·hop) >= (Σ T + β·hop)/α for random stage times, a <= mu_d; with a = 1, mu = m,
+    k = 2 it is `minimax_fill`, and the equal-path split (T_d grown stage by stage to X) reaches it."""
+    rng = random.Random(seed)
+    pp, k, hop = rng.randint(1, 12), rng.choice([1, 2]), rng.choice([0.0, 0.01, 0.3])
+    a = rng.uniform(0.0, 1.0)
+    mu = [rng.uniform(max(a, 1.0), 20.0) for _ in range(pp)]
+    alpha, beta = path_fill(a, mu, k)
+    for _ in range(20):
+        times = [rng.expovariate(1.0) * rng.choice([0.0, 1.0, 1.0]) for _ in range(pp)]
+        before, worst = 0.0, 0.0
+        for d, t in enumerate(times):
+            worst = max(worst, a * before + mu[d] * t + k * d * hop)
+            before += t
+        assert (sum(times) + beta * hop) / alpha <= worst * (1 + 1e-12)
+    m = rng.randint(1, 30)
+    total = rng.uniform(0.1, 10.0)
+    one, sends = path_fill(1.0, [float(m)] * pp, 2)
+    assert (total + sends * hop) / one == pytest.approx(minimax_fill(total, pp, m, hop), rel=1e-12)
+    x, before, times = (total + sends * hop) / one, 0.0, []
+    for d in range(pp):  # every path equal to X: the bound is tight
+        times.append((x - before - 2 * d * hop) / m)
+        before += times[-1]
+    assert before == pytest.approx(total, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_ordered_fills_are_below_the_simulator(seed: int) -> None:
+    """ZB-H1 and ZB-H2 on random per-rank forward, backward, recomputation and communication times, shared as
+    planner.search.simulate.durations shares them: the simulated pipeline is at least every (Σ T + β·hop)/α of
+    `ordered_fills`, with φ the least forward share and ω W_SHARE times the largest backward share of the ranks."""
+    rng = random.Random(seed)
+    schedule = rng.choice([Schedule.ZB_H1, Schedule.ZB_H2])
+    pp, m, hop = rng.randint(2, 8), rng.randint(1, 16), rng.choice([0.0, 0.05, 0.3])
+    m = max(m, 2 * pp - 1) if schedule is Schedule.ZB_H2 and rng.random() < 0.5 else m
+    try:
+        prog = program(schedule, pp, m, 1)
+    except ValueError:
+        return
+    f_c, b_c, w_c, shares = [], [], [], []
+    for _ in range(pp):
+        fwd, bwd, rec = rng.uniform(0.2, 1.0), rng.uniform(0.4, 2.0), rng.choice([0.0, rng.uniform(0.0, 1.0)])
+        comm, compute = rng.uniform(0.0, 0.3), fwd + bwd + rec
+        f_c.append(fwd + comm * fwd / compute)
+        w = W_SHARE * bwd
+        b_c.append(bwd + rec + comm * (1 - fwd / compute) - w)
+        w_c.append(w)
+        shares.append((fwd / compute, bwd / compute))
+    phi, omega = min(f for f, _ in shares), W_SHARE * max(b for _, b in shares)
+    d = Durations(tuple(f_c), tuple(b_c), tuple(w_c), (1.0,) * pp, p2p_s=hop)
+    total = sum(f_c) + sum(b_c) + sum(w_c)
+    simulated = makespan(prog, d)
+    for alpha, beta in ordered_fills(schedule, pp, m, phi, omega):
+        assert (total + beta * hop) / alpha <= simulated * (1 + 1e-9), (schedule, pp, m)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=small_jobs())
+def test_floors_and_keys_below_every_priced_candidate(job: tuple) -> None:  # type: ignore[type-arg]
+    """On random small jobs, every candidate of the space (pp > 1): its family's floor (`family_floor`) is below its
+    group's (`shape_floor`), that below its key, and the key below the step a plan reports for it (simulated where the
+    pipeline is simulated) wherever it fits."""
+    model, hw, gpus, seq, batch, runtime = job
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    bounds = ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute)
+    for first, shapes, experts, offloads in families(pr.model, pr.cluster, pr.job, spec):
+        if first.pp == 1:
+            continue
+        ep, etp = experts[0]
+        base = first.but(ep=ep, etp=etp)
+        held = [(s, v) for v, s in shapes]
+        floor = bounds.family_floor(base, held)
+        group = bounds.shape_floor(base, held, offloads)
+        assert floor <= group * (1 + 1e-12)
+        for schedule, vpp in held:
+            c = base.but(schedule=schedule, vpp=vpp, offload=offloads[0])
+            key = bounds.key(c)
+            assert group <= key * (1 + 1e-12)
+            found = reported(pr.model, pr.cluster, pr.job, price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP,
+                                                                  SolveOptions(), bounds.get(c)))
+            if found is not None:
+                assert key <= found.step_time_s * (1 + 1e-9), c
