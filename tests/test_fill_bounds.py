@@ -108,3 +108,59 @@ def test_floors_and_keys_below_every_priced_candidate(job: tuple) -> None:  # ty
                                                                   SolveOptions(), bounds.get(c)))
             if found is not None:
                 assert key <= found.step_time_s * (1 + 1e-9), c
+
+
+def _settled(job: tuple, eager: bool) -> tuple[list[str], list[object], int]:  # type: ignore[type-arg]
+    """(the top-k's reprs or the error, the candidates settled in order, candidates whose tight key was computed) of a
+    search; with `eager` every candidate's early key is its tight key (as the search queued them before early keys)."""
+    from meshcore.errors import InfeasibleError, LayoutError
+    from planner.search import exact
+    from planner.search.exact import search
+
+    model, hw, gpus, seq, batch, runtime = job
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))
+    spec = for_runtime(SearchSpec(top_k=5), load_runtime(pr.job.runtime.framework))
+    order: list[object] = []
+    tights: set[object] = set()
+    settle, tight_key = exact._Search.settle, ReportedBounds.tight_key
+
+    def traced(self: exact._Search, c: object) -> None:
+        order.append(c)
+        settle(self, c)  # type: ignore[arg-type]
+
+    def counted(self: ReportedBounds, c: object, balanced: bool) -> float:
+        tights.add(c)
+        return tight_key(self, c, balanced)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exact._Search, "settle", traced)
+        patch.setattr(ReportedBounds, "tight_key", counted)
+        if eager:
+            patch.setattr(ReportedBounds, "early_key", lambda self, c: counted(self, c, False))
+        try:
+            result = search(pr.model, pr.cluster, pr.job, spec)
+        except (InfeasibleError, LayoutError) as exc:
+            return [str(exc)], order, len(tights)
+    return [repr(r) for r in (result.best, *result.alternatives)], order, len(tights)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=small_jobs())
+def test_early_keys_settle_in_the_same_order(job: tuple) -> None:  # type: ignore[type-arg]
+    """A candidate queued at its early key (`ReportedBounds.early_key`) and refined to its tight key only when it comes
+    up: on random small jobs the same candidates settle in the same order, to the same top-k, as with every tight key
+    computed at once, and no more tight keys are computed."""
+    lazy, lazy_order, lazy_tights = _settled(job, False)
+    eager, eager_order, eager_tights = _settled(job, True)
+    assert lazy == eager and lazy_order == eager_order
+    assert lazy_tights <= eager_tights
+
+
+def test_early_keys_on_mixtral() -> None:
+    """Mixtral 8x7B on 16 A100 (80 GB) in the research space: the same order and top-5, fewer tight keys (166 candidates
+    against 521 when measured)."""
+    job = ("mixtral-8x7b", "a100-80gb", 16, 4096, 64, "any")
+    lazy, lazy_order, lazy_tights = _settled(job, False)
+    eager, eager_order, eager_tights = _settled(job, True)
+    assert lazy == eager and lazy_order == eager_order and "Ranked" in lazy[0]
+    assert lazy_tights < eager_tights

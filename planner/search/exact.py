@@ -100,7 +100,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
 class _Search:
     """One best-first search over a heap. Entries are (key, sort key, level, tie, item): families at their floor
     (level -1, a `Members` list), groups at theirs (level 0), candidates at their bound (level 1), at their tight
-    bound (level 2; tie 1: at the bound of their split's paths) and priced layouts waiting to be simulated (level 3).
+    bound (level 2; tie 1: at the bound of their split's paths; tie 2: at their early key, below it) and priced
+    layouts waiting to be simulated (level 3).
 
     The candidates sharing a `floor` enter as one group there (sort key (), below every other; groups tie-break on
     their order) and, when it reaches the top, each is queued at its bound; there a candidate is dropped if its memory
@@ -138,6 +139,7 @@ class _Search:
         self.sibling: dict[Candidate, Candidate] = {}  # a module-set variant's cheaper sibling
         self.dominated: set[Candidate] = set()
         self.lows: dict[Candidate, float] = {}  # a queued candidate's tight bound: <= its step
+        self.early: dict[Candidate, float] = {}  # queued at its early key, its tight bound not yet computed
         self.makespans: dict[tuple[object, ...], float] = {}  # the simulator's, by what it reads (simulate.py)
         self.paths: dict[Candidate, tuple[float, FloorSearch]] = {}  # its split's bound: (its tight bound, the search)
         self.waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # to simulate
@@ -253,6 +255,9 @@ class _Search:
     def low(self, c: Candidate) -> float:
         """A lower bound on the reported step of `c`, queued: its tight bound, or its split's bound (searched to the
         end); -∞ for one not queued."""
+        if c in self.early:  # queued at its early key: its tight bound now
+            del self.early[c]
+            self.lows[c] = self.bounds.tight_key(c, False)
         low = self.lows.get(c, -math.inf)
         if c in self.paths and low > -math.inf:
             known, search = self.paths[c]
@@ -320,10 +325,22 @@ class _Search:
         if level == 3:
             if c in self.waiting:  # (not simulated already for a variant's dominance)
                 self.simulate(c, self.kth())
+        elif level == 2 and tie == 2:
+            self.refine(c, bound, key)
         elif level == 2:
             self.tight(c, bound, key, tie)
         else:
             self.bounded(c, key)
+
+    def refine(self, c: Candidate, bound: float, key: tuple[int, ...]) -> None:
+        """A candidate at its early key (`ReportedBounds.early_key`, below its tight bound): at its tight bound now,
+        or re-queued there. It comes up at its tight bound in the same order as if queued there at once (the early key
+        is below it), and the tight bounds of candidates that never come up are not computed."""
+        low = self.low(c)
+        if low > bound:
+            heapq.heappush(self.heap, (low, key, 2, 0, c))
+        else:
+            self.tight(c, low, key, 0)
 
     def tight(self, c: Candidate, bound: float, key: tuple[int, ...], tie: int) -> None:
         """A candidate at its tight bound: priced, or re-queued at the bound of its split's paths (unless no split
@@ -364,9 +381,12 @@ class _Search:
         if dropped:
             self.steps[c] = None
             self.tally["floored"] += 1
-        else:  # re-queued at the bound with the recomputation it needs
-            self.lows[c] = bounds.tight_key(c, balanced)
+        elif balanced:  # re-queued at the bound with the recomputation it needs (its tight bound, or a cheaper
+            self.lows[c] = bounds.tight_key(c, balanced)  # one below it first: `refine`)
             heapq.heappush(self.heap, (self.lows[c], key, 2, 0, c))
+        else:
+            self.early[c] = bounds.early_key(c)
+            heapq.heappush(self.heap, (self.early[c], key, 2, 2, c))
         nxt = next_module_set(c, self.family, self.job)
         while nxt is not None:
             self.sibling[nxt] = c
