@@ -6,8 +6,9 @@ import random
 
 import pytest
 
+from planner.search.count_split import count_tables, solve_counts
 from planner.search.ilp import solve_cpsat, solve_highs
-from planner.search.partition import SplitProblem, brute_force, solve_dp
+from planner.search.partition import SplitProblem, brute_force, solve_dp, stage_tables
 from planner.search.plain_split import solve_plain
 
 
@@ -82,3 +83,32 @@ def test_plain_dp_is_numpy_dp_bit_for_bit(seed: int) -> None:
     layers, recomputation, stage times and objective, ties broken alike (on the small instances too)."""
     for p in (_instance(seed), _large(seed)):
         assert solve_plain(p) == solve_dp(p)
+
+
+def _wide(seed: int) -> SplitProblem:
+    """Stacks of up to 100 layers on up to 32 stages (the benchmark's large models), memory from loose to so tight that
+    a stage holds a few layers or none fit."""
+    rng = random.Random(seed)
+    stages = rng.choice([2, 4, 8, 16, 32])
+    layers = rng.randint(stages, 100)
+    m1 = [rng.uniform(20, 60) for _ in range(stages)]
+    return SplitProblem(
+        num_layers=layers, num_microbatches=rng.randint(1, 64),
+        t0=tuple(rng.uniform(50, 400) * 1e-6 for _ in range(stages)), t1=rng.uniform(100, 300) * 1e-6,
+        tr=rng.choice([0.0, rng.uniform(10, 120) * 1e-6]),
+        m0=tuple(rng.uniform(50, 200) for _ in range(stages)), m1=tuple(m1),
+        mr=tuple(rng.choice([0.0, rng.uniform(0, x * 0.99)]) for x in m1), transient=rng.uniform(0, 30),
+        capacity=rng.uniform(150, 60 * layers / stages * rng.uniform(1, 3) + 300),
+        partial_recompute=rng.random() < 0.7,
+        w0=tuple(rng.uniform(0, 40) * 1e-6 for _ in range(stages)) if rng.random() < 0.4 else (),
+        w1=rng.uniform(0, 50) * 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_count_dp_is_numpy_dp_bit_for_bit(seed: int) -> None:
+    """The count-table DP (`solve_counts`, what the search runs on a large uniform stack) returns the segment DP's
+    split exactly, from the same tables (every float equal), on small, large and wide instances."""
+    for p in (_instance(seed), _large(seed), _wide(seed)):
+        (times, recs), (c_times, c_recs) = stage_tables(p), count_tables(p)
+        assert times.tobytes() == c_times.tobytes() and recs.tobytes() == c_recs.tobytes()
+        assert solve_counts(p) == solve_dp(p)

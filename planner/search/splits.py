@@ -134,12 +134,13 @@ def v_chunks(per_rank: tuple[int, ...], vpp: int = 2) -> tuple[int, ...]:
 
 
 def solve_uniform(problem: SplitProblem) -> Split | None:
-    """The exact split of a uniform stack: plain Python where the problem is small, else numpy's vectorised DP."""
+    """The exact split of a uniform stack: plain Python where the problem is small, else the count-table DP vectorised
+    (`count_split`; both return partition.solve_dp's split bit for bit)."""
     if small(problem):
         return solve_plain(problem)
-    from planner.search.partition import solve_dp
+    from planner.search.count_split import solve_counts
 
-    return solve_dp(problem)
+    return solve_counts(problem)
 
 
 def solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver,

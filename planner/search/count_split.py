@@ -1,0 +1,131 @@
+"""The uniform stack's exact split (`planner.search.partition.solve_dp`) over layer-count tables, vectorised.
+
+A uniform stack's segment costs depend only on its layer count, so the min-plus DP over (stage, layer boundary) needs
+only the counts a stage may take: f_s(j) = min over allowed n <= j of f_{s−1}(j − n) + cost_s(n), and likewise the
+min-max of the least bottleneck. `planner.search.plain_split` runs that in plain Python for small problems; this is
+the same algorithm with each stage's step as one numpy operation over (allowed count, boundary), O(counts x layers) a
+stage where partition's segment tables take O(layers²) (a stage of a large model holds a few layers: Qwen3-235B's 94
+layers over 16 or 32 stages, each 12 to 28 at the most its memory allows). The same floats by the same operations,
+ties broken alike (the largest count, i.e. the least previous boundary, as numpy's argmin over boundaries), so it
+returns partition.solve_dp's `Split` bit for bit (tests/test_partition.py holds the three equal)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.search.partition import _EPS, distinct, make_split, sum_costs
+from planner.search.split_model import Split, SplitProblem
+
+
+def _steps(f: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(f[end − n], valid) for each allowed count n (rows) and boundary `end` (columns): valid where n <= end."""
+    prev = ends[None, :] - counts[:, None]
+    valid = prev >= 0
+    return f[np.where(valid, prev, 0)], valid
+
+
+def least_sum(costs: np.ndarray, counts: list[np.ndarray], width: int) -> tuple[float, list[int]] | None:
+    """plain_split.least_sum: stage s may take the layer counts `counts[s]` (descending: the first minimum found is
+    the largest count, the least previous boundary)."""
+    stages = costs.shape[0]
+    f = np.full(width, np.inf)
+    f[0] = 0.0
+    picks = []
+    for s in range(stages):
+        new, pick = np.full(width, np.inf), np.zeros(width, dtype=int)
+        lo, hi = s + 1, width - (stages - s)  # boundaries a complete split can have after this stage
+        ns = counts[s]
+        if len(ns) and hi >= lo:
+            ends = np.arange(lo, hi + 1)
+            before, valid = _steps(f, ns, ends)
+            cand = np.where(valid, before + costs[s, ns][:, None], np.inf)
+            best = cand.argmin(axis=0)
+            new[lo:hi + 1] = cand[best, np.arange(len(ends))]
+            pick[lo:hi + 1] = ends - ns[best]
+        f = new
+        picks.append(pick)
+    if not f[-1] < np.inf:
+        return None
+    bounds, j = [width - 1], width - 1
+    for row in reversed(picks):
+        j = int(row[j])
+        bounds.append(j)
+    return float(f[-1]), bounds[::-1]
+
+
+def least_bottleneck(times: np.ndarray, counts: list[np.ndarray], width: int) -> float:
+    """plain_split.least_bottleneck: the least max_s time over splits with the allowed counts."""
+    f = np.full(width, np.inf)
+    f[0] = -np.inf
+    ends = np.arange(width)
+    for s in range(times.shape[0]):
+        ns = counts[s]
+        if not len(ns):
+            return float(np.inf)
+        before, valid = _steps(f, ns, ends)
+        f = np.where(valid, np.maximum(before, times[s, ns][:, None]), np.inf).min(axis=0)
+    return float(f[-1])
+
+
+def count_tables(p: SplitProblem) -> tuple[np.ndarray, np.ndarray]:
+    """partition.stage_tables for every stage at once: the same operations on each element, so the same floats."""
+    n = np.arange(p.num_layers + 1, dtype=float)[None, :]
+    m0, m1, mr = (np.asarray(v, dtype=float)[:, None] for v in (p.m0, p.m1, p.mr))
+    plain = m0 + (n - 1) * m1
+    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+    if p.partial_recompute:
+        saves = mr > 0
+        need = np.ceil((plain + p.transient - p.capacity) / np.where(saves, mr, 1.0) - _EPS)
+        r = np.where(saves & np.isinf(r) & (need <= n), np.maximum(need, 1.0), r)
+    r = np.where(n >= 1, r, np.inf)
+    finite = np.isfinite(r)
+    t0 = np.asarray(p.t0, dtype=float)[:, None]
+    times = np.where(finite, t0 + (n - 1) * p.t1 + np.where(finite, r, 0.0) * p.tr, np.inf)
+    return times, r
+
+
+def solve_counts(p: SplitProblem) -> Split | None:
+    """partition.solve_dp over count tables."""
+    times, recs = count_tables(p)
+    if p.num_stages == 1:
+        return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
+    bounds = distinct(times[np.isfinite(times)])
+    if not len(bounds):
+        return None
+    lo, hi = 0, len(bounds) - 1
+    later = times[:, 1:]  # each row grows with the count (partition's docstring): the counts within x lead it
+    while lo < hi:  # smallest bound with a split: every stage takes >= 1 layer and together >= L
+        mid = (lo + hi) // 2
+        bound = bounds[mid]
+        caps = (later <= bound + _EPS * max(1.0, bound)).sum(axis=1)  # partition._max_layers
+        if caps.min() >= 1 and caps.sum() >= p.num_layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    width, m = p.num_layers + 1, p.num_microbatches
+    costs = sum_costs(p, times)
+    finite = np.isfinite(times)
+    finite[:, 0] = False
+
+    def allowed(mask: np.ndarray) -> list[np.ndarray]:
+        return [np.flatnonzero(row)[::-1] for row in mask]
+
+    counts = allowed(finite)
+    unbounded = least_sum(costs, counts, width)
+    if unbounded is None:
+        return None
+    start = max(float(bounds[lo]), least_bottleneck(times, counts, width) * (1 - _EPS))
+    best: tuple[list[int], float] | None = None
+    for bound in bounds[bounds >= start]:
+        if (m - 1) * bound + unbounded[0] >= (np.inf if best is None else best[1]):
+            break
+        solved = least_sum(costs, allowed(finite & (times <= bound * (1 + _EPS))), width)
+        if solved is None:
+            continue
+        pairs = list(zip(solved[1], solved[1][1:], strict=False))
+        value = (m - 1) * max(float(times[s, b - a]) for s, (a, b) in enumerate(pairs)) + solved[0]
+        if value < np.inf and (best is None or value < best[1]):
+            best = (solved[1], value)
+    if best is None:
+        return None
+    return make_split(p, times, recs, [b - a for a, b in zip(best[0], best[0][1:], strict=False)])
