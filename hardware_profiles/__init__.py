@@ -45,7 +45,7 @@ _SCHEMA: MappingProxyType[str, dict[str, bool]] = MappingProxyType({
     "gpu": {"name": True, "architecture": False, "memory_gib": True, "hbm_gbs": True, "peak_bf16_tflops": True,
             "peak_fp8_tflops": False, "matmul_efficiency": True, "attention_efficiency": True,
             "memory_efficiency": True, "overlap_efficiency": True, "attention_half_seq": False,
-            "attention_backward_ratio": False, "fp8_matmul_ratio": False},
+            "attention_backward_ratio": False, "fp8_matmul_ratio": False, "peak_fp16acc_tflops": False},
     "node": {"gpus_per_node": True, "scale_up_size": True, "scale_up_gbs": True,
              "scale_up_latency_us": True, "scale_up_efficiency": True, "host_op_us": False},
     "network": {"nic_gbps_per_gpu": True, "latency_us": True, "efficiency": True},
@@ -116,7 +116,8 @@ def _section(data: dict[str, Any], section: str, origin: str) -> dict[str, Any]:
 _RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType({
     "memory_gib": MEMORY_GIB, "hbm_gbs": BANDWIDTH_GBS, "scale_up_gbs": BANDWIDTH_GBS, "memory_gbs": BANDWIDTH_GBS,
     "pcie_gbs": BANDWIDTH_GBS, "nic_gbps_per_gpu": NIC_GBPS, "peak_bf16_tflops": PEAK_TFLOPS,
-    "peak_fp8_tflops": PEAK_TFLOPS, "attention_efficiency": EFFICIENCY, "memory_efficiency": EFFICIENCY,
+    "peak_fp8_tflops": PEAK_TFLOPS, "peak_fp16acc_tflops": PEAK_TFLOPS, "attention_efficiency": EFFICIENCY,
+    "memory_efficiency": EFFICIENCY,
     "scale_up_efficiency": EFFICIENCY, "efficiency": EFFICIENCY, "fp8_matmul_ratio": EFFICIENCY,
     "attention_backward_ratio": (EFFICIENCY[0], 2.0)})
 
@@ -149,7 +150,7 @@ def _curve(value: Any, where: str) -> EfficiencyCurve:
 
 # optional physical keys of the gpu section and their upper bounds (defaults: meshcore.GpuSpec)
 _OPTIONAL_GPU: MappingProxyType[str, float | None] = MappingProxyType({
-    "attention_half_seq": None, "attention_backward_ratio": 2.0, "fp8_matmul_ratio": 1.0})
+    "attention_half_seq": None, "attention_backward_ratio": 2.0, "fp8_matmul_ratio": 1.0, "peak_fp16acc_tflops": None})
 ARCHITECTURES = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "unknown")
 
 
@@ -320,7 +321,8 @@ def profile_mapping(cluster: ClusterSpec, description: str = "") -> dict[str, An
                 "matmul_efficiency": [list(p) for p in gpu.matmul_efficiency.points],
                 "attention_efficiency": gpu.attention_efficiency, "memory_efficiency": gpu.memory_efficiency,
                 "overlap_efficiency": gpu.overlap_efficiency, "attention_half_seq": gpu.attention_half_seq,
-                "attention_backward_ratio": gpu.attention_backward_ratio, "fp8_matmul_ratio": gpu.fp8_matmul_ratio},
+                "attention_backward_ratio": gpu.attention_backward_ratio, "fp8_matmul_ratio": gpu.fp8_matmul_ratio,
+                **({"peak_fp16acc_tflops": gpu.peak_fp16acc_tflops} if gpu.peak_fp16acc_tflops else {})},
         "node": {"gpus_per_node": cluster.gpus_per_node, "scale_up_size": cluster.scale_up_size,
                  "scale_up_gbs": cluster.scale_up.bandwidth_gbs, "scale_up_latency_us": cluster.scale_up.latency_us,
                  "scale_up_efficiency": cluster.scale_up.efficiency, "host_op_us": cluster.host_op_us},

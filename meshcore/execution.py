@@ -190,7 +190,12 @@ class Execution:
     memory: what it holds at its memory peak beyond states and stored activations, and its allocator (HeldMemory);
     optimizer_group_params: an offloaded optimizer steps group by group of this many parameters beside the backward
       that completes their gradients (0: after the backward, as DeepSpeed and Megatron-core do; read as
-      `optimizer_group_mparams`; cost_models.sync.optimizer_time).
+      `optimizer_group_mparams`; cost_models.sync.optimizer_time);
+    head_fp16_accumulation: the LM head's forward and input-gradient GEMMs go through torch.matmul with
+      torch.backends.cuda.matmul.allow_fp16_accumulation set, at the GPU's peak_fp16acc_tflops where it has one
+      (Megatron-core's output layer is its own ColumnParallelLinear, outside Transformer Engine, whose GEMMs accumulate
+      in fp32 whatever the flag; its weight gradient is the fused fp32 accumulation into main_grad;
+      cost_models.compute.layer.head_time).
     """
 
     fsdp: FsdpForm = FsdpForm.PER_MODULE
@@ -213,6 +218,7 @@ class Execution:
     host_step_s: float = 0.0
     memory: HeldMemory = HeldMemory()
     split_projections: bool = False
+    head_fp16_accumulation: bool = False
     bucket_allreduce: bool = False
     grad_accumulation_bytes: float = 0.0
     optimizer_group_params: float = 0.0

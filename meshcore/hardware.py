@@ -64,6 +64,9 @@ class GpuSpec:
     attention_half_seq: float = 1024.0  # key length at which fused attention reaches half its long-sequence rate
     attention_backward_ratio: float = 0.75  # fused attention backward rate / forward rate (FLOPs per second)
     fp8_matmul_ratio: float = 0.8  # fp8 GEMM share of fp8 peak / bf16 GEMM share of bf16 peak, same size
+    # fp16 tensor peak with fp16 accumulation where it differs from peak_bf16_tflops (GeForce cards: twice it); what
+    # multiplies so is the runtime's to say (Execution.head_fp16_accumulation)
+    peak_fp16acc_tflops: float | None = None
 
     def __post_init__(self) -> None:
         identifier(self.name, "gpu.name", SpecError)

@@ -52,7 +52,8 @@ def test_mobius_on_8_rtx4090() -> None:
 def test_megatron_pipeline_on_8_rtx4090() -> None:
     """The run without offloading beside it: Megatron-LM PP 8 measured 39,081 tokens/s for Qwen3-1.7B on the same
     server (RoundPipe artifact, row Megatron-PP/4090), priced with the fp32-accumulating Transformer Engine GEMMs it
-    runs (hardware/rtx4090-roundpipe.yaml without the fp16-accumulation fragment)."""
+    runs (hardware/rtx4090-roundpipe.yaml without the fp16-accumulation fragment), its LM head with the fp16
+    accumulation torch.matmul takes (execution/nemo-fp16-flag.yaml)."""
     assert _predicted("roundpipe_megatron_pp_qwen3_1p7b") == pytest.approx(39081.21, rel=0.2)
 
 

@@ -51,6 +51,7 @@ from cost_models.compute.host import layer_host_wait, tp_collective_calls
 from cost_models.compute.kernels import (
     Gemm,
     flash_attention_time,
+    gemm_efficiency,
     gemm_fwd_bwd_time,
     memory_time,
 )
@@ -359,6 +360,20 @@ LOSS_FORWARD_BYTES = 22.0
 LOSS_BACKWARD_BYTES = 14.0
 
 
+def _head_gemm_times(head: Gemm, job: JobSpec, gpu: GpuSpec) -> tuple[float, float]:
+    """The LM head GEMM's forward and backward (with LoRA the head is frozen and has no adapter: its input gradient
+    only). Where the runtime's output layer multiplies through torch.matmul with fp16 accumulation
+    (Execution.head_fp16_accumulation) and the GPU has a faster peak for it (peak_fp16acc_tflops: GeForce cards, twice
+    the fp32-accumulate peak, NVIDIA's Ada whitepaper), the forward and the input gradient run at that peak, same
+    share of it; the weight gradient accumulates in fp32 into main_grad (Megatron's gradient_accumulation_fusion)."""
+    gf, gb = gemm_fwd_bwd_time(head, gpu, Dtype.BF16, 1.0 if job.trainable_fraction >= 1 else 0.0)
+    if not (job.runtime.priced_execution.head_fp16_accumulation and gpu.peak_fp16acc_tflops):
+        return gf, gb
+    fast = max(head.flops / (gpu.peak_fp16acc_tflops * 1e12 * gemm_efficiency(head.flops, gpu, Dtype.BF16)),
+               memory_time(head.bytes(), gpu))
+    return fast, fast + (gb - gf)
+
+
 def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs) -> LayerTime:
     """Final norm, LM head GEMM [T, h]x[h, V/t] (bf16 even in fp8 runs) and vocabulary-parallel cross-entropy over
     the V/t logits per token, in fp32 (LOSS_FORWARD_BYTES, LOSS_BACKWARD_BYTES per logit at HBM speed)."""
@@ -369,8 +384,7 @@ def head_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: Layer
     head = Gemm(tokens, v, h)
     # the output layer is Megatron's own column-parallel linear, outside Transformer Engine's fp8 autocast: it
     # runs in bf16 in fp8 training (so does DeepSeek-V3's output head, report section 3.3.1)
-    # with LoRA the head is frozen and has no adapter: its input gradient only
-    gf, gb = gemm_fwd_bwd_time(head, cluster.gpu, Dtype.BF16, 1.0 if job.trainable_fraction >= 1 else 0.0)
+    gf, gb = _head_gemm_times(head, job, cluster.gpu)
     r = 1.0 / knobs.tp if knobs.sp else 1.0
     norm = memory_time(tokens * 4 * h * r, cluster.gpu)
     loss_f = memory_time(tokens * LOSS_FORWARD_BYTES * v, cluster.gpu)

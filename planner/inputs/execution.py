@@ -29,7 +29,7 @@ _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", 
          "bucket_allreduce", "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes",
          "expert_gemms", "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
          "attention_backward", "grad_accumulation_bytes", "optimizer_group_mparams",
-         "sync_checkpoint_copies")
+         "sync_checkpoint_copies", "head_fp16_accumulation")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -114,7 +114,7 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
     if "selective" in data:
         fields["selective"] = choice(SelectiveForm, data["selective"], f"{where}: selective")
     for key in ("reshard_under_pp", "compile_default", "split_projections", "bucket_allreduce",
-                "sync_checkpoint_copies"):
+                "sync_checkpoint_copies", "head_fp16_accumulation"):
         if key in data:
             fields[key] = flag(data[key], f"{where}: {key}")
     for key in ("sharded_weight_bytes", "optimizer_bytes", "logit_bytes", "grad_accumulation_bytes"):
