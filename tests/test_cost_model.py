@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+import calibration  # benchmarks/calibration.py: conftest.py puts benchmarks/ on sys.path
 import pytest
 
 from cost_models.comm.collectives import Collective, collective_time, group_link, nccl_choice, p2p_time
@@ -105,22 +104,11 @@ def test_fp8_is_faster_than_bf16_on_h100() -> None:
     assert fp8.breakdown.host_s > 0 and fp8.step_time_s <= bf16.step_time_s * (1 + 1e-12)
 
 
-def _calibration_module():  # type: ignore[no-untyped-def]
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration.py"
-    spec = importlib.util.spec_from_file_location("calibration", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration"] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_calibration_has_not_regressed(calibration_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """benchmarks/calibration.py --check: no in-sample or leave-one-source-out mean error, nor pair ranking,
     worse than the figures of record, and every published run predicted to fit."""
-    module = _calibration_module()
     assert (calibration_dir / "accuracy_of_record.yaml").is_file()
-    assert module.main(["--check"]) == 0, capsys.readouterr().out
+    assert calibration.main(["--check"]) == 0, capsys.readouterr().out
 
 
 def test_a100_calibration_meets_its_targets(calibration_dir: Path) -> None:

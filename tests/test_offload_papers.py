@@ -7,27 +7,16 @@ difference, and are not asserted here."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import offload_papers  # benchmarks/offload_papers.py: conftest.py puts benchmarks/ on sys.path
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("offload_papers", ROOT / "benchmarks" / "offload_papers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench()
+BENCH = offload_papers
 RECORDS, PAIRS = BENCH.load()
 
 

@@ -6,12 +6,10 @@ fp16-accumulation fragment it prices the per-layer times RoundPipe's artifact me
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
-from types import ModuleType
 
+import offload_papers  # benchmarks/offload_papers.py: conftest.py puts benchmarks/ on sys.path
 import pytest
 import yaml
 
@@ -29,15 +27,6 @@ FIGURES = {f["name"]: f for f in yaml.safe_load(
 OFFLOAD = ROOT / "benchmarks" / "data" / "offload"
 HF_4090 = ",".join(["rtx4090", str(OFFLOAD / "hardware" / "rtx4090-roundpipe.yaml"),
                     str(OFFLOAD / "hardware" / "rtx4090-fp16acc.yaml")])
-
-
-def _offload_papers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("offload_papers", ROOT / "benchmarks" / "offload_papers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _profile(name: str) -> dict:  # type: ignore[type-arg]
@@ -114,8 +103,7 @@ def test_the_megatron_runs_lm_head_multiplies_with_fp16_accumulation() -> None:
     t = gemm_time(Gemm(4 * 2048, problem.model.vocab_size, problem.model.hidden_size), problem.cluster.gpu, Dtype.BF16)
     assert fp32.forward - fp16.forward == pytest.approx(t / 2, rel=0.01)  # the forward GEMM at twice the peak
     assert fp32.backward - fp16.backward == pytest.approx(t / 2, rel=0.01)  # the input gradient's; not the dW's
-    bench = _offload_papers()
-    rec = bench.load()[0]["roundpipe_megatron_pp_qwen3_1p7b"]
+    rec = offload_papers.load()[0]["roundpipe_megatron_pp_qwen3_1p7b"]
     assert rec["execution"] == "nemo-fp16-flag.yaml"
-    assert bench.PRICERS["layout"](rec)[0] == pytest.approx(39081.21, rel=0.05)
-    assert bench.PRICERS["layout"]({k: v for k, v in rec.items() if k != "execution"})[0] < 0.9 * 39081.21
+    assert offload_papers.PRICERS["layout"](rec)[0] == pytest.approx(39081.21, rel=0.05)
+    assert offload_papers.PRICERS["layout"]({k: v for k, v in rec.items() if k != "execution"})[0] < 0.9 * 39081.21
