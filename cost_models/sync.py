@@ -20,6 +20,7 @@ Optimizer: Adam is bandwidth-bound, about 38 bytes per locally updated parameter
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from cost_models.comm.collectives import Collective, collective
 from cost_models.compute.kernels import memory_time
@@ -361,11 +362,14 @@ def stage_offload_exposed(times: LayerTimes, acts: LayerActivations, dense: Stag
     back = (m - 1) / m  # the first micro-batch of a step has nothing accumulated to bring back
     run = job.runtime
     copies = HostCopies(gradients_pageable=not run.pinned_offload, gradients_in_stream=not run.overlap_grad_reduce,
-                        checkpoints_sync=run.priced_execution.sync_checkpoint_copies)
+                        checkpoints_sync=run.priced_execution.sync_checkpoint_copies,
+                        weights_pageable=not run.pinned_param_offload)
+    reuse = run.priced_execution.param_reuse_params
 
     def one(time: LayerTime, params: StageParams, act: float) -> tuple[float, float]:
         w, g = layer_copy_bytes(params, layout, job)
-        return layer_offload_parts(time, w, act if stored else 0.0, cluster, g, nvme, back * g, copies)
+        kept = replace(copies, weights_reused=params.total <= reuse)
+        return layer_offload_parts(time, w, act if stored else 0.0, cluster, g, nvme, back * g, kept)
 
     kinds = [(layers.dense - layers.dense_full, one(times.decoder, dense, acts.dense)),
              (layers.dense_full, one(times.decoder_full, dense, acts.full))]

@@ -195,7 +195,11 @@ class Execution:
       torch.backends.cuda.matmul.allow_fp16_accumulation set, at the GPU's peak_fp16acc_tflops where it has one
       (Megatron-core's output layer is its own ColumnParallelLinear, outside Transformer Engine, whose GEMMs accumulate
       in fp32 whatever the flag; its weight gradient is the fused fp32 accumulation into main_grad;
-      cost_models.compute.layer.head_time).
+      cost_models.compute.layer.head_time);
+    param_reuse_params: with ZeRO-3 parameter offload a fully recomputed layer of at most this many parameters keeps
+      the weights its recomputed forward fetched for its backward (DeepSpeed's stage3_max_reuse_distance: a gathered
+      weight is not released while its next use lies within that many parameters of the module trace; read as
+      `param_reuse_mparams`); 0: every pass fetches them (cost_models.memory.offload.layer_offload_parts).
     """
 
     fsdp: FsdpForm = FsdpForm.PER_MODULE
@@ -223,6 +227,7 @@ class Execution:
     grad_accumulation_bytes: float = 0.0
     optimizer_group_params: float = 0.0
     sync_checkpoint_copies: bool = False
+    param_reuse_params: float = 0.0
 
     def attention_share(self, architecture: str) -> float:
         """The kernel's rate on `architecture` over the GPU profile's fused-attention figure (1 if not listed)."""

@@ -55,6 +55,10 @@ class Runtime:
     # default from 0.19.5, false before, PR #8207); off: every gradient copy to or from them is a synchronous copy
     # staged through the driver's buffer (cost_models/memory/offload.py pageable_bytes_per_s)
     pinned_offload: bool = True
+    # the offloaded ZeRO-3 weights' host copies are page-locked (DeepSpeed's offload_param.pin_memory: true by default
+    # from 0.19.5, false before, PR #8207); off: each weight fetch is a copy from pageable memory that the host thread
+    # stages through the driver's buffer (cost_models/memory/offload.py pageable_bytes_per_s, HostCopies)
+    pinned_param_offload: bool = True
     # how the runtime executes a layout (its profile's `execution` section, meshcore.execution): filled from
     # hardware_profiles/runtimes/<framework>.yaml by planner.api.resolve; None prices as Megatron-core runs it
     execution: Execution | None = None

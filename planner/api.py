@@ -85,7 +85,8 @@ def _instance(value: object, kind: type | UnionType, name: str, what: str) -> No
 
 
 _RUNTIME_FLAGS = ("overlap_grad_reduce", "overlap_param_gather", "multi_rail", "moe_comm_overlap", "moe_dedup_dispatch",
-                  "tp_comm_overlap", "fp8_param_gather", "overlap_p2p_comm", "pinned_offload")
+                  "tp_comm_overlap", "fp8_param_gather", "overlap_p2p_comm", "pinned_offload",
+                  "pinned_param_offload")
 
 
 def _check_runtime(runtime: Runtime) -> None:

@@ -111,6 +111,44 @@ def test_pageable_copies_against_deepspeeds_pinned_speedup() -> None:
         assert ratio == pytest.approx(published, rel=0.15)
 
 
+def test_weight_fetches_from_pageable_memory() -> None:
+    """DeepSpeed before 0.19.5 leaves offload_param.pin_memory false (offload_config.py at v0.18.6, PR #8207): each
+    ZeRO-3 weight partition comes in by `ds_tensor.to(device)` from pageable memory, staged by the host thread at
+    the rate DeepSpeed PR #5301 measured 6x below pinned on one GPU (test above), issued from the hook of the module
+    before while its kernels run: beside the pass, at the staged rate."""
+    cluster = WORKSTATION
+    t = LayerTime(forward=5e-2, backward=1e-1)
+    w = 6.3e8  # one 13B layer (5120 wide): 315M parameters in 16 bits
+    pinned = layer_offload_exposed(t, w, 0.0, cluster)
+    pageable = layer_offload_exposed(t, w, 0.0, cluster, copies=HostCopies(weights_pageable=True))
+    assert pinned == 0.0  # 25.6 GB/s hides a 24.6 ms copy behind a 50 ms forward
+    rate = pageable_bytes_per_s(cluster)
+    assert pageable == pytest.approx((w / rate - 5e-2) + (w / rate - 1e-1))
+    assert pageable > 3 * (w / pcie_bytes_per_s(cluster))
+
+
+def test_recomputed_layers_keep_their_weights_for_the_backward() -> None:
+    """DeepSpeed's coordinator releases a gathered weight only if the module trace does not use it again within
+    stage3_max_reuse_distance parameters (partitioned_param_coordinator.py __params_to_release; 1e9 by default): a
+    fully recomputed layer's backward follows its recomputed forward within the layer's own parameters, so the
+    weights fetched for the recomputation serve the backward, one fetch beside both instead of one beside each."""
+    cluster = WORKSTATION
+    t = LayerTime(forward=5e-2, backward=1e-1, recompute=5e-2)
+    w = 6.3e8
+    rate = pageable_bytes_per_s(cluster)
+    fetch = w / rate
+    each = layer_offload_exposed(t, w, 0.0, cluster, copies=HostCopies(weights_pageable=True))
+    kept = layer_offload_exposed(t, w, 0.0, cluster, copies=HostCopies(weights_pageable=True, weights_reused=True))
+    assert each == pytest.approx((fetch - 5e-2) + (fetch - 1e-1) + (fetch - 5e-2))
+    assert kept == pytest.approx((fetch - 5e-2) + (fetch - 1.5e-1))
+    job = {"gpus": 1, "seq_len": 1024, "global_batch": 8, "mbs": 8, "recompute": "full", "zero": 3,
+           "offload": "optimizer,gradients,params"}
+    fast = evaluate("llama2-13b", "rtx4090-workstation", runtime=DS, **job)
+    slow = evaluate("llama2-13b", "rtx4090-workstation",
+                    runtime=Runtime(framework=Framework.DEEPSPEED, pinned_param_offload=False), **job)
+    assert slow.step_time_s > fast.step_time_s
+
+
 def test_gradient_copies_on_the_compute_stream_are_exposed() -> None:
     """DeepSpeed's stage 2 without overlap_comm (false by default, zero/constants.py since 0.3.0) issues the
     reduction and the gradients' copies to the host on the compute stream (stage2.py reduce_ipg_grads at v0.3.0):

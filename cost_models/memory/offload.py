@@ -232,12 +232,23 @@ class HostCopies:
                          host on torch.cuda.current_stream(), stage2.py reduce_ipg_grads in 0.3.0,
                          stage_1_and_2.py since), exposed at the PCIe rate;
     checkpoints_sync     the stored activations are checkpoints copied synchronously to and from pageable memory
-                         (`Execution.sync_checkpoint_copies`: DeepSpeed's cpu_checkpointing, `checkpoint_copy_time`).
-    The defaults (asynchronous copies to pinned memory) expose the least."""
+                         (`Execution.sync_checkpoint_copies`: DeepSpeed's cpu_checkpointing, `checkpoint_copy_time`);
+    weights_pageable     the offloaded weights are in pageable host memory (`Runtime.pinned_param_offload` off:
+                         DeepSpeed's offload_param.pin_memory, false by default before 0.19.5): each fetch moves at
+                         `pageable_bytes_per_s`, staged by the host thread in the hook before the module's own
+                         kernels are launched, so it runs beside the pass already queued and no faster;
+    weights_reused       the weights a fully recomputed layer fetches for its recomputed forward stay for its
+                         backward, which follows within the layer's own parameters (DeepSpeed's
+                         stage3_max_reuse_distance, `Execution.param_reuse_params`): one fetch beside the
+                         recomputation and the backward together instead of one beside each.
+    The defaults (asynchronous copies to pinned memory, weights fetched for every pass) expose the least copy time per
+    pass."""
 
     gradients_pageable: bool = False
     gradients_in_stream: bool = False
     checkpoints_sync: bool = False
+    weights_pageable: bool = False
+    weights_reused: bool = False
 
 
 def layer_offload_parts(time: LayerTime, weight_bytes: float, stored_bytes: float, cluster: ClusterSpec,
@@ -252,7 +263,13 @@ def layer_offload_parts(time: LayerTime, weight_bytes: float, stored_bytes: floa
         backward: max(w / fetch + (s + g_in) / pcie, g / pcie) − t_bwd
     Copies that `copies` makes synchronous or puts on the compute stream are exposed whole and leave the terms
     above: gradients (g + g_in) / pageable_bytes_per_s or / pcie_bytes_per_s in the backward; checkpoints
-    `checkpoint_copy_time(s)` in the forward and again in the backward. A recomputation belongs to the backward."""
+    `checkpoint_copy_time(s)` in the forward and again in the backward. A recomputation belongs to the backward: its
+    own fetch exposes max(0, w / fetch − t_rec), or, with `copies.weights_reused`, none, the backward's fetch then
+    running beside t_bwd + t_rec. Pageable weights (`copies.weights_pageable`) fetch at pageable_bytes_per_s: DeepSpeed
+    0.18.6 and 0.19.8 partition_parameters.py copy each partition with `ds_tensor.to(device)` (one GPU: non_blocking,
+    NoGatherCoalescedHandle; several: a blocking copy before the all-gather), which from pageable memory returns only
+    once the host thread has staged it; the coordinator issues it from the pre-forward hook of the module before
+    (partitioned_param_coordinator.py fetch_sub_module, prefetch), while that module's kernels run."""
     forward = backward = 0.0
     if (copies.gradients_pageable or copies.gradients_in_stream) and (grad_bytes or grad_in_bytes):
         rate = pageable_bytes_per_s(cluster) if copies.gradients_pageable else pcie_bytes_per_s(cluster)
@@ -264,13 +281,15 @@ def layer_offload_parts(time: LayerTime, weight_bytes: float, stored_bytes: floa
         stored_bytes = 0.0
     if not weight_bytes and not stored_bytes and not grad_bytes and not grad_in_bytes:
         return forward, backward
-    rate = weight_fetch_bytes_per_s(cluster, weights_from_nvme)
+    rate = (pageable_bytes_per_s(cluster) if copies.weights_pageable and not weights_from_nvme
+            else weight_fetch_bytes_per_s(cluster, weights_from_nvme))
     fetch = (weight_bytes / rate if rate else float("inf")) if weight_bytes else 0.0
     fwd = max(fetch, pcie_time(stored_bytes, cluster))
     bwd = max(fetch + pcie_time(stored_bytes + grad_in_bytes, cluster), pcie_time(grad_bytes, cluster))
+    reused = copies.weights_reused and time.recompute > 0
     forward += max(0.0, fwd - time.forward)
-    backward += max(0.0, bwd - time.backward)
-    if weight_bytes and time.recompute > 0:
+    backward += max(0.0, bwd - time.backward - (time.recompute if reused else 0.0))
+    if weight_bytes and time.recompute > 0 and not reused:
         backward += max(0.0, fetch - time.recompute)
     return forward, backward
 

@@ -29,7 +29,7 @@ _KEYS = ("fsdp", "reshard_under_pp", "sharded_weight_bytes", "optimizer_bytes", 
          "bucket_allreduce", "compile_default", "eager", "compiled", "fp8", "selective", "ring_merge", "logit_bytes",
          "expert_gemms", "host_layer_us", "host_microbatch_ms", "host_step_ms", "memory", "split_projections",
          "attention_backward", "grad_accumulation_bytes", "optimizer_group_mparams",
-         "sync_checkpoint_copies", "head_fp16_accumulation")
+         "sync_checkpoint_copies", "head_fp16_accumulation", "param_reuse_mparams")
 _WORKING = ("gathered", "h", "q", "kv", "f")
 _MEMORY = ("parallel_logit_bytes", "kept_logit_bytes", "root_gathered", "loss_apart", "working_full",
            "working_selective", "reserve_share", "outside_allocator_gib")
@@ -130,7 +130,8 @@ def execution_from_mapping(data: Any, origin: str) -> Execution:
         fields["fp8"] = _casts(data["fp8"], f"{where}: fp8")
     for key, field, unit in (("host_layer_us", "host_layer_s", 1e-6), ("host_microbatch_ms", "host_microbatch_s", 1e-3),
                              ("host_step_ms", "host_step_s", 1e-3),
-                             ("optimizer_group_mparams", "optimizer_group_params", 1e6)):
+                             ("optimizer_group_mparams", "optimizer_group_params", 1e6),
+                             ("param_reuse_mparams", "param_reuse_params", 1e6)):
         if key in data:
             fields[field] = real(data[key], f"{where}: {key}", 0.0, 1e6, low_open=False) * unit
     if "memory" in data:
