@@ -54,6 +54,7 @@ class SearchBounds(RankMemory):
         self._least: dict[tuple[object, ...], tuple[float, float]] = {}
         self._comm: dict[tuple[object, ...], tuple[float, float]] = {}
         self._family_parts: dict[tuple[object, ...], tuple[float, LayerTime, StageParams, float]] = {}
+        self._recomputed: dict[Candidate, float] = {}
 
     def sends(self, c: Candidate) -> float:
         """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
@@ -374,6 +375,13 @@ class SearchBounds(RankMemory):
         return slowest * (1 - _ROUNDING)
 
     def recompute_floor(self, c: Candidate) -> float:
+        """`_recompute_floor`, once per candidate (its early key and its tight key both read it)."""
+        found = self._recomputed.get(c)
+        if found is None:
+            found = self._recomputed[c] = self._recompute_floor(c)
+        return found
+
+    def _recompute_floor(self, c: Candidate) -> float:
         """Seconds per micro-batch that full recomputation adds at the least to the average stage of any split of
         `c` that fits in memory.
 
