@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.search.partition import _EPS, distinct, make_split, sum_costs
+from planner.search.partition import _EPS, least_bottleneck_bound, make_split, sum_costs
 from planner.search.split_model import Split, SplitProblem
 
 
@@ -89,19 +89,10 @@ def solve_counts(p: SplitProblem) -> Split | None:
     times, recs = count_tables(p)
     if p.num_stages == 1:
         return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
-    bounds = distinct(times[np.isfinite(times)])
-    if not len(bounds):
+    first = least_bottleneck_bound(times, p.num_layers)
+    if first is None:
         return None
-    lo, hi = 0, len(bounds) - 1
-    later = times[:, 1:]  # each row grows with the count (partition's docstring): the counts within x lead it
-    while lo < hi:  # smallest bound with a split: every stage takes >= 1 layer and together >= L
-        mid = (lo + hi) // 2
-        bound = bounds[mid]
-        caps = (later <= bound + _EPS * max(1.0, bound)).sum(axis=1)  # partition._max_layers
-        if caps.min() >= 1 and caps.sum() >= p.num_layers:
-            hi = mid
-        else:
-            lo = mid + 1
+    bounds, lo = first
     width, m = p.num_layers + 1, p.num_microbatches
     costs = sum_costs(p, times)
     finite = np.isfinite(times)

@@ -151,7 +151,27 @@ def segments(table: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
 
 
 def _max_layers(times: np.ndarray, bound: float) -> np.ndarray:
-    return np.array([int(np.searchsorted(row[1:], bound + _EPS * max(1.0, bound), side="right")) for row in times])
+    """Per stage, the most layers it can take within `bound` (each row grows with the count)."""
+    caps: np.ndarray = (times[:, 1:] <= bound + _EPS * max(1.0, bound)).sum(axis=1)
+    return caps
+
+
+def least_bottleneck_bound(times: np.ndarray, num_layers: int) -> tuple[np.ndarray, int] | None:
+    """(the distinct finite stage times, the index of the smallest of them under which some split exists: every
+    stage takes at least one layer and together at least `num_layers`), by bisection; None when no time is finite.
+    Shared by `solve_dp` and count_split.solve_counts."""
+    bounds = distinct(times[np.isfinite(times)])
+    if not len(bounds):
+        return None
+    lo, hi = 0, len(bounds) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        caps = _max_layers(times, bounds[mid])
+        if caps.min() >= 1 and caps.sum() >= num_layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    return bounds, lo
 
 
 def solve_dp(p: SplitProblem) -> Split | None:
@@ -159,17 +179,10 @@ def solve_dp(p: SplitProblem) -> Split | None:
     times, recs = stage_tables(p)
     if p.num_stages == 1:
         return make_split(p, times, recs, [p.num_layers]) if np.isfinite(times[0, -1]) else None
-    bounds = distinct(times[np.isfinite(times)])
-    if not len(bounds):
+    first = least_bottleneck_bound(times, p.num_layers)
+    if first is None:
         return None
-    lo, hi = 0, len(bounds) - 1
-    while lo < hi:  # smallest bound with a split: every stage takes >= 1 layer and together >= L
-        mid = (lo + hi) // 2
-        caps = _max_layers(times, bounds[mid])
-        if caps.min() >= 1 and caps.sum() >= p.num_layers:
-            hi = mid
-        else:
-            lo = mid + 1
+    bounds, lo = first
     index = segment_index(p.num_layers + 1)
     max_cost = segments(times, index)
     sums = max_cost if not p.w0 else segments(sum_costs(p, times), index)
