@@ -22,7 +22,8 @@ sum to P, max_d path_d >= X with X the value at which all paths are equal (`mini
 1F1B bubble, (m + (p − 1)/2)·P/p, while the simulator on an even split shows all of it: a split whose first stages
 are the slower ones is simulated faster than the closed form says. ZB-H1 and ZB-H2 get the same fill of their own
 paths (`ordered_fills`: the forwards before a stage, φ·S_d + m·T_d + d·hop, and the path through its last input
-gradient), which a candidate's key takes before its split is known; the V and wave schedules get the work bound.
+gradient), which a candidate's key takes before its split is known; ZB-V and DualPipeV the fill of their forward
+paths (`v_fill`, from the layer count and the least layer time); the wave gets the work bound.
 """
 
 from __future__ import annotations
@@ -86,6 +87,28 @@ def ordered_fills(schedule: Schedule, pp: int, m: int, forward_share: float, wei
     if min(late) >= max(1.0, 1 - weight_share):
         fills.append(path_fill(1 - weight_share, late, 2))
     return fills
+
+
+def v_fill(total: float, pp: int, m: int, hop: float, forward_share: float, tau: float, layers: int) -> float:
+    """The least simulated V (ZB-V, DualPipeV, V-Half, V-Min: rank d holds chunks d and 2p − 1 − d and its first op is
+    the forward of its down chunk d) over every split of `layers` layers, each at least `tau` seconds, whose ranks'
+    times T_d sum to Q >= `total` (embedding and head anywhere). Rank d's down chunk holds at least (n_d − 1)/2 of its
+    n_d layers (half rounded down, or balanced chunks) and the simulator shares a rank's time by layers, so that
+    chunk's forward is at least φ·τ·(n_d − 1)/2 (φ = `forward_share`, a = φ/2) and rank d starts no earlier than
+    a·τ·(N_d − d) + d·hop, N_d = Σ_{j<d} n_j: path_d >= m·T_d + a·τ·N_d + d·(hop − a·τ). Each layer taking at least
+    τ, τ·Σ_{j>=d} n_j <= Σ_{j>=d} T_j = Q − S_d (S_d = Σ_{j<d} T_j), so N_d·τ >= L·τ − Q + S_d and path_d >=
+    a·S_d + m·T_d + g_d with g_d = a·(L·τ − Q) + d·(hop − a·τ): `path_fill`'s rows (k = 1; its induction holds for
+    any constants g_d and gives Q <= α·X − Σ_d w_d·g_d, Σ_d w_d = α, Σ_d w_d·d = β). So α·X >= Q − a·α·(L·τ − Q) −
+    β·(hop − a·τ): X >= (Q + β·(hop − a·τ))/α − a·(Q − L·τ), whose coefficient of Q, 1/α − a = a·q^p/(1 − q^p) with
+    q = 1 − a/m, is >= 0: the bound holds for any `total` <= Q and grows with it and with the hop."""
+    a = forward_share / 2
+    alpha, beta = path_fill(a, [float(m)] * pp, 1)
+    return v_fill_at(total, hop, a, alpha, beta, tau, layers)
+
+
+def v_fill_at(total: float, hop: float, a: float, alpha: float, beta: float, tau: float, layers: int) -> float:
+    """`v_fill` from its `path_fill` (α, β) and a = φ/2."""
+    return (total + beta * (hop - a * tau)) / alpha - a * (total - layers * tau)
 
 
 def changes_of_device(place: Sequence[int]) -> list[int]:
@@ -199,6 +222,7 @@ class ReportedBounds(SearchBounds):
         self._hops: dict[tuple[int, ...], float] = {}
         self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+        self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
 
     def simulated(self, c: Candidate) -> bool:
         return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
@@ -280,12 +304,19 @@ class ReportedBounds(SearchBounds):
         return self._shares[key]
 
     def sim_fill(self, c: Candidate, schedule: Schedule, vpp: int, m: int, total: float, hop: float) -> float:
-        """The least simulated pipeline of a shape of `c` (one chunk per rank: 1F1B or GPipe, `minimax_fill`; ZB-H1 or
-        ZB-H2, `ordered_fills`) over every split of `total` seconds per micro-batch; 0 for the others (their work
+        """The least simulated pipeline of a shape of `c` (1F1B, GPipe: `minimax_fill`; ZB-H1, ZB-H2: `ordered_fills`;
+        ZB-V, DualPipeV: `v_fill`) over every split of `total` seconds per micro-batch; 0 for the others (their work
         bound is the caller's)."""
         family = spec_of(schedule).family
         if vpp == 1 and family is ScheduleFamily.ONE_CHUNK:
             return minimax_fill(total, c.pp, m, hop)
+        if vpp == 2 and family is ScheduleFamily.V:
+            knobs = (c.pp, m, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+            if knobs not in self._v:
+                a = self.shares(c)[0] / 2
+                self._v[knobs] = (a, *path_fill(a, [float(m)] * c.pp, 1), self.least_layer(c))
+            a, alpha, beta, tau = self._v[knobs]
+            return v_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers)
         if vpp > 1 or family is not ScheduleFamily.ORDERED_W:
             return 0.0
         phi, omega = self.shares(c)
@@ -293,6 +324,12 @@ class ReportedBounds(SearchBounds):
         if key not in self._ordered:
             self._ordered[key] = ordered_fills(schedule, c.pp, m, phi, omega)
         return max((total + beta * hop) / alpha for alpha, beta in self._ordered[key])
+
+    def least_layer(self, c: Candidate) -> float:
+        """τ of `v_fill`: the least time of a decoder layer of `c`'s kinds, own or fully recomputed."""
+        times = self.get(c)
+        kinds = {False: (times.decoder, times.decoder_full), True: (times.moe, times.moe_full)}
+        return min(min(t.total for t in kinds[bool(k)] if t is not None) for k in set(self.layer_kinds))
 
     def split_memory(self, c: Candidate) -> SplitMemory | None:
         """`SplitMemory` of `c` (`fitting_slowest`'s terms); None where activations go to the host."""
