@@ -12,7 +12,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tiny_models import TINY_DEEPSEEK
 
@@ -184,6 +184,8 @@ def _random_split(layout, num_layers: int, rng: random.Random, partial: bool):  
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.integers(0, len(CASES) - 1), pick=st.integers(0, 10**9), seed=st.integers(0, 10**9))
+# a wave rank's chunks hold layers apart: tiny-deepseek pp 2 vpp 4, rank 1's dense layer once priced as an MoE layer
+@example(case=0, pick=30371, seed=0)
 def test_reported_bounds_are_below_every_layout_that_fits(case: int, pick: int, seed: int) -> None:
     """A candidate's key, its tight key and its solved-split bound are below the step a plan would report (simulated
     where it is simulated) of its balanced layout and of random splits, wherever they fit; the key of its group below

@@ -44,7 +44,7 @@ from planner.search.bounds import SearchBounds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
-from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths
+from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
 
 
 def minimax_fill(total: float, pp: int, m: int, hop: float) -> float:
@@ -277,9 +277,7 @@ class ReportedBounds(SearchBounds):
             least = {False: min(times.decoder.total, times.decoder_full.total) if part else times.decoder.total}
             if times.moe is not None and times.moe_full is not None:
                 least[True] = min(times.moe.total, times.moe_full.total) if part else times.moe.total
-            prefix = [0.0]
-            for moe in self.layer_kinds:
-                prefix.append(prefix[-1] + least[bool(moe)])
+            prefix = layer_prefix(self.layer_kinds, least.__getitem__, c.vpp == 1)
             layout = c.layout()
             ends = [(times.embedding.total if r == layout.embedding_rank else 0.0)
                     + (times.head.total if r == layout.head_rank else 0.0) for r in range(c.pp)]
@@ -342,12 +340,10 @@ class ReportedBounds(SearchBounds):
         rho = min((max((full.total - base.total) / (act - acts.full), 0.0) if act > acts.full else 0.0)
                   for base, full, act, _ in per_kind.values() if base is not None and full is not None)
         stored = acts.full if self.partial_recompute else math.inf  # what a layer stores at the least
-        state, act, least = [0.0], [0.0], [0.0]
-        for moe in self.layer_kinds:
-            _, _, a, st = per_kind[bool(moe)]
-            state.append(state[-1] + st)
-            act.append(act[-1] + a)
-            least.append(least[-1] + min(a, stored))
+        kinds, one_run = self.layer_kinds, c.vpp == 1
+        state = layer_prefix(kinds, lambda moe: per_kind[moe][3], one_run)
+        act = layer_prefix(kinds, lambda moe: per_kind[moe][2], one_run)
+        least = layer_prefix(kinds, lambda moe: min(per_kind[moe][2], stored), one_run)
         return SplitMemory(tuple(fixed), tuple(alive), tuple(state), tuple(act), tuple(least),
                            self.cluster.gpu.memory_gib * GIB, rho)
 

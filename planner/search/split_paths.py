@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from planner.search.memory_floors import affine_rows
 
 Row = tuple[float, float, float, float]  # (c, s, s2, u): path_d >= c + s·P(l_d) + s2·l_d + u·(P(l_d + n_d) − P(l_d))
+
+
+def layer_prefix(kinds: Sequence[bool], value: Callable[[bool], float], contiguous: bool) -> list[float]:
+    """Prefix sums of `value` of each decoder layer's kind (MoE or not) in model order, as `SplitPaths` reads them
+    for rank d holding layers [l, j): exact where every rank holds one run of consecutive layers (`contiguous`).
+    A V or wave rank holds two or more runs apart (its chunks), so its j − l layers are not those of [l, j); there
+    every layer counts the least value of the kinds present, below what any j − l layers take, which keeps the
+    path and memory bounds below every split (with one kind the two are the same)."""
+    present = {bool(k) for k in kinds}
+    if contiguous or len(present) == 1:
+        return list(accumulate((value(bool(k)) for k in kinds), initial=0.0))
+    least = min(value(k) for k in present)
+    return [least * n for n in range(len(kinds) + 1)]
 
 
 @dataclass(frozen=True)
