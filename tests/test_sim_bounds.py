@@ -7,7 +7,6 @@ priced as a plan reports it, beats the plan's best or is missing from its top-k 
 from __future__ import annotations
 
 import itertools
-import math
 import random
 from dataclasses import replace
 
@@ -24,13 +23,14 @@ from meshcore import SPLIT_BACKWARD, Runtime, Schedule
 from planner.api import resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime
+from planner.search import exact
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.pricing import balanced_only, price, reported
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds, SplitMemory, SplitPaths, durations_floor, split_rows
 from planner.search.simulate import simulated_step_time
-from planner.search.space import SearchSpec, candidates, module_family, next_module_set, offload_options
+from planner.search.space import Candidate, SearchSpec, candidates, module_family, next_module_set, offload_options
 from planner.search.splits import v_chunks
 
 SCHEDULES = [Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_H1, Schedule.ZB_V,
@@ -283,11 +283,11 @@ def test_affine_rows_numpy_and_plain_agree() -> None:
         assert affine_rows(base, scales, values) == plain
 
 
-class _NoLows(dict):  # type: ignore[type-arg]
-    """A search's record of tight bounds that never answers: every sibling is priced for its variants' dominance."""
+class _EverySibling(exact._Search):
+    """The search with every sibling priced for its variants' dominance (no `cannot_dominate` shortcut)."""
 
-    def get(self, key: object, default: object = None) -> float:
-        return -math.inf
+    def cannot_dominate(self, before: Candidate, c: Candidate) -> bool:
+        return False
 
 
 def _with_and_without_unpriced_siblings(model: object, hw: str, gpus: int, seq: int, batch: int, runtime: str
@@ -295,15 +295,13 @@ def _with_and_without_unpriced_siblings(model: object, hw: str, gpus: int, seq: 
     """(the top-k's reprs or the error's type, its message, candidates priced) of the search as it runs, then with every
     sibling priced for its variants' dominance."""
     from meshcore.errors import InfeasibleError, LayoutError
-    from planner.search import exact
 
     pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))
     spec = for_runtime(SearchSpec(top_k=5), load_runtime(pr.job.runtime.framework))
     answers: list[tuple[object, str, int]] = []
-    for lows in (dict, _NoLows):
+    for kind in (exact._Search, _EverySibling):
         try:
-            state = exact._Search(pr.model, pr.cluster, pr.job, spec, Solver.DP, SolveOptions(), None, None)
-            state.lows = lows()
+            state = kind(pr.model, pr.cluster, pr.job, spec, Solver.DP, SolveOptions(), None, None)
             state.run()
             result = state.result(0.0)
         except (InfeasibleError, LayoutError) as exc:

@@ -240,7 +240,7 @@ class _Search:
         before = self.sibling.get(c)
         if before is None:
             return False
-        if before not in self.steps and before not in self.waiting and self.low(before) > self.bounds.key(c):
+        if self.cannot_dominate(before, c):
             if not self.dominated_by_sibling(before):
                 return False
             self.steps[before] = None
@@ -251,6 +251,10 @@ class _Search:
             self.simulate(before, math.inf)  # its reported step decides
         step = self.steps[before]
         return before in self.dominated or (step is not None and self.bounds.key(c) >= step)
+
+    def cannot_dominate(self, before: Candidate, c: Candidate) -> bool:
+        """Whether `c`'s sibling `before`, not priced yet, has a tight bound above c's (`dominated_by_sibling`)."""
+        return before not in self.steps and before not in self.waiting and self.low(before) > self.bounds.key(c)
 
     def low(self, c: Candidate) -> float:
         """A lower bound on the reported step of `c`, queued: its tight bound, or its split's bound (searched to the
