@@ -233,10 +233,9 @@ class _Search:
             heapq.heapreplace(self.top, entry)
 
     def dominated_by_sibling(self, c: Candidate) -> bool:
-        """Whether `c`'s cheaper sibling (priced first) fits at a step no more than c's bound, or is dominated. A
-        sibling not yet priced whose tight bound (a lower bound on its reported step) exceeds c's bound cannot
-        dominate c itself: then c is dominated exactly when that sibling is, and the sibling is not priced for it
-        (it is priced when it comes up, if ever; the answer is the same, most such siblings never come up)."""
+        """Whether `c`'s cheaper sibling (priced first) fits at a step no more than c's bound, or is dominated. One
+        not yet priced whose tight bound exceeds c's bound (`cannot_dominate`) cannot dominate c itself: then c is
+        dominated exactly when it is, and it is not priced for c (only when it comes up, if ever)."""
         before = self.sibling.get(c)
         if before is None:
             return False
