@@ -1,4 +1,4 @@
-"""The pipeline fills a candidate's key takes before its split is known (planner.search.sim_bounds: `path_fill`,
+"""The pipeline fills a candidate's key takes before its split is known (planner.search.pipeline_fills: `path_fill`,
 `ordered_fills`, `ReportedBounds.sim_fill`): below every split of random stage times, below the simulator on random
 ZB-H1 and ZB-H2 pipelines, and, on random small jobs, every candidate's family floor below its group's floor, that
 below its key, and the key below the step a plan reports for it wherever it fits (exhaustive pricing the oracle)."""
@@ -18,9 +18,10 @@ from meshcore import Runtime, Schedule
 from planner.api import resolve
 from planner.inputs.runtimes import load_runtime
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.pipeline_fills import minimax_fill, ordered_fills, path_fill
 from planner.search.pricing import price, reported
 from planner.search.runtime_space import for_runtime
-from planner.search.sim_bounds import ReportedBounds, minimax_fill, ordered_fills, path_fill
+from planner.search.sim_bounds import ReportedBounds
 from planner.search.space import SearchSpec, families
 
 

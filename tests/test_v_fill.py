@@ -1,4 +1,4 @@
-"""The fill a ZB-V or DualPipeV candidate's key takes before its split is known (planner.search.sim_bounds.v_fill):
+"""The fill a ZB-V or DualPipeV candidate's key takes before its split is known (planner.search.pipeline_fills.v_fill):
 below the rows of its proof on every split of random layer counts and stage times, below the simulator on random V
 pipelines of every V schedule (shared by layers as planner.search.simulate.durations shares them), and close enough
 that the same bound inflated by 30 % is above some simulated pipeline."""
@@ -15,7 +15,7 @@ from cost_models.pipeline.simulator import Durations, makespan
 from meshcore import Schedule
 from meshcore.errors import LayoutError
 from meshcore.schedules import spec_of
-from planner.search.sim_bounds import v_fill
+from planner.search.pipeline_fills import v_fill
 from planner.search.splits import v_chunks
 
 V_SCHEDULES = (Schedule.ZB_V, Schedule.DUALPIPE_V, Schedule.V_HALF, Schedule.V_MIN)
