@@ -13,24 +13,27 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tiny_models import TINY_DEEPSEEK
+from tiny_models import TINY_DEEPSEEK, TINY_MAVERICK
 
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.schedules import program
 from cost_models.pipeline.simulator import Durations, makespan
 from cost_models.step import evaluate_layout
 from meshcore import SPLIT_BACKWARD, Runtime, Schedule
+from meshcore.layout import Pipeline
 from planner.api import resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime
 from planner.search import exact
 from planner.search.exact import search
+from planner.search.held_kinds import HeldKinds
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.pricing import balanced_only, price, reported
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds, SplitMemory, SplitPaths, durations_floor, split_rows
 from planner.search.simulate import simulated_step_time
 from planner.search.space import Candidate, SearchSpec, candidates, module_family, next_module_set, offload_options
+from planner.search.split_paths import layer_prefix
 from planner.search.splits import v_chunks
 
 SCHEDULES = [Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED_1F1B, Schedule.ZB_H1, Schedule.ZB_V,
@@ -74,14 +77,15 @@ def _brute_feasible(paths: SplitPaths, x: float) -> bool:
     for d, row in enumerate(paths.rows):
         nxt = set()
         for start in reached:
+            at = 0 if paths.counted else start  # counted: stage d's n layers read as [0, n)
             for end in range(start, layers + 1):
                 extra = 0.0
                 if memory is not None:
-                    found = memory.time(d, start, end)
+                    found = memory.time(d, at, end - start + at)
                     if found is None:
                         continue
                     extra = found
-                own = prefix[end] - prefix[start] + extra
+                own = prefix[end - start + at] - prefix[at] + extra
                 if all(c + s * prefix[start] + s2 * start + u * own <= x for c, s, s2, u in row):
                     nxt.add(end)
         reached = nxt
@@ -92,25 +96,37 @@ def _brute_feasible(paths: SplitPaths, x: float) -> bool:
 @given(data=st.data())
 def test_split_paths_feasible_is_its_definition(data: st.DataObject) -> None:
     """The greedy of `SplitPaths.feasible` (a bisection per limit) accepts exactly what trying every stage boundary
-    accepts, with and without a memory that forces recomputation, on random rows of each schedule."""
+    accepts, with and without a memory that forces recomputation, on random rows of each schedule; for ZB-V and the
+    wave also counted (`layer_prefix` of random layer kinds: each rank's n layers at their least over placements)."""
     rng = random.Random(data.draw(st.integers(0, 10**9)))
     schedule = rng.choice([s for s in SCHEDULES if s is not Schedule.INTERLEAVED_1F1B])
     pp, layers = rng.randint(1, 4), rng.randint(1, 9)
     layers = max(layers, pp)
-    times = [rng.choice([1.0, 2.5]) * rng.uniform(0.8, 1.2) for _ in range(layers)]
-    prefix = list(itertools.accumulate(times, initial=0.0))
-    vpp = {Schedule.ZB_V: 2, Schedule.WAVE: 2}.get(schedule, 1)
+    vpp = {Schedule.ZB_V: 2, Schedule.WAVE: rng.choice([2, 4])}.get(schedule, 1)
+    kinds = [rng.random() < 0.5 for _ in range(layers)]
+    held = HeldKinds.of(kinds, vpp) if vpp > 1 and rng.random() < 0.5 else None
+    count = layers if held is None else 2  # values per layer, or per kind (counted)
+
+    def prefix_of(values: list[float]) -> list[float]:
+        if held is not None:
+            return layer_prefix(kinds, lambda moe: values[moe], held)
+        return list(itertools.accumulate(values, initial=0.0))
+
+    def draw(low: float, high: float) -> list[float]:
+        return [rng.uniform(low, high) for _ in range(count)]
+
+    prefix = prefix_of(draw(0.8, 2.9))
     rows = split_rows(schedule, pp, rng.randint(1, 8), vpp, [rng.uniform(0, 1) for _ in range(pp)],
-                      rng.choice([0.0, 0.1]), min(times), rng.uniform(0.2, 0.4), rng.uniform(0.2, 0.4))
+                      rng.choice([0.0, 0.1]), min(b - a for a, b in itertools.pairwise(prefix)), rng.uniform(0.2, 0.4),
+                      rng.uniform(0.2, 0.4))
     memory = None
     if rng.random() < 0.7:
-        act = list(itertools.accumulate([rng.uniform(1, 3) for _ in range(layers)], initial=0.0))
-        least = list(itertools.accumulate([(b - a) * rng.uniform(0.2, 1.0) for a, b in itertools.pairwise(act)],
-                                          initial=0.0))
-        state = list(itertools.accumulate([rng.uniform(0, 1) for _ in range(layers)], initial=0.0))
+        act = draw(1, 3)
+        least = [a * rng.uniform(0.2, 1.0) for a in act]
         memory = SplitMemory(tuple(rng.uniform(0, 3) for _ in range(pp)), tuple(rng.uniform(1, 4) for _ in range(pp)),
-                             tuple(state), tuple(act), tuple(least), rng.uniform(4, 20), rng.uniform(0, 0.5))
-    paths = SplitPaths(rows, prefix, memory)
+                             tuple(prefix_of(draw(0, 1))), tuple(prefix_of(act)), tuple(prefix_of(least)),
+                             rng.uniform(4, 20), rng.uniform(0, 0.5))
+    paths = SplitPaths(rows, prefix, memory, held is not None)
     for x in [rng.uniform(0, 60) for _ in range(8)]:
         assert paths.feasible(x) == _brute_feasible(paths, x), x
 
@@ -161,14 +177,79 @@ def test_split_floor_is_below_every_split_simulated(seed: int) -> None:
         assert bound <= makespan(prog, d) * (1 + 1e-9), (schedule, per_rank)
 
 
+def _chunk_makespan(prog, chunks: tuple[int, ...], layer: list[tuple[float, float, float]],  # type: ignore[no-untyped-def]
+                    ends: list[tuple[float, float]], comm: list[float], hop: float, split: bool) -> float:
+    """The simulated pipeline of these chunk sizes (model order) with per-layer (forward, backward, recompute) times
+    and per-rank ends (forward, backward): each rank's stage the sum of its chunks' layers, shared over its chunks by
+    layers as planner.search.simulate.durations shares it."""
+    pp = len(ends)
+    edges = list(itertools.accumulate(chunks, initial=0))
+    fwd, bwd, rec = [e[0] for e in ends], [e[1] for e in ends], [0.0] * pp
+    held = [0] * pp
+    for c, r in enumerate(prog.placement):
+        held[r] += chunks[c]
+        for f, b, rc in layer[edges[c]:edges[c + 1]]:
+            fwd[r], bwd[r], rec[r] = fwd[r] + f, bwd[r] + b, rec[r] + rc
+    f_c, b_c, w_c = [], [], []
+    for c, n in enumerate(chunks):
+        r = prog.placement[c]
+        share, compute = n / held[r], fwd[r] + bwd[r] + rec[r]
+        w = W_SHARE * bwd[r] * share if split else 0.0
+        f_c.append((fwd[r] + comm[r] * fwd[r] / compute) * share)
+        b_c.append((bwd[r] + rec[r] + comm[r] * (1 - fwd[r] / compute)) * share - w)
+        w_c.append(w)
+    return makespan(prog, Durations(tuple(f_c), tuple(b_c), tuple(w_c), (1.0,) * len(chunks), p2p_s=hop))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_counted_split_floor_is_below_every_split_simulated(seed: int) -> None:
+    """A stack of dense and MoE layers (alternating, dense first, or random) under ZB-V or the wave: the solved-split
+    bound with each rank's layers counted at their least over where its chunks can lie (`layer_prefix` of
+    `HeldKinds`) is below the simulated pipeline of every split, each rank's layers shared over its chunks as pricing
+    shares them (v_chunks), and of the balanced chunks; and above the bound of every layer at the cheaper kind."""
+    rng = random.Random(seed)
+    schedule = rng.choice([Schedule.ZB_V, Schedule.WAVE])
+    pp, layers = rng.randint(2, 4), rng.randint(6, 11)
+    vpp, m = _shape(schedule, pp, rng.randint(1, 10), rng)
+    layers = max(layers, pp * vpp)
+    split, hop = schedule in SPLIT_BACKWARD, rng.choice([0.0, 0.05, 0.3])
+    shape = rng.choice(["alternate", "first", "any"])
+    kinds = [(i % 2 == 1 if shape == "alternate" else i >= 2 if shape == "first" else rng.random() < 0.5)
+             for i in range(layers)]
+    scale = {0: 1.0, 1: rng.uniform(1, 4)}  # an MoE layer up to four times a dense one
+    per_kind = {k: (rng.uniform(0.3, 1) * scale[k], rng.uniform(0.5, 2) * scale[k],
+                    rng.choice([0.0, rng.uniform(0, 1)]) * scale[k]) for k in (0, 1)}
+    layer = [per_kind[k] for k in kinds]
+    emb, head = (rng.uniform(0, .5), rng.uniform(0, .5)), (rng.uniform(0, .8), rng.uniform(0, 1.5))
+    ends = [(emb[0] + head[0], emb[1] + head[1])] + [(0.0, 0.0)] * (pp - 1)  # both on rank 0 (beside)
+    pieces = [*per_kind.values(), (*emb, 0.0), (*head, 0.0)]
+    phi = min(f / (f + b + r) for f, b, r in pieces)
+    omega = W_SHARE * max(b / (f + b + r) for f, b, r in pieces)
+    value = {k: sum(t) for k, t in per_kind.items()}
+    rows = split_rows(schedule, pp, m, vpp, [sum(e) for e in ends], hop, min(value.values()), phi, omega)
+    held = HeldKinds.of(kinds, vpp)
+    bound = SplitPaths(rows, layer_prefix(kinds, lambda moe: value[moe], held), None, True).floor()
+    cheaper = SplitPaths(rows, [i * min(value.values()) for i in range(layers + 1)]).floor()
+    assert cheaper <= bound * (1 + 1e-9)
+    prog = program(schedule, pp, m, vpp)
+    layouts = [Pipeline(pp=pp, vpp=vpp, schedule=schedule).chunk_layers(layers)]
+    for cuts in itertools.combinations(range(1, layers), pp - 1):
+        layouts.append(v_chunks(tuple(b - a for a, b in itertools.pairwise([0, *cuts, layers])), vpp))
+    comm = [rng.uniform(0, 0.3) for _ in range(pp)]
+    for chunks in layouts:
+        assert bound <= _chunk_makespan(prog, chunks, layer, ends, comm, hop, split) * (1 + 1e-9), chunks
+
+
 CASES = [("tiny-deepseek", "rtx4090", 8, 8192, 32, "any"), ("qwen3-30b-a3b", "h100-sxm", 16, 8192, 32, "any"),
          ("llama3-8b", "l40s", 8, 8192, 16, "megatron"), ("mixtral-8x7b", "a100-40gb", 32, 4096, 64, "any"),
-         ("llama2-13b", "a100-40gb", 16, 4096, 64, "any"), ("llama3-8b", "h100-sxm", 16, 4096, 64, "megatron")]
+         ("llama2-13b", "a100-40gb", 16, 4096, 64, "any"), ("llama3-8b", "h100-sxm", 16, 4096, 64, "megatron"),
+         ("tiny-maverick", "rtx4090", 8, 8192, 32, "any")]
+TINY = {"tiny-deepseek": TINY_DEEPSEEK, "tiny-maverick": TINY_MAVERICK}
 
 
 def _resolve(index: int):  # type: ignore[no-untyped-def]
     name, hw, gpus, seq, batch, runtime = CASES[index]
-    model = model_from_mapping(TINY_DEEPSEEK, "test") if name == "tiny-deepseek" else name
+    model = model_from_mapping(TINY[name], "test") if name in TINY else name
     return resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=runtime))
 
 
@@ -192,9 +273,14 @@ def test_reported_bounds_are_below_every_layout_that_fits(case: int, pick: int, 
     its own key."""
     pr = _resolve(case)
     spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
-    bounds = ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute)
     pool = [c for c in candidates(pr.model, pr.cluster, pr.job, spec) if c.pp > 1]
-    c = pool[pick % len(pool)]
+    _check_below_layouts(pr, spec, pool, pool[pick % len(pool)], seed)
+
+
+def _check_below_layouts(pr, spec: SearchSpec, pool: list[Candidate], c: Candidate,  # type: ignore[no-untyped-def]
+                         seed: int) -> None:
+    """`test_reported_bounds_are_below_every_layout_that_fits` on candidate `c` of `pool`."""
+    bounds = ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute)
     balanced = balanced_only(c, spec)
     key, tight = bounds.key(c), bounds.tight_key(c, balanced)
     group = [g for g in pool if bounds.group_key(g) == bounds.group_key(c)]
@@ -214,6 +300,20 @@ def test_reported_bounds_are_below_every_layout_that_fits(case: int, pick: int, 
         if sim is not None and not balanced:
             assert bounds.split_bound(c, 0.0) <= step * (1 + 1e-9), layout
             assert not bounds.split_refuses(c, step), layout
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_v_and_wave_bounds_of_mixed_kinds_are_below_their_layouts(seed: int) -> None:
+    """`test_reported_bounds_are_below_every_layout_that_fits` on the ZB-V, DualPipeV and wave candidates of the two
+    mixed stacks (tiny-deepseek: dense first; tiny-maverick: alternating), whose ranks' layers are counted by kind
+    (planner.search.held_kinds)."""
+    rng = random.Random(seed)
+    case = rng.choice([i for i, row in enumerate(CASES) if row[0] in TINY])
+    pr = _resolve(case)
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    pool = [c for c in candidates(pr.model, pr.cluster, pr.job, spec) if c.pp > 1]
+    held = [c for c in pool if c.vpp > 1 and not balanced_only(c, spec)]
+    _check_below_layouts(pr, spec, pool, rng.choice(held), seed)
 
 
 @st.composite

@@ -40,6 +40,7 @@ from cost_models.step import pipeline_hop_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
+from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.pipeline_fills import minimax_fill, ordered_fills, path_fill, trailing_w, v_fill_at
 from planner.search.simulate import simulable
@@ -151,6 +152,7 @@ class ReportedBounds(SearchBounds):
         self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._held: dict[int, HeldKinds] = {}
 
     def simulated(self, c: Candidate) -> bool:
         return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
@@ -205,7 +207,7 @@ class ReportedBounds(SearchBounds):
             least = {False: min(times.decoder.total, times.decoder_full.total) if part else times.decoder.total}
             if times.moe is not None and times.moe_full is not None:
                 least[True] = min(times.moe.total, times.moe_full.total) if part else times.moe.total
-            prefix = layer_prefix(self.layer_kinds, least.__getitem__, c.vpp == 1)
+            prefix = layer_prefix(self.layer_kinds, least.__getitem__, self.held(c))
             layout = c.layout()
             ends = [(times.embedding.total if r == layout.embedding_rank else 0.0)
                     + (times.head.total if r == layout.head_rank else 0.0) for r in range(c.pp)]
@@ -268,18 +270,27 @@ class ReportedBounds(SearchBounds):
         rho = min((max((full.total - base.total) / (act - acts.full), 0.0) if act > acts.full else 0.0)
                   for base, full, act, _ in per_kind.values() if base is not None and full is not None)
         stored = acts.full if self.partial_recompute else math.inf  # what a layer stores at the least
-        kinds, one_run = self.layer_kinds, c.vpp == 1
-        state = layer_prefix(kinds, lambda moe: per_kind[moe][3], one_run)
-        act = layer_prefix(kinds, lambda moe: per_kind[moe][2], one_run)
-        least = layer_prefix(kinds, lambda moe: min(per_kind[moe][2], stored), one_run)
+        kinds, held = self.layer_kinds, self.held(c)
+        state = layer_prefix(kinds, lambda moe: per_kind[moe][3], held)
+        act = layer_prefix(kinds, lambda moe: per_kind[moe][2], held)
+        least = layer_prefix(kinds, lambda moe: min(per_kind[moe][2], stored), held)
         return SplitMemory(tuple(fixed), tuple(alive), tuple(state), tuple(act), tuple(least),
                            self.cluster.gpu.memory_gib * GIB, rho)
 
     def split_paths(self, c: Candidate) -> SplitPaths:
         """`SplitPaths` of `c` (solved: `split_rows`, `split_memory`), once per candidate."""
         if c not in self._split_paths:
-            self._split_paths[c] = SplitPaths(*self.split_rows(c), self.split_memory(c))
+            self._split_paths[c] = SplitPaths(*self.split_rows(c), self.split_memory(c), self.held(c) is not None)
         return self._split_paths[c]
+
+    def held(self, c: Candidate) -> HeldKinds | None:
+        """The layer kinds a rank of `c` can hold (planner.search.held_kinds), where it holds chunks apart (vpp > 1)
+        and the layers differ in kind; None where every rank's layers are one run or of one kind."""
+        if c.vpp == 1 or len(set(self.layer_kinds)) == 1:
+            return None
+        if c.vpp not in self._held:
+            self._held[c.vpp] = HeldKinds.of(self.layer_kinds, c.vpp)
+        return self._held[c.vpp]
 
     def split_bound(self, c: Candidate, known: float) -> float:
         """A lower bound on the simulated step of `c` (solved) at least `known` (one already): `SplitPaths.floor` plus

@@ -12,22 +12,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import affine_rows
 
 Row = tuple[float, float, float, float]  # (c, s, s2, u): path_d >= c + s·P(l_d) + s2·l_d + u·(P(l_d + n_d) − P(l_d))
 
 
-def layer_prefix(kinds: Sequence[bool], value: Callable[[bool], float], contiguous: bool) -> list[float]:
-    """Prefix sums of `value` of each decoder layer's kind (MoE or not) in model order, as `SplitPaths` reads them
-    for rank d holding layers [l, j): exact where every rank holds one run of consecutive layers (`contiguous`).
-    A V or wave rank holds two or more runs apart (its chunks), so its j − l layers are not those of [l, j); there
-    every layer counts the least value of the kinds present, below what any j − l layers take, which keeps the
-    path and memory bounds below every split (with one kind the two are the same)."""
-    present = {bool(k) for k in kinds}
-    if contiguous or len(present) == 1:
+def layer_prefix(kinds: Sequence[bool], value: Callable[[bool], float], held: HeldKinds | None) -> list[float]:
+    """What `SplitPaths` reads of `value` of each decoder layer's kind (MoE or not). Where every rank holds one run of
+    consecutive layers (held None) its prefix sums in model order: rank d holding layers [l, j) adds P(j) − P(l). A V
+    or wave rank holds two or more runs apart (its chunks), so its n layers are not those of any [l, l + n); there
+    (`SplitPaths` counted) P(n) is the least n layers of such a rank add over every placement of its chunks
+    (`HeldKinds.least`, proved in planner.search.held_kinds), below what any of its splits' ranks take."""
+    if held is None:
         return list(accumulate((value(bool(k)) for k in kinds), initial=0.0))
-    least = min(value(k) for k in present)
-    return [least * n for n in range(len(kinds) + 1)]
+    return held.least(value(False), value(True))
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,9 @@ class SplitMemory:
     """What a rank's memory adds to its time in `split_feasible` (`SearchBounds.fitting_slowest`'s f_r): rank d holding
     layers [l, j) keeps fixed[d] + state(j) − state(l) + alive[d]·(act(j) − act(l)) bytes, the excess over `capacity`
     saved by full recomputation at no less than rho/alive[d] seconds a byte, and cannot hold them if even fully
-    recomputed (`least_act`) they exceed it. state, act and least_act are prefix sums over the layers."""
+    recomputed (`least_act`) they exceed it. state, act and least_act are prefix sums over the layers, or, where the
+    paths are counted (`layer_prefix`), each the least over where n layers can lie (read as [0, n)): each below what
+    every placement takes, so their sums (bytes kept, and those times rho plus the time) are too."""
 
     fixed: tuple[float, ...]
     alive: tuple[float, ...]
@@ -57,9 +58,9 @@ class SplitMemory:
 class SplitPaths:
     """The path bounds of a candidate whose split is solved, over every split (`split_feasible`, `floor`)."""
 
-    def __init__(self, rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: SplitMemory | None = None
-                 ) -> None:
-        self.rows, self.prefix, self.memory = rows, list(prefix), memory
+    def __init__(self, rows: Sequence[Sequence[Row]], prefix: Sequence[float], memory: SplitMemory | None = None,
+                 counted: bool = False) -> None:
+        self.rows, self.prefix, self.memory, self.counted = rows, list(prefix), memory, counted
         if memory is not None:  # per rank: bytes kept and bytes at the least for the first j layers, and the time
             self.kept = affine_rows(memory.state, memory.alive, memory.act)  # with the recomputation per byte kept
             self.least = affine_rows(memory.state, memory.alive, memory.least_act)
@@ -77,8 +78,9 @@ class SplitPaths:
     def feasible(self, x: float) -> bool:
         """Whether some split keeps every row of every stage at or below `x` (False: every split that pricing can
         return has a path above x). P = `prefix`, P(l) the least time of the first l layers; l_d the layers before
-        stage d, n_d its own (relaxed to zero or more), stage d's own time at least P(l + n) − P(l) plus what `memory`
-        adds (the stages before it at least P(l_d)); each row has u > 0, s <= u and s2 <= u·(least layer time).
+        stage d, n_d its own (relaxed to zero or more), stage d's own time at least P(l + n) − P(l), or P(n) where
+        `counted` (`layer_prefix`: then every row has s = 0), plus what `memory` adds (the stages before it at least
+        P(l_d)); each row has u > 0, s <= u and s2 <= u·(least layer time), and P(n + 1) − P(n) >= that time.
 
         A stage may start at l only if its rows hold with no layer of its own, c + s·P(l) + s2·l + u·(its memory's
         time) <= x, which holds on a prefix of l; it may end at any j up to the largest for which its rows hold, which
@@ -106,17 +108,18 @@ class SplitPaths:
                 elif s2 > 0:
                     start = min(start, math.floor(room / s2 * slack + 1e-12))
             start = max(start, 0)
+            at = 0 if self.counted else start  # where stage d's own layers are read from
             budget = min((x - c - s * prefix[start] - s2 * start) / u for c, s, s2, u in row)
-            reach = prefix[start] + budget
+            reach = prefix[at] + budget
             end = bisect_right(prefix, reach * slack + 1e-300) - 1  # the layers' times alone
             if memory is not None:
-                free = memory.capacity - memory.fixed[d] + self.kept[d][start]  # bytes before recomputation
+                free = memory.capacity - memory.fixed[d] + self.kept[d][at]  # bytes before recomputation
                 plain = bisect_right(self.kept[d], free * slack) - 1
                 if end > plain:  # past it each byte kept costs rho[d] seconds
                     end = max(plain, bisect_right(self.mixed(d), (reach + self.rho[d] * free) * slack + 1e-300) - 1)
-                room = memory.capacity - memory.fixed[d] + self.least[d][start]
+                room = memory.capacity - memory.fixed[d] + self.least[d][at]
                 end = min(end, bisect_right(self.least[d], room * slack) - 1)
-            hi = max(start, min(end, layers))
+            hi = max(start, min(end + start - at, layers))
         return hi >= layers
 
     def floor(self, above: float = 0.0) -> float:
