@@ -85,7 +85,7 @@ def grad_sync_times(params: float, zero: ZeroStage, groups: DataGroups, cluster:
     return reduce, collective(Collective.ALL_GATHER, params * weight_bytes, shard, cluster, multi_rail)
 
 
-def _groups(params: StageParams, layout: Layout) -> tuple[tuple[float, DataGroups], ...]:
+def weight_groups(params: StageParams, layout: Layout) -> tuple[tuple[float, DataGroups], ...]:
     """(parameters, data-parallel groups) of each kind of weight: dense (`Mesh.dense_data`: dp·cp, sharded over
     cp·dp_shard) and routed experts (`Mesh.expert_data`: the folded expert mesh's tp·cp·dp/(etp·ep) ranks)."""
     mesh = layout.mesh
@@ -103,7 +103,7 @@ def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBy
     grad, share, ex = job.runtime.grad_reduce_bytes, job.trainable_fraction, job.runtime.priced_execution
     zero = ZeroStage.WEIGHTS if per_block(job) and layout.zero is ZeroStage.GRADIENTS else layout.zero
     parts = [M.state_bytes(p, zero, g.shard.size, grad, share, ex.sharded_weight_bytes, ex.optimizer_bytes)
-             for p, g in _groups(params, layout)]
+             for p, g in weight_groups(params, layout)]
     weights = 0.0 if Offload.PARAMS in layout.offload else sum(x.weights for x in parts)
     optimizer = 0.0 if Offload.OPTIMIZER in layout.offload else sum(x.optimizer for x in parts)
     # offloaded gradients leave bucket by bucket during the backward: the buckets are working memory
@@ -114,12 +114,13 @@ def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBy
 
 def local_params(params: StageParams, layout: Layout) -> float:
     """Parameters whose optimizer state this GPU holds: each group's 1/ranks share from ZeRO-1 on."""
-    return sum(p / (g.shard.size if layout.zero >= ZeroStage.OPTIMIZER else 1) for p, g in _groups(params, layout))
+    sharded = layout.zero >= ZeroStage.OPTIMIZER
+    return sum(p / (g.shard.size if sharded else 1) for p, g in weight_groups(params, layout))
 
 
 def shard_params(params: StageParams, layout: Layout) -> float:
     """Parameters of `params` in this GPU's ZeRO-3 shard (each group over its own data-parallel ranks)."""
-    return sum(p / g.shard.size for p, g in _groups(params, layout))
+    return sum(p / g.shard.size for p, g in weight_groups(params, layout))
 
 
 def staggered_exposed(comm: float, chunks: float, own: float, gap: float, gpu: GpuSpec) -> float:
@@ -168,7 +169,7 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     if kept_gathered(layout, job):
         return kept_gathered_sync(params, layout, job, cluster, forward / v if finite else forward)
     reduce = gather = 0.0
-    for p, groups in _groups(params, layout):  # only the trained weights change: gather what was updated
+    for p, groups in weight_groups(params, layout):  # only the trained weights change: gather what was updated
         r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
                                rt.multi_rail, gather_bytes(job, cluster))
         reduce, gather = reduce + r, gather + g
@@ -214,7 +215,7 @@ def kept_gathered_sync(params: StageParams, layout: Layout, job: JobSpec, cluste
     it. With HSDP the shard's all-reduce over the replicas follows."""
     rt, gpu = job.runtime, cluster.gpu
     gather = reduce = 0.0
-    for p, groups in _groups(params, layout):
+    for p, groups in weight_groups(params, layout):
         trained = p * job.trainable_fraction
         gather += collective(Collective.ALL_GATHER, trained * gather_bytes(job, cluster), groups.shard, cluster,
                              rt.multi_rail)
@@ -287,7 +288,7 @@ def sharded_dp_exposed(params: StageParams, n_layers: float, layout: Layout, job
     per_layer = ZERO3_UNITS_PER_LAYER if job.runtime.priced_execution.fsdp is FsdpForm.PER_MODULE else 1
     units = max(1, per_layer * n_layers)
     scatter = gather = 0.0
-    for p, groups in _groups(params, layout):  # within the shard group (HSDP's replicas all-reduce once per step)
+    for p, groups in weight_groups(params, layout):  # within the shard group (HSDP's replicas all-reduce once per step)
         grad_bytes = p * job.trainable_fraction * job.runtime.grad_reduce_bytes  # frozen weights have none
         shard = groups.shard
         if layout.zero is ZeroStage.GRADIENTS:

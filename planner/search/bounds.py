@@ -34,6 +34,7 @@ from planner.search.floors import excess_floor, least_bottleneck, least_bottlene
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
 from planner.search.space import Candidate
+from planner.search.tail_bounds import pass_ceilings
 
 
 class SearchBounds(RankMemory):
@@ -286,15 +287,15 @@ class SearchBounds(RankMemory):
         c = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE)
         layout = c.layout()
         stage = avg.total + sharded + self._offload_floor(c)
-        tail = (dp_reduce_exposed(params, layout, job, cluster, avg.backward, avg.forward, math.inf)
+        backward, forward = pass_ceilings(self.get(c), self.layer_counts, c.pp, params, layout, job, cluster)
+        tail = (dp_reduce_exposed(params, layout, job, cluster, backward, forward, math.inf)
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
 
     def _offload_floor(self, c: Candidate) -> float:
         """Exposed host copies of the average stage per micro-batch, at the least: each layer's copies as
-        cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with
-        parameter
+        cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with parameter
         offload, its stored activations with activation offload), every decoder layer over pp ranks, each at the
         cheaper of its own recomputation and full recomputation (whose smaller copy may hide behind a longer
         backward) net of the time full recomputation adds, which the bound's other terms do not count. That time

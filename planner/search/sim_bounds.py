@@ -37,6 +37,7 @@ from cost_models.compute.knobs import LayerTime
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.simulator import Durations, Program
 from cost_models.step import pipeline_hop_time
+from cost_models.sync import optimizer_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
@@ -46,6 +47,7 @@ from planner.search.pipeline_fills import minimax_fill, ordered_fills, path_fill
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
+from planner.search.tail_bounds import one_chunk_exposed, pass_ceilings
 
 
 def changes_of_device(place: Sequence[int]) -> list[int]:
@@ -153,6 +155,7 @@ class ReportedBounds(SearchBounds):
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._held: dict[int, HeldKinds] = {}
+        self._one_tails: dict[tuple[object, ...], float] = {}
 
     def simulated(self, c: Candidate) -> bool:
         return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
@@ -179,7 +182,8 @@ class ReportedBounds(SearchBounds):
         `slowest`: the work bound on the average and the slowest rank (`SearchBounds._bound`'s terms without the
         sends, which the simulator charges as hop latency) and the fill of a one-chunk schedule over any split
         (`sim_fill`: 1F1B and GPipe, ZB-H1 and ZB-H2); plus the tail."""
-        stage, hop, _, _, tail = self._family(c, self.beside(c))
+        stage, hop = self._family(c, self.beside(c))[:2]
+        tail = self.shape_tail(c)
         stage += recomputed
         m = self.job.global_batch // (c.dp * c.mbs)
         work = max(m * max(stage, self.slowest(c), slowest), self.sim_fill(c, c.schedule, c.vpp, m, c.pp * stage, hop))
@@ -189,12 +193,39 @@ class ReportedBounds(SearchBounds):
         """`sim_bound` with the recomputation and slowest rank any fitting split needs (`tight_bound`'s); for balanced
         chunks the path bound on the chunks as they fall (`balanced_path`)."""
         if balanced:
-            tail = self._family(c, self.beside(c))[4]
+            tail = self.shape_tail(c)
             return max(self.sim_bound(c), (self.balanced_path(c) + tail) * (1 - _ROUNDING))
         extra, slowest = self.recompute_floor(c), self.fitting_slowest(c)
         if math.isinf(slowest):
             return math.inf
         return self.sim_bound(c, extra, slowest)
+
+    def shape_tail(self, c: Candidate) -> float:
+        """The least tail of `c` (gradient reduction, weight gather, optimizer step): `_family`'s, which holds for
+        every schedule; under one without interleaving (v = 1 in `dp_reduce_exposed`) also `one_chunk_exposed` plus
+        the average stage's optimizer step (as `_family` prices it; left out where the optimizer is offloaded, whose
+        step need not grow linearly with the stage's parameters)."""
+        beside = self.beside(c)
+        tail = self._family(c, beside)[4]
+        if spec_of(c.schedule).family is ScheduleFamily.INTERLEAVED:
+            return tail
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
+               beside, c.offload)
+        if key not in self._one_tails:
+            self._one_tails[key] = self._one_chunk_tail(c, beside)
+        return max(tail, self._one_tails[key])
+
+    def _one_chunk_tail(self, c: Candidate, beside: bool) -> float:
+        """`shape_tail`'s bound for schedules without interleaving, from the average stage's parameters and the most
+        its passes take (`tail_bounds.pass_ceilings`)."""
+        layout = c.but(vpp=1, schedule=DEFAULT_SCHEDULE).layout()
+        params = self.params(c, beside).scaled(1 / c.pp)
+        job, cluster = self.job, self.cluster
+        windows = pass_ceilings(self.get(c), self.layer_counts, c.pp, params, layout, job, cluster)
+        exposed = one_chunk_exposed(params, layout, job, cluster, *windows)
+        if Offload.OPTIMIZER in c.offload:
+            return exposed
+        return exposed + optimizer_time(params, layout, job, cluster)
 
     def split_rows(self, c: Candidate) -> tuple[list[list[Row]], list[float]]:
         """`split_feasible`'s rows and layer-time prefix of a candidate whose split is solved (one chunk per rank, ZB-V
@@ -301,15 +332,15 @@ class ReportedBounds(SearchBounds):
 
     def split_search(self, c: Candidate, known: float) -> FloorSearch:
         """`split_bound`'s search for the floor, one test at a time (`split_key` of its `low` at each step)."""
-        return FloorSearch(self.split_paths(c), max(known - self._family(c, self.beside(c))[4], 0.0))
+        return FloorSearch(self.split_paths(c), max(known - self.shape_tail(c), 0.0))
 
     def split_key(self, c: Candidate, known: float, low: float) -> float:
         """The bound on the simulated step of `c` (solved) that `low`, below the floor of its paths, gives."""
-        return max(known, (low + self._family(c, self.beside(c))[4]) * (1 - _ROUNDING))
+        return max(known, (low + self.shape_tail(c)) * (1 - _ROUNDING))
 
     def split_refuses(self, c: Candidate, step: float) -> bool:
         """Whether no split of `c` (solved) that fits can be simulated to a step below `step` (with the least tail)."""
-        tail = self._family(c, self.beside(c))[4]
+        tail = self.shape_tail(c)
         return not self.split_paths(c).feasible(step * (1 + 1e-9) - tail)
 
     def balanced_path(self, c: Candidate) -> float:
