@@ -47,7 +47,7 @@ from planner.search.pipeline_fills import minimax_fill, ordered_fills, path_fill
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
-from planner.search.tail_bounds import one_chunk_exposed, pass_ceilings
+from planner.search.tail_bounds import least_tail_exposed, pass_ceilings
 
 
 def changes_of_device(place: Sequence[int]) -> list[int]:
@@ -155,7 +155,7 @@ class ReportedBounds(SearchBounds):
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._held: dict[int, HeldKinds] = {}
-        self._one_tails: dict[tuple[object, ...], float] = {}
+        self._shape_tails: dict[tuple[object, ...], float] = {}
 
     def simulated(self, c: Candidate) -> bool:
         return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
@@ -202,30 +202,22 @@ class ReportedBounds(SearchBounds):
 
     def shape_tail(self, c: Candidate) -> float:
         """The least tail of `c` (gradient reduction, weight gather, optimizer step): `_family`'s, which holds for
-        every schedule; under one without interleaving (v = 1 in `dp_reduce_exposed`) also `one_chunk_exposed` plus
-        the average stage's optimizer step (as `_family` prices it; left out where the optimizer is offloaded, whose
-        step need not grow linearly with the stage's parameters)."""
+        every vpp and schedule, or `tail_bounds.least_tail_exposed` of c's own (the windows of its vpp under the
+        interleaved schedule, of one chunk under any other) plus the average stage's optimizer step as `_family`
+        prices it (left out where the optimizer is offloaded: its step need not grow linearly with the parameters)."""
         beside = self.beside(c)
-        tail = self._family(c, beside)[4]
-        if spec_of(c.schedule).family is ScheduleFamily.INTERLEAVED:
-            return tail
+        v = c.vpp if spec_of(c.schedule).family is ScheduleFamily.INTERLEAVED else 1
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
-               beside, c.offload)
-        if key not in self._one_tails:
-            self._one_tails[key] = self._one_chunk_tail(c, beside)
-        return max(tail, self._one_tails[key])
-
-    def _one_chunk_tail(self, c: Candidate, beside: bool) -> float:
-        """`shape_tail`'s bound for schedules without interleaving, from the average stage's parameters and the most
-        its passes take (`tail_bounds.pass_ceilings`)."""
-        layout = c.but(vpp=1, schedule=DEFAULT_SCHEDULE).layout()
-        params = self.params(c, beside).scaled(1 / c.pp)
-        job, cluster = self.job, self.cluster
-        windows = pass_ceilings(self.get(c), self.layer_counts, c.pp, params, layout, job, cluster)
-        exposed = one_chunk_exposed(params, layout, job, cluster, *windows)
-        if Offload.OPTIMIZER in c.offload:
-            return exposed
-        return exposed + optimizer_time(params, layout, job, cluster)
+               beside, c.offload, v)
+        if key not in self._shape_tails:
+            layout = c.but(vpp=v, schedule=c.schedule if v > 1 else DEFAULT_SCHEDULE).layout()
+            params, job, cluster = self.params(c, beside).scaled(1 / c.pp), self.job, self.cluster
+            windows = pass_ceilings(self.get(c), self.layer_counts, c.pp, params, layout, job, cluster)
+            least = least_tail_exposed(params, layout, job, cluster, *windows)
+            if Offload.OPTIMIZER not in c.offload:
+                least += optimizer_time(params, layout, job, cluster)
+            self._shape_tails[key] = max(self._family(c, beside)[4], least)
+        return self._shape_tails[key]
 
     def split_rows(self, c: Candidate) -> tuple[list[list[Row]], list[float]]:
         """`split_feasible`'s rows and layer-time prefix of a candidate whose split is solved (one chunk per rank, ZB-V

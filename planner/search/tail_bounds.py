@@ -1,4 +1,4 @@
-"""A lower bound on the step's tail under a schedule without interleaving, before the split is known.
+"""A lower bound on the step's tail of one pipeline shape, before the split is known.
 
 The tail a plan reports is the most exposed stage's gradient reduction, weight gather and optimizer step
 (`cost_models.step`: the stage with the largest dp_exposed_s + optimizer_s). `SearchBounds._family` bounds it for every
@@ -6,15 +6,23 @@ schedule at once, with the widest windows any vpp gives (the interleaved schedul
 chunks), where the reduction mostly hides. Every other schedule (1F1B, GPipe, ZB-H1/H2, the V schedules, the wave)
 reduces each stage's gradients beside its last backward alone (`sync.dp_reduce_exposed` with v = 1) and exposes far
 more: Qwen3-235B on 1,024 H100 at pp 16, the priced ZB-V and DualPipeV layouts show 0.18 s of tail where that bound
-gives 0.08.
+gives 0.08. Interleaved layouts expose more, the fewer their chunks. `least_tail_exposed` prices each shape's own
+windows.
 """
 
 from __future__ import annotations
 
 from cost_models.compute.knobs import LayerTimes
 from cost_models.memory.params import StageParams
-from cost_models.sync import gather_bytes, grad_accumulation_time, grad_sync_times, kept_gathered, weight_groups
-from meshcore import ClusterSpec, JobSpec, Layout
+from cost_models.sync import (
+    gather_bytes,
+    grad_accumulation_time,
+    grad_sync_times,
+    kept_gathered,
+    staggered_exposed,
+    weight_groups,
+)
+from meshcore import ClusterSpec, JobSpec, Layout, ScheduleFamily, spec_of
 
 # parameters at which a collective's time per byte is its least (its latency spread over them is below 1e-9 s)
 _HUGE = 1e18
@@ -36,29 +44,26 @@ def pass_ceilings(times: LayerTimes, counts: tuple[int, int], pp: int, params: S
     return backward / pp + grad_accumulation_time(params, layout, job, cluster), forward / pp
 
 
-def least_exposed(comm: float, window: float, kappa: float) -> float:
-    """A lower bound on `GpuSpec.exposed` of `comm` seconds of collectives beside a stage's pass of at most `window`
-    seconds, affine in each: with one chunk the pass of `own` <= `window` seconds exposes max(0, comm − own) +
-    κ·min(comm, own) (`sync.staggered_exposed`, v = 1), at least κ·comm and at least comm − (1 − κ)·own."""
-    return max(kappa * comm, comm - (1.0 - kappa) * window)
-
-
-def one_chunk_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec, backward: float,
-                      forward: float) -> float:
-    """A lower bound on the most exposed stage's gradient reduction and weight gather per step (`dp_reduce_exposed`
-    as a schedule without interleaving prices it), from the average stage's parameters `params` and upper bounds on
-    the average stage's backward and forward per micro-batch; 0 for a runtime that keeps weights gathered under the
-    pipeline (`kept_gathered`: another formula).
+def least_tail_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec, backward: float,
+                       forward: float) -> float:
+    """A lower bound on the most exposed stage's gradient reduction and weight gather per step
+    (`sync.dp_reduce_exposed`), from the average stage's parameters `params` and upper bounds on the average stage's
+    backward and forward per micro-batch; 0 for a runtime that keeps weights gathered under the pipeline
+    (`kept_gathered`: another formula).
 
     Each collective's time is at least its bytes at its least time per byte (`grad_sync_times` at 1e18 parameters over
     as many: every NCCL choice takes latency + bytes / algbw with algbw at most its large-message value,
-    cost_models/comm/nccl.py), so stage s reduces for at least R_s = r·P_s, r that rate: linear in its parameters. A
-    stage exposes at least `least_exposed(R_s, b_s)`, each branch affine in (R_s, b_s), so the most exposed stage,
-    at least the mean of them, exposes at least either branch at the mean stage: R̄ = r·P̄ and b̄ <= `backward`. The
-    same for the weight gather beside the forward; without overlap (`Runtime.overlap_grad_reduce` off) all of it."""
+    cost_models/comm/nccl.py), so stage s reduces for at least R_s = r·P_s, r that rate: linear in its parameters.
+    Stage s exposes `staggered_exposed` of R_s: (1 − κ)·late + κ·R_s, late = max(0, R_s/v − own, R_s − (v − 1)·gap −
+    own), with v = vpp under Megatron-LM's interleaved schedule (own 0, gap n·b_s/v for the reduction; own f_s/v, gap
+    n·f_s/v for the gather; n = min(pp, m)) and v = 1 under every other (own the stage's whole pass): a maximum of
+    affine functions of (R_s, b_s, f_s), convex, nondecreasing in R_s and nonincreasing in the passes. So the most
+    exposed stage, at least the mean of them, exposes at least (Jensen) what the mean stage would, and at least that
+    with R̄ = r·P̄ and the passes at their upper bounds. Without overlap (`Runtime.overlap_grad_reduce` off) all of
+    it."""
     if kept_gathered(layout, job):
         return 0.0
-    rt, kappa = job.runtime, 1.0 - cluster.gpu.overlap_efficiency
+    rt, gpu = job.runtime, cluster.gpu
     reduce = gather = 0.0
     for p, groups in weight_groups(params, layout):
         r, g = grad_sync_times(_HUGE, layout.zero, groups, cluster, rt.grad_reduce_bytes, rt.multi_rail,
@@ -67,5 +72,9 @@ def one_chunk_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
         reduce, gather = reduce + r * share, gather + g * share
     if not rt.overlap_grad_reduce:
         return reduce + gather
-    hidden_gather = least_exposed(gather, forward, kappa) if rt.overlap_param_gather else gather
-    return least_exposed(reduce, backward, kappa) + hidden_gather
+    v = layout.vpp if spec_of(layout.schedule).family is ScheduleFamily.INTERLEAVED else 1
+    n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
+    exposed = staggered_exposed(reduce, v, backward if v == 1 else 0.0, n * backward / v, gpu)
+    if rt.overlap_param_gather:
+        return exposed + staggered_exposed(gather, v, forward / v, n * forward / v, gpu)
+    return exposed + gather
