@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from cost_models.comm.collectives import Collective, collective, send_recv
+from cost_models.comm.collectives import Collective, collective
 from cost_models.compute import flops as F
 from cost_models.compute.host import microbatch_sync_s, step_sync_s
 from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time
@@ -29,7 +29,10 @@ from cost_models.memory import held as H
 from cost_models.memory.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline.forms import W_SHARE
-from cost_models.pipeline.schedules import in_flight
+from cost_models.pipeline.hops import RankPlace, rank_places
+from cost_models.pipeline.hops import p2p_exposure as p2p_exposure  # re-exported: the search and outputs import these
+from cost_models.pipeline.hops import pipeline_hop_time as pipeline_hop_time
+from cost_models.pipeline.hops import pipeline_hops as pipeline_hops
 from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
 from cost_models.sync import (
@@ -60,29 +63,15 @@ from meshcore import (
 from meshcore.execution import FsdpForm, SelectiveForm
 
 
-def pipeline_hop_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: Layout) -> float:
-    """One pipeline send/recv of one micro-batch's activations (bf16, sharded over tp and cp); 0 without PP."""
-    if layout.pp == 1:
-        return 0.0
-    nbytes = layout.mbs * job.seq_len / layout.cp * model.hidden_size * 2 / layout.tp
-    return send_recv(nbytes, layout.mesh.pipeline_neighbours, cluster)
-
-
-def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: bool,
-                  last: bool) -> tuple[float, float, float, float]:
-    """(stored decoder activations, other activations and working buffers, activations offloaded to the host, the
-    allocator's reserve beyond them: cost_models.memory.held) in bytes. Offloaded activations leave the GPU about
-    two layers' worth: one going out, one coming back in."""
+def stage_held(costs: LayoutCosts, layers: StageLayers, first: bool, last: bool, in_flight_mb: int) -> H.StageHeld:
+    """`StageHeld` of a stage holding `layers` (and the embedding, the LM head) on a rank that keeps `in_flight_mb`
+    micro-batches in flight, rounded up (counted only on a rank with the embedding or the head)."""
     model, job, layout = costs.model, costs.job, costs.layout
     rt, s, b = job.runtime, job.seq_len, layout.mbs
     ex, acts = rt.priced_execution, costs.activations
     stored = ((layers.dense - layers.dense_full) * acts.dense + (layers.moe - layers.moe_full) * acts.moe
               + layers.full * acts.full)
-    alive = in_flight(layout.schedule, rank, layout.pp, costs.num_microbatches, layout.vpp)
-    activations, on_host = stored * alive, 0.0
-    if Offload.ACTIVATIONS in layout.offload and layers.total:
-        activations, on_host = 2 * max(acts.dense, acts.moe), stored * alive
-    in_flight_mb = math.ceil(alive)
+    offloaded = 2 * max(acts.dense, acts.moe) if Offload.ACTIVATIONS in layout.offload and layers.total else None
     other = loss = working = accumulated = 0.0
     if first:
         other += M.embedding_activation_bytes(model, s, b, layout.tp, layout.cp, layout.sp) * in_flight_mb
@@ -106,7 +95,7 @@ def _stage_memory(costs: LayoutCosts, rank: int, layers: StageLayers, first: boo
             end += head_params(model, job, layout.tp, layout.head_beside_embedding).total if last else 0.0
             other += H.root_gathered_bytes(end, ex.memory)
     other += offload_working_bytes(layout, job)  # the gradient buckets with gradient offload
-    return activations, other, on_host, H.allocator_reserve(loss + working + accumulated, ex.memory)
+    return H.StageHeld(stored, other, H.allocator_reserve(loss + working + accumulated, ex.memory), offloaded)
 
 
 def gathered_weight_bytes(costs: LayoutCosts, params: StageParams) -> float:
@@ -203,8 +192,12 @@ class LayoutCosts:
     activations: LayerActivations
     kinds: tuple[bool, ...]  # per decoder layer: MoE or not
     mtp_moe: bool  # the multi-token-prediction layer has an MoE MLP
-    # per (holds the embedding, holds the head, layers): one object's cache, never compared or copied by `replace`
+    places: tuple[RankPlace, ...]  # per pipeline rank: ends held, sends, micro-batches in flight
+    # per (holds the embedding, holds the head, layers): one object's caches (and those of its `with_split`
+    # copies), never compared or copied by `replace`; `_held`'s key adds the micro-batches in flight at an end
     _bodies: dict[tuple[bool, bool, StageLayers], StageBody] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    _held: dict[tuple[bool, bool, StageLayers, int], H.StageHeld] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def body(self, first: bool, last: bool, layers: StageLayers) -> StageBody:
@@ -214,6 +207,22 @@ class LayoutCosts:
         if key not in self._bodies:
             self._bodies[key] = stage_body(self, first, last, layers)
         return self._bodies[key]
+
+    def held(self, place: RankPlace, layers: StageLayers) -> H.StageHeld:
+        """`stage_held` of `layers` at `place`, once per (embedding, head, layers, micro-batches in flight at an
+        end): ranks holding neither end differ only in activations in flight, which `StageHeld.in_flight` scales."""
+        key = (place.first, place.last, layers, math.ceil(place.alive) if place.first or place.last else 0)
+        if key not in self._held:
+            self._held[key] = stage_held(self, layers, place.first, place.last, key[3])
+        return self._held[key]
+
+    def with_split(self, layout: Layout) -> LayoutCosts:
+        """These costs for `layout`, which differs from `self.layout` in its split alone (stage_layers,
+        recompute_layers): nothing here depends on the split, so the stages cached so far carry over."""
+        costs = replace(self, layout=layout)
+        object.__setattr__(costs, "_bodies", self._bodies)  # frozen: set as dataclasses' own __init__ does
+        object.__setattr__(costs, "_held", self._held)
+        return costs
 
     def uniform(self, n: int, n_full: int) -> StageLayers:
         """Counts for `n` layers of a homogeneous stack (all dense or all MoE), `n_full` recomputed."""
@@ -263,12 +272,13 @@ def layout_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: L
     t, ep, etp = layout.tp, layout.ep, layout.etp
     kinds = model.moe_layers()
     has_moe = any(kinds)
-    return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), times,
-                       p2p_s=pipeline_hop_time(model, job, cluster, layout),
+    hop_s = pipeline_hop_time(model, job, cluster, layout)
+    return LayoutCosts(model, cluster, job, layout, layout.num_microbatches(job), times, p2p_s=hop_s,
                        dense_params=one_layer_params(model, job, t, ep, etp, False),
                        moe_params=one_layer_params(model, job, t, ep, etp, True) if has_moe else StageParams(0.0),
                        activations=activations, kinds=kinds,
-                       mtp_moe=model.moe is not None and model.moe.is_moe_layer(model.num_layers))
+                       mtp_moe=model.moe is not None and model.moe.is_moe_layer(model.num_layers),
+                       places=rank_places(layout, job, cluster, layout.num_microbatches(job), hop_s))
 
 
 def layout_knobs(layout: Layout) -> LayerKnobs:
@@ -319,43 +329,20 @@ def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers)
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
                layer_ids: tuple[int, int] = (-1, -1)) -> StageCost:
     """Pipeline rank `rank` holding `layers` (decoder layers by kind, some fully recomputed)."""
-    job, cluster, layout = costs.job, costs.cluster, costs.layout
-    first, last = rank == layout.embedding_rank, rank == layout.head_rank
-    body = costs.body(first, last, layers)
+    place = costs.places[rank]
+    first, last = place.first, place.last
+    body, held = costs.body(first, last, layers), costs.held(place, layers)
     states = body.states
-    acts, other, acts_on_host, reserve = _stage_memory(costs, rank, layers, first, last)
+    acts, acts_on_host = held.in_flight(place.alive)
     return StageCost(
         pp_rank=rank, first_layer=layer_ids[0], last_layer=layer_ids[1], num_layers=layers.total,
-        has_embedding=first, has_lm_head=last, time=body.time,
-        p2p_s=pipeline_hops(layout, rank) * costs.p2p_s * p2p_exposure(layout, job, cluster),
+        has_embedding=first, has_lm_head=last, time=body.time, p2p_s=place.p2p_s,
         sharded_dp_exposed_s=body.sharded_s, dp_exposed_s=body.dp_s, optimizer_s=body.optimizer_s,
         weights_gib=states.weights / GIB, gradients_gib=states.gradients / GIB,
         optimizer_state_gib=states.optimizer / GIB, activations_gib=acts / GIB,
-        other_gib=other / GIB, buffers_gib=job.runtime.priced_execution.memory.outside_allocator_gib, layers=layers,
-        reserve_gib=reserve / GIB, offload_s=body.offload_s, offload_forward_s=body.offload_forward_s,
-        host_gib=(body.host_states + acts_on_host) / GIB)
-
-
-def p2p_exposure(layout: Layout, job: JobSpec, cluster: ClusterSpec) -> float:
-    """Share of a rank's pipeline send/recv time on its critical path. Chunked schedules (vpp > 1) with
-    `Runtime.overlap_p2p_comm` run each transfer beside another chunk's compute, so only the contention
-    remains, κ = 1 − overlap_efficiency of it (`GpuSpec.exposed` when the compute is the longer, which a
-    chunk's layers are against one activation transfer in any layout worth running; pricing it without the
-    max keeps stage times affine in their layers, as the exact split search needs). Otherwise all of it."""
-    if layout.vpp > 1 and job.runtime.overlap_p2p_comm:
-        return 1.0 - cluster.gpu.overlap_efficiency
-    return 1.0
-
-
-def pipeline_hops(layout: Layout, rank: int) -> int:
-    """Sends and receives of activations (or their gradients) `rank` makes per micro-batch and direction: one
-    into each of its chunks from a chunk on another rank, one out of it to the next chunk on another rank."""
-    chunks = layout.pp * layout.vpp
-    hops = 0
-    for c in layout.rank_chunks(rank):
-        hops += c > 0 and layout.chunk_rank(c - 1) != rank
-        hops += c < chunks - 1 and layout.chunk_rank(c + 1) != rank
-    return hops
+        other_gib=held.other / GIB, buffers_gib=costs.job.runtime.priced_execution.memory.outside_allocator_gib,
+        layers=layers, reserve_gib=held.reserve / GIB, offload_s=body.offload_s,
+        offload_forward_s=body.offload_forward_s, host_gib=(body.host_states + acts_on_host) / GIB)
 
 
 def rank_layer_ids(layout: Layout, num_layers: int) -> list[list[int]]:

@@ -30,6 +30,8 @@ build of its December 2024 tables (torchtitan 9dec370, torch 1963fc8; hardware_p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from meshcore import ModelSpec, Recompute
 from meshcore.execution import HeldMemory
 
@@ -89,4 +91,23 @@ def reserved_gib(allocated_gib: float, reserve_gib: float, capacity_gib: float, 
 
 
 __all__ = ["allocator_reserve", "held_at_peak", "kept_logits_bytes", "loss_logit_bytes", "reserved_gib",
-           "root_gathered_bytes", "working_bytes"]
+           "root_gathered_bytes", "working_bytes", "StageHeld"]
+
+
+@dataclass(frozen=True)
+class StageHeld:
+    """What a stage holds in bytes besides its weights, gradients and optimizer states, for each micro-batch of
+    activations it keeps in flight (`in_flight`): its stored decoder activations per micro-batch; other activations
+    and working buffers; the allocator's reserve beyond them (`allocator_reserve`); with activation offload, what
+    the offloaded activations leave on the GPU (about two layers' worth: one going out, one coming back in)."""
+
+    stored: float
+    other: float
+    reserve: float
+    offloaded: float | None = None  # None: activations stay on the GPU
+
+    def in_flight(self, alive: float) -> tuple[float, float]:
+        """(activations on the GPU, activations offloaded to the host) with `alive` micro-batches in flight."""
+        if self.offloaded is None:
+            return self.stored * alive, 0.0
+        return self.offloaded, self.stored * alive

@@ -156,7 +156,7 @@ class RankMemory:
     def rank_bytes(self, c: Candidate, acts: LayerActivations | None = None
                    ) -> tuple[list[float], tuple[float, ...], float, float]:
         """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
-        module docstring's fixed_r, as cost_models.step._stage_memory and stage_cost count them (`acts`: c's
+        module docstring's fixed_r, as cost_models.step.stage_held and stage_cost count them (`acts`: c's
         `activations`, when the caller has them)."""
         emb, head, _ = self.ranks(c)
         alive = self.alive(c)

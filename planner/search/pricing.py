@@ -84,7 +84,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
                          recompute_layers=split.recompute if any(split.recompute) else None)
         layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
     fitting = [Ranked(layout, prediction) for layout in layouts
-               for prediction in (evaluate_costs(replace(costs, layout=layout)),) if prediction.fits]
+               for prediction in (evaluate_costs(costs.with_split(layout)),) if prediction.fits]
     best = min(fitting, key=lambda r: r.prediction.step_time_s, default=None)
     return Priced(best, best is None, gap, optimal, tuple(fitting))
 
