@@ -223,40 +223,54 @@ def _prefix(values: tuple[float, ...], kinds: np.ndarray) -> np.ndarray:
 
 def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """time[s, i, j], sum-term cost[s, i, j] and recomputed layers[s, i, j] for segments [i, j) (∞ where
-    stage s cannot hold them or j <= i), all stages at once."""
+    stage s cannot hold them or j <= i), all stages at once. Which layers a segment recomputes depends on the stage's
+    memory line (m0_s, m1_s, mr_s) alone: stages sharing one (a pipeline's middle ranks often do) share its tables."""
     kinds = np.asarray(p.kinds, dtype=int)
     width = p.num_layers + 1
     i, j = np.meshgrid(np.arange(width), np.arange(width), indexing="ij")
-    nonempty = j > i
     time_prefix, rec_prefix = _prefix(p.t1, kinds), _prefix(p.tr, kinds)
     base_time = time_prefix[j] - time_prefix[i]
-    mem_prefix = np.stack([_prefix(row, kinds) for row in p.m1])  # [stage, boundary]
-    plain = np.asarray(p.m0)[:, None, None] + mem_prefix[:, None, :] - mem_prefix[:, :, None]
-    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
-    if p.partial_recompute:
-        r = _fewest_recomputed(p, kinds, plain, r, i, j)
-    r = np.where(nonempty, r, np.inf)
+    lines = list(zip(p.m0, p.m1, p.mr, strict=True))
+    distinct_lines = list(dict.fromkeys(lines))
+    of_stage = np.array([distinct_lines.index(line) for line in lines])
+    r = _recomputed(p, distinct_lines, kinds, i, j)
     finite = np.isfinite(r)
     r_int = np.where(finite, r, 0).astype(int)
     extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
+    finite, extra, recs = finite[of_stage], extra[of_stage], np.where(finite, r, 0)[of_stage]
     times = np.where(finite, np.asarray(p.t0)[:, None, None] + base_time + extra, np.inf)
     hidden = np.zeros((p.num_stages, 1, 1))
     if p.w0:  # zero-bubble: the weight-gradient time of a segment, hidden by every stage but the last
         w_prefix = _prefix(p.w1, kinds)
         hidden = np.asarray(p.w0)[:, None, None] + (w_prefix[j] - w_prefix[i])
         hidden[-1] = 0.0
-    return times, times - hidden, np.where(finite, r, 0)
+    return times, times - hidden, recs
 
 
-def _fewest_recomputed(p: KindSplitProblem, kinds: np.ndarray, plain: np.ndarray, r: np.ndarray, i: np.ndarray,
-                       j: np.ndarray) -> np.ndarray:
+MemoryLine = tuple[float, tuple[float, ...], tuple[float, ...]]  # (m0_s, m1_s, mr_s) of a KindSplitProblem
+
+
+def _recomputed(p: KindSplitProblem, lines: list[MemoryLine], kinds: np.ndarray, i: np.ndarray,
+                j: np.ndarray) -> np.ndarray:
+    """r[line, i, j]: the fewest leading layers of segment [i, j) a stage of memory line `line` recomputes fully
+    to fit (0 where it fits as it is), ∞ where nothing fits or j <= i."""
+    mem_prefix = np.stack([_prefix(m1, kinds) for _, m1, _ in lines])  # [line, boundary]
+    plain = np.asarray([m0 for m0, _, _ in lines])[:, None, None] + mem_prefix[:, None, :] - mem_prefix[:, :, None]
+    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+    if p.partial_recompute:
+        r = _fewest_recomputed(p, [mr for _, _, mr in lines], kinds, plain, r, i, j)
+    return np.where(j > i, r, np.inf)
+
+
+def _fewest_recomputed(p: KindSplitProblem, saves: list[tuple[float, ...]], kinds: np.ndarray, plain: np.ndarray,
+                       r: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """`r` (0 where segment [i, j) fits as it is, else ∞) with the fewest leading layers to recompute fully
-    where that makes it fit."""
+    where that makes it fit; `saves`: per line of `plain` and `r`, what recomputing a layer of each kind saves."""
     need = plain + p.transient - p.capacity
     out = np.empty_like(r)
     width = p.num_layers + 1
-    for s in range(p.num_stages):
-        saved = _prefix(p.mr[s], kinds)
+    for s, mr in enumerate(saves):
+        saved = _prefix(mr, kinds)
         # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
         ends = np.searchsorted(saved, saved[:, None] + need[s] - _EPS, side="left")
         ok = np.isinf(r[s]) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need[s] - _EPS)
