@@ -16,7 +16,13 @@ from cost_models.memory.params import StageParams
 from cost_models.pipeline.forms import W_SHARE, wave_bubble
 from cost_models.pipeline.registry import pricing
 from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
-from cost_models.sync import dp_reduce_exposed, layer_copy_bytes, optimizer_time, sharded_dp_exposed
+from cost_models.sync import (
+    dp_reduce_exposed,
+    grad_accumulation_time,
+    layer_copy_bytes,
+    optimizer_time,
+    sharded_dp_exposed,
+)
 from meshcore import (
     DEFAULT_SCHEDULE,
     GIB,
@@ -45,6 +51,7 @@ class SearchBounds(RankMemory):
         self._cache: dict[LayerKnobs, LayerTimes] = {}
         self._by_knobs: dict[tuple[object, ...], LayerTimes] = {}  # `_cache` by the candidate's knobs as a tuple
         self._bounds: dict[Candidate, float] = {}
+        self._ceilings: dict[tuple[object, ...], tuple[float, float]] = {}
         self._families: dict[tuple[object, ...], tuple[float, float, float, float, float]] = {}
         self._sends: dict[tuple[int, int, Schedule], float] = {}
         self._floors: dict[tuple[object, ...], float] = {}
@@ -287,11 +294,23 @@ class SearchBounds(RankMemory):
         c = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE)
         layout = c.layout()
         stage = avg.total + sharded + self._offload_floor(c)
-        backward, forward = pass_ceilings(self.get(c), self.layer_counts, c.pp, params, layout, job, cluster)
+        backward, forward = self.pass_windows(c, params)
         tail = (dp_reduce_exposed(params, layout, job, cluster, backward, forward, math.inf)
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
+
+    def pass_windows(self, c: Candidate, params: StageParams) -> tuple[float, float]:
+        """`tail_bounds.pass_ceilings` of `c` (once per `floor_key`), the backward with the gradient accumulation of
+        `params`, the average stage's, where the runtime adds it in autograd."""
+        key = self.floor_key(c)
+        if key not in self._ceilings:
+            self._ceilings[key] = pass_ceilings(self.get(c), self.layer_counts, c.pp)
+        backward, forward = self._ceilings[key]
+        if self.job.runtime.priced_execution.grad_accumulation_bytes:
+            layout = c.but(vpp=1, schedule=DEFAULT_SCHEDULE).layout()
+            backward += grad_accumulation_time(params, layout, self.job, self.cluster)
+        return backward, forward
 
     def _offload_floor(self, c: Candidate) -> float:
         """Exposed host copies of the average stage per micro-batch, at the least: each layer's copies as

@@ -34,10 +34,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cost_models.compute.knobs import LayerTime
+from cost_models.memory.params import StageParams
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.simulator import Durations, Program
 from cost_models.step import pipeline_hop_time
-from cost_models.sync import optimizer_time
+from cost_models.sync import kept_gathered, optimizer_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
@@ -47,7 +48,7 @@ from planner.search.pipeline_fills import minimax_fill, ordered_fills, path_fill
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
-from planner.search.tail_bounds import least_tail_exposed, pass_ceilings
+from planner.search.tail_bounds import linear_traffic, staggered_tail
 
 
 def changes_of_device(place: Sequence[int]) -> list[int]:
@@ -156,6 +157,7 @@ class ReportedBounds(SearchBounds):
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._held: dict[int, HeldKinds] = {}
         self._shape_tails: dict[tuple[object, ...], float] = {}
+        self._tail_part: dict[tuple[object, ...], tuple[StageParams, tuple[float, float] | None, float]] = {}
 
     def simulated(self, c: Candidate) -> bool:
         return simulable(c.pp, c.vpp, self.job.global_batch // (c.dp * c.mbs))
@@ -210,14 +212,26 @@ class ReportedBounds(SearchBounds):
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
                beside, c.offload, v)
         if key not in self._shape_tails:
-            layout = c.but(vpp=v, schedule=c.schedule if v > 1 else DEFAULT_SCHEDULE).layout()
-            params, job, cluster = self.params(c, beside).scaled(1 / c.pp), self.job, self.cluster
-            windows = pass_ceilings(self.get(c), self.layer_counts, c.pp, params, layout, job, cluster)
-            least = least_tail_exposed(params, layout, job, cluster, *windows)
-            if Offload.OPTIMIZER not in c.offload:
-                least += optimizer_time(params, layout, job, cluster)
-            self._shape_tails[key] = max(self._family(c, beside)[4], least)
+            params, traffic, optimizer = self._tail_parts(c, beside)
+            least = 0.0
+            if traffic is not None:
+                n = min(c.pp, self.job.global_batch // (c.dp * c.mbs)) if v > 1 else 0
+                least = staggered_tail(*traffic, v, n, *self.pass_windows(c, params), self.job, self.cluster)
+            self._shape_tails[key] = max(self._family(c, beside)[4], least + optimizer)
         return self._shape_tails[key]
+
+    def _tail_parts(self, c: Candidate, beside: bool) -> tuple[StageParams, tuple[float, float] | None, float]:
+        """(the average stage's parameters, its `linear_traffic`, None where weights stay gathered under the pipeline,
+        its optimizer step, 0 where the optimizer is offloaded), once per degrees, ZeRO stage and offload choice."""
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
+        if key not in self._tail_part:
+            job, cluster = self.job, self.cluster
+            layout = c.but(vpp=1, schedule=DEFAULT_SCHEDULE).layout()
+            params = self.params(c, beside).scaled(1 / c.pp)
+            traffic = None if kept_gathered(layout, job) else linear_traffic(params, layout, job, cluster)
+            optimizer = 0.0 if Offload.OPTIMIZER in c.offload else optimizer_time(params, layout, job, cluster)
+            self._tail_part[key] = (params, traffic, optimizer)
+        return self._tail_part[key]
 
     def split_rows(self, c: Candidate) -> tuple[list[list[Row]], list[float]]:
         """`split_feasible`'s rows and layer-time prefix of a candidate whose split is solved (one chunk per rank, ZB-V

@@ -16,7 +16,6 @@ from cost_models.compute.knobs import LayerTimes
 from cost_models.memory.params import StageParams
 from cost_models.sync import (
     gather_bytes,
-    grad_accumulation_time,
     grad_sync_times,
     kept_gathered,
     staggered_exposed,
@@ -28,20 +27,47 @@ from meshcore import ClusterSpec, JobSpec, Layout, ScheduleFamily, spec_of
 _HUGE = 1e18
 
 
-def pass_ceilings(times: LayerTimes, counts: tuple[int, int], pp: int, params: StageParams, layout: Layout,
-                  job: JobSpec, cluster: ClusterSpec) -> tuple[float, float]:
-    """(backward, forward) of the average stage per micro-batch at the most: the windows the tail's bounds hide the
-    gradient reduction and weight gather behind (longer passes only hide more). Each of the (dense, MoE) `counts`
-    decoder layers at the longer of its own and its fully recomputed pass, the embedding and the head, over `pp`
-    ranks; and the backward's gradient accumulation of `params`, the average stage's (`grad_accumulation_time`,
-    linear in them: DeepSpeed below ZeRO-2 adds it to every stage's backward)."""
+def pass_ceilings(times: LayerTimes, counts: tuple[int, int], pp: int) -> tuple[float, float]:
+    """(backward, forward) of the average stage's layers and ends per micro-batch at the most: the windows the tail's
+    bounds hide the gradient reduction and weight gather behind (longer passes only hide more). Each of the (dense,
+    MoE) `counts` decoder layers at the longer of its own and its fully recomputed pass, the embedding and the head,
+    over `pp` ranks. A stage's backward also holds its gradient accumulation where the runtime adds it in autograd
+    (`grad_accumulation_time`, linear in the stage's parameters: the caller adds the average stage's)."""
     ends = times.embedding + times.head
     backward, forward = ends.backward, ends.forward
     for own, full, n in zip((times.decoder, times.moe), (times.decoder_full, times.moe_full), counts, strict=True):
         if n and own is not None and full is not None:
             backward += n * max(own.backward, full.backward)
             forward += n * max(own.forward, full.forward)
-    return backward / pp + grad_accumulation_time(params, layout, job, cluster), forward / pp
+    return backward / pp, forward / pp
+
+
+def linear_traffic(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> tuple[float, float]:
+    """(gradient reduction, weight gather) seconds per step of a stage holding `params`, at the least: each collective
+    at its least time per byte (`grad_sync_times` at 1e18 parameters over as many: every NCCL choice takes latency +
+    bytes / algbw with algbw at most its large-message value, cost_models/comm/nccl.py). Linear in the parameters, so
+    the average stage's is the mean of the stages'."""
+    rt = job.runtime
+    reduce = gather = 0.0
+    for p, groups in weight_groups(params, layout):
+        r, g = grad_sync_times(_HUGE, layout.zero, groups, cluster, rt.grad_reduce_bytes, rt.multi_rail,
+                               gather_bytes(job, cluster))
+        share = p * job.trainable_fraction / _HUGE
+        reduce, gather = reduce + r * share, gather + g * share
+    return reduce, gather
+
+
+def staggered_tail(reduce: float, gather: float, v: int, n: int, backward: float, forward: float, job: JobSpec,
+                   cluster: ClusterSpec) -> float:
+    """`least_tail_exposed` from the average stage's `linear_traffic`, v chunks (1 without interleaving), n = min(pp,
+    m) micro-batches per group, and its passes' upper bounds."""
+    if not job.runtime.overlap_grad_reduce:
+        return reduce + gather
+    gpu = cluster.gpu
+    exposed = staggered_exposed(reduce, v, backward if v == 1 else 0.0, n * backward / v, gpu)
+    if job.runtime.overlap_param_gather:
+        return exposed + staggered_exposed(gather, v, forward / v, n * forward / v, gpu)
+    return exposed + gather
 
 
 def least_tail_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec, backward: float,
@@ -63,18 +89,6 @@ def least_tail_exposed(params: StageParams, layout: Layout, job: JobSpec, cluste
     it."""
     if kept_gathered(layout, job):
         return 0.0
-    rt, gpu = job.runtime, cluster.gpu
-    reduce = gather = 0.0
-    for p, groups in weight_groups(params, layout):
-        r, g = grad_sync_times(_HUGE, layout.zero, groups, cluster, rt.grad_reduce_bytes, rt.multi_rail,
-                               gather_bytes(job, cluster))
-        share = p * job.trainable_fraction / _HUGE
-        reduce, gather = reduce + r * share, gather + g * share
-    if not rt.overlap_grad_reduce:
-        return reduce + gather
     v = layout.vpp if spec_of(layout.schedule).family is ScheduleFamily.INTERLEAVED else 1
     n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
-    exposed = staggered_exposed(reduce, v, backward if v == 1 else 0.0, n * backward / v, gpu)
-    if rt.overlap_param_gather:
-        return exposed + staggered_exposed(gather, v, forward / v, n * forward / v, gpu)
-    return exposed + gather
+    return staggered_tail(*linear_traffic(params, layout, job, cluster), v, n, backward, forward, job, cluster)
