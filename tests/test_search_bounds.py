@@ -20,7 +20,7 @@ from meshcore import GIB, WAVE_PLACED, Layout, Recompute
 from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.search.bounds import SearchBounds
-from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor
+from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor, packing_range
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.pricing import balanced_only, price
 from planner.search.space import Candidate, SearchSpec, candidates, module_sets, offload_options
@@ -155,6 +155,20 @@ def test_packing_floor_is_below_the_best_assignment(data: st.DataObject) -> None
             for r in range(ranks))
         for where in itertools.product(range(ranks), repeat=len(layers)) if len(set(where)) == ranks)
     assert packing_floor(fixed, per_layer, counts) <= best * (1 + 1e-12) + 1e-9
+    low, high = packing_range(fixed, per_layer, counts)  # what the search decides a drop by, where it can
+    assert low <= packing_floor(fixed, per_layer, counts) <= high * (1 + 1e-12)
+
+
+def test_memory_exceeds_is_the_floor_against_the_capacity() -> None:
+    """`memory_exceeds` (which skips `packing_floor`'s weightings where `packing_range` decides) says what comparing
+    `memory_floor` with the GPU says, for every candidate of the small jobs at every capacity near its floor."""
+    for index in range(len(CASES)):
+        _, bounds, pool = _case(index)
+        for c in pool[::7]:
+            for balanced in (False, True):
+                floor = bounds.memory_floor(c, balanced)
+                for capacity in (floor * 0.5, floor * (1 - 1e-12), floor, floor * (1 + 1e-12), floor * 2):
+                    assert bounds.memory_exceeds(c, balanced, capacity) == (floor > capacity), (c, capacity)
 
 
 @settings(max_examples=200, deadline=None)

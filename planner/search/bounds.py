@@ -206,11 +206,10 @@ class SearchBounds(RankMemory):
         if key not in self._averages:
             times = self.get(c)
             n_dense, n_moe = self.layer_counts
-            avg = (times.decoder.scaled(n_dense / c.pp) + times.embedding.scaled(1 / c.pp)
-                   + times.head.scaled(1 / c.pp))
+            parts = [(times.decoder, n_dense / c.pp), (times.embedding, 1 / c.pp), (times.head, 1 / c.pp)]
             if times.moe is not None:
-                avg = avg + times.moe.scaled(n_moe / c.pp)
-            self._averages[key] = avg
+                parts.append((times.moe, n_moe / c.pp))
+            self._averages[key] = _scaled_sum(parts)
         return self._averages[key]
 
     def _bound(self, c: Candidate, recomputed: float = 0.0, slowest: float = 0.0) -> float:
@@ -435,3 +434,13 @@ class SearchBounds(RankMemory):
             return 0.0
         excess = excess_floor([f - self.cluster.gpu.memory_gib * GIB for f in fixed], per_layer, counts, alive)
         return max(rho * excess / c.pp, 0.0) * (1 - _ROUNDING)
+
+
+def _scaled_sum(parts: Sequence[tuple[LayerTime, float]]) -> LayerTime:
+    """Σ t.scaled(k) over `parts`, left to right, field by field: the same floats as `LayerTime.scaled` and `+`, without
+    building each term (`SearchBounds._average` makes one per `floor_key`: thousands in a mixture-of-experts search)."""
+    acc = [0.0] * 7
+    for i, (t, k) in enumerate(parts):
+        row = (t.forward * k, t.backward * k, t.recompute * k, t.tp_comm * k, t.cp_comm * k, t.ep_comm * k, t.host * k)
+        acc = list(row) if i == 0 else [x + y for x, y in zip(acc, row, strict=True)]
+    return LayerTime(*acc)

@@ -369,7 +369,7 @@ class _Search:
         """Whether `c`'s memory floors rule out every layout of it: none fits on the GPU or in its node's host
         memory."""
         bounds = self.bounds
-        return (bounds.memory_floor(c, balanced) > self.capacity
+        return (bounds.memory_exceeds(c, balanced, self.capacity)
                 or bounds.host_floor(c, balanced) > self.host_capacity)
 
     def bounded(self, c: Candidate, key: tuple[int, ...]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from operator import mul
 
 
 def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
@@ -15,10 +16,23 @@ def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]],
     assignment of counts[k] layers of each kind k that gives every rank at least one: every rank is charged its
     fixed part and one layer of its cheapest kind, the other L − P layers μ_k = min_r w_r·c_rk each, the cheapest
     kinds first up to their counts (no assignment pays less)."""
-    ranks = range(len(fixed))
-    value = sum(w[r] * (fixed[r] + min(c[r] for c in per_layer)) for r in ranks)
-    left = sum(counts) - len(fixed)
-    for mu, n in sorted((min(w[r] * c[r] for r in ranks), n) for c, n in zip(per_layer, counts, strict=True)):
+    return _weighted(_least_ranks(fixed, per_layer), per_layer, counts, w)
+
+
+def _least_ranks(fixed: Sequence[float], per_layer: Sequence[Sequence[float]]) -> list[float]:
+    """fixed[r] + the cheapest layer of rank r: what `weighted_floor` charges each rank at least (computed once for
+    every weighting of the same ranks)."""
+    if len(per_layer) == 1:
+        return [f + c for f, c in zip(fixed, per_layer[0], strict=True)]
+    return [f + min(cs) for f, cs in zip(fixed, zip(*per_layer, strict=True), strict=True)]
+
+
+def _weighted(least: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
+              w: Sequence[float]) -> float:
+    """`weighted_floor` from `_least_ranks`."""
+    value: float = sum(map(mul, w, least))
+    left = sum(counts) - len(least)
+    for mu, n in sorted((min(map(mul, w, c)), n) for c, n in zip(per_layer, counts, strict=True)):
         take = min(n, max(left, 0))
         value, left = value + take * mu, left - take
     return value
@@ -60,14 +74,25 @@ def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], 
     w >= 0 summing to 1 the largest rank is at least the weighted mean, bounded by `weighted_floor`. The weights
     tried: each rank alone, all alike, and w_r ∝ 1/c_rk for each kind k (for one kind and no fixed bytes that is
     the fractional optimum)."""
-    ranks = range(len(fixed))
-    best = max(fixed[r] + min(c[r] for c in per_layer) for r in ranks)
+    least = _least_ranks(fixed, per_layer)
+    best = max(least)
     weightings: list[list[float]] = [[1.0] * len(fixed)]
-    weightings += [[1 / c[r] for r in ranks] for c in per_layer if min(c) > 0]
+    weightings += [[1 / x for x in c] for c in per_layer if min(c) > 0]
     for raw in weightings:
         total = sum(raw)
-        best = max(best, weighted_floor(fixed, per_layer, counts, [x / total for x in raw]))
+        best = max(best, _weighted(least, per_layer, counts, [x / total for x in raw]))
     return best
+
+
+def packing_range(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]
+                  ) -> tuple[float, float]:
+    """(below, above) `packing_floor`, each at the cost of one pass: its first term, the largest rank's fixed part and
+    cheapest layer, and that plus (L − P)·max c_rk/P. Every weighted floor it takes is at most the latter: with
+    weights summing to 1 the ranks' fixed parts and least layers weigh at most their largest, and each of the L − P
+    other layers at most μ_k = min_r w_r·c_rk <= Σ_r w_r·c_rk/P <= max_r c_rk/P."""
+    least = _least_ranks(fixed, per_layer)
+    low = max(least)
+    return low, low + max(sum(counts) - len(fixed), 0) * max(max(c) for c in per_layer) / len(fixed)
 
 
 def excess_floor(over: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
@@ -79,8 +104,9 @@ def excess_floor(over: Sequence[float], per_layer: Sequence[Sequence[float]], co
     ranks = range(len(over))
     top = max(ranks, key=lambda r: alive[r])
     lam = [max(row[top] / alive[top] / (row[r] / alive[r]) for row in per_layer) for r in ranks]
-    return max(weighted_floor(over, per_layer, counts, [1 / a for a in alive]),
-               weighted_floor(over, per_layer, counts, [lam[r] / alive[r] for r in ranks]))
+    least = _least_ranks(over, per_layer)
+    return max(_weighted(least, per_layer, counts, [1 / a for a in alive]),
+               _weighted(least, per_layer, counts, [lam[r] / alive[r] for r in ranks]))
 
 
 def rank_time_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequence[float], capacity: float,

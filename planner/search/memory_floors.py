@@ -35,7 +35,7 @@ from cost_models.pipeline.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
 from cost_models.sync import host_state_bytes, stage_states
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
-from planner.search.floors import packing_floor
+from planner.search.floors import packing_floor, packing_range
 from planner.search.space import Candidate
 
 ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -174,14 +174,31 @@ class RankMemory:
             every += 2 * max(acts.dense, acts.moe)
         if c.offload:  # (nothing to hold without)
             every += offload_working_bytes(c.layout(), job)
-        fixed = [every + (s_emb + first * math.ceil(alive[r]) if r == emb else 0.0)
-                 + (s_head + logits + mtp * math.ceil(alive[r]) if r == head else 0.0) for r in range(c.pp)]
+        fixed = [every] * c.pp  # (every + 0.0 + 0.0 is every: the same floats as summing each rank's three terms)
+        fixed[emb] = every + (s_emb + first * math.ceil(alive[emb]))
+        fixed[head] = fixed[head] + (s_head + logits + mtp * math.ceil(alive[head]))
         return fixed, alive, s_dense, s_moe
 
     def memory_floor(self, c: Candidate, balanced: bool) -> float:
         """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
         chunks when `balanced`, else any split of the layers with at least one per rank, any of them fully
         recomputed. A candidate whose floor exceeds the GPU's memory cannot fit."""
+        return self._largest_rank(c, balanced, *self._gpu_rows(c, balanced))
+
+    def memory_exceeds(self, c: Candidate, balanced: bool, capacity: float) -> bool:
+        """Whether `memory_floor(c, balanced)` exceeds `capacity`; for a solved split decided by `packing_range`
+        where it can (its least is below the floor, its most above it), else by the floor itself."""
+        fixed, dense, moe = self._gpu_rows(c, balanced)
+        if not balanced:
+            low, high = packing_range(fixed, *self._kinds(dense, moe))
+            if low * (1 - ROUNDING) > capacity:
+                return True
+            if high * (1 + 1e-9) * (1 - ROUNDING) <= capacity:  # (1e-9: far above the float error of the sums)
+                return False
+        return self._largest_rank(c, balanced, fixed, dense, moe) > capacity
+
+    def _gpu_rows(self, c: Candidate, balanced: bool) -> tuple[list[float], list[float], list[float]]:
+        """(fixed_r, c_r of a dense layer, c_r of an MoE layer) of `memory_floor`, per rank."""
         acts = self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c, acts)
         a_dense, a_moe = acts.dense, acts.moe
@@ -189,8 +206,13 @@ class RankMemory:
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two are in fixed)
             a_dense = a_moe = 0.0
-        return self._largest_rank(c, balanced, fixed, [s_dense + a_dense * a for a in alive],
-                                  [s_moe + a_moe * a for a in alive])
+        return fixed, [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
+
+    def _kinds(self, dense: list[float], moe: list[float]) -> tuple[list[list[float]], list[int]]:
+        """The per-rank bytes and the count of each kind of layer the model has (`packing_floor`'s arguments)."""
+        n_dense, n_moe = self.layer_counts
+        kinds = [(dense, n_dense), (moe, n_moe)]
+        return [k for k, n in kinds if n], [n for _, n in kinds if n]
 
     def host_floor(self, c: Candidate, balanced: bool) -> float:
         """Host bytes at least one node needs in every layout that pricing `c` can return (module docstring); 0
@@ -220,9 +242,7 @@ class RankMemory:
             floor = max(fixed[r] + n_dense * dense[r] + n_moe * moe[r]
                         for r, (n_dense, n_moe) in enumerate(self.ranks(c)[2]))
         else:
-            n_dense, n_moe = self.layer_counts
-            kinds = [(dense, n_dense), (moe, n_moe)]
-            floor = packing_floor(fixed, [k for k, n in kinds if n], [n for _, n in kinds if n])
+            floor = packing_floor(fixed, *self._kinds(dense, moe))
         return floor * (1 - ROUNDING)
 
 

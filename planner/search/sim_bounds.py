@@ -389,14 +389,7 @@ class ReportedBounds(SearchBounds):
         not simulated, the work bound and `sim_fill` (the same fill as `sim_bound`'s on A, below each member's
         stage) for those that are."""
         m, a, f, b, tail = self.group_parts(first, shapes, offloads)
-        p, least = first.pp, math.inf
-        for schedule, v in shapes:
-            if simulable(p, v, m):
-                pipe = max(m * a, self.sim_fill(first, schedule, v, m, p * a, self.hop(first)))
-            else:
-                pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)
-            least = min(least, pipe)
-        return (least + tail) * (1 - 1e-9)
+        return (self.least_pipe(first, shapes, m, (a, f, b), None) + tail) * (1 - 1e-9)
 
     def family_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
         """Below `shape_floor` of every group sharing `floor_key` with `first` and holding some of `shapes` (any ZeRO
@@ -404,8 +397,22 @@ class ReportedBounds(SearchBounds):
         the ZeRO traffic and the tail are >= 0, and every shape's pipeline grows with A), the simulated ones' fill
         (`sim_fill`) with no sends (hop 0: it grows with the hop)."""
         m = self.job.global_batch // (first.dp * first.mbs)
-        a, f, b = self._average_parts(first)
-        p = first.pp
-        least = min(max(m * a, self.sim_fill(first, s, v, m, p * a, 0.0)) if simulable(p, v, m)
-                    else (m - 1) * a + SearchBounds.fill(s, v, p, a, f, b) for s, v in shapes)
-        return least * (1 - 1e-9) ** 2
+        return self.least_pipe(first, shapes, m, self._average_parts(first), 0.0) * (1 - 1e-9) ** 2
+
+    def least_pipe(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]], m: int,
+                   parts: tuple[float, float, float], hop: float | None) -> float:
+        """The least over `shapes` of each one's pipeline on the average stage's (A, f̄, b̄) = `parts`: the work bound
+        and `sim_fill` (with this hop, or `first`'s) where it is simulated, else (m − 1)·A + `fill`. A simulated
+        shape's is at least the work bound m·A: once the least is there, the fills of the simulated shapes left are
+        not computed (the least is the same)."""
+        a, f, b = parts
+        p, work, least = first.pp, m * a, math.inf
+        for schedule, v in shapes:
+            if simulable(p, v, m):
+                if least <= work:
+                    continue
+                pipe = max(work, self.sim_fill(first, schedule, v, m, p * a, self.hop(first) if hop is None else hop))
+            else:
+                pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)
+            least = min(least, pipe)
+        return least
