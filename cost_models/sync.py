@@ -144,7 +144,8 @@ def staggered_exposed(comm: float, chunks: float, own: float, gap: float, gpu: G
 
 
 def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
-                      backward: float, forward: float, chunks: float | None = None) -> float:
+                      backward: float, forward: float, chunks: float | None = None,
+                      traffic: tuple[float, float] | None = None) -> float:
     """Exposed seconds of the per-step gradient reduction of one stage, both groups: ZeRO 0-2's collectives and,
     with HSDP, every stage's all-reduce of the gradient shard over the replicas (`grad_sync_times`). `backward` and
     `forward`: the stage's passes of one micro-batch (all its chunks, v = vpp of them).
@@ -168,11 +169,7 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
     finite = not math.isinf(v)
     if kept_gathered(layout, job):
         return kept_gathered_sync(params, layout, job, cluster, forward / v if finite else forward)
-    reduce = gather = 0.0
-    for p, groups in weight_groups(params, layout):  # only the trained weights change: gather what was updated
-        r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
-                               rt.multi_rail, gather_bytes(job, cluster))
-        reduce, gather = reduce + r, gather + g
+    reduce, gather = grad_traffic(params, layout, job, cluster) if traffic is None else traffic
     if spec_of(layout.schedule).family is not ScheduleFamily.INTERLEAVED and chunks is None:
         v = 1.0
     n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
@@ -191,6 +188,19 @@ def dp_reduce_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster
         to_host = exposed_copy(local_params(params, layout) * job.trainable_fraction * rt.grad_reduce_bytes,
                                backward / v if finite else backward, cluster)
     return exposed_reduce + exposed_gather + to_host
+
+
+def grad_traffic(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> tuple[float, float]:
+    """(reduction, weight gather) seconds per step of one stage, both groups (`grad_sync_times`): what
+    `dp_reduce_exposed` hides (its `traffic`, where a caller has it). They read the parameters, the mesh and the ZeRO
+    stage, not the passes, the schedule or the micro-batches."""
+    rt = job.runtime
+    reduce = gather = 0.0
+    for p, groups in weight_groups(params, layout):  # only the trained weights change: gather what was updated
+        r, g = grad_sync_times(p * job.trainable_fraction, layout.zero, groups, cluster, rt.grad_reduce_bytes,
+                               rt.multi_rail, gather_bytes(job, cluster))
+        reduce, gather = reduce + r, gather + g
+    return reduce, gather
 
 
 def per_block(job: JobSpec) -> bool:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cost_models.compute.knobs import LayerKnobs, LayerTime, LayerTimes
-from cost_models.memory.offload import layer_offload_exposed
 from cost_models.memory.params import StageParams
 from cost_models.pipeline.forms import W_SHARE, wave_bubble
 from cost_models.pipeline.registry import pricing
@@ -19,7 +18,7 @@ from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time, pipel
 from cost_models.sync import (
     dp_reduce_exposed,
     grad_accumulation_time,
-    layer_copy_bytes,
+    grad_traffic,
     optimizer_time,
     sharded_dp_exposed,
 )
@@ -39,6 +38,7 @@ from meshcore import (
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
+from planner.search.offload_floor import offload_floor
 from planner.search.space import Candidate
 from planner.search.tail_bounds import pass_ceilings
 
@@ -54,6 +54,8 @@ class SearchBounds(RankMemory):
         self._ceilings: dict[tuple[object, ...], tuple[float, float]] = {}
         self._families: dict[tuple[object, ...], tuple[float, float, float, float, float]] = {}
         self._sends: dict[tuple[int, int, Schedule], float] = {}
+        self._hops: dict[tuple[int, ...], float] = {}
+        self._grad_traffic: dict[tuple[object, ...], tuple[float, float]] = {}
         self._floors: dict[tuple[object, ...], float] = {}
         self._slowest: dict[tuple[object, ...], float] = {}
         self._parts: dict[tuple[object, ...], tuple[float, float, float]] = {}
@@ -73,6 +75,14 @@ class SearchBounds(RankMemory):
             hops = sum(pipeline_hops(layout, r) for r in range(layout.pp))
             self._sends[key] = hops / c.pp * p2p_exposure(layout, self.job, self.cluster)
         return self._sends[key]
+
+    def hop(self, c: Candidate) -> float:
+        """One pipeline send of `c` (`pipeline_hop_time`), once per mesh and micro-batch size (what it reads)."""
+        key = (c.tp, c.cp, c.pp, c.dp, c.dp_replicate, c.mbs, c.ep, c.etp)
+        if key not in self._hops:
+            self._hops[key] = pipeline_hop_time(self.model, self.job, self.cluster,
+                                                c.but(vpp=1, schedule=DEFAULT_SCHEDULE).layout())
+        return self._hops[key]
 
     def get(self, c: Candidate) -> LayerTimes:
         key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
@@ -166,7 +176,7 @@ class SearchBounds(RankMemory):
         if key not in self._traffic:
             model, job, cluster = self.model, self.job, self.cluster
             params = self.params(c, beside).scaled(1 / c.pp)
-            layout = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE, offload=offload).layout()
+            layout = c.but(vpp=1, schedule=DEFAULT_SCHEDULE, offload=offload).layout()
             if key[:-1] not in self._comm:
                 wide = LayerTime(forward=math.inf, backward=math.inf)
                 self._comm[key[:-1]] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
@@ -282,19 +292,22 @@ class SearchBounds(RankMemory):
             return self._families[key]
         model, job, cluster = self.model, self.job, self.cluster
         if key[:-1] not in self._family_parts:  # what does not depend on the offload choice
-            bare = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE, offload=frozenset())
+            bare = c.but(vpp=1, schedule=DEFAULT_SCHEDULE, offload=frozenset())
             layout = bare.layout()
             avg = self._average(bare)
             params = self.params(bare, head_beside_embedding).scaled(1 / c.pp)
-            self._family_parts[key[:-1]] = (pipeline_hop_time(model, job, cluster, layout), avg, params,
+            self._family_parts[key[:-1]] = (self.hop(bare), avg, params,
                                             sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster,
                                                                avg))
         hop, avg, params, sharded = self._family_parts[key[:-1]]
-        c = replace(c, vpp=1, schedule=DEFAULT_SCHEDULE)
+        c = c.but(vpp=1, schedule=DEFAULT_SCHEDULE)
         layout = c.layout()
         stage = avg.total + sharded + self._offload_floor(c)
         backward, forward = self.pass_windows(c, params)
-        tail = (dp_reduce_exposed(params, layout, job, cluster, backward, forward, math.inf)
+        mesh = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, head_beside_embedding)
+        if mesh not in self._grad_traffic:  # (what grad_traffic reads: the parameters, the mesh, the ZeRO stage)
+            self._grad_traffic[mesh] = grad_traffic(params, layout, job, cluster)
+        tail = (dp_reduce_exposed(params, layout, job, cluster, backward, forward, math.inf, self._grad_traffic[mesh])
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
@@ -312,36 +325,13 @@ class SearchBounds(RankMemory):
         return backward, forward
 
     def _offload_floor(self, c: Candidate) -> float:
-        """Exposed host copies of the average stage per micro-batch, at the least: each layer's copies as
-        cost_models.sync.stage_offload_exposed prices them (`layer_offload_exposed`: its weight shard with parameter
-        offload, its stored activations with activation offload), every decoder layer over pp ranks, each at the
-        cheaper of its own recomputation and full recomputation (whose smaller copy may hide behind a longer
-        backward) net of the time full recomputation adds, which the bound's other terms do not count. That time
-        also lengthens the windows the ZeRO and gradient-reduction traffic hides behind, and a window longer by Δ
-        hides at most (1 − κ)·Δ more (`GpuSpec.exposed`): it is not counted, for each window the layer's passes
-        belong to (forward and backward, with ZeRO-2/3 also the backward with its recomputation, each twice).
-        0 without weights or activations on the host."""
-        stored, nvme = Offload.ACTIVATIONS in c.offload, Offload.NVME in c.offload
-        if not (stored or Offload.PARAMS in c.offload or Offload.GRADIENTS in c.offload):
+        """`offload_floor.offload_floor` of `c`: exposed host copies of the average stage per micro-batch, at the
+        least; 0 without weights or activations on the host."""
+        if not c.offload & {Offload.ACTIVATIONS, Offload.PARAMS, Offload.GRADIENTS}:
             return 0.0
-        times, acts, layout = self.get(c), self.activations(c), c.layout()
         dense, moe, _, _ = self._pieces_of(c)
-        n_dense, n_moe = self.layer_counts
-        hiding = 1.0 - self.cluster.gpu.overlap_efficiency  # 1 − κ
-        total = 0.0
-        for n, base, full, act, params in ((n_dense, times.decoder, times.decoder_full, acts.dense, dense),
-                                           (n_moe, times.moe, times.moe_full, acts.moe, moe)):
-            if not n or base is None or full is None:
-                continue
-            w, g = layer_copy_bytes(params, layout, self.job)
-            own = layer_offload_exposed(base, w, act if stored else 0.0, self.cluster, g, nvme)
-            longer = max(full.forward - base.forward, 0.0) + max(full.backward - base.backward, 0.0)
-            if c.zero >= ZeroStage.GRADIENTS:
-                longer = 2 * longer + max(full.recompute - base.recompute, 0.0)
-            fully = (layer_offload_exposed(full, w, acts.full if stored else 0.0, self.cluster, g, nvme)
-                     + full.total - base.total - hiding * longer)
-            total += n * max(0.0, min(own, fully))
-        return total / c.pp * (1 - _ROUNDING)
+        return offload_floor(c, self.get(c), self.activations(c), (dense, moe), self.layer_counts, self.job,
+                             self.cluster) * (1 - _ROUNDING)
 
     def tight_bound(self, c: Candidate, balanced: bool) -> float:
         """`bound(c)` with the recomputation every split that fits needs (`recompute_floor`) and the slowest rank

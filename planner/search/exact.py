@@ -42,9 +42,9 @@ from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, S
 from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.nofit import fit_hints, no_fit_message
+from planner.search.nofit import fit_hints, no_fit_message, with_choices
 from planner.search.pricing import balanced_only, floored, price, simulated
-from planner.search.ranked import Certificate, Ranked, SearchResult
+from planner.search.ranked import Certificate, Ranked, SearchResult, certified
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds
 from planner.search.space import (
@@ -191,9 +191,7 @@ class _Search:
             first, shapes, experts, _ = self.built[f]
             ep, etp = experts[e]
             self.tally["held"] += len(self.choices(first)) * len(shapes)
-            base = first if (ep, etp) == (first.ep, first.etp) else Candidate(
-                first.tp, first.cp, first.pp, first.dp, first.mbs, first.vpp, first.zero, first.recompute, first.sp,
-                first.schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
+            base = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
             sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
             fits = {side: len(self.within_state_bound(base, side)) for side in set(sides)}
             held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
@@ -201,8 +199,7 @@ class _Search:
                 continue
             self.tally["fitting"] += sum(fits[side] for side in sides)
             vpp, schedule = shapes[next(i for i, side in enumerate(sides) if fits[side])]
-            c = Candidate(first.tp, first.cp, first.pp, first.dp, first.mbs, vpp, first.zero, first.recompute,
-                          first.sp, schedule, ep, etp, first.modules, first.offload, first.dp_replicate)
+            c = base if (vpp, schedule) == (base.vpp, base.schedule) else base.but(vpp=vpp, schedule=schedule)
             self.groups.append((c, held))
             heapq.heappush(self.heap, (self.bounds.shape_floor(c, held, self.choices(c)), (), 0, len(self.groups),
                                        (c, held)))
@@ -404,37 +401,18 @@ class _Search:
     def result(self, seconds: float) -> SearchResult:
         """The top-k, best first, with the certificate; InfeasibleError where nothing fits."""
         self._refuse_empty()
-        t = self.tally
-        total, evaluated, expanded, floored_ = t["total"], t["evaluated"], t["expanded"], t["floored"]
-        ranked = [e[2] for e in sorted(self.top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
-        cert = Certificate(
-            method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the "
-                   "reported step (the discrete-event pipeline simulator's where it runs)", solver=self.solver,
-            candidates=total + expanded, evaluated=evaluated, pruned_memory=t["held"] - t["fitting"] + floored_,
-            pruned_time=total - t["held"] + t["fitting"] + expanded - evaluated - floored_,
-            infeasible=t["infeasible"], solve_time_s=seconds, optimal=self.all_optimal, gap=self.worst_gap,
-            simulated=t["simulated"])
-        log.info("searched %d candidates: %d priced (%d simulated), %d pruned by memory, %d by the time bound, %d did "
-                 "not fit", cert.candidates, cert.evaluated, cert.simulated, cert.pruned_memory, cert.pruned_time,
-                 cert.infeasible)
-        return SearchResult(ranked[0], tuple(ranked[1:]), cert)
+        return certified(self.top, self.tally, self.solver, self.all_optimal, self.worst_gap, seconds)
 
     def _refuse_empty(self) -> None:
         """InfeasibleError, naming what does not fit, where the top-k is empty."""
         model, cluster, job, spec = self.model, self.cluster, self.job, self.spec
         if not self.tally["fitting"]:  # (the heap ran dry: every family was expanded)
             pool = list(candidates(model, cluster, job, spec, offload_variants=False))
-            raise InfeasibleError(no_fit_message(self.bounds, _with_choices(pool, self.choices), fit_hints(spec, job)))
+            raise InfeasibleError(no_fit_message(self.bounds, with_choices(pool, self.choices), fit_hints(spec, job)))
         if not self.top:
             pool = [replace(first, vpp=vpp, schedule=schedule) for first, held in self.groups for schedule, vpp in held]
-            raise InfeasibleError(no_fit_message(self.bounds, _with_choices(pool, self.within_state_bound),
+            raise InfeasibleError(no_fit_message(self.bounds, with_choices(pool, self.within_state_bound),
                                                   fit_hints(spec, job)))
-
-
-def _with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[frozenset[Offload], ...]]
-                  ) -> list[Candidate]:
-    """Every candidate of `cs` with each offload choice `choices` gives it."""
-    return [replace(c, offload=o) for c in cs for o in choices(c)]
 
 
 __all__ = ["Certificate", "Ranked", "SearchResult", "SearchSpec", "Solver", "search", "split_problem"]

@@ -67,6 +67,7 @@ class RankMemory:
         self._rank_info: dict[tuple[int, int, Schedule], tuple[int, int, tuple[tuple[int, int], ...]]] = {}
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
         self._pieces: dict[tuple[object, ...], tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        self._rank_bytes: dict[Candidate, tuple[list[float], tuple[float, ...], float, float]] = {}
 
     def knobs(self, c: Candidate) -> LayerKnobs:
         return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
@@ -155,6 +156,15 @@ class RankMemory:
 
     def rank_bytes(self, c: Candidate, acts: LayerActivations | None = None
                    ) -> tuple[list[float], tuple[float, ...], float, float]:
+        """`_rank_bytes`, once per candidate (its memory floor, recomputation floor and slowest fitting rank read it;
+        callers do not change the list)."""
+        found = self._rank_bytes.get(c)
+        if found is None:
+            found = self._rank_bytes[c] = self._bytes_of_ranks(c, acts)
+        return found
+
+    def _bytes_of_ranks(self, c: Candidate, acts: LayerActivations | None
+                        ) -> tuple[list[float], tuple[float, ...], float, float]:
         """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
         module docstring's fixed_r, as cost_models.step.stage_held and stage_cost count them (`acts`: c's
         `activations`, when the caller has them)."""

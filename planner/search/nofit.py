@@ -4,6 +4,8 @@ host memory for what is offloaded) with the leanest candidate's figures, and wha
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 
 from cost_models.memory import footprint as M
 from meshcore import GIB, JobSpec, Offload, offload_names
@@ -54,3 +56,9 @@ def no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str 
     return (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
             f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone; "
             f"use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model" + hints)
+
+
+def with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[frozenset[Offload], ...]]
+                 ) -> list[Candidate]:
+    """Every candidate of `cs` with each offload choice `choices` gives it (the pool `no_fit_message` reads)."""
+    return [replace(c, offload=o) for c in cs for o in choices(c)]

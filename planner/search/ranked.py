@@ -3,6 +3,8 @@ answer is optimal within the modelled space, and the result that holds both."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cost_models.prediction import Prediction
@@ -44,3 +46,22 @@ class SearchResult:
     best: Ranked
     alternatives: tuple[Ranked, ...]
     certificate: Certificate
+
+
+def certified(top: list[tuple[float, tuple[int, ...], Ranked]], tally: Mapping[str, int], solver: Solver,
+              optimal: bool, gap: float, seconds: float) -> SearchResult:
+    """The result of a best-first search (planner.search.exact) from its top-k (entries (−step, −sort key, layout)) and
+    its counts, logged."""
+    t = tally
+    total, evaluated, expanded, floored_ = t["total"], t["evaluated"], t["expanded"], t["floored"]
+    ranked = [e[2] for e in sorted(top, key=lambda e: (-e[0], tuple(-x for x in e[1])))]
+    cert = Certificate(
+        method="enumerate + memory/time bounds (best-first) + exact stage split, ranked and bounded by the "
+               "reported step (the discrete-event pipeline simulator's where it runs)", solver=solver,
+        candidates=total + expanded, evaluated=evaluated, pruned_memory=t["held"] - t["fitting"] + floored_,
+        pruned_time=total - t["held"] + t["fitting"] + expanded - evaluated - floored_,
+        infeasible=t["infeasible"], solve_time_s=seconds, optimal=optimal, gap=gap, simulated=t["simulated"])
+    logging.getLogger("planner.search.exact").info(
+        "searched %d candidates: %d priced (%d simulated), %d pruned by memory, %d by the time bound, %d did not fit",
+        cert.candidates, cert.evaluated, cert.simulated, cert.pruned_memory, cert.pruned_time, cert.infeasible)
+    return SearchResult(ranked[0], tuple(ranked[1:]), cert)

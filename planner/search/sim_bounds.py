@@ -31,13 +31,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from cost_models.compute.knobs import LayerTime
 from cost_models.memory.params import StageParams
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.simulator import Durations, Program
-from cost_models.step import pipeline_hop_time
 from cost_models.sync import kept_gathered, optimizer_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
@@ -151,7 +149,6 @@ class ReportedBounds(SearchBounds):
         self._paths: dict[tuple[object, ...], float] = {}
         self._splits: dict[tuple[object, ...], tuple[list[list[Row]], list[float]]] = {}
         self._split_paths: dict[Candidate, SplitPaths] = {}
-        self._hops: dict[tuple[int, ...], float] = {}
         self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
@@ -374,14 +371,6 @@ class ReportedBounds(SearchBounds):
             m = self.job.global_batch // (c.dp * c.mbs)
             self._paths[key] = path_floor(place, before, work, m, hop, not split)
         return self._paths[key]
-
-    def hop(self, c: Candidate) -> float:
-        """One pipeline send of `c` (`pipeline_hop_time`), once per degrees and micro-batch size."""
-        key = (c.tp, c.cp, c.pp, c.dp, c.mbs, c.ep, c.etp)
-        if key not in self._hops:
-            self._hops[key] = pipeline_hop_time(self.model, self.job, self.cluster, replace(
-                c, vpp=1, schedule=DEFAULT_SCHEDULE).layout())
-        return self._hops[key]
 
     def shape_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
                     offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
