@@ -14,7 +14,7 @@ the bf16 activation over its own NIC share; with equal TP degrees and the defaul
 send of a stage whose tp·dp ranks fill a scale-up domain. A stage's send time per micro-batch is its hop in plus
 its hop out (cost_models.step.pipeline_hops for one chunk per rank).
 
-The step is the homogeneous one (cost_models.step, `_predict`): 1F1B over the uneven stage times
+The step is the homogeneous one (cost_models.predict, `predict`): 1F1B over the uneven stage times
 (cost_models.pipeline.stages), plus the slowest stage's gradient reduction and optimizer step, plus the tied-embedding
 all-reduce across the first and last stage. MFU divides by the peaks of the GPUs the layout uses, group by group.
 """

@@ -7,38 +7,37 @@ Step time = pipeline(stage times per micro-batch)                       (cost_mo
 Stage time per micro-batch = Σ its layers' LayerTime + 2 pipeline send/recv per model chunk
           (+ exposed ZeRO-2 gradient reduce-scatters, ZeRO-3 weight gathers as well).
 Data-parallel reduction, weight gathers and the optimizer: cost_models.sync; parameters per rank:
-cost_models.memory.params; the result types: cost_models.prediction.
+cost_models.memory.params; the step from the stages: cost_models.predict; the result types: cost_models.prediction.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 
-from cost_models.comm.collectives import Collective, collective
-from cost_models.compute import flops as F
 from cost_models.compute.host import microbatch_sync_s, step_sync_s
 from cost_models.compute.kernels import Gemm, gemm_fwd_bwd_time
 from cost_models.compute.knobs import LayerActivations as LayerActivations  # re-exported: the search imports both
 from cost_models.compute.knobs import LayerKnobs, LayerTime
 from cost_models.compute.knobs import LayerTimes as LayerTimes
 from cost_models.compute.layer import decoder_layer_time, embedding_time, head_time, vision_time
-from cost_models.compute.sac import recomputed_flops_per_token, sac_activation_bytes
+from cost_models.compute.sac import sac_activation_bytes
 from cost_models.memory import footprint as M
 from cost_models.memory import held as H
-from cost_models.memory.offload import host_capacity_bytes, node_host_bytes, nvme_fits, offload_working_bytes
+from cost_models.memory.offload import offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params
-from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.hops import RankPlace, rank_places
 from cost_models.pipeline.hops import p2p_exposure as p2p_exposure  # re-exported: the search and outputs import these
 from cost_models.pipeline.hops import pipeline_hop_time as pipeline_hop_time
 from cost_models.pipeline.hops import pipeline_hops as pipeline_hops
-from cost_models.pipeline.stages import bubble_fraction, pipeline_time
-from cost_models.prediction import Prediction, StageCost, StageLayers, step_breakdown
+from cost_models.predict import predict
+from cost_models.prediction import Prediction, StageCost, StageLayers
 from cost_models.sync import (
     dp_reduce_exposed,
     gather_bytes,
     grad_accumulation_time,
+    grad_traffic,
     host_state_bytes,
     kept_gathered,
     optimizer_time,
@@ -49,7 +48,6 @@ from cost_models.sync import (
 )
 from meshcore import (
     GIB,
-    AttentionKernel,
     ClusterSpec,
     Dtype,
     JobSpec,
@@ -86,7 +84,7 @@ def stage_held(costs: LayoutCosts, layers: StageLayers, first: bool, last: bool,
         working = acts.working  # the layer being recomputed holds all its activations until its backward is done
     other += H.held_at_peak(loss, working, ex.memory)
     if layers.total and (layout.zero is ZeroStage.WEIGHTS or (layout.zero is ZeroStage.GRADIENTS and per_block(job))):
-        params = costs.body(first, last, layers).params
+        params = costs.weights(first, last, layers).params
         other += gathered_weight_bytes(costs, params)
         if kept_gathered(layout, job):
             accumulated = params.total * rt.grad_reduce_bytes * job.trainable_fraction
@@ -199,6 +197,8 @@ class LayoutCosts:
         default_factory=dict, init=False, repr=False, compare=False)
     _held: dict[tuple[bool, bool, StageLayers, int], H.StageHeld] = field(
         default_factory=dict, init=False, repr=False, compare=False)
+    _weights: dict[tuple[bool, bool, int, int], StageWeights] = field(  # per (embedding, head, dense, MoE layers)
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def body(self, first: bool, last: bool, layers: StageLayers) -> StageBody:
         """`stage_body`, once per (embedding, head, layers): the split search prices the same layers on
@@ -207,6 +207,14 @@ class LayoutCosts:
         if key not in self._bodies:
             self._bodies[key] = stage_body(self, first, last, layers)
         return self._bodies[key]
+
+    def weights(self, first: bool, last: bool, layers: StageLayers) -> StageWeights:
+        """`stage_weights`, once per (embedding, head, dense layers, MoE layers): stages that differ only in the
+        layers they recompute share it."""
+        key = (first, last, layers.dense, layers.moe)
+        if key not in self._weights:
+            self._weights[key] = stage_weights(self, first, last, layers)
+        return self._weights[key]
 
     def held(self, place: RankPlace, layers: StageLayers) -> H.StageHeld:
         """`stage_held` of `layers` at `place`, once per (embedding, head, layers, micro-batches in flight at an
@@ -222,6 +230,7 @@ class LayoutCosts:
         costs = replace(self, layout=layout)
         object.__setattr__(costs, "_bodies", self._bodies)  # frozen: set as dataclasses' own __init__ does
         object.__setattr__(costs, "_held", self._held)
+        object.__setattr__(costs, "_weights", self._weights)
         return costs
 
     def uniform(self, n: int, n_full: int) -> StageLayers:
@@ -302,28 +311,52 @@ class StageBody:
     offload_forward_s: float = 0.0  # the part of offload_s in the forward passes
 
 
-def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
-    """The rank-independent part of `stage_cost` (`LayoutCosts.body` caches it)."""
+@dataclass(frozen=True)
+class StageWeights:
+    """What a stage's parameters alone decide, whichever of its layers are recomputed: the parameters (its layers',
+    the embedding's and LM head's where it holds them), their states on the GPU and on the host, autograd's gradient
+    accumulation per micro-batch and the per-step data-parallel reduce and gather before overlap (`grad_traffic`)."""
+
+    params: StageParams
+    states: M.StateBytes
+    host_states: float
+    accumulation_s: float
+    traffic: tuple[float, float]
+
+
+def stage_weights(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageWeights:
+    """`StageWeights` of a stage holding `layers` (`LayoutCosts.weights` caches it)."""
     model, cluster, job, layout = costs.model, costs.cluster, costs.job, costs.layout
-    time = costs.layer_time(layers)
     params = costs.stage_params(layers)
     if first:
-        time, params = time + costs.times.embedding, params + StageParams(embedding_params(model, job, layout.tp))
+        params = params + StageParams(embedding_params(model, job, layout.tp))
+    if last:
+        params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
+    return StageWeights(params, stage_states(params, layout, job), host_state_bytes(params, layout, job),
+                        grad_accumulation_time(params, layout, job, cluster),
+                        grad_traffic(params, layout, job, cluster))
+
+
+def stage_body(costs: LayoutCosts, first: bool, last: bool, layers: StageLayers) -> StageBody:
+    """The rank-independent part of `stage_cost` (`LayoutCosts.body` caches it)."""
+    cluster, job, layout = costs.cluster, costs.job, costs.layout
+    weights = costs.weights(first, last, layers)
+    time, params = costs.layer_time(layers), weights.params
+    if first:
+        time = time + costs.times.embedding
     if last:
         time = time + costs.times.head
-        params = params + head_params(model, job, layout.tp, layout.head_beside_embedding, layout.ep, layout.etp)
     ex = job.runtime.priced_execution
     offload = stage_offload_exposed(costs.times, costs.activations, costs.dense_params, costs.moe_params, layers,
                                     layout, job, cluster)
     # the runtime's host cost per micro-batch and stage, blocking pipeline sends' host syncs, autograd's gradient adds
     sync = microbatch_sync_s(cluster, layout.pp, layout.vpp, job.runtime.overlap_p2p_comm)
-    time += LayerTime(backward=grad_accumulation_time(params, layout, job, cluster), host=ex.host_microbatch_s + sync)
+    time += LayerTime(backward=weights.accumulation_s, host=ex.host_microbatch_s + sync)
     return StageBody(
         time, params, sharded_s=sharded_dp_exposed(params, layers.total, layout, job, cluster, time),
-        dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward),
+        dp_s=dp_reduce_exposed(params, layout, job, cluster, time.backward, time.forward, traffic=weights.traffic),
         optimizer_s=optimizer_time(params, layout, job, cluster, time) + ex.host_step_s + step_sync_s(cluster),
-        states=stage_states(params, layout, job), offload_s=sum(offload), offload_forward_s=offload[0],
-        host_states=host_state_bytes(params, layout, job))
+        states=weights.states, offload_s=sum(offload), offload_forward_s=offload[0], host_states=weights.host_states)
 
 
 def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
@@ -348,9 +381,8 @@ def stage_cost(costs: LayoutCosts, rank: int, layers: StageLayers,
 def rank_layer_ids(layout: Layout, num_layers: int) -> list[list[int]]:
     """Decoder layer indices held by each pipeline rank, over all its model chunks, in order."""
     chunk_layers = layout.chunk_layers(num_layers)
-    starts = [sum(chunk_layers[:i]) for i in range(len(chunk_layers))]
-    return [[i for c in layout.rank_chunks(rank) for i in range(starts[c], starts[c] + chunk_layers[c])]
-            for rank in range(layout.pp)]
+    starts = (0, *accumulate(chunk_layers))
+    return [[i for c in layout.rank_chunks(rank) for i in range(starts[c], starts[c + 1])] for rank in range(layout.pp)]
 
 
 def rank_stage_layers(costs: LayoutCosts, rank: int, ids: list[int]) -> StageLayers:
@@ -373,55 +405,4 @@ def evaluate_costs(costs: LayoutCosts) -> Prediction:
     for rank, ids in enumerate(rank_layer_ids(layout, model.num_layers)):
         stages.append(stage_cost(costs, rank, rank_stage_layers(costs, rank, ids),
                                  (min(ids, default=-1), max(ids, default=-1))))
-    return _predict(model, cluster, job, layout, stages, costs.num_microbatches)
-
-
-def _predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout,
-             stages: list[StageCost], m: int) -> Prediction:
-    per_mb = [s.compute_s for s in stages]
-    hidden = [W_SHARE * s.time.backward for s in stages]  # weight gradients zero-bubble schedules move around
-    pipe = pipeline_time(per_mb, m, layout.vpp, layout.schedule, hidden, [s.time.forward for s in stages])
-    tail = max(stages, key=lambda s: s.dp_exposed_s + s.optimizer_s)
-    emb_sync = 0.0
-    if model.tied_embeddings and not layout.head_beside_embedding:
-        nbytes = model.vocab_size * model.hidden_size / layout.tp * job.runtime.grad_reduce_bytes
-        emb_sync = collective(Collective.ALL_REDUCE, nbytes, layout.mesh.pipeline_ends, cluster)
-    step = pipe + tail.dp_exposed_s + tail.optimizer_s + emb_sync
-    breakdown = step_breakdown(stages, m, pipe, emb_sync)
-    world = layout.world
-    model_flops = F.model_flops_per_sequence(model, job.seq_len) * job.global_batch
-    if job.trainable_fraction < 1:  # LoRA: no weight gradients of the frozen weights, the adapters' own work
-        model_flops *= (2 + 3 * job.trainable_fraction) / 3
-    n_full = sum(s.layers.full for s in stages)
-    recompute_per_seq = sum(s.layers.dense_full for s in stages) * F.decoder_matmul_flops(model, job.seq_len)
-    if model.moe is not None:
-        recompute_per_seq += sum(s.layers.moe_full for s in stages) * F.moe_decoder_matmul_flops(model, job.seq_len)
-    if RecomputeModule.CORE_ATTN in layout.recompute_modules and job.runtime.attention is AttentionKernel.UNFUSED:
-        recompute_per_seq += (model.num_layers - n_full) * F.attention_core_flops(model, job.seq_len)
-    if layout.recompute is Recompute.SELECTIVE and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC:
-        dense = sum(s.layers.dense - s.layers.dense_full for s in stages)  # per-op SAC prices dense layers only
-        recompute_per_seq += dense * job.seq_len * recomputed_flops_per_token(model)
-    hw_flops = model_flops + recompute_per_seq * job.global_batch
-    peak = cluster.gpu.peak(job.dtype)
-    peak_mem = max(s.peak_memory_gib for s in stages)
-    host_need = node_host_bytes([s.host_gib * GIB for s in stages], layout.mesh.stage_group.size,
-                                min(cluster.gpus_per_node, layout.world)) / GIB
-    host_cap = host_capacity_bytes(cluster) / GIB
-    return Prediction(
-        step_time_s=step,
-        tokens_per_s=job.tokens_per_step / step,
-        model_tflops_per_gpu=model_flops / step / world / 1e12,
-        hardware_tflops_per_gpu=hw_flops / step / world / 1e12,
-        mfu=model_flops / step / world / peak,
-        hfu=hw_flops / step / world / peak,
-        peak_memory_gib=peak_mem,
-        memory_capacity_gib=cluster.gpu.memory_gib,
-        fits=(peak_mem <= cluster.gpu.memory_gib and host_need <= host_cap
-              and nvme_fits(F.total_params(model), layout, job, cluster)),
-        bubble_fraction=bubble_fraction(layout.schedule, layout.pp, m, layout.vpp),
-        num_microbatches=m,
-        breakdown=breakdown,
-        stages=tuple(stages),
-        host_memory_gib=host_need,
-        host_capacity_gib=host_cap,
-    )
+    return predict(model, cluster, job, layout, stages, costs.num_microbatches)

@@ -55,11 +55,21 @@ class RankPlace:
     alive: float
 
 
+def every_rank_hops(layout: Layout) -> list[int]:
+    """`pipeline_hops` of every rank, from one pass over the chunks: chunk c's rank counts a hop in from chunk c − 1
+    and one out to chunk c + 1 where those live on another rank."""
+    owner = [layout.chunk_rank(c) for c in range(layout.pp * layout.vpp)]
+    hops = [0] * layout.pp
+    for c, rank in enumerate(owner):
+        hops[rank] += (c > 0 and owner[c - 1] != rank) + (c < len(owner) - 1 and owner[c + 1] != rank)
+    return hops
+
+
 def rank_places(layout: Layout, job: JobSpec, cluster: ClusterSpec, num_microbatches: int,
                 hop_s: float) -> tuple[RankPlace, ...]:
     """Every rank's place, `hop_s` being one send/recv of one micro-batch (`pipeline_hop_time`): its sends are
     pipeline_hops · hop_s · p2p_exposure."""
     exposure, first, last = p2p_exposure(layout, job, cluster), layout.embedding_rank, layout.head_rank
-    return tuple(RankPlace(rank, rank == first, rank == last, pipeline_hops(layout, rank) * hop_s * exposure,
+    return tuple(RankPlace(rank, rank == first, rank == last, hops * hop_s * exposure,
                            in_flight(layout.schedule, rank, layout.pp, num_microbatches, layout.vpp))
-                 for rank in range(layout.pp))
+                 for rank, hops in enumerate(every_rank_hops(layout)))

@@ -28,22 +28,23 @@ def least_sum(costs: np.ndarray, counts: list[np.ndarray], width: int) -> tuple[
     """plain_split.least_sum: stage s may take the layer counts `counts[s]` (descending: the first minimum found is
     the largest count, the least previous boundary)."""
     stages = costs.shape[0]
-    f = np.full(width, np.inf)
-    f[0] = 0.0
-    picks = []
+    # f behind `width` boundaries of ∞: f[end − n] for n > end reads ∞, which no finite cost makes less
+    f = np.full(2 * width, np.inf)
+    f[width] = 0.0
+    picks, columns = [], np.arange(width)
     for s in range(stages):
-        new, pick = np.full(width, np.inf), np.zeros(width, dtype=int)
+        new, pick = np.full(2 * width, np.inf), np.zeros(width, dtype=int)
         lo, hi = s + 1, width - (stages - s)  # boundaries a complete split can have after this stage
         ns = counts[s]
         if len(ns) and hi >= lo:
-            ends = np.arange(lo, hi + 1)
-            before, valid = _steps(f, ns, ends)
-            cand = np.where(valid, before + costs[s, ns][:, None], np.inf)
+            ends = columns[lo:hi + 1]
+            cand = f[width + ends[None, :] - ns[:, None]] + costs[s, ns][:, None]
             best = cand.argmin(axis=0)
-            new[lo:hi + 1] = cand[best, np.arange(len(ends))]
+            new[width + lo:width + hi + 1] = cand[best, columns[:len(ends)]]
             pick[lo:hi + 1] = ends - ns[best]
         f = new
         picks.append(pick)
+    f = f[width:]
     if not f[-1] < np.inf:
         return None
     bounds, j = [width - 1], width - 1

@@ -102,20 +102,22 @@ def least_bottleneck(cost: np.ndarray, allowed: np.ndarray) -> float:
 
 
 def best_boundaries(max_cost: np.ndarray, sum_cost: np.ndarray, allowed: np.ndarray, m: int,
-                    start: float = 0.0, limit: float = np.inf, levels: np.ndarray | None = None
-                    ) -> tuple[list[int], float] | None:
+                    start: float = 0.0, limit: float = np.inf, levels: np.ndarray | None = None,
+                    least: float | None = None) -> tuple[list[int], float] | None:
     """Boundaries minimising (m − 1)·max_s max_cost + Σ_s sum_cost over allowed segments [stage, i, j], or None
     when no split's value is below `limit`.
 
     For each bottleneck bound B (the distinct segment costs, from `start` up) a DP finds the least sum with
     every stage within B; the scan stops once (m − 1)·B plus the unbounded least sum can no longer win (beat the
     best so far, or `limit`). `levels`: those distinct costs (sorted) where the caller knows them without sorting
-    every segment's (a uniform stack: its count table's finite values, each the cost of some allowed segment)."""
+    every segment's (a uniform stack: its count table's finite values, each the cost of some allowed segment);
+    `least`: `least_bottleneck` of the allowed segments, where the caller has it."""
     allowed = allowed & np.isfinite(max_cost)
     unbounded = least_sum(sum_cost, allowed)
     if unbounded is None:
         return None
-    start = max(start, least_bottleneck(max_cost, allowed) * (1 - _EPS))  # no split exists under it
+    least = least_bottleneck(max_cost, allowed) if least is None else least
+    start = max(start, least * (1 - _EPS))  # no split exists under it
     best: tuple[list[int], float] | None = None
     levels = distinct(max_cost[allowed & (max_cost >= start)]) if levels is None else levels[levels >= start]
     for bound in levels:
@@ -298,7 +300,9 @@ def solve_kinds(p: KindSplitProblem) -> Split | None:
         return None
     # the smallest listed bottleneck b admitting a split within b·(1 + ε): the first with least <= b·(1 + ε)
     lo = int(np.argmax(least <= bounds * (1 + _EPS)))
-    found = best_boundaries(times, sums, allowed, p.num_microbatches, start=float(bounds[lo]))
+    # the levels and least bottleneck best_boundaries would find again: those of the same finite segments
+    found = best_boundaries(times, sums, allowed, p.num_microbatches, start=float(bounds[lo]), levels=bounds,
+                            least=least)
     if found is None:
         return None
     return kind_split(p, times, sums, recs, found[0])

@@ -3,6 +3,8 @@ several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.schedules import in_flight
@@ -73,51 +75,73 @@ def split_problem(costs: LayoutCosts, partial_recompute: bool) -> SplitProblem:
         partial_recompute=partial_recompute and not full_base, w0=tuple(w0), w1=w1)
 
 
-def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplitProblem:
-    """The layer-kind split model (dense and MoE layers) read off the cost model: every rank's stage priced
-    empty, with one layer of each kind and with that layer fully recomputed; the differences are the
-    per-layer coefficients (exposed ZeRO-2/3 traffic is linearised, and the full model re-checks the split)."""
-    layout = costs.layout
-    full_base = layout.recompute is Recompute.FULL
-    hides = pricing(layout.schedule).hides
+@dataclass(frozen=True)
+class KindRow:
+    """One rank's line of a `KindSplitProblem`: its empty stage's time, memory and hidden weight gradients, and per
+    layer kind (dense, MoE) what a layer adds, what recomputing it fully adds in time and saves in memory."""
 
-    def at(rank: int, layers: StageLayers) -> tuple[float, float, float]:
+    t0: float
+    m0: float
+    w0: float
+    t1: tuple[float, ...]
+    tr: tuple[float, ...]
+    w1: tuple[float, ...]
+    m1: tuple[float, ...]
+    mr: tuple[float, ...]
+    transient: float
+
+
+def kind_row(costs: LayoutCosts, rank: int) -> KindRow:
+    """`rank`'s line read off the cost model: its stage priced empty, with one layer of each kind and with that
+    layer fully recomputed; the differences are the per-layer coefficients."""
+    full_base = costs.layout.recompute is Recompute.FULL
+    hides = pricing(costs.layout.schedule).hides
+
+    def at(layers: StageLayers) -> tuple[float, float, float]:
         st = stage_cost(costs, rank, layers)
         return st.compute_s, st.peak_memory_gib * GIB, st.time.backward
 
     kinds = (StageLayers(dense=1, dense_full=int(full_base)), StageLayers(moe=1, moe_full=int(full_base)))
     fulls = (StageLayers(dense=1, dense_full=1), StageLayers(moe=1, moe_full=1))
-    t0, m0, m1, mr, w0 = [], [], [], [], []
-    t1: list[float] = []
-    tr: list[float] = []
-    w1: list[float] = []
+    base_t, base_m, base_b = at(StageLayers())
+    t1, tr, w1, row_m, row_r = [], [], [], [], []
     transient = 0.0
-    for rank in range(layout.pp):
-        base_t, base_m, base_b = at(rank, StageLayers())
-        t0.append(base_t)
-        m0.append(base_m)
-        w0.append(hides * W_SHARE * base_b)
-        row_m, row_r = [], []
-        t1, tr, w1 = [], [], []
-        for one, full in zip(kinds, fulls, strict=True):
-            time1, mem1, back1 = at(rank, one)
-            time_f, mem_f, _ = at(rank, full)
-            t1.append(max(time1 - base_t, 1e-12))
-            tr.append(max(time_f - time1, 0.0))
-            w1.append(hides * W_SHARE * (back1 - base_b))
-            row_m.append(mem1 - base_m)
-            # the recomputed layer's transient copy is priced once per stage (the largest kind's), not per layer
-            own = costs.activations.moe if one.moe else costs.activations.dense
-            transient = max(transient, own)
-            row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
-        m1.append(tuple(row_m))
-        mr.append(tuple(row_r))
+    for one, full in zip(kinds, fulls, strict=True):
+        time1, mem1, back1 = at(one)
+        time_f, mem_f, _ = at(full)
+        t1.append(max(time1 - base_t, 1e-12))
+        tr.append(max(time_f - time1, 0.0))
+        w1.append(hides * W_SHARE * (back1 - base_b))
+        row_m.append(mem1 - base_m)
+        # the recomputed layer's transient copy is priced once per stage (the largest kind's), not per layer
+        own = costs.activations.moe if one.moe else costs.activations.dense
+        transient = max(transient, own)
+        row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
+    return KindRow(base_t, base_m, hides * W_SHARE * base_b, tuple(t1), tuple(tr), tuple(w1), tuple(row_m),
+                   tuple(row_r), transient)
+
+
+def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplitProblem:
+    """The layer-kind split model (dense and MoE layers) read off the cost model, a `kind_row` per rank: once per
+    rank place (ends held, sends, micro-batches in flight), on which alone a rank's stage costs depend (exposed
+    ZeRO-2/3 traffic is linearised, and the full model re-checks the split). The rows' t1, tr and w1 are the last
+    rank's."""
+    layout = costs.layout
+    full_base = layout.recompute is Recompute.FULL
+    rows: dict[tuple[bool, bool, float, float], KindRow] = {}
+    for place in costs.places:
+        key = (place.first, place.last, place.p2p_s, place.alive)
+        if key not in rows:
+            rows[key] = kind_row(costs, place.rank)
+    ranks = [rows[(p.first, p.last, p.p2p_s, p.alive)] for p in costs.places]
+    last = ranks[-1]
     zero_bubble = spec_of(layout.schedule).family is ScheduleFamily.ORDERED_W
     return KindSplitProblem(
-        kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches, t0=tuple(t0),
-        t1=tuple(t1), tr=tuple(tr), m0=tuple(m0), m1=tuple(m1), mr=tuple(mr), transient=transient,
+        kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches,
+        t0=tuple(r.t0 for r in ranks), t1=last.t1, tr=last.tr, m0=tuple(r.m0 for r in ranks),
+        m1=tuple(r.m1 for r in ranks), mr=tuple(r.mr for r in ranks), transient=last.transient,
         capacity=costs.cluster.gpu.memory_gib * GIB, partial_recompute=partial_recompute and not full_base,
-        w0=tuple(w0) if zero_bubble else (), w1=tuple(w1) if zero_bubble else ())
+        w0=tuple(r.w0 for r in ranks) if zero_bubble else (), w1=last.w1 if zero_bubble else ())
 
 
 def v_chunks(per_rank: tuple[int, ...], vpp: int = 2) -> tuple[int, ...]:
