@@ -27,6 +27,7 @@ from meshcore import (
     GIB,
     ClusterSpec,
     JobSpec,
+    Layout,
     ModelSpec,
     Offload,
     Recompute,
@@ -63,7 +64,7 @@ class SearchBounds(RankMemory):
         self._traffic: dict[tuple[object, ...], tuple[float, float]] = {}
         self._least: dict[tuple[object, ...], tuple[float, float]] = {}
         self._comm: dict[tuple[object, ...], tuple[float, float]] = {}
-        self._family_parts: dict[tuple[object, ...], tuple[float, LayerTime, StageParams, float]] = {}
+        self._family_parts: dict[tuple[object, ...], tuple[float, LayerTime, StageParams, float, Layout]] = {}
         self._recomputed: dict[Candidate, float] = {}
 
     def sends(self, c: Candidate) -> float:
@@ -180,10 +181,19 @@ class SearchBounds(RankMemory):
             if key[:-1] not in self._comm:
                 wide = LayerTime(forward=math.inf, backward=math.inf)
                 self._comm[key[:-1]] = (sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster, wide),
-                                        dp_reduce_exposed(params, layout, job, cluster, math.inf, math.inf))
+                                        dp_reduce_exposed(params, layout, job, cluster, math.inf, math.inf, None,
+                                                          self._grad_traffic_of(c, beside, params, layout)))
             traffic, reduce = self._comm[key[:-1]]
             self._traffic[key] = (traffic, reduce + optimizer_time(params, layout, job, cluster))
         return self._traffic[key]
+
+    def _grad_traffic_of(self, c: Candidate, beside: bool, params: StageParams, layout: Layout) -> tuple[float, float]:
+        """`sync.grad_traffic` of `c`'s average stage (`params`, `layout`), once per what it reads: the parameters
+        (degrees and head placement), the mesh and the ZeRO stage."""
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside)
+        if key not in self._grad_traffic:
+            self._grad_traffic[key] = grad_traffic(params, layout, self.job, self.cluster)
+        return self._grad_traffic[key]
 
     def _average_parts(self, c: Candidate) -> tuple[float, float, float]:
         """(total, forward, backward) of `_average`, once per `floor_key`."""
@@ -219,7 +229,7 @@ class SearchBounds(RankMemory):
             parts = [(times.decoder, n_dense / c.pp), (times.embedding, 1 / c.pp), (times.head, 1 / c.pp)]
             if times.moe is not None:
                 parts.append((times.moe, n_moe / c.pp))
-            self._averages[key] = _scaled_sum(parts)
+            self._averages[key] = LayerTime.scaled_sum(parts)
         return self._averages[key]
 
     def _bound(self, c: Candidate, recomputed: float = 0.0, slowest: float = 0.0) -> float:
@@ -298,16 +308,14 @@ class SearchBounds(RankMemory):
             params = self.params(bare, head_beside_embedding).scaled(1 / c.pp)
             self._family_parts[key[:-1]] = (self.hop(bare), avg, params,
                                             sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster,
-                                                               avg))
-        hop, avg, params, sharded = self._family_parts[key[:-1]]
+                                                               avg), layout)
+        hop, avg, params, sharded, bare_layout = self._family_parts[key[:-1]]
         c = c.but(vpp=1, schedule=DEFAULT_SCHEDULE)
-        layout = c.layout()
+        layout = c.layout() if c.offload else bare_layout
         stage = avg.total + sharded + self._offload_floor(c)
         backward, forward = self.pass_windows(c, params)
-        mesh = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, head_beside_embedding)
-        if mesh not in self._grad_traffic:  # (what grad_traffic reads: the parameters, the mesh, the ZeRO stage)
-            self._grad_traffic[mesh] = grad_traffic(params, layout, job, cluster)
-        tail = (dp_reduce_exposed(params, layout, job, cluster, backward, forward, math.inf, self._grad_traffic[mesh])
+        traffic = self._grad_traffic_of(c, head_beside_embedding, params, layout)
+        tail = (dp_reduce_exposed(params, layout, job, cluster, backward, forward, math.inf, traffic)
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
@@ -424,13 +432,3 @@ class SearchBounds(RankMemory):
             return 0.0
         excess = excess_floor([f - self.cluster.gpu.memory_gib * GIB for f in fixed], per_layer, counts, alive)
         return max(rho * excess / c.pp, 0.0) * (1 - _ROUNDING)
-
-
-def _scaled_sum(parts: Sequence[tuple[LayerTime, float]]) -> LayerTime:
-    """Σ t.scaled(k) over `parts`, left to right, field by field: the same floats as `LayerTime.scaled` and `+`, without
-    building each term (`SearchBounds._average` makes one per `floor_key`: thousands in a mixture-of-experts search)."""
-    acc = [0.0] * 7
-    for i, (t, k) in enumerate(parts):
-        row = (t.forward * k, t.backward * k, t.recompute * k, t.tp_comm * k, t.cp_comm * k, t.ep_comm * k, t.host * k)
-        acc = list(row) if i == 0 else [x + y for x, y in zip(acc, row, strict=True)]
-    return LayerTime(*acc)
