@@ -17,13 +17,6 @@ from planner.search.partition import _EPS, least_bottleneck_bound, make_split, s
 from planner.search.split_model import Split, SplitProblem
 
 
-def _steps(f: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(f[end − n], valid) for each allowed count n (rows) and boundary `end` (columns): valid where n <= end."""
-    prev = ends[None, :] - counts[:, None]
-    valid = prev >= 0
-    return f[np.where(valid, prev, 0)], valid
-
-
 def least_sum(costs: np.ndarray, counts: list[np.ndarray], width: int) -> tuple[float, list[int]] | None:
     """plain_split.least_sum: stage s may take the layer counts `counts[s]` (descending: the first minimum found is
     the largest count, the least previous boundary)."""
@@ -56,15 +49,15 @@ def least_sum(costs: np.ndarray, counts: list[np.ndarray], width: int) -> tuple[
 
 def least_bottleneck(times: np.ndarray, counts: list[np.ndarray], width: int) -> float:
     """plain_split.least_bottleneck: the least max_s time over splits with the allowed counts."""
-    f = np.full(width, np.inf)
-    f[0] = -np.inf
+    # f behind `width` boundaries of ∞ (least_sum's band): f[end − n] for n > end reads ∞, as masking it gave
+    f = np.full(2 * width, np.inf)
+    f[width] = -np.inf
     ends = np.arange(width)
     for s in range(times.shape[0]):
         ns = counts[s]
         if not len(ns):
             return float(np.inf)
-        before, valid = _steps(f, ns, ends)
-        f = np.where(valid, np.maximum(before, times[s, ns][:, None]), np.inf).min(axis=0)
+        f[width:] = np.maximum(f[width + ends[None, :] - ns[:, None]], times[s, ns][:, None]).min(axis=0)
     return float(f[-1])
 
 
