@@ -165,16 +165,26 @@ def test_split_floor_is_below_every_split_simulated(seed: int) -> None:
             fwd[r], bwd[r] = fwd[r] + piece[0], bwd[r] + piece[1]
         comm = [rng.uniform(0, 0.3) for _ in range(pp)]
         sizes = v_chunks(tuple(per_rank), vpp) if vpp > 1 else tuple(per_rank)
-        f_c, b_c, w_c = [], [], []
-        for c, n in enumerate(sizes):  # as planner.search.simulate.durations shares a rank's stage over its chunks
-            r = prog.placement[c]
-            share, compute = n / per_rank[r], fwd[r] + bwd[r] + rec[r]
-            w = W_SHARE * bwd[r] * share if split else 0.0
-            f_c.append((fwd[r] + comm[r] * fwd[r] / compute) * share)
-            b_c.append((bwd[r] + rec[r] + comm[r] * (1 - fwd[r] / compute)) * share - w)
-            w_c.append(w)
-        d = Durations(tuple(f_c), tuple(b_c), tuple(w_c), (1.0,) * len(sizes), p2p_s=hop)
+        d = _shared_durations(prog.placement, sizes, per_rank, (fwd, bwd, rec, comm), split, hop)
         assert bound <= makespan(prog, d) * (1 + 1e-9), (schedule, per_rank)
+
+
+def _shared_durations(placement: tuple[int, ...], sizes: tuple[int, ...], held: list[int],
+                      ranks: tuple[list[float], list[float], list[float], list[float]], split: bool,
+                      hop: float) -> Durations:
+    """Per-chunk durations of chunks of these sizes (model order) on `placement`, from each rank's (forward,
+    backward, recomputation, communication) over the `held` layers it holds: shared over its chunks by layers, as
+    planner.search.simulate.durations shares a rank's stage."""
+    fwd, bwd, rec, comm = ranks
+    f_c, b_c, w_c = [], [], []
+    for c, n in enumerate(sizes):
+        r = placement[c]
+        share, compute = n / held[r], fwd[r] + bwd[r] + rec[r]
+        w = W_SHARE * bwd[r] * share if split else 0.0
+        f_c.append((fwd[r] + comm[r] * fwd[r] / compute) * share)
+        b_c.append((bwd[r] + rec[r] + comm[r] * (1 - fwd[r] / compute)) * share - w)
+        w_c.append(w)
+    return Durations(tuple(f_c), tuple(b_c), tuple(w_c), (1.0,) * len(sizes), p2p_s=hop)
 
 
 def _chunk_makespan(prog, chunks: tuple[int, ...], layer: list[tuple[float, float, float]],  # type: ignore[no-untyped-def]
@@ -190,15 +200,7 @@ def _chunk_makespan(prog, chunks: tuple[int, ...], layer: list[tuple[float, floa
         held[r] += chunks[c]
         for f, b, rc in layer[edges[c]:edges[c + 1]]:
             fwd[r], bwd[r], rec[r] = fwd[r] + f, bwd[r] + b, rec[r] + rc
-    f_c, b_c, w_c = [], [], []
-    for c, n in enumerate(chunks):
-        r = prog.placement[c]
-        share, compute = n / held[r], fwd[r] + bwd[r] + rec[r]
-        w = W_SHARE * bwd[r] * share if split else 0.0
-        f_c.append((fwd[r] + comm[r] * fwd[r] / compute) * share)
-        b_c.append((bwd[r] + rec[r] + comm[r] * (1 - fwd[r] / compute)) * share - w)
-        w_c.append(w)
-    return makespan(prog, Durations(tuple(f_c), tuple(b_c), tuple(w_c), (1.0,) * len(chunks), p2p_s=hop))
+    return makespan(prog, _shared_durations(prog.placement, chunks, held, (fwd, bwd, rec, comm), split, hop))
 
 
 @pytest.mark.parametrize("seed", range(60))
