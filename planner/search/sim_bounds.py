@@ -80,7 +80,7 @@ def trailing_weight(program: Program, d: Durations) -> list[float]:
         if not program.split_backward:
             out.append(0.0)
         elif program.explicit_w:
-            last = max((i for i, op in enumerate(order) if op[0] in (1, 3)), default=-1)
+            last = next((i for i in range(len(order) - 1, -1, -1) if order[i][0] in (1, 3)), -1)  # from the end
             out.append(sum(d.weight[c] for kind, _, c in order[last + 1:] if kind == 2))
         else:
             own = [d.weight[c] for c, rank in enumerate(program.placement) if rank == device]
