@@ -8,10 +8,11 @@ cost: cost_models.pipeline.stages.
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import accumulate
 
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.registry import pricing
-from cost_models.pipeline.simulator import OpKind, Program
+from cost_models.pipeline.simulator import Program
 from meshcore import Schedule
 
 
@@ -36,15 +37,9 @@ def order_peaks(schedule: Schedule, pp: int, m: int, vpp: int = 1) -> tuple[floa
     prog = program(schedule, pp, m, vpp)
     per = len(prog.placement) // pp
     frees = (1.0 - W_SHARE, W_SHARE) if prog.split_backward else (1.0, 0.0)
-    peaks = []
-    for order in prog.orders:
-        held = peak = 0.0
-        for op in order:
-            freed = 1.0 if op.kind is OpKind.BW else frees[op.kind is OpKind.W]
-            held += 1.0 / per if op.kind is OpKind.F else -freed / per
-            peak = max(peak, held)
-        peaks.append(peak)
-    return tuple(peaks)
+    change = (1.0 / per, -frees[0] / per, -frees[1] / per, -1.0 / per)  # by encoded kind: F, B, W, BW
+    return tuple(max(0.0, max(accumulate(change[kind] for kind, _, _ in order), default=0.0))
+                 for order in prog.encoded)
 
 
 @lru_cache(maxsize=32)
