@@ -13,8 +13,9 @@ from dataclasses import replace
 from cost_models.compute.knobs import LayerKnobs, LayerTime, LayerTimes
 from cost_models.memory.params import StageParams
 from cost_models.pipeline.forms import W_SHARE, wave_bubble
+from cost_models.pipeline.hops import every_rank_hops
 from cost_models.pipeline.registry import pricing
-from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time, pipeline_hops
+from cost_models.step import layer_times, p2p_exposure, pipeline_hop_time
 from cost_models.sync import (
     dp_reduce_exposed,
     grad_accumulation_time,
@@ -73,7 +74,7 @@ class SearchBounds(RankMemory):
         key = (c.pp, c.vpp, c.schedule)
         if key not in self._sends:
             layout = c.layout()
-            hops = sum(pipeline_hops(layout, r) for r in range(layout.pp))
+            hops = sum(every_rank_hops(layout))
             self._sends[key] = hops / c.pp * p2p_exposure(layout, self.job, self.cluster)
         return self._sends[key]
 

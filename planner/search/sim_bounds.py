@@ -201,7 +201,7 @@ class ReportedBounds(SearchBounds):
 
     def shape_tail(self, c: Candidate) -> float:
         """The least tail of `c` (gradient reduction, weight gather, optimizer step): `_family`'s, which holds for
-        every vpp and schedule, or `tail_bounds.least_tail_exposed` of c's own (the windows of its vpp under the
+        every vpp and schedule, or `tail_bounds.staggered_tail` of c's own (the windows of its vpp under the
         interleaved schedule, of one chunk under any other) plus the average stage's optimizer step as `_family`
         prices it (left out where the optimizer is offloaded: its step need not grow linearly with the parameters)."""
         beside = self.beside(c)

@@ -6,7 +6,7 @@ schedule at once, with the widest windows any vpp gives (the interleaved schedul
 chunks), where the reduction mostly hides. Every other schedule (1F1B, GPipe, ZB-H1/H2, the V schedules, the wave)
 reduces each stage's gradients beside its last backward alone (`sync.dp_reduce_exposed` with v = 1) and exposes far
 more: Qwen3-235B on 1,024 H100 at pp 16, the priced ZB-V and DualPipeV layouts show 0.18 s of tail where that bound
-gives 0.08. Interleaved layouts expose more, the fewer their chunks. `least_tail_exposed` prices each shape's own
+gives 0.08. Interleaved layouts expose more, the fewer their chunks. `staggered_tail` prices each shape's own
 windows.
 """
 
@@ -14,14 +14,8 @@ from __future__ import annotations
 
 from cost_models.compute.knobs import LayerTimes
 from cost_models.memory.params import StageParams
-from cost_models.sync import (
-    gather_bytes,
-    grad_sync_times,
-    kept_gathered,
-    staggered_exposed,
-    weight_groups,
-)
-from meshcore import ClusterSpec, JobSpec, Layout, ScheduleFamily, spec_of
+from cost_models.sync import grad_traffic, staggered_exposed
+from meshcore import ClusterSpec, JobSpec, Layout
 
 # parameters at which a collective's time per byte is its least (its latency spread over them is below 1e-9 s)
 _HUGE = 1e18
@@ -43,24 +37,32 @@ def pass_ceilings(times: LayerTimes, counts: tuple[int, int], pp: int) -> tuple[
 
 
 def linear_traffic(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec) -> tuple[float, float]:
-    """(gradient reduction, weight gather) seconds per step of a stage holding `params`, at the least: each collective
-    at its least time per byte (`grad_sync_times` at 1e18 parameters over as many: every NCCL choice takes latency +
-    bytes / algbw with algbw at most its large-message value, cost_models/comm/nccl.py). Linear in the parameters, so
+    """(gradient reduction, weight gather) seconds per step of a stage holding `params`, at the least: `grad_traffic`
+    of the same stage scaled up to 1e18 parameters, scaled back. Every NCCL choice takes latency + bytes / algbw with
+    algbw at most its large-message value (cost_models/comm/nccl.py), so each collective's time per byte is least
+    for the largest message, and the latency left over, scaled back, is below 1e-9 s. Linear in the parameters, so
     the average stage's is the mean of the stages'."""
-    rt = job.runtime
-    reduce = gather = 0.0
-    for p, groups in weight_groups(params, layout):
-        r, g = grad_sync_times(_HUGE, layout.zero, groups, cluster, rt.grad_reduce_bytes, rt.multi_rail,
-                               gather_bytes(job, cluster))
-        share = p * job.trainable_fraction / _HUGE
-        reduce, gather = reduce + r * share, gather + g * share
-    return reduce, gather
+    if params.total <= 0:
+        return 0.0, 0.0
+    scale = _HUGE / params.total
+    reduce, gather = grad_traffic(params.scaled(scale), layout, job, cluster)
+    return reduce / scale, gather / scale
 
 
 def staggered_tail(reduce: float, gather: float, v: int, n: int, backward: float, forward: float, job: JobSpec,
                    cluster: ClusterSpec) -> float:
-    """`least_tail_exposed` from the average stage's `linear_traffic`, v chunks (1 without interleaving), n = min(pp,
-    m) micro-batches per group, and its passes' upper bounds."""
+    """A lower bound on the most exposed stage's gradient reduction and weight gather per step
+    (`sync.dp_reduce_exposed`, where the runtime does not keep weights gathered under the pipeline: `kept_gathered`,
+    another formula), from the average stage's `linear_traffic` and upper bounds on its backward and forward per
+    micro-batch; `v` chunks (1 without interleaving), n = min(pp, m) micro-batches per group.
+
+    Stage s reduces for at least R_s = r·P_s (`linear_traffic`) and exposes `staggered_exposed` of it: (1 − κ)·late
+    + κ·R_s, late = max(0, R_s/v − own, R_s − (v − 1)·gap − own), with v = vpp under Megatron-LM's interleaved
+    schedule (own 0, gap n·b_s/v for the reduction; own f_s/v, gap n·f_s/v for the gather) and v = 1 under every
+    other (own the stage's whole pass): a maximum of affine functions of (R_s, b_s, f_s), convex, nondecreasing in R_s
+    and nonincreasing in the passes. So the most exposed stage, at least the mean of them, exposes at least (Jensen)
+    what the mean stage would, and at least that with R̄ = r·P̄ and the passes at their upper bounds. Without overlap
+    (`Runtime.overlap_grad_reduce` off) all of it."""
     if not job.runtime.overlap_grad_reduce:
         return reduce + gather
     gpu = cluster.gpu
@@ -68,27 +70,3 @@ def staggered_tail(reduce: float, gather: float, v: int, n: int, backward: float
     if job.runtime.overlap_param_gather:
         return exposed + staggered_exposed(gather, v, forward / v, n * forward / v, gpu)
     return exposed + gather
-
-
-def least_tail_exposed(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec, backward: float,
-                       forward: float) -> float:
-    """A lower bound on the most exposed stage's gradient reduction and weight gather per step
-    (`sync.dp_reduce_exposed`), from the average stage's parameters `params` and upper bounds on the average stage's
-    backward and forward per micro-batch; 0 for a runtime that keeps weights gathered under the pipeline
-    (`kept_gathered`: another formula).
-
-    Each collective's time is at least its bytes at its least time per byte (`grad_sync_times` at 1e18 parameters over
-    as many: every NCCL choice takes latency + bytes / algbw with algbw at most its large-message value,
-    cost_models/comm/nccl.py), so stage s reduces for at least R_s = r·P_s, r that rate: linear in its parameters.
-    Stage s exposes `staggered_exposed` of R_s: (1 − κ)·late + κ·R_s, late = max(0, R_s/v − own, R_s − (v − 1)·gap −
-    own), with v = vpp under Megatron-LM's interleaved schedule (own 0, gap n·b_s/v for the reduction; own f_s/v, gap
-    n·f_s/v for the gather; n = min(pp, m)) and v = 1 under every other (own the stage's whole pass): a maximum of
-    affine functions of (R_s, b_s, f_s), convex, nondecreasing in R_s and nonincreasing in the passes. So the most
-    exposed stage, at least the mean of them, exposes at least (Jensen) what the mean stage would, and at least that
-    with R̄ = r·P̄ and the passes at their upper bounds. Without overlap (`Runtime.overlap_grad_reduce` off) all of
-    it."""
-    if kept_gathered(layout, job):
-        return 0.0
-    v = layout.vpp if spec_of(layout.schedule).family is ScheduleFamily.INTERLEAVED else 1
-    n = min(layout.pp, layout.num_microbatches(job)) if v > 1 else 0
-    return staggered_tail(*linear_traffic(params, layout, job, cluster), v, n, backward, forward, job, cluster)
