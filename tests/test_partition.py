@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from planner.search.count_split import count_tables, solve_counts
+from planner.search.count_split import least_bottleneck as count_bottleneck
 from planner.search.ilp import solve_cpsat, solve_highs
-from planner.search.partition import SplitProblem, brute_force, solve_dp, stage_tables
-from planner.search.plain_split import solve_plain
+from planner.search.partition import SplitProblem, brute_force, least_bottleneck, segments, solve_dp, stage_tables
+from planner.search.plain_split import least_bottleneck as plain_bottleneck
+from planner.search.plain_split import monotone_bottleneck, solve_plain
 
 
 def _instance(seed: int) -> SplitProblem:
@@ -112,3 +115,29 @@ def test_count_dp_is_numpy_dp_bit_for_bit(seed: int) -> None:
         (times, recs), (c_times, c_recs) = stage_tables(p), count_tables(p)
         assert times.tobytes() == c_times.tobytes() and recs.tobytes() == c_recs.tobytes()
         assert solve_counts(p) == solve_dp(p)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_least_bottleneck_by_bisection_is_the_min_max_dp(seed: int) -> None:
+    """The least bottleneck of a split's count tables (plain_split and count_split: a bisection over the listed times
+    where each stage's counts run 1 .. c_s with times not falling, as every SplitProblem's do) equals the min-max DP
+    over segments (partition.least_bottleneck) exactly; tables of random times, where the DP runs, likewise."""
+    rng = random.Random(seed)
+    for p in (_instance(seed), _large(seed), _wide(seed)):
+        times, _ = stage_tables(p)
+        width = p.num_layers + 1
+        shuffled = times.copy()
+        for row in shuffled:  # the finite counts in random order, some of them dropped: the DP's case
+            finite = [n for n in range(1, width) if np.isfinite(row[n])]
+            values = [float(row[n]) for n in finite]
+            rng.shuffle(values)
+            row[finite] = [v if rng.random() < 0.8 else np.inf for v in values]
+        for table in (times, shuffled):
+            finite = np.isfinite(table)
+            finite[:, 0] = False
+            reference = least_bottleneck(segments(table), np.isfinite(segments(table)))
+            counts = [[n for n in range(width) if finite[s, n]] for s in range(p.num_stages)]
+            assert plain_bottleneck(table.tolist(), counts, width) == reference
+            assert count_bottleneck(table, [np.flatnonzero(row)[::-1] for row in finite], width) == reference
+            if table is times:
+                assert monotone_bottleneck(table.tolist(), counts, p.num_layers) == reference

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.search.partition import _EPS, least_bottleneck_bound, make_split, sum_costs
+from planner.search.partition import _EPS, distinct, least_bottleneck_bound, make_split, sum_costs
 from planner.search.split_model import Split, SplitProblem
 
 
@@ -47,8 +47,27 @@ def least_sum(costs: np.ndarray, counts: list[np.ndarray], width: int) -> tuple[
     return float(f[-1]), bounds[::-1]
 
 
-def least_bottleneck(times: np.ndarray, counts: list[np.ndarray], width: int) -> float:
-    """plain_split.least_bottleneck: the least max_s time over splits with the allowed counts."""
+def least_bottleneck(times: np.ndarray, counts: list[np.ndarray], width: int, levels: np.ndarray | None = None
+                     ) -> float:
+    """plain_split.least_bottleneck: the least max_s time over splits with the allowed counts (`levels`: the sorted
+    distinct finite times, where the caller has them); by `plain_split.monotone_bottleneck`'s bisection where every
+    stage's counts run 1 .. c_s with its times not falling, else the min-max DP."""
+    rows = [times[s, 1:len(ns) + 1] for s, ns in enumerate(counts)]
+    if all(len(ns) and ns[0] == len(ns) and ns[-1] == 1 and not (row[1:] < row[:-1]).any()
+           for ns, row in zip(counts, rows, strict=True)):
+        layers = width - 1
+        if len(rows) > layers or sum(map(len, rows)) < layers:
+            return float(np.inf)
+        values = distinct(np.concatenate(rows)) if levels is None else levels
+        lo, hi = 0, len(values) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            caps = [int(np.searchsorted(row, values[mid], side="right")) for row in rows]
+            if min(caps) >= 1 and sum(caps) >= layers:
+                hi = mid
+            else:
+                lo = mid + 1
+        return float(values[lo])
     # f behind `width` boundaries of ∞ (least_sum's band): f[end − n] for n > end reads ∞, as masking it gave
     f = np.full(2 * width, np.inf)
     f[width] = -np.inf
@@ -99,7 +118,7 @@ def solve_counts(p: SplitProblem) -> Split | None:
     unbounded = least_sum(costs, counts, width)
     if unbounded is None:
         return None
-    start = max(float(bounds[lo]), least_bottleneck(times, counts, width) * (1 - _EPS))
+    start = max(float(bounds[lo]), least_bottleneck(times, counts, width, bounds) * (1 - _EPS))
     best: tuple[list[int], float] | None = None
     for bound in bounds[bounds >= start]:
         if (m - 1) * bound + unbounded[0] >= (np.inf if best is None else best[1]):

@@ -12,6 +12,7 @@ numpy (about 0.1 s of CPU, most of a small plan's start-up; issue 36) and on its
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 from planner.search.split_model import Split, SplitProblem
 
@@ -82,13 +83,49 @@ def least_sum(costs: list[list[float]], counts: list[list[int]], width: int) -> 
     return f[-1], bounds[::-1]
 
 
-def least_bottleneck(times: list[list[float]], counts: list[list[int]], width: int) -> float:
-    """partition.least_bottleneck over count tables."""
+def least_bottleneck(times: list[list[float]], counts: list[list[int]], width: int,
+                     levels: list[float] | None = None) -> float:
+    """partition.least_bottleneck over count tables: `monotone_bottleneck` where every stage's counts run 1 .. c_s
+    with its times not falling (a `SplitProblem`'s always do: the module docstring of planner.search.partition), else
+    the min-max DP. `levels`: the sorted distinct finite times, where the caller has them."""
+    found = monotone_bottleneck(times, counts, width - 1, levels)
+    if found is not None:
+        return found
     f = [INF] * width
     f[0] = -INF
     for s, row in enumerate(times):
         f = [min((max(f[j - n], row[n]) for n in counts[s] if n <= j), default=INF) for j in range(width)]
     return f[-1]
+
+
+def monotone_bottleneck(times: list[list[float]], counts: list[list[int]], layers: int,
+                        levels: list[float] | None = None) -> float | None:
+    """The least max_s times[s][n_s] over n_s in counts[s] summing to `layers`, where each counts[s] is 1 .. c_s and
+    times[s][1 .. c_s] does not fall; None where they are not (the caller runs the DP). A bottleneck B admits a split
+    iff every stage can take n <= c_s(B) = #{n : times[s][n] <= B} layers with c_s(B) >= 1 and Σ c_s(B) >= `layers`
+    (any total from the stage count up is then reachable); the least B is one of the times (the DP's value is the
+    time of some stage's count), so the least listed one that admits a split is the DP's value, bit for bit: no
+    arithmetic, only comparisons. ∞ where no split exists, as the DP's."""
+    rows = []
+    for row, ns in zip(times, counts, strict=True):
+        if ns != list(range(1, len(ns) + 1)):
+            return None
+        own = row[1:len(ns) + 1]
+        if any(b < a for a, b in zip(own, own[1:], strict=False)):
+            return None
+        rows.append(own)
+    if len(rows) > layers or not all(rows) or sum(map(len, rows)) < layers:
+        return INF
+    values = sorted({v for row in rows for v in row}) if levels is None else levels
+    lo, hi = 0, len(values) - 1  # the largest admits a split: every stage takes all its counts
+    while lo < hi:
+        mid = (lo + hi) // 2
+        caps = [bisect_right(row, values[mid]) for row in rows]
+        if min(caps) >= 1 and sum(caps) >= layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    return values[lo]
 
 
 def solve_plain(p: SplitProblem) -> Split | None:
@@ -112,7 +149,7 @@ def solve_plain(p: SplitProblem) -> Split | None:
     unbounded = least_sum(costs, counts, width)
     if unbounded is None:
         return None
-    start = max(bounds[lo], least_bottleneck(times, counts, width) * (1 - _EPS))
+    start = max(bounds[lo], least_bottleneck(times, counts, width, bounds) * (1 - _EPS))
     best: tuple[list[int], float] | None = None
     for bound in sorted({row[n] for row, ns in zip(times, counts, strict=True) for n in ns if row[n] >= start}):
         if (m - 1) * bound + unbounded[0] >= (INF if best is None else min(best[1], INF)):
