@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cost_models.pipeline.controllable_memory import VMemory, paper_peak
+from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.schedules import closed_form, in_flight, program
 from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, simulate
 from cost_models.pipeline.stages import pipeline_time
@@ -48,6 +49,18 @@ def test_simulator_equals_closed_form(schedule: Schedule, vpp: int, pp: int, m: 
         assert result.makespan == pytest.approx(closed_form(schedule, pp, m, vpp, f, b), rel=1e-12)
     expected = [in_flight(schedule, d, pp, m, vpp) for d in range(pp)]
     assert list(result.peak_activation) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("schedule,vpp", CASES + [(Schedule.WAVE, 2), (Schedule.WAVE, 4)])
+@pytest.mark.parametrize("pp,m", [(4, 16), (8, 32)])
+@pytest.mark.parametrize("f,b", [(1.0, 2.0), (1.0, 3.0), (2.0, 2.0)])
+def test_uneven_form_on_uniform_stages_is_the_uniform_form(schedule: Schedule, vpp: int, pp: int, m: int, f: float,
+                                                           b: float) -> None:
+    """Each schedule's form for stages of unequal cost (what pricing uses) reduces to its uniform closed form when the
+    stages are alike (cost_models.pipeline.stages): stage times f + b, forwards f, weight gradients W_SHARE·b. The
+    DualPipeV form once counted its 2b − w term twice (51 s for 49.5 s at p = 4, m = 16, f = 1, b = 2)."""
+    uneven = pipeline_time([f + b] * pp, m, vpp, schedule, [W_SHARE * b] * pp, [f] * pp)
+    assert uneven == pytest.approx(closed_form(schedule, pp, m, vpp, f, b), rel=1e-12)
 
 
 @pytest.mark.parametrize("vpp,pp,m", [(2, 2, 4), (2, 3, 7), (2, 4, 8), (2, 4, 16), (2, 8, 16), (2, 8, 24),

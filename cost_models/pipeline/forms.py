@@ -191,9 +191,11 @@ def zbv_uneven(times: Sequence[float], m: int, vpp: int, weight: Sequence[float]
 
 def dualpipev_uneven(times: Sequence[float], m: int, vpp: int, weight: Sequence[float],
                      forward: Sequence[float]) -> float:
+    """The uniform bubble (p − 1)·max(f, 2b − w) per chunk with f the slowest chunk's forward and 2b − w the
+    largest of any rank's chunks (b = (t − F − W)/2, w = W/2: each rank's own input and weight gradients)."""
     chunk_f = max(f / 2 for f in forward)
-    worst_b = max((2 * (t - f - w) - w) / 2 for t, f, w in zip(times, forward, weight, strict=True))
-    return m * max(times) + dualpipev_bubble(len(times), chunk_f, worst_b, 0.0)
+    worst = max((t - f - w) - w / 2 for t, f, w in zip(times, forward, weight, strict=True))
+    return m * max(times) + (len(times) - 1) * max(chunk_f, worst)
 
 
 def v_memory_uneven(memory: VMemory, times: Sequence[float], m: int, vpp: int, weight: Sequence[float],

@@ -205,13 +205,24 @@ class _Search:
                                        (c, held)))
 
     def queue_group(self, group: Group) -> None:
-        """A group at its floor: each offload choice of each of its shapes queued at its bound."""
+        """A group at its floor: each offload choice of each of its shapes queued at its bound (tie 1: its memory
+        floors checked), but those without a next module set that their memory floors drop (`floored`): dropped
+        here, their bounds never computed (most of a dense search's members). They would have been dropped when they
+        came up, if ever, and a dropped candidate settles nothing (`dominated_by_sibling` reads its step, None either
+        way), so the candidates priced, and the order they come up in, are the same."""
         first, held = group
         for schedule, vpp in held:
             base = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(vpp=vpp, schedule=schedule)
+            balanced = balanced_only(base, self.spec)
             for o in self.within_state_bound(base):
                 c = base if o == base.offload else base.but(offload=o)
-                heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
+                if next_module_set(c, self.family, self.job) is not None:
+                    heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
+                elif self.floored(c, balanced):
+                    self.steps[c] = None
+                    self.tally["floored"] += 1
+                else:
+                    heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 1, c))
 
     def kth(self) -> float:
         """The k-th best reported step so far (here, or in the other parts of a split search): nothing whose bound
@@ -330,7 +341,7 @@ class _Search:
         elif level == 2:
             self.tight(c, bound, key, tie)
         else:
-            self.bounded(c, key)
+            self.bounded(c, key, tie == 1)
 
     def refine(self, c: Candidate, bound: float, key: tuple[int, ...]) -> None:
         """A candidate at its early key (`ReportedBounds.early_key`, below its tight bound): at its tight bound now,
@@ -369,15 +380,15 @@ class _Search:
         return (bounds.memory_exceeds(c, balanced, self.capacity)
                 or bounds.host_floor(c, balanced) > self.host_capacity)
 
-    def bounded(self, c: Candidate, key: tuple[int, ...]) -> None:
+    def bounded(self, c: Candidate, key: tuple[int, ...], fits: bool = False) -> None:
         """A candidate at its bound: dropped by its memory floors, else re-queued at its tight bound; its next
         module set joins at its own bound. Where `c` is dropped, each next set that its own floors drop too is
         dropped at once, never queued (most of a mixture-of-experts search's candidates: none, selective and each
         module set of the same degrees, one after the other; their bounds are then never computed): it would have
         been dropped when it came up, and a dropped set settles nothing for the next (`dominated_by_sibling` reads
-        its step, None either way)."""
+        its step, None either way). `fits`: its floors were checked when it was queued (`queue_group`)."""
         bounds, balanced = self.bounds, balanced_only(c, self.spec)
-        dropped = self.floored(c, balanced)
+        dropped = not fits and self.floored(c, balanced)
         if dropped:
             self.steps[c] = None
             self.tally["floored"] += 1
