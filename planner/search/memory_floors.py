@@ -68,6 +68,11 @@ class RankMemory:
         self._in_flight: dict[tuple[Schedule, int, int, int], tuple[float, ...]] = {}
         self._pieces: dict[tuple[object, ...], tuple[tuple[float, ...], tuple[float, ...]]] = {}
         self._rank_bytes: dict[Candidate, tuple[list[float], tuple[float, ...], float, float]] = {}
+        self._piece_params: dict[tuple[int, int, int, bool], tuple[StageParams, ...]] = {}
+        self._fixed_parts: dict[tuple[object, ...], tuple[float, ...]] = {}
+        self._shape_ranks: dict[tuple[object, ...], tuple[int, int, tuple[float, ...], int, int,
+                                                     tuple[tuple[int, int], ...]]] = {}
+        self._mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
 
     def knobs(self, c: Candidate) -> LayerKnobs:
         return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
@@ -136,13 +141,17 @@ class RankMemory:
             self._in_flight[key] = tuple(in_flight(c.schedule, r, c.pp, m, c.vpp) for r in range(c.pp))
         return self._in_flight[key]
 
-    def _pieces_of(self, c: Candidate) -> tuple[StageParams, StageParams, StageParams, StageParams]:
-        """Parameters of one dense layer, one MoE layer, the embedding and the head on one rank."""
-        model, job = self.model, self.job
-        return (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
-                one_layer_params(model, job, c.tp, c.ep, c.etp, True),
-                StageParams(embedding_params(model, job, c.tp)),
-                head_params(model, job, c.tp, self.beside(c), c.ep, c.etp))
+    def _pieces_of(self, c: Candidate) -> tuple[StageParams, ...]:
+        """Parameters of one dense layer, one MoE layer, the embedding and the head on one rank, once per (tp, ep, etp,
+        head placement)."""
+        key = (c.tp, c.ep, c.etp, self.beside(c))
+        if key not in self._piece_params:
+            model, job = self.model, self.job
+            self._piece_params[key] = (one_layer_params(model, job, c.tp, c.ep, c.etp, False),
+                                       one_layer_params(model, job, c.tp, c.ep, c.etp, True),
+                                       StageParams(embedding_params(model, job, c.tp)),
+                                       head_params(model, job, c.tp, key[3], c.ep, c.etp))
+        return self._piece_params[key]
 
     def _piece_states(self, c: Candidate) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(states on the GPU: weights, gradients, optimizer; offloaded states on the host) of one dense layer, one
@@ -151,7 +160,7 @@ class RankMemory:
         if key not in self._pieces:
             layout, job, pieces = c.layout(), self.job, self._pieces_of(c)
             self._pieces[key] = (tuple(stage_states(p, layout, job).total for p in pieces),
-                                 tuple(host_state_bytes(p, layout, job) for p in pieces))
+                                 tuple(host_state_bytes(p, layout, job) for p in pieces) if c.offload else (0.0,) * 4)
         return self._pieces[key]
 
     def rank_bytes(self, c: Candidate, acts: LayerActivations | None = None
@@ -168,26 +177,55 @@ class RankMemory:
         """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
         module docstring's fixed_r, as cost_models.step.stage_held and stage_cost count them (`acts`: c's
         `activations`, when the caller has them)."""
-        emb, head, _ = self.ranks(c)
-        alive = self.alive(c)
-        s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
-        model, job = self.model, self.job
-        acts = self.activations(c) if acts is None else acts
-        logits, first = self._ends(c)
-        mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
-        mtp = model.mtp_layers * (acts.moe if mtp_moe else acts.dense)
-        first += acts.vision
-        every = M.BUFFER_ALLOWANCE_GIB * GIB
-        if c.zero is ZeroStage.WEIGHTS:
-            every += M.zero3_working_bytes(model, c.tp, job.runtime.grad_reduce_bytes, c.ep, c.etp)
-        if Offload.ACTIVATIONS in c.offload:
-            every += 2 * max(acts.dense, acts.moe)
-        if c.offload:  # (nothing to hold without)
-            every += offload_working_bytes(c.layout(), job)
-        fixed = [every] * c.pp  # (every + 0.0 + 0.0 is every: the same floats as summing each rank's three terms)
-        fixed[emb] = every + (s_emb + first * math.ceil(alive[emb]))
-        fixed[head] = fixed[head] + (s_head + logits + mtp * math.ceil(alive[head]))
-        return fixed, alive, s_dense, s_moe
+        emb, head, alive, at_emb, at_head, _ = self._shape_of(c)
+        every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = self._parts_of(c, acts)
+        return self._fixed(c.pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp), alive, \
+            s_dense, s_moe
+
+    @staticmethod
+    def _fixed(pp: int, emb: int, head: int, at_emb: int, at_head: int, every: float, s_emb: float, first: float,
+               s_head: float, logits: float, mtp: float) -> list[float]:
+        """fixed_r of `_bytes_of_ranks` from `_shape_of` and `_parts_of`."""
+        fixed = [every] * pp  # (every + 0.0 + 0.0 is every: the same floats as summing each rank's three terms)
+        fixed[emb] = every + (s_emb + first * at_emb)
+        fixed[head] = fixed[head] + (s_head + logits + mtp * at_head)
+        return fixed
+
+    def _shape_of(self, c: Candidate) -> tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]]:
+        """(embedding rank, head rank, `alive`, the micro-batches in flight on the embedding and the head rank rounded
+        up, each rank's layers with balanced chunks), once per (pp, vpp, schedule, micro-batches)."""
+        key = (c.pp, c.vpp, c.schedule, c.dp, c.mbs)
+        found = self._shape_ranks.get(key)
+        if found is None:
+            emb, head, counts = self.ranks(c)
+            alive = self.alive(c)
+            found = self._shape_ranks[key] = (emb, head, alive, math.ceil(alive[emb]), math.ceil(alive[head]), counts)
+        return found
+
+    def _parts_of(self, c: Candidate, acts: LayerActivations | None) -> tuple[float, ...]:
+        """(bytes every rank holds, the embedding's states, its activations per micro-batch in flight, the head's
+        states, its logits, the multi-token-prediction layers' activations per micro-batch in flight, states of one
+        dense and one MoE layer) of `_bytes_of_ranks`, once per knobs, degrees, ZeRO stage, head placement and offload
+        choice."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.dp, c.dp_replicate, c.zero,
+               c.offload, self.beside(c))
+        found = self._fixed_parts.get(key)
+        if found is None:
+            s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
+            model, job = self.model, self.job
+            acts = self.activations(c) if acts is None else acts
+            logits, first = self._ends(c)
+            mtp = model.mtp_layers * (acts.moe if self._mtp_moe else acts.dense)
+            first += acts.vision
+            every = M.BUFFER_ALLOWANCE_GIB * GIB
+            if c.zero is ZeroStage.WEIGHTS:
+                every += M.zero3_working_bytes(model, c.tp, job.runtime.grad_reduce_bytes, c.ep, c.etp)
+            if Offload.ACTIVATIONS in c.offload:
+                every += 2 * max(acts.dense, acts.moe)
+            if c.offload:  # (nothing to hold without)
+                every += offload_working_bytes(c.layout(), job)
+            found = self._fixed_parts[key] = (every, s_emb, first, s_head, logits, mtp, s_dense, s_moe)
+        return found
 
     def memory_floor(self, c: Candidate, balanced: bool) -> float:
         """Bytes at least one GPU needs in every layout that pricing `c` can return (module docstring): its balanced
@@ -197,26 +235,41 @@ class RankMemory:
 
     def memory_exceeds(self, c: Candidate, balanced: bool, capacity: float) -> bool:
         """Whether `memory_floor(c, balanced)` exceeds `capacity`; for a solved split decided by `packing_range`
-        where it can (its least is below the floor, its most above it), else by the floor itself."""
-        fixed, dense, moe = self._gpu_rows(c, balanced)
-        if not balanced:
-            low, high = packing_range(fixed, *self._kinds(dense, moe))
-            if low * (1 - ROUNDING) > capacity:
-                return True
-            if high * (1 + 1e-9) * (1 - ROUNDING) <= capacity:  # (1e-9: far above the float error of the sums)
-                return False
+        where it can (its least is below the floor, its most above it), else by the floor itself. (The search asks
+        for every member of every group it reaches: the balanced floor is summed here as `_largest_rank` sums it, the
+        same floats, without building the rows.)"""
+        acts = self.activations(c)
+        emb, head, alive, at_emb, at_head, counts = self._shape_of(c)
+        every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = self._parts_of(c, acts)
+        fixed = self._fixed(c.pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp)
+        a_dense, a_moe = self._stored(c, acts, balanced)
+        if balanced:
+            floor = max(fixed[r] + n_dense * (s_dense + a_dense * alive[r]) + n_moe * (s_moe + a_moe * alive[r])
+                        for r, (n_dense, n_moe) in enumerate(counts))
+            return floor * (1 - ROUNDING) > capacity
+        dense, moe = [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
+        low, high = packing_range(fixed, *self._kinds(dense, moe))
+        if low * (1 - ROUNDING) > capacity:
+            return True
+        if high * (1 + 1e-9) * (1 - ROUNDING) <= capacity:  # (1e-9: far above the float error of the sums)
+            return False
         return self._largest_rank(c, balanced, fixed, dense, moe) > capacity
 
     def _gpu_rows(self, c: Candidate, balanced: bool) -> tuple[list[float], list[float], list[float]]:
         """(fixed_r, c_r of a dense layer, c_r of an MoE layer) of `memory_floor`, per rank."""
         acts = self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c, acts)
+        a_dense, a_moe = self._stored(c, acts, balanced)
+        return fixed, [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
+
+    def _stored(self, c: Candidate, acts: LayerActivations, balanced: bool) -> tuple[float, float]:
+        """Bytes a dense and an MoE layer store on the GPU per micro-batch in flight at the least (`_gpu_rows`)."""
         a_dense, a_moe = acts.dense, acts.moe
         if not balanced and self.partial_recompute:  # the split may recompute any layer fully: it stores its input
             a_dense, a_moe = min(a_dense, acts.full), min(a_moe, acts.full)
         if Offload.ACTIVATIONS in c.offload:  # stored activations live on the host (the GPU's two are in fixed)
             a_dense = a_moe = 0.0
-        return fixed, [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
+        return a_dense, a_moe
 
     def _kinds(self, dense: list[float], moe: list[float]) -> tuple[list[list[float]], list[int]]:
         """The per-rank bytes and the count of each kind of layer the model has (`packing_floor`'s arguments)."""
