@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tiny_models import TINY_DEEPSEEK
 
 from cost_models.step import evaluate_layout, layer_times
-from meshcore import GIB, WAVE_PLACED, Layout, Recompute
+from meshcore import GIB, WAVE_PLACED, Layout, Recompute, Runtime, Schedule
 from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.search.bounds import SearchBounds
@@ -243,3 +243,27 @@ def test_candidate_but_is_replace() -> None:
         assert fast.sort_key() == slow.sort_key()
     with pytest.raises(TypeError, match="no field"):
         pool[0].but(pipeline=2)
+
+
+@cache
+def _dualpipev(name: str, gpus: int) -> tuple[Problem, SearchBounds, tuple[Candidate, ...]]:
+    pr = resolve(name, "h100-sxm", gpus=gpus, seq_len=4096, global_batch=8 * gpus, runtime=Runtime(framework="any"))
+    pool = candidates(pr.model, pr.cluster, pr.job, SearchSpec())
+    return pr, SearchBounds(pr.model, pr.cluster, pr.job), tuple(c for c in pool if c.schedule is Schedule.DUALPIPE_V)
+
+
+@pytest.mark.parametrize("name,gpus", [("llama3-8b", 64), ("qwen3-30b-a3b", 64), ("llama4-maverick", 128)])
+@pytest.mark.parametrize("seed", range(8))
+def test_dualpipev_bound_is_below_its_closed_form(name: str, gpus: int, seed: int) -> None:
+    """DualPipeV's bound (its (p − 1)·max(f, 2b − w) per chunk at the average rank's 2b − w) is below the closed-form
+    step of its balanced layout and of random splits with random per-rank recomputation, wherever they fit; on a
+    dense, an all-MoE and an interleaved dense/MoE stack."""
+    pr, bounds, pool = _dualpipev(name, gpus)
+    rng = random.Random(seed)
+    for c in rng.sample(pool, min(6, len(pool))):
+        tight = bounds.tight_bound(c, False)
+        balanced = c.layout()
+        for layout in [balanced] + [_random_split(balanced, pr.model.num_layers, rng) for _ in range(3)]:
+            prediction = evaluate_layout(pr.model, pr.cluster, pr.job, layout)
+            if prediction.fits:
+                assert tight <= prediction.step_time_s * (1 + 1e-9), layout

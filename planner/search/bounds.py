@@ -244,7 +244,8 @@ class SearchBounds(RankMemory):
         communication is convex in (bytes, compute), so pricing it on the average stage under-estimates the average
         (Jensen).
         ZB-V and the wave add the bubble of cost_models.pipeline.stages on their slowest chunk, which takes at least the
-        average chunk's forward and its time without it (less the weight gradients ZB-V moves)."""
+        average chunk's forward and its time without it (less the weight gradients ZB-V moves); DualPipeV its largest
+        2b − w per chunk, a rank's t − F − 1.5W, at least the average rank's (F, B: layer sums, alike for any split)."""
         stage, hop, forward, backward, tail = self._family(c, self.beside(c))
         stage += recomputed
         m = self.job.global_batch // (c.dp * c.mbs)
@@ -257,8 +258,9 @@ class SearchBounds(RankMemory):
         if family is ScheduleFamily.V and costs.waits_input_grad:  # every rank is busy m·t_r
             # ZB-V's bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
-        if family is ScheduleFamily.V:  # DualPipeV's (p − 1)·max(f, 2b − w), any V's: rank p − 1 waits p − 1 forwards
-            return slowest * m + (c.pp - 1) * forward / 2 + tail
+        if family is ScheduleFamily.V:  # any V's: rank p − 1 waits p − 1 forwards; DualPipeV's (p − 1)·max(f, 2b − w)
+            late = stage - forward - 1.5 * W_SHARE * backward if c.schedule is Schedule.DUALPIPE_V else 0.0
+            return slowest * m + (c.pp - 1) * max(forward / 2, late) + tail
         if family is ScheduleFamily.WAVE:
             chunk = max(forward, stage - forward) / c.vpp
             return slowest * m + wave_bubble(c.pp, chunk, chunk) + tail
