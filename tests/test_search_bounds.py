@@ -214,6 +214,29 @@ def test_least_bottleneck_is_the_best_whole_split(data: st.DataObject) -> None:
     assert least_bottleneck(cost, ranks, layers, least) == pytest.approx(best, rel=1e-12)
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_least_bottleneck_over_alike_ranks_is_the_greedy_over_every_rank(data: st.DataObject) -> None:
+    """Ranks of one key (`alike`) with the same costs: the greedy over the keys returns the greedy over every rank's
+    value exactly (and the brute force's), for random growing costs shared by random groups of ranks."""
+    ranks, least = data.draw(st.integers(1, 6)), data.draw(st.integers(0, 1))
+    layers = data.draw(st.integers(ranks * least, 9))
+    alike = [data.draw(st.integers(0, 2)) for _ in range(ranks)]
+    steps = [data.draw(st.lists(st.floats(0.0, 5.0), min_size=layers + 1, max_size=layers + 1)) for _ in range(3)]
+    room = [data.draw(st.integers(0, layers + 1)) for _ in range(3)]
+
+    def cost(r: int, n: int) -> float:
+        return sum(steps[alike[r]][: n + 1]) if n <= room[alike[r]] else float("inf")
+
+    every = least_bottleneck(cost, ranks, layers, least)
+    assert least_bottleneck(cost, ranks, layers, least, alike) == every
+    if ranks <= 4:
+        best = min((max(cost(r, n) for r, n in enumerate(counts))
+                    for counts in itertools.product(range(least, layers + 1), repeat=ranks) if sum(counts) == layers),
+                   default=float("inf"))
+        assert every == pytest.approx(best, rel=1e-12)
+
+
 def test_group_floor_is_below_the_bound_of_every_offload_choice() -> None:
     """The search queues candidates sharing `group_key` as one group at `group_floor`, and each offload choice of a
     member only when the group comes up: the floor must be below the bound of every member with every choice (it was

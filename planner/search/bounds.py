@@ -389,9 +389,10 @@ class SearchBounds(RankMemory):
         def costs(group: list[tuple[int, float, float, float, float]]) -> Callable[[int, int], float]:
             return rank_time_costs(ends, fixed, alive, cap, acts.full if part else math.inf, [k[1:] for k in group])
 
-        slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1)
+        alike = list(zip(ends, fixed, alive, strict=True))  # all of a rank that its costs read
+        slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1, alike)
         if len(kinds) > 1:
-            slowest = max([slowest] + [least_bottleneck(costs([k]), c.pp, k[0], 0) for k in kinds])
+            slowest = max([slowest] + [least_bottleneck(costs([k]), c.pp, k[0], 0, alike) for k in kinds])
         return slowest * (1 - _ROUNDING)
 
     def recompute_floor(self, c: Candidate) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from operator import mul
 
 
@@ -38,17 +38,31 @@ def _weighted(least: Sequence[float], per_layer: Sequence[Sequence[float]], coun
     return value
 
 
-def least_bottleneck(cost: Callable[[int, int], float], ranks: int, layers: int, least: int) -> float:
+def least_bottleneck(cost: Callable[[int, int], float], ranks: int, layers: int, least: int,
+                     alike: Sequence[Hashable] | None = None) -> float:
     """min over whole splits (n_r >= `least`, Σ n_r = `layers`) of max_r cost(r, n_r), for costs that grow with n:
     every rank starts at `least` and each further layer goes to the rank whose next cost is least (the greedy min-max
-    is optimal when every rank's costs grow)."""
-    bottleneck = max((cost(r, least) for r in range(ranks)), default=0.0)
-    nexts = [(cost(r, least + 1), r, least + 1) for r in range(ranks)]
+    is optimal when every rank's costs grow). That greedy's bottleneck is the largest of the starting costs and the
+    k-th least of all ranks' further costs cost(r, n), n > `least` (k = layers − least·ranks; each rank's grow, so
+    they are taken in order). `alike`: per rank, a key on which its costs depend alone: ranks of one key have the
+    same further costs, each of them counted once per rank, so the greedy runs over the keys (a V or wave pipeline's
+    ranks are two kinds, the one with the embedding and head and the rest) to the same value."""
+    if alike is None:
+        alike = range(ranks)
+    first: dict[Hashable, int] = {}
+    weight: dict[int, int] = {}
+    for r in range(ranks):
+        q = first.setdefault(alike[r], r)
+        weight[q] = weight.get(q, 0) + 1
+    bottleneck = max((cost(r, least) for r in weight), default=0.0)
+    nexts = [(cost(r, least + 1), r, least + 1) for r in weight]
     heapq.heapify(nexts)
-    for _ in range(layers - least * ranks):
-        _, r, n = nexts[0]
-        value, _, _ = heapq.heapreplace(nexts, (cost(r, n + 1), r, n + 1))
+    left = layers - least * ranks
+    while left > 0:
+        value, r, n = nexts[0]
+        heapq.heapreplace(nexts, (cost(r, n + 1), r, n + 1))
         bottleneck = max(bottleneck, value)
+        left -= weight[r]
     return bottleneck
 
 
