@@ -34,3 +34,22 @@ def test_nothing_fits_says_why_as_the_single_search_does() -> None:
     pr = resolve("llama3-405b", "rtx4090", gpus=8, seq_len=8192, global_batch=64)
     with pytest.raises(InfeasibleError, match="no layout fits"):
         parallel.search_parallel(pr.model, pr.cluster, pr.job, SearchSpec(), workers=2)
+
+
+def test_a_slow_single_process_search_notes_workers() -> None:
+    """`meshplan plan` notes --workers where one process searched past SLOW_SEARCH_S on a machine with more cores;
+    not where the search was quick, where it ran over several processes, or where there is one core."""
+    from dataclasses import replace
+
+    import planner
+    from planner.commands.planout import SLOW_SEARCH_S, workers_note
+
+    plan = planner.plan("llama3-8b", "h100-sxm", gpus=8, seq_len=4096, global_batch=32)
+    assert plan.certificate is not None
+    slow = replace(plan, certificate=replace(plan.certificate, solve_time_s=SLOW_SEARCH_S + 0.5))
+    note = workers_note(slow, 1, cores=2)
+    assert note is not None and "--workers N" in note and "1.5 s" in note and "2 here" in note
+    assert workers_note(slow, 2, cores=2) is None
+    assert workers_note(slow, 1, cores=1) is None
+    quick = replace(plan, certificate=replace(plan.certificate, solve_time_s=SLOW_SEARCH_S / 2))
+    assert workers_note(quick, 1, cores=2) is None

@@ -4,6 +4,7 @@ the launcher configuration of --emit."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -11,6 +12,19 @@ import typer
 from meshcore import Target
 from planner.commands.common import report_to_stderr
 from planner.outputs.plan import Plan
+
+SLOW_SEARCH_S = 1.0  # a search in one process past this (issue 36's budget) notes that --workers splits it
+
+
+def workers_note(result: Plan, workers: int, cores: int | None = None) -> str | None:
+    """The note `meshplan plan` prints on standard error where one process searched for longer than SLOW_SEARCH_S
+    seconds on a machine with more cores (`cores`: os.cpu_count() when not given): --workers splits the space by TP
+    degree over processes that share their best plans, and returns the same plan (planner.search.parallel)."""
+    cert, cores = result.certificate, cores if cores is not None else os.cpu_count() or 1
+    if workers > 1 or cores < 2 or cert is None or cert.solve_time_s <= SLOW_SEARCH_S:
+        return None
+    return (f"note: the search took {cert.solve_time_s:.1f} s in one process; --workers N splits it by TP degree over "
+            f"N processes (up to one per core, {cores} here) and finds the same plan")
 
 
 def show_plan(result: Plan, out: Path | None, as_json: bool, record_timing: bool,
