@@ -233,6 +233,15 @@ class LayoutCosts:
         object.__setattr__(costs, "_weights", self._weights)
         return costs
 
+    def sharing(self, bodies: dict[tuple[bool, bool, StageLayers], StageBody],
+                weights: dict[tuple[bool, bool, int, int], StageWeights]) -> LayoutCosts:
+        """These costs with `bodies` and `weights` as their stage caches: a caller's, shared with other layouts
+        whose `stage_body` and `stage_weights` provably equal these for every (embedding, head, layers); it proves
+        it (planner.search.pricing.body_key)."""
+        object.__setattr__(self, "_bodies", bodies)
+        object.__setattr__(self, "_weights", weights)
+        return self
+
     def uniform(self, n: int, n_full: int) -> StageLayers:
         """Counts for `n` layers of a homogeneous stack (all dense or all MoE), `n_full` recomputed."""
         if self.kinds and all(self.kinds):

@@ -6,17 +6,20 @@ from __future__ import annotations
 import pytest
 from tiny_models import TINY_DEEPSEEK
 
+from cost_models.prediction import StageLayers
+from cost_models.step import layout_costs, stage_body, stage_weights
 from hardware_profiles import load_hardware
-from meshcore import JobSpec
+from meshcore import JobSpec, Runtime
+from meshcore.framework import Framework
 from planner import InfeasibleError, plan, resolve
 from planner.api import Problem
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.pricing import price, reported
+from planner.search.pricing import body_key, price, reported
 from planner.search.runtime_space import for_runtime
-from planner.search.space import SearchSpec, candidates, module_family, next_module_set
+from planner.search.space import Candidate, SearchSpec, candidates, module_family, next_module_set
 
 SMALL = [("llama3-8b", "h100-sxm", 8, 4096, 32), ("llama2-13b", "a100-40gb", 16, 4096, 64),
          ("mistral-7b", "l40s", 8, 4096, 16)]
@@ -192,3 +195,28 @@ def test_layouts_with_the_same_durations_share_one_simulation() -> None:
         assert alone is not None and shared == alone
         steps.append(shared)
     assert len(memo) == 1 and steps[0] != steps[1]
+
+
+@pytest.mark.parametrize("model", ["llama4-maverick", "mixtral-8x7b", "llama3-8b"])
+def test_candidates_of_one_body_key_have_the_same_stage_bodies(model: str) -> None:
+    """`pricing.body_key` is all that stage bodies and weights read of a candidate: candidates of one key (other
+    schedules) price every stage body, at every rank place and for stacks of each kind, recomputed or not, exactly as
+    their own layout does (the research space of a small job, every schedule of 80 keys spread over it)."""
+    pr = resolve(model, "h100-sxm", gpus=16, seq_len=4096, global_batch=64, runtime=Runtime(framework=Framework.ANY))
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    bounds = SearchBounds(pr.model, pr.cluster, pr.job)
+    kinds = set(pr.model.moe_layers())
+    stacks = [StageLayers(dense=3 * (not moe), dense_full=not moe, moe=2 * moe, moe_full=moe) for moe in kinds]
+    stacks += [StageLayers(dense=1 * (not moe), moe=1 * moe) for moe in kinds] + [StageLayers()]
+    groups: dict[object, dict[object, Candidate]] = {}
+    for c in _every_candidate(pr, spec):
+        groups.setdefault(body_key(c), {}).setdefault(c.schedule, c)
+    alike = [members for members in groups.values() if len(members) > 1]
+    assert len(alike) > 80
+    for members in alike[::len(alike) // 80]:
+        seen = []
+        for c in members.values():
+            costs = layout_costs(pr.model, pr.cluster, pr.job, c.layout(), bounds.get(c), bounds.activations(c))
+            seen.append([(stage_body(costs, first, last, layers), stage_weights(costs, first, last, layers))
+                         for first in (False, True) for last in (False, True) for layers in stacks])
+        assert all(other == seen[0] for other in seen[1:])

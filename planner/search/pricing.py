@@ -8,16 +8,19 @@ from dataclasses import dataclass, replace
 
 from cost_models.pipeline.schedules import program
 from cost_models.pipeline.simulator import Durations
+from cost_models.prediction import StageLayers
 from cost_models.step import (
     LayerActivations,
     LayerTimes,
+    StageBody,
+    StageWeights,
     evaluate_costs,
     layout_costs,
     rank_layer_ids,
     rank_stage_layers,
     stage_cost,
 )
-from meshcore import WAVE_PLACED, ClusterSpec, JobSpec, ModelSpec
+from meshcore import WAVE_PLACED, ClusterSpec, JobSpec, ModelSpec, ScheduleFamily, spec_of
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.memory_floors import ROUNDING
 from planner.search.ranked import Ranked
@@ -55,9 +58,30 @@ def balanced_only(c: Candidate, spec: SearchSpec) -> bool:
     return (c.vpp > 1 and c.schedule not in WAVE_PLACED) or not spec.uneven_split
 
 
+BodyKey = tuple[object, ...]
+Bodies = dict[BodyKey, tuple[dict[tuple[bool, bool, StageLayers], StageBody],
+                             dict[tuple[bool, bool, int, int], StageWeights]]]
+
+
+def body_key(c: Candidate) -> BodyKey:
+    """What the stage bodies and weights of `c`'s layouts (cost_models.step.stage_body, stage_weights: every
+    (embedding, head, layers) of them) read of it: every field but the schedule, with the schedule's two effects there,
+    whether it interleaves and whether the embedding and the head share a rank. Proof, by what those read: the layer
+    times and activations (of tp, cp, sp, mbs, recompute, ep, etp, modules), one layer's parameters (tp, ep, etp), the
+    embedding's (tp) and the head's (tp, ep, etp and `head_beside_embedding`); of the layout, through
+    cost_models.sync (stage_states, host_state_bytes, grad_accumulation_time, grad_traffic, stage_offload_exposed,
+    sharded_dp_exposed, dp_reduce_exposed, optimizer_time) and compute.host.microbatch_sync_s, its mesh (tp, cp, dp,
+    dp_replicate, pp, ep, etp), world, micro-batches (dp, mbs), zero, offload, pp and vpp, and the schedule in
+    dp_reduce_exposed alone, as whether it interleaves; never the split (stage_layers, recompute_layers: the stage's
+    layers are the caller's). Layouts of one key (ZB-V, DualPipeV and the two-chunk wave; 1F1B, ZB-H1 and ZB-H2) share
+    their bodies (tests/test_search.py holds them equal to each layout's own)."""
+    return (c.tp, c.cp, c.pp, c.dp, c.dp_replicate, c.mbs, c.vpp, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
+            c.offload, spec_of(c.schedule).family is ScheduleFamily.INTERLEAVED, c.layout().head_beside_embedding)
+
+
 def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
            solver: Solver, options: SolveOptions, times: LayerTimes,
-           activations: LayerActivations | None = None) -> Priced:
+           activations: LayerActivations | None = None, bodies: Bodies | None = None) -> Priced:
     """Split and price one candidate; ranked is None when nothing fits.
 
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
@@ -66,10 +90,13 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
     ZB-V and the wave are split the same way per rank (on a uniform stack a rank's cost depends only on how many
     layers it holds), each rank's layers then shared over its chunks; on a stack of mixed kinds the wave's chunks
     hold other kinds than the one-chunk split assumed, so there the split is a candidate that the cost model
-    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced."""
+    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced. `bodies`: stage
+    bodies by `body_key`, shared with the other candidates priced (the caller's)."""
     balanced = c.layout()
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times, activations)
+    if bodies is not None:
+        costs = costs.sharing(*bodies.setdefault(body_key(c), ({}, {})))
     if balanced_only(c, spec):  # balanced chunks: stage 0 keeps the most in flight
         ids = rank_layer_ids(balanced, model.num_layers)[0]
         if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
