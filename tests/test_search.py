@@ -17,7 +17,7 @@ from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.exact import search
 from planner.search.ilp import SolveOptions, Solver
-from planner.search.pricing import body_key, price, reported
+from planner.search.pricing import Shared, body_key, price, reported
 from planner.search.runtime_space import for_runtime
 from planner.search.space import Candidate, SearchSpec, candidates, module_family, next_module_set
 
@@ -210,7 +210,7 @@ def test_candidates_of_one_body_key_have_the_same_stage_bodies(model: str) -> No
     stacks += [StageLayers(dense=1 * (not moe), moe=1 * moe) for moe in kinds] + [StageLayers()]
     groups: dict[object, dict[object, Candidate]] = {}
     for c in _every_candidate(pr, spec):
-        groups.setdefault(body_key(c), {}).setdefault(c.schedule, c)
+        groups.setdefault(body_key(c), {}).setdefault((c.schedule, c.vpp), c)
     alike = [members for members in groups.values() if len(members) > 1]
     assert len(alike) > 80
     for members in alike[::len(alike) // 80]:
@@ -220,3 +220,24 @@ def test_candidates_of_one_body_key_have_the_same_stage_bodies(model: str) -> No
             seen.append([(stage_body(costs, first, last, layers), stage_weights(costs, first, last, layers))
                          for first in (False, True) for last in (False, True) for layers in stacks])
         assert all(other == seen[0] for other in seen[1:])
+
+
+@pytest.mark.parametrize("model", ["llama4-maverick", "mixtral-8x7b"])
+def test_pricing_with_what_candidates_share_prices_alike(model: str) -> None:
+    """Pricing candidates one after the other with one `Shared` (stage bodies by key, the DP's splits by problem)
+    gives each the `Priced` it gets alone: every schedule of 40 keys spread over a small job's research space."""
+    pr = resolve(model, "h100-sxm", gpus=16, seq_len=4096, global_batch=64, runtime=Runtime(framework=Framework.ANY))
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    bounds = SearchBounds(pr.model, pr.cluster, pr.job)
+    groups: dict[object, dict[object, Candidate]] = {}
+    for c in _every_candidate(pr, spec):
+        groups.setdefault(body_key(c), {}).setdefault((c.schedule, c.vpp), c)
+    alike = [members for members in groups.values() if len(members) > 2]
+    shared = Shared()
+    for members in alike[::len(alike) // 40]:
+        for c in members.values():
+            alone = price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
+                          bounds.activations(c))
+            assert price(pr.model, pr.cluster, pr.job, c, spec, Solver.DP, SolveOptions(), bounds.get(c),
+                         bounds.activations(c), shared) == alone
+    assert len(shared.bodies) >= 40 and shared.splits

@@ -43,7 +43,7 @@ from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.nofit import fit_hints, no_fit_message, with_choices
-from planner.search.pricing import Bodies, balanced_only, floored, price, simulated
+from planner.search.pricing import Shared, balanced_only, floored, price, simulated
 from planner.search.ranked import Certificate, Ranked, SearchResult, certified
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds
@@ -143,7 +143,7 @@ class _Search:
         self.makespans: dict[tuple[object, ...], float] = {}  # the simulator's, by what it reads (simulate.py)
         self.paths: dict[Candidate, tuple[float, FloorSearch]] = {}  # its split's bound: (its tight bound, the search)
         self.waiting: dict[Candidate, list[tuple[float, int, Ranked, Durations]]] = {}  # to simulate
-        self.bodies: Bodies = {}  # stage bodies shared by the candidates priced (pricing.body_key)
+        self.shared = Shared()  # what the candidates priced share: stage bodies, splits
         self.worst_gap, self.all_optimal = 0.0, True
         self.heap = self._family_entries()
 
@@ -287,7 +287,7 @@ class _Search:
             return
         model, cluster, job, bounds = self.model, self.cluster, self.job, self.bounds
         priced = price(model, cluster, job, c, self.spec, self.solver, self.options, bounds.get(c),
-                       bounds.activations(c), self.bodies)
+                       bounds.activations(c), self.shared)
         self.tally["evaluated"] += 1
         self.worst_gap, self.all_optimal = max(self.worst_gap, priced.gap), self.all_optimal and priced.optimal
         if self.progress is not None:

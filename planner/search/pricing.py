@@ -4,7 +4,7 @@ layout (`floored`), at which it waits to be simulated."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cost_models.pipeline.schedules import program
 from cost_models.pipeline.simulator import Durations
@@ -27,7 +27,7 @@ from planner.search.ranked import Ranked
 from planner.search.sim_bounds import durations_floor
 from planner.search.simulate import durations, simulated_step_time, step_tail
 from planner.search.space import Candidate, SearchSpec
-from planner.search.splits import solve_split, v_chunks
+from planner.search.splits import Solved, solve_split, v_chunks
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,15 @@ Bodies = dict[BodyKey, tuple[dict[tuple[bool, bool, StageLayers], StageBody],
                              dict[tuple[bool, bool, int, int], StageWeights]]]
 
 
+@dataclass(frozen=True)
+class Shared:
+    """What the candidates one search prices share: stage bodies and weights by `body_key`, and the DP's splits by
+    problem (splits.solve_split)."""
+
+    bodies: Bodies = field(default_factory=dict)
+    splits: Solved = field(default_factory=dict)
+
+
 def body_key(c: Candidate) -> BodyKey:
     """What the stage bodies and weights of `c`'s layouts (cost_models.step.stage_body, stage_weights: every
     (embedding, head, layers) of them) read of it: every field but the schedule, with the schedule's two effects there,
@@ -81,7 +90,7 @@ def body_key(c: Candidate) -> BodyKey:
 
 def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
            solver: Solver, options: SolveOptions, times: LayerTimes,
-           activations: LayerActivations | None = None, bodies: Bodies | None = None) -> Priced:
+           activations: LayerActivations | None = None, shared: Shared | None = None) -> Priced:
     """Split and price one candidate; ranked is None when nothing fits.
 
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
@@ -90,20 +99,20 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
     ZB-V and the wave are split the same way per rank (on a uniform stack a rank's cost depends only on how many
     layers it holds), each rank's layers then shared over its chunks; on a stack of mixed kinds the wave's chunks
     hold other kinds than the one-chunk split assumed, so there the split is a candidate that the cost model
-    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced. `bodies`: stage
-    bodies by `body_key`, shared with the other candidates priced (the caller's)."""
+    prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced. `shared`: what the
+    other candidates priced share with this one (the caller's)."""
     balanced = c.layout()
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times, activations)
-    if bodies is not None:
-        costs = costs.sharing(*bodies.setdefault(body_key(c), ({}, {})))
+    if shared is not None:
+        costs = costs.sharing(*shared.bodies.setdefault(body_key(c), ({}, {})))
     if balanced_only(c, spec):  # balanced chunks: stage 0 keeps the most in flight
         ids = rank_layer_ids(balanced, model.num_layers)[0]
         if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
             return Priced(None, True, gap, optimal)
         layouts = [balanced]
     else:
-        split, gap, optimal = solve_split(costs, spec, solver, options)
+        split, gap, optimal = solve_split(costs, spec, solver, options, None if shared is None else shared.splits)
         if split is None:
             return Priced(None, True, gap, optimal)
         chunks = v_chunks(split.layers, c.vpp) if c.schedule in WAVE_PLACED else split.layers

@@ -167,23 +167,41 @@ def solve_uniform(problem: SplitProblem) -> Split | None:
     return solve_counts(problem)
 
 
-def solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver,
-                 options: SolveOptions) -> tuple[Split | None, float, bool]:
+Solved = dict[SplitProblem | KindSplitProblem, Split | None]  # the DP's splits by problem
+
+
+def solve_split(costs: LayoutCosts, spec: SearchSpec, solver: Solver, options: SolveOptions,
+                solved: Solved | None = None) -> tuple[Split | None, float, bool]:
     """(split, gap, optimal): the exact per-stage split of the layout's layers, by the DP or, when asked, the
     MILP seeded with it; stacks whose layers differ in kind take the segment DP and the per-layer MILP. A small
-    uniform stack's DP runs in plain Python (`plain_split`, the same answer); numpy loads only for a larger one."""
+    uniform stack's DP runs in plain Python (`plain_split`, the same answer); numpy loads only for a larger one.
+    `solved`: the DP's splits of problems posed before (the caller's; each a function of its problem alone, which
+    candidates of other degrees or schedules often pose alike)."""
     if costs.model.heterogeneous:
-        from planner.search.partition import solve_kinds
-
         kinds = kind_split_problem(costs, spec.partial_recompute)
-        split = solve_kinds(kinds)
+        split = _dp(kinds, solved)
         if solver is Solver.DP or split is None:
             return split, 0.0, True
         result = solve_kinds_ilp(kinds, solver, options, hint=split)
     else:
         problem = split_problem(costs, spec.partial_recompute)
-        split = solve_uniform(problem)
+        split = _dp(problem, solved)
         if solver is Solver.DP or split is None:
             return split, 0.0, True
         result = solve_ilp(problem, solver, options, hint=split)
     return result.split, result.gap, result.optimal
+
+
+def _dp(problem: SplitProblem | KindSplitProblem, solved: Solved | None) -> Split | None:
+    """The DP's split of `problem` (partition.solve_kinds or `solve_uniform`), from `solved` where it is there."""
+    if solved is not None and problem in solved:
+        return solved[problem]
+    if isinstance(problem, KindSplitProblem):
+        from planner.search.partition import solve_kinds
+
+        split = solve_kinds(problem)
+    else:
+        split = solve_uniform(problem)
+    if solved is not None:
+        solved[problem] = split
+    return split
