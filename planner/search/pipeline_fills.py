@@ -18,9 +18,15 @@ def minimax_fill(total: float, pp: int, m: int, hop: float) -> float:
 
     If every path were below X, T_d < (X − 2d·hop − S_d)/m, so S_{d+1} < S_d·(1 − 1/m) + (X − 2d·hop)/m and by
     induction total = S_p < X·(1 − q^p) − Σ_d (2d·hop/m)·q^(p−1−d), q = 1 − 1/m: X is at least the value below."""
+    sends, share = minimax_terms(pp, m, hop)
+    return (total + sends) / share
+
+
+def minimax_terms(pp: int, m: int, hop: float) -> tuple[float, float]:
+    """(Σ_d (2d·hop/m)·q^(p−1−d), 1 − q^p) of `minimax_fill`, which is (total + the first) / the second: what it
+    reads besides the total, for a caller that asks for many totals of one (pp, m, hop)."""
     q = 1.0 - 1.0 / m
-    sends = sum(2 * d * hop / m * q ** (pp - 1 - d) for d in range(pp))
-    return (total + sends) / (1.0 - q**pp)
+    return sum(2 * d * hop / m * q ** (pp - 1 - d) for d in range(pp)), 1.0 - q**pp
 
 
 def path_fill(a: float, mu: Sequence[float], k: int) -> tuple[float, float]:

@@ -42,7 +42,7 @@ from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily,
 from planner.search.bounds import SearchBounds
 from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
-from planner.search.pipeline_fills import minimax_fill, ordered_fills, path_fill, trailing_w, v_fill_at
+from planner.search.pipeline_fills import minimax_terms, ordered_fills, path_fill, trailing_w, v_fill_at
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
@@ -152,6 +152,7 @@ class ReportedBounds(SearchBounds):
         self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._minimax: dict[tuple[int, int, float], tuple[float, float]] = {}
         self._held: dict[int, HeldKinds] = {}
         self._shape_tails: dict[tuple[object, ...], float] = {}
         self._tail_part: dict[tuple[object, ...], tuple[StageParams, tuple[float, float] | None, float]] = {}
@@ -270,8 +271,11 @@ class ReportedBounds(SearchBounds):
         ZB-V, DualPipeV: `v_fill`) over every split of `total` seconds per micro-batch; 0 for the others (their work
         bound is the caller's)."""
         family = spec_of(schedule).family
-        if vpp == 1 and family is ScheduleFamily.ONE_CHUNK:
-            return minimax_fill(total, c.pp, m, hop)
+        if vpp == 1 and family is ScheduleFamily.ONE_CHUNK:  # `minimax_fill`, its terms once per (pp, m, hop)
+            terms = self._minimax.get((c.pp, m, hop))
+            if terms is None:
+                terms = self._minimax[c.pp, m, hop] = minimax_terms(c.pp, m, hop)
+            return (total + terms[0]) / terms[1]
         if vpp == 2 and family is ScheduleFamily.V:
             knobs = (c.pp, m, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
             if knobs not in self._v:
