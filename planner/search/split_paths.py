@@ -62,17 +62,24 @@ class SplitPaths:
                  counted: bool = False) -> None:
         self.rows, self.prefix, self.memory, self.counted = rows, list(prefix), memory, counted
         if memory is not None:  # per rank: bytes kept and bytes at the least for the first j layers, and the time
-            self.kept = affine_rows(memory.state, memory.alive, memory.act)  # with the recomputation per byte kept
-            self.least = affine_rows(memory.state, memory.alive, memory.least_act)
+            # with the recomputation per byte kept; each a function of the rank's alive alone, so ranks alike in it
+            # (a V or wave pipeline's but the first) share one row, computed once
+            scales = list(dict.fromkeys(memory.alive))
+            kept, least = affine_rows(memory.state, scales, memory.act), affine_rows(memory.state, scales,
+                                                                                    memory.least_act)
+            self.kept = [kept[scales.index(a)] for a in memory.alive]
+            self.least = [least[scales.index(a)] for a in memory.alive]
             self.rho = [memory.rho / a for a in memory.alive]
-            self._mixed: list[list[float] | None] = [None] * len(memory.alive)  # `mixed`, built where needed
+            self._mixed: dict[float, list[float]] = {}  # `mixed` by alive, built where needed
 
     def mixed(self, d: int) -> list[float]:
-        """Rank d's layer-time prefix plus its recomputation per byte kept (rho[d]·kept[d]), once: `feasible` reads it
-        only for a rank whose layers would keep more than fits."""
-        row = self._mixed[d]
+        """Rank d's layer-time prefix plus its recomputation per byte kept (rho[d]·kept[d]), once per alive (of which
+        alone both are functions): `feasible` reads it only for a rank whose layers would keep more than fits."""
+        assert self.memory is not None
+        alive = self.memory.alive[d]
+        row = self._mixed.get(alive)
         if row is None:
-            row = self._mixed[d] = [p + self.rho[d] * k for p, k in zip(self.prefix, self.kept[d], strict=True)]
+            row = self._mixed[alive] = [p + self.rho[d] * k for p, k in zip(self.prefix, self.kept[d], strict=True)]
         return row
 
     def feasible(self, x: float) -> bool:
