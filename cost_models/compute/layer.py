@@ -226,6 +226,29 @@ def decoder_layer_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, kno
                      host)
 
 
+def decoder_layer_floor(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
+                        moe: bool = False) -> LayerTime | None:
+    """Field by field at most `decoder_layer_time` of the same arguments (so its total too: the same sums of larger
+    or equal non-negative floats), from the passes alone, which every recomputation of these degrees shares: the
+    forward, backward, TP and CP fields of the passes as they are; full recomputation's forward, TP and expert
+    traffic again (it recomputes the same forward); the expert all-to-alls 2·e (+ e again when fully recomputed),
+    or κ·(1 − 1e-9) of them under `Runtime.moe_comm_overlap` (`GpuSpec.exposed`(x, w) >= κ·x for κ <= 1, less
+    1e-9 for its rounding); the runtime's fixed host cost of the two passes (three when fully recomputed). Selective
+    recomputation and the host waits, >= 0, are left out. None with a cost table (no passes)."""
+    if job.runtime.measured is not None:
+        return None
+    p = _passes(Same(model), Same(job), Same(cluster), knobs.tp, knobs.cp, knobs.sp, knobs.mbs, knobs.ep, knobs.etp,
+                moe)
+    full = knobs.recompute is Recompute.FULL
+    ep = 2 * p.ep_forward + (p.ep_forward if full else 0.0)
+    if job.runtime.moe_comm_overlap:
+        ep = (1.0 - cluster.gpu.overlap_efficiency) * ep * (1 - 1e-9)
+    host = job.runtime.priced_execution.host_layer_s * (2 + (full and p.forward > 0))
+    return LayerTime(p.forward, p.backward, p.forward if full else 0.0,
+                     p.tp_forward + p.tp_backward + (p.tp_forward if full else 0.0), p.cp_forward + p.cp_backward, ep,
+                     host)
+
+
 @dataclass(frozen=True)
 class LayerPasses:
     """One decoder layer's forward and backward before recomputation: compute (GEMMs, attention core, elementwise),

@@ -41,6 +41,7 @@ from cost_models.pipeline.simulator import Durations
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage, check_expert_degrees
 from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
+from planner.search.early_floor import EarlyFloors
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.nofit import fit_hints, no_fit_message, with_choices
 from planner.search.pricing import Shared, balanced_only, floored, price, simulated
@@ -98,10 +99,10 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpe
 
 
 class _Search:
-    """One best-first search over a heap. Entries are (key, sort key, level, tie, item): families at their floor
-    (level -1, a `Members` list), groups at theirs (level 0), candidates at their bound (level 1), at their tight
-    bound (level 2; tie 1: at the bound of their split's paths; tie 2: at their early key, below it) and priced
-    layouts waiting to be simulated (level 3).
+    """One best-first search over a heap. Entries are (key, sort key, level, tie, item): families at their early
+    floor (level -2) and their floor (level -1, a `Members` list), groups at theirs (level 0), candidates at their
+    bound (level 1), at their tight bound (level 2; tie 1: at the bound of their split's paths; tie 2: at their early
+    key, below it) and priced layouts waiting to be simulated (level 3).
 
     The candidates sharing a `floor` enter as one group there (sort key (), below every other; groups tie-break on
     their order) and, when it reaches the top, each is queued at its bound; there a candidate is dropped if its memory
@@ -152,23 +153,27 @@ class _Search:
 
     def _family_entries(self) -> list[Entry]:
         """The candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter
-        the heap as one entry below the floor of each of their groups (`family_floor`), and become groups when it
-        reaches the top (`expand`): most never do, and neither their groups' floors nor their state bounds are
-        computed."""
+        the heap as one entry at a floor below the floor of each of their groups (`EarlyFloors.floor`, level -2), are
+        re-queued at `family_floor` (level -1) when it reaches the top, and become groups when that does (`expand`):
+        most never do, and neither their layer times, their groups' floors nor their state bounds are computed."""
         floors: dict[tuple[object, ...], Members] = {}
         for f, (first, shapes, experts, _) in enumerate(self.built):
             self.tally["total"] += len(self.choices(first)) * len(shapes) * len(experts)
             for e, (ep, etp) in enumerate(experts):
                 floors.setdefault((first.tp, first.cp, first.sp, first.mbs, first.recompute, ep, etp, first.modules,
                                    first.pp), []).append((f, e))
-        heap: list[Entry] = []
-        for i, members in enumerate(floors.values()):
-            first, shapes, experts, _ = self.built[members[0][0]]
-            ep, etp = experts[members[0][1]]
-            c = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
-            heap.append((self.bounds.family_floor(c, [(s, v) for v, s in shapes]), (), -1, i, members))
+        early = EarlyFloors(self.bounds)
+        heap: list[Entry] = [(early.floor(*self._family(members)), (), -2, i, members)
+                             for i, members in enumerate(floors.values())]
         heapq.heapify(heap)
         return heap
+
+    def _family(self, members: Members) -> tuple[Candidate, list[tuple[Schedule, int]]]:
+        """The first candidate of these families (with their (ep, etp)) and their (schedule, vpp) shapes."""
+        first, shapes, experts, _ = self.built[members[0][0]]
+        ep, etp = experts[members[0][1]]
+        c = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
+        return c, [(s, v) for v, s in shapes]
 
     def within_state_bound(self, c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
         """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
@@ -322,7 +327,9 @@ class _Search:
             bound, key, level, tie, item = heapq.heappop(self.heap)
             if bound >= self.kth():
                 break
-            if isinstance(item, list):  # families at their floor: their groups
+            if isinstance(item, list) and level == -2:  # families at their early floor: now at their own
+                heapq.heappush(self.heap, (self.bounds.family_floor(*self._family(item)), key, -1, tie, item))
+            elif isinstance(item, list):  # families at their floor: their groups
                 self.expand(item)
             elif isinstance(item, tuple):
                 self.queue_group(item)

@@ -1,0 +1,100 @@
+"""The families' first floor: below `ReportedBounds.family_floor` without the per-layer times of any recomputation.
+
+The search queues every family (the candidates sharing `floor_key`) before its first pop, and most never come up: on
+DeepSeek-V3's research space two families in three differ from another only in recomputation, and their per-layer
+times (`layer_times`: each recomputation's own passes, host waits, recomputed modules) were most of what the queue
+cost. This floor reads only what every recomputation of the same degrees shares (`decoder_layer_floor`: the layer's
+passes, remembered per degrees), so a family is queued at it and its own floor is computed when it comes up
+(planner.search.exact: level -2). Proof that it is below `family_floor`, with A, b̄ the average stage's layer time
+and backward (`SearchBounds._average`) and A', b̄' the same sums of the floors here:
+  A = A' + δ and b̄ = b̄' + δ_b with 0 <= δ_b <= δ: every field of every part here is at most the search's (the decoder
+  layers by `decoder_layer_floor`; the embedding without the vision encoder, the head with the multi-token-prediction
+  modules on the floors of their layers, `mtp_time` being sums and scalings of its layers' fields), and the backward
+  is one of the fields of the total.
+  `least_pipe` takes the least over the shapes of a pipeline at least m·A (the work bound where simulated; (m − 1)·A +
+  `fill` with a fill >= A otherwise, but for ZB-H1 and ZB-H2, whose fill p·A − k·W_SHARE·p·b̄ may be below A), and
+  m·A >= m·A'. For ZB-H1/H2 (k hidden weight gradients), (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄'
+  + (m − 1 + p)·δ − kW·p·δ_b >= (m − 1 + p)·A' − kW·p·b̄' when m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
+Rounding: the floats of A' are at most A's (the same sums, in the same order, of larger or equal non-negative terms);
+the ZB-H difference is used only when its first term is at least twice the second (so it is at least half of the first
+term and its rounding error is far below the 1e-6 kept off it, as `family_floor`'s (1 − 1e-9)² is); else the floor is
+−∞ (the family's own floor is computed at its first pop)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from cost_models.compute.knobs import LayerKnobs, LayerTime
+from cost_models.compute.layer import decoder_layer_floor, embedding_time, head_time
+from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.registry import pricing
+from cost_models.step import mtp_time
+from meshcore import Recompute, Schedule
+from planner.search.sim_bounds import ReportedBounds
+from planner.search.simulate import simulable
+from planner.search.space import Candidate
+
+MARGIN = 1e-6  # kept off the floor for rounding (module docstring)
+
+
+class EarlyFloors:
+    """`floor` of a search's families, from the per-layer floors of each (tp, cp, sp, mbs, ep, etp, full
+    recomputation or not)."""
+
+    def __init__(self, bounds: ReportedBounds) -> None:
+        self.bounds = bounds
+        self._layers: dict[tuple[object, ...], tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None] = {}
+        self._kinds: dict[tuple[object, ...], tuple[bool, int]] = {}
+
+    def layers(self, c: Candidate) -> tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None:
+        """(dense decoder, embedding, head, MoE decoder) at most `layer_times` of any recomputation of `c`'s degrees
+        (full or not); None with a cost table."""
+        full = c.recompute is Recompute.FULL
+        key = (c.tp, c.cp, c.sp, c.mbs, c.ep, c.etp, full)
+        if key not in self._layers:
+            model, job, cluster = self.bounds.model, self.bounds.job, self.bounds.cluster
+            knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, Recompute.FULL if full else Recompute.NONE, c.ep, c.etp)
+            decoder = decoder_layer_floor(model, job, cluster, knobs)
+            moe = decoder_layer_floor(model, job, cluster, knobs, moe=True) if self.bounds.layer_counts[1] else None
+            if decoder is None or (self.bounds.layer_counts[1] and moe is None):
+                self._layers[key] = None
+            else:
+                head = head_time(model, job, cluster, knobs)
+                mtp_moe = moe if moe is not None else decoder_layer_floor(model, job, cluster, knobs, moe=True)
+                head = head + mtp_time(model, job, cluster, knobs, (decoder, mtp_moe, head))
+                self._layers[key] = (decoder, embedding_time(model, job, cluster, knobs), head, moe)
+        return self._layers[key]
+
+    def floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
+        """At most `ReportedBounds.family_floor(first, shapes)` (module docstring)."""
+        layers = self.layers(first)
+        if layers is None:
+            return -math.inf
+        decoder, embedding, head, moe = layers
+        n_dense, n_moe = self.bounds.layer_counts
+        p = first.pp
+        parts = [(decoder, n_dense / p), (embedding, 1 / p), (head, 1 / p)]
+        if moe is not None:
+            parts.append((moe, n_moe / p))
+        average = LayerTime.scaled_sum(parts)
+        a, b = average.total, average.backward
+        m = self.bounds.job.global_batch // (first.dp * first.mbs)
+        plain, hides = self.kinds(p, m, tuple(shapes))
+        least = m * a if plain else math.inf
+        if hides:  # the most hidden weight gradients give the least
+            whole, hidden = (m - 1 + p) * a, hides * W_SHARE * p * b
+            if m - 1 + p * (1 - hides * W_SHARE) < 0 or whole < 2 * hidden:
+                return -math.inf
+            least = min(least, whole - hidden)
+        return least * (1 - MARGIN)
+
+    def kinds(self, p: int, m: int, shapes: tuple[tuple[Schedule, int], ...]) -> tuple[bool, int]:
+        """(whether some shape's pipeline is at least m·A, the most weight gradients the others hide: 0 if none), once
+        per (pp, micro-batches, shapes)."""
+        key = (p, m, shapes)
+        if key not in self._kinds:
+            costs = [(pricing(s), simulable(p, v, m)) for s, v in shapes]
+            self._kinds[key] = (any(sim or c.laid_out or not c.hides for c, sim in costs),
+                                max((c.hides for c, sim in costs if not (sim or c.laid_out)), default=0))
+        return self._kinds[key]
