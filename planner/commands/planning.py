@@ -218,7 +218,7 @@ def plan(
     from planner.api import cost_table_warning, model_and_costs, plan_chain_table, restricted_spec
     from planner.api import plan as run_plan
     from planner.commands.hetero import plan_on_cluster, refuse_with_cluster
-    from planner.commands.planout import show_plan, workers_note
+    from planner.commands.planout import show_plan
     from planner.search.space import MAX_TOP_K
 
     def action() -> None:
@@ -271,9 +271,7 @@ def plan(
                               packed_doc_lens=packed_doc_len or "", spec=spec, solver=solver,
                               time_limit_s=time_limit, progress=progress.update, workers=workers)
         target = emit_target or (default_target(runtime.framework) if emit_out is not None else None)
-        show_plan(result, out, as_json, record_timing, target, emit_out)
-        if (note := workers_note(result, workers)) is not None:
-            typer.echo(note, err=True)
+        show_plan(result, out, as_json, record_timing, target, emit_out, workers)
 
     run(action)
 

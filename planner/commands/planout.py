@@ -28,9 +28,10 @@ def workers_note(result: Plan, workers: int, cores: int | None = None) -> str | 
 
 
 def show_plan(result: Plan, out: Path | None, as_json: bool, record_timing: bool,
-              target: Target | None, emit_out: Path | None) -> None:
+              target: Target | None, emit_out: Path | None, workers: int = 1) -> None:
     """Write `result` to `out` (if given), print it (to standard error when a file goes to standard output), then
-    the configuration of `target` to standard output or `emit_out`."""
+    the configuration of `target` to standard output or `emit_out`, then `workers_note` (`workers`: the processes
+    that searched) on standard error."""
     from meshcore.fileio import write_text_atomic
     from planner.outputs.planfile import dumps, plan_to_dict
     from planner.outputs.report import plan_table
@@ -46,6 +47,8 @@ def show_plan(result: Plan, out: Path | None, as_json: bool, record_timing: bool
             typer.echo(f"\nplan written to {out}", err=err)
     if target is not None:
         emit_plan(result, target, emit_out, err)
+    if (note := workers_note(result, workers)) is not None:
+        typer.echo(note, err=True)
 
 
 def emit_plan(result: Plan, target: Target, emit_out: Path | None, err: bool) -> None:
