@@ -236,8 +236,8 @@ class LayoutCosts:
     def sharing(self, bodies: dict[tuple[bool, bool, StageLayers], StageBody],
                 weights: dict[tuple[bool, bool, int, int], StageWeights]) -> LayoutCosts:
         """These costs with `bodies` and `weights` as their stage caches: a caller's, shared with other layouts
-        whose `stage_body` and `stage_weights` provably equal these for every (embedding, head, layers); it proves
-        it (planner.search.pricing.body_key)."""
+        whose `stage_body` (or `stage_weights`) provably equal these for every (embedding, head, layers); it proves
+        it (planner.search.pricing.body_key, weights_key)."""
         object.__setattr__(self, "_bodies", bodies)
         object.__setattr__(self, "_weights", weights)
         return self

@@ -58,32 +58,42 @@ def balanced_only(c: Candidate, spec: SearchSpec) -> bool:
     return (c.vpp > 1 and c.schedule not in WAVE_PLACED) or not spec.uneven_split
 
 
-BodyKey = tuple[object, ...]
-Bodies = dict[BodyKey, tuple[dict[tuple[bool, bool, StageLayers], StageBody],
-                             dict[tuple[bool, bool, int, int], StageWeights]]]
+Key = tuple[object, ...]
 
 
 @dataclass(frozen=True)
 class Shared:
-    """What the candidates one search prices share: stage bodies and weights by `body_key`, and the DP's splits by
-    problem (splits.solve_split)."""
+    """What the candidates one search prices share: stage bodies by `body_key`, stage weights by `weights_key`, and
+    the DP's splits by problem (splits.solve_split)."""
 
-    bodies: Bodies = field(default_factory=dict)
+    bodies: dict[Key, dict[tuple[bool, bool, StageLayers], StageBody]] = field(default_factory=dict)
+    weights: dict[Key, dict[tuple[bool, bool, int, int], StageWeights]] = field(default_factory=dict)
     splits: Solved = field(default_factory=dict)
 
 
-def body_key(c: Candidate) -> BodyKey:
-    """What the stage bodies and weights of `c`'s layouts (cost_models.step.stage_body, stage_weights: every
-    (embedding, head, layers) of them) read of it: every field but the schedule, with the schedule's two effects there,
-    whether it interleaves and whether the embedding and the head share a rank. Proof, by what those read: the layer
-    times and activations (of tp, cp, sp, mbs, recompute, ep, etp, modules), one layer's parameters (tp, ep, etp), the
-    embedding's (tp) and the head's (tp, ep, etp and `head_beside_embedding`); of the layout, through
-    cost_models.sync (stage_states, host_state_bytes, grad_accumulation_time, grad_traffic, stage_offload_exposed,
-    sharded_dp_exposed, dp_reduce_exposed, optimizer_time) and compute.host.microbatch_sync_s, its mesh (tp, cp, dp,
-    dp_replicate, pp, ep, etp), world, micro-batches (dp, mbs), zero, offload, pp and vpp, and the schedule in
-    dp_reduce_exposed alone, as whether it interleaves; never the split (stage_layers, recompute_layers: the stage's
-    layers are the caller's). Layouts of one key (ZB-V, DualPipeV and the two-chunk wave; 1F1B, ZB-H1 and ZB-H2) share
-    their bodies (tests/test_search.py holds them equal to each layout's own)."""
+def weights_key(c: Candidate) -> Key:
+    """What the stage weights of `c`'s layouts (cost_models.step.stage_weights: every (embedding, head, layers) of
+    them) read of it. Proof, by what it reads: one layer's parameters (tp, ep, etp), the embedding's (tp) and the
+    head's (tp, ep, etp and `head_beside_embedding`); of the layout, through cost_models.sync (stage_states,
+    host_state_bytes, grad_accumulation_time, grad_traffic), its mesh (tp, cp, dp, dp_replicate, pp, ep, etp), micro-
+    batches (dp, mbs), zero, offload and pp; neither the schedule, the chunks, the recomputation nor the split.
+    Candidates of one key (recompute-module sets, schedules) share their stages' weights (tests/test_search.py holds
+    them equal to each layout's own)."""
+    return (c.tp, c.cp, c.pp, c.dp, c.dp_replicate, c.mbs, c.zero, c.ep, c.etp, c.offload,
+            c.layout().head_beside_embedding)
+
+
+def body_key(c: Candidate) -> Key:
+    """What the stage bodies of `c`'s layouts (cost_models.step.stage_body: every (embedding, head, layers) of them)
+    read of it: every field but the schedule, with the schedule's two effects there, whether it interleaves and
+    whether the embedding and the head share a rank. Proof, by what it reads: its stage weights (`weights_key`), the
+    layer times and activations (of tp, cp, sp, mbs, recompute, ep, etp, modules), one layer's parameters (tp, ep,
+    etp); of the layout, through cost_models.sync (stage_offload_exposed, sharded_dp_exposed, dp_reduce_exposed,
+    optimizer_time) and compute.host.microbatch_sync_s, its mesh (tp, cp, dp, dp_replicate, pp, ep, etp), world,
+    micro-batches (dp, mbs), zero, offload, pp and vpp, and the schedule in dp_reduce_exposed alone, as whether it
+    interleaves; never the split (stage_layers, recompute_layers: the stage's layers are the caller's). Layouts of one
+    key (ZB-V, DualPipeV and the two-chunk wave; 1F1B, ZB-H1 and ZB-H2) share their bodies (tests/test_search.py
+    holds them equal to each layout's own)."""
     return (c.tp, c.cp, c.pp, c.dp, c.dp_replicate, c.mbs, c.vpp, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
             c.offload, spec_of(c.schedule).family is ScheduleFamily.INTERLEAVED, c.layout().head_beside_embedding)
 
@@ -105,7 +115,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times, activations)
     if shared is not None:
-        costs = costs.sharing(*shared.bodies.setdefault(body_key(c), ({}, {})))
+        costs = costs.sharing(shared.bodies.setdefault(body_key(c), {}), shared.weights.setdefault(weights_key(c), {}))
     if balanced_only(c, spec):  # balanced chunks: stage 0 keeps the most in flight
         ids = rank_layer_ids(balanced, model.num_layers)[0]
         if stage_cost(costs, 0, rank_stage_layers(costs, 0, ids)).peak_memory_gib > cluster.gpu.memory_gib:
