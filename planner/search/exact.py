@@ -217,10 +217,12 @@ class _Search:
         came up, if ever, and a dropped candidate settles nothing (`dominated_by_sibling` reads its step, None either
         way), so the candidates priced, and the order they come up in, are the same."""
         first, held = group
+        sides = {side: self.within_state_bound(first, side)  # (what `expand` found for each of them)
+                 for side in {self.bounds.shape_beside(first, vpp, schedule) for schedule, vpp in held}}
         for schedule, vpp in held:
             base = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(vpp=vpp, schedule=schedule)
             balanced = balanced_only(base, self.spec)
-            for o in self.within_state_bound(base):
+            for o in sides[self.bounds.shape_beside(first, vpp, schedule)]:
                 c = base if o == base.offload else base.but(offload=o)
                 if next_module_set(c, self.family, self.job) is not None:
                     heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
