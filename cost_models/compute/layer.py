@@ -268,16 +268,32 @@ class LayerPasses:
     tokens: float
 
 
-def layer_passes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
-                 moe: bool = False) -> LayerPasses:
-    """What `decoder_layer_time` prices before recomputation (it reads no recomputation knob)."""
+def attention_passes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs
+                     ) -> tuple[float, float, float, float, float, float]:
+    """(forward, backward) of a decoder layer's attention GEMMs, of its attention core with the ring merge, and of
+    its exposed CP ring traffic: what `layer_passes` adds before the MLP, the same for a dense and an MoE layer."""
+    tokens = knobs.mbs * job.seq_len / knobs.cp
+    if job.runtime.priced_execution.split_projections and model.mla is None:
+        fwd, bwd = split_gemms_time(split_gemms(model, tokens, knobs.tp)[:2], cluster, job)
+    else:
+        fwd, bwd = layer_gemms_time(attention_gemms(model, tokens, knobs.tp), cluster, job, knobs, model.hidden_size)
+    core_f, core_b = _attention_core(model, job, cluster, knobs)
+    merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, cluster.gpu,
+                                                 job.runtime.priced_execution.ring_merge)
+    core_f, core_b = core_f + merge_f, core_b + merge_b
+    return (fwd, bwd, core_f, core_b, *_cp_ring_time(model, cluster, knobs, tokens, core_f, core_b))
+
+
+def layer_passes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, moe: bool = False,
+                 attention: tuple[float, float, float, float, float, float] | None = None) -> LayerPasses:
+    """What `decoder_layer_time` prices before recomputation (it reads no recomputation knob); `attention`: its
+    `attention_passes` when the caller has them."""
     gpu, t = cluster.gpu, knobs.tp
     h, f = model.hidden_size, model.ffn_hidden_size
     tokens = knobs.mbs * job.seq_len / knobs.cp
     split = job.runtime.priced_execution.split_projections and model.mla is None
     groups = split_gemms(model, tokens, t) if split else ()
-    fwd, bwd = split_gemms_time(groups[:2], cluster, job) if split else layer_gemms_time(
-        attention_gemms(model, tokens, t), cluster, job, knobs, h)
+    fwd, bwd, core_f, core_b, cp_f, cp_b = attention or attention_passes(model, job, cluster, knobs)
     ep_fwd, mlp_collectives, moe_f = 0.0, 1, 0.0
     if moe and model.moe is not None:
         part = moe_mlp_time(model, job, cluster, knobs, tokens)
@@ -288,12 +304,8 @@ def layer_passes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: La
             mlp_gemms(model, tokens, f / t), cluster, job, knobs, h)
         fwd, bwd = fwd + mf, bwd + mb
     gemm_f, gemm_b = fwd, bwd
-    core_f, core_b = _attention_core(model, job, cluster, knobs)
-    merge_f, merge_b = ring_attention_merge_time(model, knobs, tokens, gpu, job.runtime.priced_execution.ring_merge)
-    core_f, core_b = core_f + merge_f, core_b + merge_b
     ew_f, ew_b = elementwise_time(model, job, knobs, tokens, gpu, moe)
     tp_f, tp_b = _layer_tp_time(model, job, cluster, knobs, tokens, 1 + mlp_collectives, gemm_f, gemm_b)
-    cp_f, cp_b = _cp_ring_time(model, cluster, knobs, tokens, core_f, core_b)
     return LayerPasses(fwd + core_f + ew_f, bwd + core_b + ew_b, core_f, ew_f, moe_f, ep_fwd, tp_f, tp_b, cp_f, cp_b,
                        tokens)
 
@@ -305,7 +317,17 @@ def _passes(model: Same, job: Same, cluster: Same, tp: int, cp: int, sp: bool, m
     recomputation (none, selective module sets, full), which share them."""
     m, j, c = model.value, job.value, cluster.value
     assert isinstance(m, ModelSpec) and isinstance(j, JobSpec) and isinstance(c, ClusterSpec)
-    return layer_passes(m, j, c, LayerKnobs(tp, cp, sp, mbs, Recompute.NONE, ep, etp), moe)
+    return layer_passes(m, j, c, LayerKnobs(tp, cp, sp, mbs, Recompute.NONE, ep, etp), moe,
+                        _attention(model, job, cluster, tp, cp, sp, mbs, ep, etp))
+
+
+@lru_cache(maxsize=4096)
+def _attention(model: Same, job: Same, cluster: Same, tp: int, cp: int, sp: bool, mbs: int, ep: int, etp: int
+               ) -> tuple[float, float, float, float, float, float]:
+    """`attention_passes`, remembered as `_passes` is: a dense and an MoE layer of the same degrees share them."""
+    m, j, c = model.value, job.value, cluster.value
+    assert isinstance(m, ModelSpec) and isinstance(j, JobSpec) and isinstance(c, ClusterSpec)
+    return attention_passes(m, j, c, LayerKnobs(tp, cp, sp, mbs, Recompute.NONE, ep, etp))
 
 
 def _layer_tp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs, tokens: float,

@@ -45,6 +45,8 @@ class EarlyFloors:
     def __init__(self, bounds: ReportedBounds) -> None:
         self.bounds = bounds
         self._layers: dict[tuple[object, ...], tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None] = {}
+        self._ends: dict[tuple[object, ...], tuple[LayerTime, LayerTime]] = {}
+        self._averages: dict[tuple[object, ...], tuple[float, float] | None] = {}
         self._kinds: dict[tuple[object, ...], tuple[bool, int]] = {}
 
     def layers(self, c: Candidate) -> tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None:
@@ -60,25 +62,40 @@ class EarlyFloors:
             if decoder is None or (self.bounds.layer_counts[1] and moe is None):
                 self._layers[key] = None
             else:
-                head = head_time(model, job, cluster, knobs)
+                if key[:-1] not in self._ends:  # neither reads the recomputation
+                    self._ends[key[:-1]] = (embedding_time(model, job, cluster, knobs),
+                                            head_time(model, job, cluster, knobs))
+                embedding, head = self._ends[key[:-1]]
                 mtp_moe = moe if moe is not None else decoder_layer_floor(model, job, cluster, knobs, moe=True)
                 head = head + mtp_time(model, job, cluster, knobs, (decoder, mtp_moe, head))
-                self._layers[key] = (decoder, embedding_time(model, job, cluster, knobs), head, moe)
+                self._layers[key] = (decoder, embedding, head, moe)
         return self._layers[key]
+
+    def average(self, c: Candidate) -> tuple[float, float] | None:
+        """(A', b̄') of the module docstring: the total and backward of the average stage on the floors of `layers`
+        (the sums `SearchBounds._average` takes), once per what they read; None with a cost table."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.ep, c.etp, c.recompute is Recompute.FULL, c.pp)
+        if key not in self._averages:
+            layers = self.layers(c)
+            if layers is None:
+                self._averages[key] = None
+            else:
+                decoder, embedding, head, moe = layers
+                n_dense, n_moe = self.bounds.layer_counts
+                parts = [(decoder, n_dense / c.pp), (embedding, 1 / c.pp), (head, 1 / c.pp)]
+                if moe is not None:
+                    parts.append((moe, n_moe / c.pp))
+                average = LayerTime.scaled_sum(parts)
+                self._averages[key] = (average.total, average.backward)
+        return self._averages[key]
 
     def floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
         """At most `ReportedBounds.family_floor(first, shapes)` (module docstring)."""
-        layers = self.layers(first)
-        if layers is None:
+        average = self.average(first)
+        if average is None:
             return -math.inf
-        decoder, embedding, head, moe = layers
-        n_dense, n_moe = self.bounds.layer_counts
+        a, b = average
         p = first.pp
-        parts = [(decoder, n_dense / p), (embedding, 1 / p), (head, 1 / p)]
-        if moe is not None:
-            parts.append((moe, n_moe / p))
-        average = LayerTime.scaled_sum(parts)
-        a, b = average.total, average.backward
         m = self.bounds.job.global_batch // (first.dp * first.mbs)
         plain, hides = self.kinds(p, m, tuple(shapes))
         least = m * a if plain else math.inf
