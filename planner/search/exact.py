@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.simulator import Durations
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage, check_expert_degrees
 from meshcore.errors import InfeasibleError, LayoutError
@@ -212,19 +213,19 @@ class _Search:
 
     def queue_group(self, group: Group) -> None:
         """A group at its floor: each offload choice of each of its shapes queued at its bound (tie 1: its memory
-        floors checked), but those without a next module set that their memory floors drop (`floored`): dropped
-        here, their bounds never computed (most of a dense search's members). They would have been dropped when they
-        came up, if ever, and a dropped candidate settles nothing (`dominated_by_sibling` reads its step, None either
-        way), so the candidates priced, and the order they come up in, are the same."""
+        floors checked), but those without a next module set that their memory floors drop (`floored`), where their
+        schedule counts micro-batches in flight in closed form (else its orders are built: once a process): dropped
+        here, their bounds never computed (most of a dense search's members). Dropped when they came up, if ever, they
+        would settle nothing (`dominated_by_sibling` reads None either way): the same candidates priced, in order."""
         first, held = group
         sides = {side: self.within_state_bound(first, side)  # (what `expand` found for each of them)
                  for side in {self.bounds.shape_beside(first, vpp, schedule) for schedule, vpp in held}}
         for schedule, vpp in held:
             base = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(vpp=vpp, schedule=schedule)
-            balanced = balanced_only(base, self.spec)
+            balanced, early = balanced_only(base, self.spec), pricing(schedule).in_flight is not None
             for o in sides[self.bounds.shape_beside(first, vpp, schedule)]:
                 c = base if o == base.offload else base.but(offload=o)
-                if next_module_set(c, self.family, self.job) is not None:
+                if not early or next_module_set(c, self.family, self.job) is not None:
                     heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
                 elif self.floored(c, balanced):
                     self.steps[c] = None
