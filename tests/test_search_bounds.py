@@ -20,7 +20,13 @@ from meshcore import GIB, WAVE_PLACED, Layout, Recompute, Runtime, Schedule
 from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.search.bounds import SearchBounds
-from planner.search.floors import least_bottleneck, least_bottleneck_floor, packing_floor, packing_range
+from planner.search.floors import (
+    least_bottleneck,
+    least_bottleneck_floor,
+    packing_exceeds,
+    packing_floor,
+    packing_range,
+)
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.pricing import balanced_only, price
 from planner.search.space import Candidate, SearchSpec, candidates, module_sets, offload_options
@@ -156,12 +162,17 @@ def test_packing_floor_is_below_the_best_assignment(data: st.DataObject) -> None
         for where in itertools.product(range(ranks), repeat=len(layers)) if len(set(where)) == ranks)
     assert packing_floor(fixed, per_layer, counts) <= best * (1 + 1e-12) + 1e-9
     low, high = packing_range(fixed, per_layer, counts)  # what the search decides a drop by, where it can
-    assert low <= packing_floor(fixed, per_layer, counts) <= high * (1 + 1e-12)
+    floor = packing_floor(fixed, per_layer, counts)
+    assert low <= floor <= high * (1 + 1e-12)
+    scale = 1 - 1e-9  # the search's memory test: the floor's answer at limits around it
+    for limit in (low * scale, floor * scale * (1 - 1e-12), floor * scale, floor * scale * (1 + 1e-12), high * 2):
+        assert packing_exceeds(fixed, per_layer, counts, limit, scale) == (floor * scale > limit), limit
 
 
 def test_memory_exceeds_is_the_floor_against_the_capacity() -> None:
-    """`memory_exceeds` (which skips `packing_floor`'s weightings where `packing_range` decides) says what comparing
-    `memory_floor` with the GPU says, for every candidate of the small jobs at every capacity near its floor."""
+    """`memory_exceeds` (`packing_exceeds`: it skips `packing_floor`'s weightings where `packing_range` decides) says
+    what comparing `memory_floor` with the GPU says, for every candidate of the small jobs at every capacity near its
+    floor."""
     for index in range(len(CASES)):
         _, bounds, pool = _case(index)
         for c in pool[::7]:

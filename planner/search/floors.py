@@ -109,6 +109,28 @@ def packing_range(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], 
     return low, low + max(sum(counts) - len(fixed), 0) * max(max(c) for c in per_layer) / len(fixed)
 
 
+def packing_exceeds(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int], limit: float,
+                    scale: float) -> bool:
+    """Whether `packing_floor(fixed, per_layer, counts)`·scale > limit (scale > 0): by `packing_range`'s bracket where
+    it decides (its least above the limit, or its most, with 1e-9 for the float error of the sums, below), else one
+    weighted floor at a time until one exceeds. The floor is the largest of these terms and rounding a product is
+    monotone: the same answer as the floor's, bit for bit, without computing the ranks' least layers twice."""
+    least = _least_ranks(fixed, per_layer)
+    low = max(least)
+    if low * scale > limit:
+        return True
+    if (low + max(sum(counts) - len(fixed), 0) * max(max(c) for c in per_layer) / len(fixed)) * (1 + 1e-9) * scale \
+            <= limit:
+        return False
+    weightings: list[list[float]] = [[1.0] * len(fixed)]
+    weightings += [[1 / x for x in c] for c in per_layer if min(c) > 0]
+    for raw in weightings:
+        total = sum(raw)
+        if _weighted(least, per_layer, counts, [x / total for x in raw]) * scale > limit:
+            return True
+    return False
+
+
 def excess_floor(over: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
                  alive: Sequence[float]) -> float:
     """A lower bound on Σ_r (over[r] + Σ per_layer[k][r] over rank r's layers)⁺/alive[r] over every assignment with at

@@ -35,7 +35,7 @@ from cost_models.pipeline.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
 from cost_models.sync import host_state_bytes, stage_states
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
-from planner.search.floors import packing_floor, packing_range
+from planner.search.floors import packing_exceeds, packing_floor
 from planner.search.space import Candidate
 
 ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -234,10 +234,9 @@ class RankMemory:
         return self._largest_rank(c, balanced, *self._gpu_rows(c, balanced))
 
     def memory_exceeds(self, c: Candidate, balanced: bool, capacity: float) -> bool:
-        """Whether `memory_floor(c, balanced)` exceeds `capacity`; for a solved split decided by `packing_range`
-        where it can (its least is below the floor, its most above it), else by the floor itself. (The search asks
-        for every member of every group it reaches: the balanced floor is summed here as `_largest_rank` sums it, the
-        same floats, without building the rows.)"""
+        """Whether `memory_floor(c, balanced)` exceeds `capacity`; for a solved split by `packing_exceeds` (the same
+        answer as the floor's). (The search asks for every member of every group it reaches: the balanced floor is
+        summed here as `_largest_rank` sums it, the same floats, without building the rows.)"""
         acts = self.activations(c)
         emb, head, alive, at_emb, at_head, counts = self._shape_of(c)
         every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = self._parts_of(c, acts)
@@ -248,12 +247,7 @@ class RankMemory:
                         for r, (n_dense, n_moe) in enumerate(counts))
             return floor * (1 - ROUNDING) > capacity
         dense, moe = [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
-        low, high = packing_range(fixed, *self._kinds(dense, moe))
-        if low * (1 - ROUNDING) > capacity:
-            return True
-        if high * (1 + 1e-9) * (1 - ROUNDING) <= capacity:  # (1e-9: far above the float error of the sums)
-            return False
-        return self._largest_rank(c, balanced, fixed, dense, moe) > capacity
+        return packing_exceeds(fixed, *self._kinds(dense, moe), capacity, 1 - ROUNDING)
 
     def _gpu_rows(self, c: Candidate, balanced: bool) -> tuple[list[float], list[float], list[float]]:
         """(fixed_r, c_r of a dense layer, c_r of an MoE layer) of `memory_floor`, per rank."""
