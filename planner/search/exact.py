@@ -218,12 +218,12 @@ class _Search:
         here, their bounds never computed (most of a dense search's members). Dropped when they came up, if ever, they
         would settle nothing (`dominated_by_sibling` reads None either way): the same candidates priced, in order."""
         first, held = group
-        sides = {side: self.within_state_bound(first, side)  # (what `expand` found for each of them)
-                 for side in {self.bounds.shape_beside(first, vpp, schedule) for schedule, vpp in held}}
-        for schedule, vpp in held:
+        placed = [self.bounds.shape_beside(first, vpp, schedule) for schedule, vpp in held]
+        sides = {side: self.within_state_bound(first, side) for side in set(placed)}  # (what `expand` found)
+        for (schedule, vpp), side in zip(held, placed, strict=True):
             base = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(vpp=vpp, schedule=schedule)
             balanced, early = balanced_only(base, self.spec), pricing(schedule).in_flight is not None
-            for o in sides[self.bounds.shape_beside(first, vpp, schedule)]:
+            for o in sides[side]:
                 c = base if o == base.offload else base.but(offload=o)
                 if not early or next_module_set(c, self.family, self.job) is not None:
                     heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))

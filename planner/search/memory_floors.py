@@ -243,8 +243,8 @@ class RankMemory:
         fixed = self._fixed(c.pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp)
         a_dense, a_moe = self._stored(c, acts, balanced)
         if balanced:
-            floor = max(fixed[r] + n_dense * (s_dense + a_dense * alive[r]) + n_moe * (s_moe + a_moe * alive[r])
-                        for r, (n_dense, n_moe) in enumerate(counts))
+            floor = max([fixed[r] + n_dense * (s_dense + a_dense * alive[r]) + n_moe * (s_moe + a_moe * alive[r])
+                         for r, (n_dense, n_moe) in enumerate(counts)])
             return floor * (1 - ROUNDING) > capacity
         dense, moe = [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
         return packing_exceeds(fixed, *self._kinds(dense, moe), capacity, 1 - ROUNDING)
