@@ -1,12 +1,12 @@
 """The families' first floor: below `ReportedBounds.family_floor` without the per-layer times of any recomputation.
 
 The search queues every family (the candidates sharing `floor_key`) before its first pop, and most never come up: on
-DeepSeek-V3's research space two families in three differ from another only in recomputation, and their per-layer
-times (`layer_times`: each recomputation's own passes, host waits, recomputed modules) were most of what the queue
-cost. This floor reads only what every recomputation of the same degrees shares (`decoder_layer_floor`: the layer's
-passes, remembered per degrees), so a family is queued at it and its own floor is computed when it comes up
-(planner.search.exact: level -2). Proof that it is below `family_floor`, with A, b̄ the average stage's layer time
-and backward (`SearchBounds._average`) and A', b̄' the same sums of the floors here:
+DeepSeek-V3's research space 1,952 settings of the layer knobs over 878 of the degrees (tp, cp, sp, mbs, ep, etp),
+whose per-layer times (`layer_times`: each recomputation's own passes, host waits, recomputed modules) were most of
+what the queue cost. This floor reads only what every recomputation of the same degrees shares
+(`decoder_layer_floor`: the layer's passes, remembered per degrees), so a family is queued at it and its own floor is
+computed when it comes up (planner.search.exact: level -2). Proof that it is below `family_floor`, with A, b̄ the
+average stage's layer time and backward (`SearchBounds._average`) and A', b̄' the same sums of the floors here:
   A = A' + δ and b̄ = b̄' + δ_b with 0 <= δ_b <= δ: every field of every part here is at most the search's (the decoder
   layers by `decoder_layer_floor`; the embedding without the vision encoder, the head with the multi-token-prediction
   modules on the floors of their layers, `mtp_time` being sums and scalings of its layers' fields), and the backward
@@ -15,9 +15,11 @@ and backward (`SearchBounds._average`) and A', b̄' the same sums of the floors 
   `fill` with a fill >= A otherwise, but for ZB-H1 and ZB-H2, whose fill p·A − k·W_SHARE·p·b̄ may be below A), and
   m·A >= m·A'. For ZB-H1/H2 (k hidden weight gradients), (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄'
   + (m − 1 + p)·δ − kW·p·δ_b >= (m − 1 + p)·A' − kW·p·b̄' when m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
-Rounding: the floats of A' are at most A's (the same sums, in the same order, of larger or equal non-negative terms);
-the ZB-H difference is used only when its first term is at least twice the second (so it is at least half of the first
-term and its rounding error is far below the 1e-6 kept off it, as `family_floor`'s (1 − 1e-9)² is); else the floor is
+Rounding: A' and b̄' are summed from the parts' totals (another order than `_average`'s, field by field: sums of
+products of at most 28 non-negative terms, so within a few dozen 2⁻⁵³ of each other relatively, against the 1e-6 kept
+off the floor); the ZB-H
+difference is used only when its first term is at least twice the second (so it is at least half of the first term and
+its rounding error is far below that 1e-6, as `family_floor`'s (1 − 1e-9)² is); else the floor is
 −∞ (the family's own floor is computed at its first pop)."""
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class EarlyFloors:
         self.bounds = bounds
         self._layers: dict[tuple[object, ...], tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None] = {}
         self._ends: dict[tuple[object, ...], tuple[LayerTime, LayerTime]] = {}
-        self._averages: dict[tuple[object, ...], tuple[float, float] | None] = {}
+        self._sums: dict[tuple[object, ...], tuple[float, float] | None] = {}
         self._kinds: dict[tuple[object, ...], tuple[bool, int]] = {}
 
     def layers(self, c: Candidate) -> tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None:
@@ -71,31 +73,13 @@ class EarlyFloors:
                 self._layers[key] = (decoder, embedding, head, moe)
         return self._layers[key]
 
-    def average(self, c: Candidate) -> tuple[float, float] | None:
-        """(A', b̄') of the module docstring: the total and backward of the average stage on the floors of `layers`
-        (the sums `SearchBounds._average` takes), once per what they read; None with a cost table."""
-        key = (c.tp, c.cp, c.sp, c.mbs, c.ep, c.etp, c.recompute is Recompute.FULL, c.pp)
-        if key not in self._averages:
-            layers = self.layers(c)
-            if layers is None:
-                self._averages[key] = None
-            else:
-                decoder, embedding, head, moe = layers
-                n_dense, n_moe = self.bounds.layer_counts
-                parts = [(decoder, n_dense / c.pp), (embedding, 1 / c.pp), (head, 1 / c.pp)]
-                if moe is not None:
-                    parts.append((moe, n_moe / c.pp))
-                average = LayerTime.scaled_sum(parts)
-                self._averages[key] = (average.total, average.backward)
-        return self._averages[key]
-
     def floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
         """At most `ReportedBounds.family_floor(first, shapes)` (module docstring)."""
-        average = self.average(first)
-        if average is None:
+        sums = self.sums(first)
+        if sums is None:
             return -math.inf
-        a, b = average
         p = first.pp
+        a, b = sums[0] / p, sums[1] / p
         m = self.bounds.job.global_batch // (first.dp * first.mbs)
         plain, hides = self.kinds(p, m, tuple(shapes))
         least = m * a if plain else math.inf
@@ -105,6 +89,20 @@ class EarlyFloors:
                 return -math.inf
             least = min(least, whole - hidden)
         return least * (1 - MARGIN)
+
+    def sums(self, c: Candidate) -> tuple[float, float] | None:
+        """p·(A', b̄') of the module docstring (the total and backward of all layers, the embedding and the head on the
+        floors of `layers`), once per degrees and full recomputation or not; None with a cost table."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.ep, c.etp, c.recompute is Recompute.FULL)
+        if key not in self._sums:
+            layers = self.layers(c)
+            if layers is None:
+                self._sums[key] = None
+            else:
+                n_dense, n_moe = self.bounds.layer_counts
+                parts = [(t, n) for t, n in zip(layers, (n_dense, 1, 1, n_moe), strict=True) if t is not None]
+                self._sums[key] = (sum(n * t.total for t, n in parts), sum(n * t.backward for t, n in parts))
+        return self._sums[key]
 
     def kinds(self, p: int, m: int, shapes: tuple[tuple[Schedule, int], ...]) -> tuple[bool, int]:
         """(whether some shape's pipeline is at least m·A, the most weight gradients the others hide: 0 if none), once
