@@ -59,7 +59,8 @@ class EarlyFloors:
         if key not in self._layers:
             model, job, cluster = self.bounds.model, self.bounds.job, self.bounds.cluster
             knobs = LayerKnobs(c.tp, c.cp, c.sp, c.mbs, Recompute.FULL if full else Recompute.NONE, c.ep, c.etp)
-            decoder = decoder_layer_floor(model, job, cluster, knobs)
+            n_dense = self.bounds.layer_counts[0]  # no dense layer (Qwen3's stack): 0 is below their times
+            decoder = decoder_layer_floor(model, job, cluster, knobs) if n_dense or model.mtp_layers else LayerTime()
             moe = decoder_layer_floor(model, job, cluster, knobs, moe=True) if self.bounds.layer_counts[1] else None
             if decoder is None or (self.bounds.layer_counts[1] and moe is None):
                 self._layers[key] = None
