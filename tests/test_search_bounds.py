@@ -19,6 +19,7 @@ from cost_models.step import evaluate_layout, layer_times
 from meshcore import GIB, WAVE_PLACED, Layout, Recompute, Runtime, Schedule
 from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
+from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
 from planner.search.floors import (
     least_bottleneck,
@@ -29,6 +30,7 @@ from planner.search.floors import (
 )
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.pricing import balanced_only, price
+from planner.search.runtime_space import for_runtime
 from planner.search.space import Candidate, SearchSpec, candidates, module_sets, offload_options
 
 # (model, hardware, GPUs, sequence, global batch, every offload choice): small jobs where many candidates are near
@@ -301,3 +303,26 @@ def test_dualpipev_bound_is_below_its_closed_form(name: str, gpus: int, seed: in
             prediction = evaluate_layout(pr.model, pr.cluster, pr.job, layout)
             if prediction.fits:
                 assert tight <= prediction.step_time_s * (1 + 1e-9), layout
+
+
+def test_state_bound_of_another_shape_places_the_head_there() -> None:
+    """`_Search.within_state_bound(c, beside)` (what `expand` asks for each shape of a family's first candidate) is
+    the state bound of a candidate of that shape, whose head sits apart from or beside the embedding: on a model with
+    tied embeddings the head beside them shares their weights, so the V shapes hold less. It once read c's own
+    placement, and with the GPU between the two bounds dropped the V shapes of a family first placed as 1F1B."""
+    from planner.search.exact import _Search
+
+    pr = resolve("megatron-1.7b", "rtx4090", gpus=8, seq_len=2048, global_batch=32, runtime=Runtime(framework="any"))
+    assert pr.model.tied_embeddings
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    state = _Search(pr.model, pr.cluster, pr.job, spec, Solver.DP, SolveOptions(), None, None)
+    bounds = state.bounds
+    apart = next(c for c in candidates(pr.model, pr.cluster, pr.job, spec)
+                 if c.pp > 1 and c.schedule is Schedule.ONE_F_ONE_B and not bounds.beside(c))
+    v = apart.but(vpp=2, schedule=Schedule.ZB_V)
+    assert bounds.beside(v) and bounds.state_bound(v) < bounds.state_bound(apart)
+    state.capacity = (bounds.state_bound(v) + bounds.state_bound(apart)) / 2
+    for side, shaped in ((True, v), (False, apart)):
+        expected = tuple(o for o in state.choices(apart) if bounds.state_bound(shaped.but(offload=o)) <= state.capacity)
+        assert state.within_state_bound(apart, side) == expected
+    assert state.within_state_bound(apart, True) != state.within_state_bound(apart, False)

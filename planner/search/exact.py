@@ -177,18 +177,17 @@ class _Search:
         return c, [(s, v) for v, s in shapes]
 
     def within_state_bound(self, c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
-        """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`); they share c's
-        floor, which is their group's. Offloading only takes states off the GPU: when c fits without, all do."""
-        bounds = self.bounds
-        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp,
-               bounds.beside(c) if beside is None else beside,
+        """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`, with the head where
+        `beside` puts it: c's shapes place it apart), sharing c's floor. When c fits without offloading, all do."""
+        bounds, side = self.bounds, self.bounds.beside(c) if beside is None else beside
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, side,
                c.recompute is Recompute.FULL or not self.spec.checkpoints_only)  # offloading checkpoints needs full
         if key not in self.variants:
-            if not c.offload and bounds.state_bound(c) <= self.capacity:
+            if not c.offload and bounds.state_bound(c, side) <= self.capacity:
                 self.variants[key] = self.choices(c)
             else:
                 self.variants[key] = tuple(o for o in self.choices(c)
-                                           if bounds.state_bound(c.but(offload=o)) <= self.capacity)
+                                           if bounds.state_bound(c.but(offload=o), side) <= self.capacity)
         return self.variants[key]
 
     def expand(self, members: Members) -> None:

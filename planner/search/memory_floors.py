@@ -91,9 +91,10 @@ class RankMemory:
             self._beside[key] = replace(c, vpp=vpp, schedule=schedule).layout().head_beside_embedding
         return self._beside[key]
 
-    def state_bound(self, c: Candidate) -> float:
-        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement)."""
-        beside = self.beside(c)
+    def state_bound(self, c: Candidate, beside: bool | None = None) -> float:
+        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement: c's own, or `beside` where the caller
+        asks for another shape of c's, whose head sits elsewhere)."""
+        beside = self.beside(c) if beside is None else beside
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._states:
             self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
