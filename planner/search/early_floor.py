@@ -11,10 +11,12 @@ average stage's layer time and backward (`SearchBounds._average`) and A', b̄' t
   layers by `decoder_layer_floor`; the embedding without the vision encoder, the head with the multi-token-prediction
   modules on the floors of their layers, `mtp_time` being sums and scalings of its layers' fields), and the backward
   is one of the fields of the total.
-  `least_pipe` takes the least over the shapes of a pipeline at least m·A (the work bound where simulated; (m − 1)·A +
-  `fill` with a fill >= A otherwise, but for ZB-H1 and ZB-H2, whose fill p·A − k·W_SHARE·p·b̄ may be below A), and
-  m·A >= m·A'. For ZB-H1/H2 (k hidden weight gradients), (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄'
-  + (m − 1 + p)·δ − kW·p·δ_b >= (m − 1 + p)·A' − kW·p·b̄' when m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
+  `least_pipe` takes the least over the shapes of a pipeline at least m·A where simulated (the work bound), else
+  (m − 1)·A + `fill`: a fill >= A for V schedules and ZB-2p, >= A·(1 + (p − 1)/v) for the one-chunk and interleaved
+  schedules and the wave (its 2(p − 1)·max(f̄, A − f̄)/v, max(f̄, A − f̄) >= A/2), and for ZB-H1 and ZB-H2
+  p·A − k·W_SHARE·p·b̄, which may be below A; m·A >= m·A', and so for the others. For ZB-H1/H2 (k hidden weight
+  gradients), (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄' + (m − 1 + p)·δ − kW·p·δ_b
+  >= (m − 1 + p)·A' − kW·p·b̄' when m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
 Rounding: A' and b̄' are summed from the parts' totals (another order than `_average`'s, field by field: sums of
 products of at most 28 non-negative terms, so within a few dozen 2⁻⁵³ of each other relatively, against the 1e-6 kept
 off the floor); the ZB-H
@@ -33,6 +35,7 @@ from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.registry import pricing
 from cost_models.step import mtp_time
 from meshcore import Recompute, Schedule
+from meshcore.schedules import ScheduleFamily, spec_of
 from planner.search.sim_bounds import ReportedBounds
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
@@ -49,7 +52,7 @@ class EarlyFloors:
         self._layers: dict[tuple[object, ...], tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None] = {}
         self._ends: dict[tuple[object, ...], tuple[LayerTime, LayerTime]] = {}
         self._sums: dict[tuple[object, ...], tuple[float, float] | None] = {}
-        self._kinds: dict[tuple[object, ...], tuple[bool, int]] = {}
+        self._kinds: dict[tuple[object, ...], tuple[float, int]] = {}
 
     def layers(self, c: Candidate) -> tuple[LayerTime, LayerTime, LayerTime, LayerTime | None] | None:
         """(dense decoder, embedding, head, MoE decoder) at most `layer_times` of any recomputation of `c`'s degrees
@@ -83,7 +86,7 @@ class EarlyFloors:
         a, b = sums[0] / p, sums[1] / p
         m = self.bounds.job.global_batch // (first.dp * first.mbs)
         plain, hides = self.kinds(p, m, tuple(shapes))
-        least = m * a if plain else math.inf
+        least = plain * a if plain < math.inf else math.inf
         if hides:  # the most hidden weight gradients give the least
             whole, hidden = (m - 1 + p) * a, hides * W_SHARE * p * b
             if m - 1 + p * (1 - hides * W_SHARE) < 0 or whole < 2 * hidden:
@@ -105,12 +108,20 @@ class EarlyFloors:
                 self._sums[key] = (sum(n * t.total for t, n in parts), sum(n * t.backward for t, n in parts))
         return self._sums[key]
 
-    def kinds(self, p: int, m: int, shapes: tuple[tuple[Schedule, int], ...]) -> tuple[bool, int]:
-        """(whether some shape's pipeline is at least m·A, the most weight gradients the others hide: 0 if none), once
-        per (pp, micro-batches, shapes)."""
+    def kinds(self, p: int, m: int, shapes: tuple[tuple[Schedule, int], ...]) -> tuple[float, int]:
+        """(the least multiple of A that the pipelines of the shapes not hiding weight gradients are at least (∞ if
+        none): m where simulated and for V schedules and ZB-2p, m + (p − 1)/v for the others; the most weight gradients
+        the others hide: 0 if none), once per (pp, micro-batches, shapes)."""
         key = (p, m, shapes)
         if key not in self._kinds:
-            costs = [(pricing(s), simulable(p, v, m)) for s, v in shapes]
-            self._kinds[key] = (any(sim or c.laid_out or not c.hides for c, sim in costs),
-                                max((c.hides for c, sim in costs if not (sim or c.laid_out)), default=0))
+            plain, hides = math.inf, 0
+            for schedule, v in shapes:
+                costs, sim = pricing(schedule), simulable(p, v, m)
+                if costs.hides and not (sim or costs.laid_out):
+                    hides = max(hides, costs.hides)
+                elif sim or costs.laid_out or spec_of(schedule).family is ScheduleFamily.V:
+                    plain = min(plain, m)
+                else:
+                    plain = min(plain, m + (p - 1) / v)
+            self._kinds[key] = (plain, hides)
         return self._kinds[key]
