@@ -45,6 +45,7 @@ class SchedulePricing:
     hides: int = 0
     waits_input_grad: bool = False
     laid_out: bool = False
+    paired_backward: bool = False  # its bubble's second term is 2b − w per chunk (DualPipeV's F&B pairs, forms)
 
 
 def _one_chunk_orders(build: Callable[[int, int, int], tuple[Op, ...]], pp: int, m: int, vpp: int = 1) -> Program:
@@ -81,7 +82,7 @@ PRICING = MappingProxyType({
     Schedule.ZB_V: SchedulePricing(partial(_v_orders, zbv_order), forms.zbv_time, forms.zbv_uneven, forms.zbv_fraction,
                                    forms.zbv_in_flight, waits_input_grad=True),
     Schedule.DUALPIPE_V: SchedulePricing(partial(_v_orders, dualpipev_order), forms.dualpipev_time,
-                                         forms.dualpipev_uneven, forms.dualpipev_fraction),
+                                         forms.dualpipev_uneven, forms.dualpipev_fraction, paired_backward=True),
     Schedule.V_HALF: _v_memory(VMemory.HALF),
     Schedule.V_MIN: _v_memory(VMemory.MIN),
     Schedule.WAVE: SchedulePricing(wave_program, forms.wave_time, forms.wave_uneven, forms.wave_fraction,

@@ -259,7 +259,7 @@ class SearchBounds(RankMemory):
             # ZB-V's bubble (p − 1)·max(f, b) + (p − 2)·max(f − b, 0) is at least the first term, which only grows
             return slowest * m + (c.pp - 1) * max(forward, stage - forward - W_SHARE * backward) / 2 + tail
         if family is ScheduleFamily.V:  # any V's: rank p − 1 waits p − 1 forwards; DualPipeV's (p − 1)·max(f, 2b − w)
-            late = stage - forward - 1.5 * W_SHARE * backward if c.schedule is Schedule.DUALPIPE_V else 0.0
+            late = stage - forward - 1.5 * W_SHARE * backward if costs.paired_backward else 0.0
             return slowest * m + (c.pp - 1) * max(forward / 2, late) + tail
         if family is ScheduleFamily.WAVE:
             chunk = max(forward, stage - forward) / c.vpp
