@@ -11,7 +11,8 @@ import yaml
 
 from cost_models.pipeline.controllable_memory import VMemory, paper_peak
 from cost_models.pipeline.forms import W_SHARE
-from cost_models.pipeline.schedules import closed_form, in_flight, program
+from cost_models.pipeline.registry import pricing
+from cost_models.pipeline.schedules import closed_form, in_flight, order_peaks, program
 from cost_models.pipeline.simulator import Durations, Op, OpKind, Program, simulate
 from cost_models.pipeline.stages import pipeline_time
 from meshcore import SCHEDULES, Runtime, Schedule
@@ -438,3 +439,16 @@ def test_v_schedules_run_in_torch(schedule: Schedule, pp: int, m: int) -> None:
     and weight gradients apart), and its lowering adds the sends and receives and dry-runs them without a
     deadlock."""
     _dry_run_in_torch(schedule, pp, m)
+
+
+@pytest.mark.parametrize("schedule,vpp", [(Schedule.ZB_H1, 1), (Schedule.ZB_H2, 1), (Schedule.DUALPIPE_V, 2)])
+def test_in_flight_forms_count_what_the_orders_hold(schedule: Schedule, vpp: int) -> None:
+    """The closed forms of the orders that place their own W passes (forms.zb_h1_in_flight, zb_h2_in_flight,
+    dualpipev_in_flight: what memory and the search's floors read, without building an order of m micro-batches) are
+    the peaks counted off those orders, exactly, for every p up to 20 and m up to 5p + 2, below the schedules' own
+    minimum m included (what the order generators emit there)."""
+    count = pricing(schedule).in_flight
+    assert count is not None
+    for pp in range(1, 21):
+        for m in range(1, 5 * pp + 3):
+            assert tuple(count(d, pp, m, vpp) for d in range(pp)) == order_peaks(schedule, pp, m, vpp), (pp, m)

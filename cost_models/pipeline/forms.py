@@ -268,6 +268,42 @@ def zbv_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
     return float(min(pp, m))
 
 
+def split_1f1b_peak(m: int, warmup: int, pending: int, w_before_f: bool) -> float:
+    """The most activations `zero_bubble.split_1f1b`'s order holds at once, in stages: each F adds 1, B frees
+    1 − s and W s (s = W_SHARE). After its `warmup` forwards it holds w0 = warmup; its iteration b (b = 0 .. m − 1)
+    runs F (while f < m), B, then a W once more than `pending` (q) wait (ZB-H1), or B, W, F (`w_before_f`, ZB-H2),
+    and W passes only drain after. So its local peaks are w0 and, per iteration, the level right after its F:
+    min(m, w0 + b + 1) − (1 − s)·b − s·(b − q)⁺ (F first; W passes done before iteration b: (b − q)⁺), or
+    min(m, w0 + b + 1) − (1 − s)·(b + 1) − s·(b + 1 − q)⁺ (F last), which is the level ending that iteration even where
+    no F runs. Either is continuous and piecewise linear in b with kinks at q (q − 1) and m − w0 − 1: its largest
+    value over b in [0, m − 1] is at one of those or an end."""
+    s, done = W_SHARE, int(w_before_f)  # B passes run before the iteration's F: b, or b + 1
+
+    def level(b: int) -> float:
+        return min(m, warmup + b + 1) - (1 - s) * (b + done) - s * max(0, b + done - pending)
+
+    marks = {0, m - 1, pending - done, m - warmup - 1}
+    return max([float(warmup)] + [level(b) for b in marks if 0 <= b < m])
+
+
+def zb_h1_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
+    """ZB-H1's peak on stage d (`split_1f1b_peak` of its `zero_bubble.zb_h1_order`): p − d + s·d for m >= p."""
+    return split_1f1b_peak(m, min(pp - 1 - device, m), device, False)
+
+
+def zb_h2_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
+    """ZB-H2's peak on stage d (`split_1f1b_peak` of its `zero_bubble.zb_h2_order`): 2p − 1 − d for m >= 2p − 1."""
+    return split_1f1b_peak(m, min(2 * (pp - device) - 1, m), 2 * device, True)
+
+
+def dualpipev_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
+    """DualPipeV's peak on rank r (`dualpipe.dualpipev_order`; a chunk's forward adds 1/2 stage, its B and W free
+    (1 − s)/2 and s/2, a full backward 1/2): its first two steps hold 2(P − r − 1) + 2(r + 1) chunks, P stages; each
+    of step 3's B1, W, F1 returns there, each of step 4's F0&B1, F1&B0 (m − 2P + r + 1 of them) reaches P + 1/2 and
+    returns, and steps 5 to 8 free more than they add (step 5's B1, F1, B0 reach P + s/2 at most, then less)."""
+    return pp + (0.5 if m >= 2 * pp - device else 0.0)
+
+
 def wave_in_flight(device: int, pp: int, m: int, vpp: int) -> float:
     """Each chunk peaks as its own 1F1B stage would, all at once (the simulator's peaks)."""
     return sum(min(pp * vpp - c, m) for c in wave_chunks(device, pp, vpp)) / vpp
