@@ -25,8 +25,9 @@ weight gradient together; for zero-bubble schedules B = B_in + W):
                        from m = p; in flight at most 2p micro-batches (the paper's limit), off the order here
 Interleaved needs m % p == 0. ZB-H1 and ZB-H2 (Qi et al. 2024) split backward into input gradient B_in and
 weight gradient W = W_SHARE·B and fix every op in the order the paper's Figure 3 draws
-(cost_models.pipeline.zero_bubble); the activations in flight of every order that fixes its W passes are counted off
-the order itself (cost_models.pipeline.schedules.order_peaks), which is what the simulator's peaks are.
+(cost_models.pipeline.zero_bubble); their activations in flight, and DualPipeV's, are counted in closed form from
+their orders' structure (`split_1f1b_peak`, `dualpipev_in_flight`; tests/test_schedules.py checks them against the
+peaks counted off the orders, cost_models.pipeline.schedules.order_peaks, which is what the simulator's peaks are).
 ZB-V (Qi et al. 2024, section 6) places two chunks per rank as a V (chunk k on rank k, then rank 2p − 1 − k:
 the first rank holds the embedding and the loss) and fixes every F, B and W in the order
 torch.distributed.pipelining's ScheduleZBVZeroBubble runs (torchtitan "ZBVZeroBubble").
