@@ -1,6 +1,7 @@
 """The fills of a pipeline over every split of its work (planner.search.sim_bounds' path bounds before a split is
-known): 1F1B and GPipe (`minimax_fill`), the zero-bubble orders (`ordered_fills`, from the rows of `path_fill`), and the
-V schedules (`v_fill`), each the least the simulator can take over T_0 .. T_{p-1} summing to a total."""
+known): 1F1B and GPipe (`minimax_fill`), the zero-bubble orders (`ordered_fills`, from the rows of `path_fill`), the
+V schedules (`v_fill`) and the wave (`wave_fill`), each the least the simulator can take over T_0 .. T_{p-1} summing
+to a total."""
 
 from __future__ import annotations
 
@@ -80,6 +81,29 @@ def v_fill(total: float, pp: int, m: int, hop: float, forward_share: float, tau:
 def v_fill_at(total: float, hop: float, a: float, alpha: float, beta: float, tau: float, layers: int) -> float:
     """`v_fill` from its `path_fill` (α, β) and a = φ/2."""
     return (total + beta * (hop - a * tau)) / alpha - a * (total - layers * tau)
+
+
+def wave_fill(total: float, pp: int, m: int, hop: float, tau: float, layers: int, vpp: int) -> float:
+    """The least simulated wave (vpp chunks per rank, chunk j·p + d on rank d in its even sweeps: rank d's first chunk
+    is chunk d) over every split of `layers` layers, each at least `tau` seconds, whose ranks' times T_d sum to
+    Q >= `total`. Rank d's first op is a forward of chunk d (every other chunk of the rank comes later in the model)
+    and waits for the forwards of chunks 0 .. d − 1, the first chunks of the ranks before it; its last op is a
+    backward of chunk d (its backward comes after those of the rank's later chunks), and the backwards of chunks
+    d − 1 .. 0 follow it, each a send away. The wave's backward is whole (recomputation, input and weight gradient), so
+    those chunks' forward and backward are their whole time, at least τ per layer, and rank j's first chunk holds
+    ⌊n_j/v⌋ >= (n_j − v + 1)/v of its n_j layers (`splits.v_chunks`; balanced chunks as many at the least): path_d >=
+    m·T_d + a·τ·(N_d − (v − 1)·d) + 2d·hop with a = 1/v, N_d = Σ_{j<d} n_j. As in `v_fill`, N_d·τ >= L·τ − Q + S_d,
+    so path_d >= a·S_d + m·T_d + g_d with g_d = a·(L·τ − Q) + d·(2·hop − a·τ·(v − 1)), and `path_fill`'s induction gives
+    X >= (Q + β·(2·hop − a·τ·(v − 1)))/α − a·(Q − L·τ), which grows with Q (`v_fill`'s argument) and the hop."""
+    a = 1.0 / vpp
+    alpha, beta = path_fill(a, [float(m)] * pp, 1)
+    return wave_fill_at(total, hop, a, alpha, beta, tau, layers, vpp)
+
+
+def wave_fill_at(total: float, hop: float, a: float, alpha: float, beta: float, tau: float, layers: int,
+                 vpp: int) -> float:
+    """`wave_fill` from its `path_fill` (α, β) and a = 1/v."""
+    return (total + beta * (2 * hop - a * tau * (vpp - 1))) / alpha - a * (total - layers * tau)
 
 
 def trailing_w(schedule: Schedule, stage: int, pp: int, m: int) -> int:

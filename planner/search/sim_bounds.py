@@ -42,7 +42,7 @@ from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily,
 from planner.search.bounds import SearchBounds
 from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
-from planner.search.pipeline_fills import minimax_terms, ordered_fills, path_fill, trailing_w, v_fill_at
+from planner.search.pipeline_fills import minimax_terms, ordered_fills, path_fill, trailing_w, v_fill_at, wave_fill_at
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
@@ -268,8 +268,8 @@ class ReportedBounds(SearchBounds):
 
     def sim_fill(self, c: Candidate, schedule: Schedule, vpp: int, m: int, total: float, hop: float) -> float:
         """The least simulated pipeline of a shape of `c` (1F1B, GPipe: `minimax_fill`; ZB-H1, ZB-H2: `ordered_fills`;
-        ZB-V, DualPipeV: `v_fill`) over every split of `total` seconds per micro-batch; 0 for the others (their work
-        bound is the caller's)."""
+        ZB-V, DualPipeV: `v_fill`; the wave: `wave_fill`) over every split of `total` seconds per micro-batch; 0 for the
+        others (their work bound is the caller's)."""
         family = spec_of(schedule).family
         if vpp == 1 and family is ScheduleFamily.ONE_CHUNK:  # `minimax_fill`, its terms once per (pp, m, hop)
             terms = self._minimax.get((c.pp, m, hop))
@@ -283,6 +283,12 @@ class ReportedBounds(SearchBounds):
                 self._v[knobs] = (a, *path_fill(a, [float(m)] * c.pp, 1), self.least_layer(c))
             a, alpha, beta, tau = self._v[knobs]
             return v_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers)
+        if family is ScheduleFamily.WAVE:
+            knobs = (family, c.pp, m, c.vpp, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+            if knobs not in self._v:
+                self._v[knobs] = (1.0 / c.vpp, *path_fill(1.0 / c.vpp, [float(m)] * c.pp, 1), self.least_layer(c))
+            a, alpha, beta, tau = self._v[knobs]
+            return wave_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers, c.vpp)
         if vpp > 1 or family is not ScheduleFamily.ORDERED_W:
             return 0.0
         phi, omega = self.shares(c)
