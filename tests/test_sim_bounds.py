@@ -492,3 +492,17 @@ def test_split_bounds_refined_as_needed_on_llama3_8b() -> None:
     eager, eager_order, eager_tests = _traced_search(("llama3-8b", "h100-sxm", 8, 8192, 128, "any"), True)
     assert lazy == eager and lazy_order == eager_order and "Ranked" in lazy[0]
     assert lazy_tests < eager_tests
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_one_chunk_bounds_of_mixed_kinds_are_below_their_layouts(seed: int) -> None:
+    """`test_reported_bounds_are_below_every_layout_that_fits` on the one-chunk candidates (1F1B, the zero-bubble
+    orders) of the two mixed stacks, whose slowest fitting rank counts the kinds a run of n consecutive layers holds
+    at the least (`SearchBounds.fitting_slowest`, `RankMemory.kinds_held(1)`)."""
+    rng = random.Random(seed)
+    case = rng.choice([i for i, row in enumerate(CASES) if row[0] in TINY])
+    pr = _resolve(case)
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    pool = [c for c in candidates(pr.model, pr.cluster, pr.job, spec) if c.pp > 1]
+    one = [c for c in pool if c.vpp == 1 and not balanced_only(c, spec)]
+    _check_below_layouts(pr, spec, pool, rng.choice(one), seed)

@@ -366,9 +366,9 @@ class SearchBounds(RankMemory):
         capacity)⁺: τ_k the layer's time (or its fully recomputed one, if less), c_rk the bytes it keeps there without
         recomputation, and the excess saved by fully recomputed layers at ρ_rk, the seconds per byte they save there
         (sends and ZeRO traffic >= 0); it cannot hold them at all if even fully recomputed they exceed the GPU.
-        Two relaxations, each below every split that fits (`least_bottleneck`): all layers priced as the cheapest
-        kind, every rank holding one or more; and each kind's layers alone (the others only add time and memory),
-        a rank holding none or more. 0 where activations go to the host."""
+        Two relaxations, each below every split that fits (`least_bottleneck`): all layers, each rank's n of them of
+        the kinds a rank can hold (`kinds_held`), every rank holding one or more; and each kind's layers alone (the
+        others only add time and memory), a rank holding none or more. 0 where activations go to the host."""
         if Offload.ACTIVATIONS in c.offload:
             return 0.0
         times, acts = self.get(c), self.activations(c)
@@ -385,9 +385,11 @@ class SearchBounds(RankMemory):
                  for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),
                                                     (n_moe, times.moe, times.moe_full, acts.moe, s_moe))
                  if n and base is not None and full is not None]
+        held = self.kinds_held(c.vpp) if len(kinds) > 1 else None
 
         def costs(group: list[tuple[int, float, float, float, float]]) -> Callable[[int, int], float]:
-            return rank_time_costs(ends, fixed, alive, cap, acts.full if part else math.inf, [k[1:] for k in group])
+            return rank_time_costs(ends, fixed, alive, cap, acts.full if part else math.inf, [k[1:] for k in group],
+                                   held)
 
         alike = list(zip(ends, fixed, alive, strict=True))  # all of a rank that its costs read
         slowest = least_bottleneck(costs(kinds), c.pp, self.model.num_layers, 1, alike)

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from operator import mul
 
+from planner.search.held_kinds import HeldKinds
+
 
 def weighted_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int],
                    w: Sequence[float]) -> float:
@@ -146,11 +148,15 @@ def excess_floor(over: Sequence[float], per_layer: Sequence[Sequence[float]], co
 
 
 def rank_time_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequence[float], capacity: float,
-                    full_act: float, kinds: Sequence[tuple[float, float, float, float]]) -> Callable[[int, int], float]:
+                    full_act: float, kinds: Sequence[tuple[float, float, float, float]], held: HeldKinds | None = None
+                    ) -> Callable[[int, int], float]:
     """f_r(n) = ends_r + n·τ + ρ/alive_r·(fixed_r + n·kept_r − capacity)⁺, ∞ where even fully recomputed layers
     (storing `full_act` each per micro-batch in flight) exceed the capacity: for `kinds` of (τ_k, ρ_k, a_k, s_k)
     (a layer's seconds, seconds per byte its full recomputation saves, bytes stored per micro-batch, state bytes),
-    each layer priced as the cheapest of them (planner.search.bounds.SearchBounds.fitting_slowest)."""
+    each layer priced as the cheapest of them (planner.search.bounds.SearchBounds.fitting_slowest); for two kinds
+    (dense, MoE) and the MoE layers a rank can hold (`held`), `kind_rank_costs`."""
+    if held is not None and len(kinds) == 2:
+        return kind_rank_costs(ends, fixed, alive, capacity, full_act, kinds[0], kinds[1], held)
     tau, rho = min(k[0] for k in kinds), min(k[1] for k in kinds)
     least = [min(s + min(a, full_act) * al for _, _, a, s in kinds) for al in alive]
     kept = [min(s + a * al for _, _, a, s in kinds) for al in alive]
@@ -160,4 +166,25 @@ def rank_time_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequen
         if fixed[r] + n * least[r] > capacity:
             return math.inf
         return ends[r] + n * tau + per_byte[r] * max(fixed[r] + n * kept[r] - capacity, 0.0)
+    return cost
+
+
+def kind_rank_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequence[float], capacity: float,
+                    full_act: float, dense: tuple[float, float, float, float], moe: tuple[float, float, float, float],
+                    held: HeldKinds) -> Callable[[int, int], float]:
+    """`rank_time_costs` with each rank's n layers of both kinds as a rank can hold them (`held`: at least fewest[n]
+    and at most most[n] MoE layers): its seconds Σ τ_k, its bytes kept and stored each at their least over those
+    counts (`HeldKinds.least`; each is linear in the MoE layers held, and f_r grows with both), and ρ the lesser of the
+    kinds'. Each grows by at least a layer's least from n to n + 1 (held_kinds' last paragraph), so f_r grows with n;
+    ∞ beyond the stack."""
+    rho = min(dense[1], moe[1])
+    times = held.least(dense[0], moe[0])
+    byal = {al: (held.least(dense[3] + min(dense[2], full_act) * al, moe[3] + min(moe[2], full_act) * al),
+                 held.least(dense[3] + dense[2] * al, moe[3] + moe[2] * al)) for al in set(alive)}
+
+    def cost(r: int, n: int) -> float:
+        least, kept = byal[alive[r]]
+        if n >= len(times) or fixed[r] + least[n] > capacity:
+            return math.inf
+        return ends[r] + times[n] + rho / alive[r] * max(fixed[r] + kept[n] - capacity, 0.0)
     return cost

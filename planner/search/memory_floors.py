@@ -36,6 +36,7 @@ from cost_models.step import layer_activations, rank_layer_ids
 from cost_models.sync import host_state_bytes, stage_states
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
 from planner.search.floors import packing_exceeds, packing_floor
+from planner.search.held_kinds import HeldKinds
 from planner.search.space import Candidate
 
 ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
@@ -73,6 +74,7 @@ class RankMemory:
         self._shape_ranks: dict[tuple[object, ...], tuple[int, int, tuple[float, ...], int, int,
                                                      tuple[tuple[int, int], ...]]] = {}
         self._mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
+        self._held: dict[int, HeldKinds] = {}
 
     def knobs(self, c: Candidate) -> LayerKnobs:
         return LayerKnobs(c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
@@ -133,6 +135,13 @@ class RankMemory:
                            for ids in rank_layer_ids(layout, self.model.num_layers))
             self._rank_info[key] = (layout.embedding_rank, layout.head_rank, counts)
         return self._rank_info[key]
+
+    def kinds_held(self, vpp: int) -> HeldKinds:
+        """The MoE layers a rank of vpp chunks (one: a run of consecutive layers) holding n layers can hold
+        (planner.search.held_kinds), once per vpp."""
+        if vpp not in self._held:
+            self._held[vpp] = HeldKinds.of(self.layer_kinds, vpp)
+        return self._held[vpp]
 
     def alive(self, c: Candidate) -> tuple[float, ...]:
         """Micro-batches each rank keeps in flight (`cost_models.pipeline.schedules.in_flight`)."""

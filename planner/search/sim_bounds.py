@@ -152,8 +152,8 @@ class ReportedBounds(SearchBounds):
         self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+        self._waves: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._minimax: dict[tuple[int, int, float], tuple[float, float]] = {}
-        self._held: dict[int, HeldKinds] = {}
         self._shape_tails: dict[tuple[object, ...], float] = {}
         self._tail_part: dict[tuple[object, ...], tuple[StageParams, tuple[float, float] | None, float]] = {}
 
@@ -284,10 +284,10 @@ class ReportedBounds(SearchBounds):
             a, alpha, beta, tau = self._v[knobs]
             return v_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers)
         if family is ScheduleFamily.WAVE:
-            knobs = (family, c.pp, m, c.vpp, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
-            if knobs not in self._v:
-                self._v[knobs] = (1.0 / c.vpp, *path_fill(1.0 / c.vpp, [float(m)] * c.pp, 1), self.least_layer(c))
-            a, alpha, beta, tau = self._v[knobs]
+            waves = (c.pp, m, c.vpp, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+            if waves not in self._waves:
+                self._waves[waves] = (1.0 / c.vpp, *path_fill(1.0 / c.vpp, [float(m)] * c.pp, 1), self.least_layer(c))
+            a, alpha, beta, tau = self._waves[waves]
             return wave_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers, c.vpp)
         if vpp > 1 or family is not ScheduleFamily.ORDERED_W:
             return 0.0
@@ -332,9 +332,7 @@ class ReportedBounds(SearchBounds):
         and the layers differ in kind; None where every rank's layers are one run or of one kind."""
         if c.vpp == 1 or len(set(self.layer_kinds)) == 1:
             return None
-        if c.vpp not in self._held:
-            self._held[c.vpp] = HeldKinds.of(self.layer_kinds, c.vpp)
-        return self._held[c.vpp]
+        return self.kinds_held(c.vpp)
 
     def split_bound(self, c: Candidate, known: float) -> float:
         """A lower bound on the simulated step of `c` (solved) at least `known` (one already): `SplitPaths.floor` plus
