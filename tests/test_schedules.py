@@ -445,10 +445,10 @@ def test_v_schedules_run_in_torch(schedule: Schedule, pp: int, m: int) -> None:
 def test_in_flight_forms_count_what_the_orders_hold(schedule: Schedule, vpp: int) -> None:
     """The closed forms of the orders that place their own W passes (forms.zb_h1_in_flight, zb_h2_in_flight,
     dualpipev_in_flight: what memory and the search's floors read, without building an order of m micro-batches) are
-    the peaks counted off those orders, exactly, for every p up to 20 and m up to 5p + 2, below the schedules' own
+    the peaks counted off those orders, exactly, for every p up to 16 and m up to 4p + 2, below the schedules' own
     minimum m included (what the order generators emit there)."""
     count = pricing(schedule).in_flight
     assert count is not None
-    for pp in range(1, 21):
-        for m in range(1, 5 * pp + 3):
+    for pp in range(1, 17):
+        for m in range(1, 4 * pp + 3):
             assert tuple(count(d, pp, m, vpp) for d in range(pp)) == order_peaks(schedule, pp, m, vpp), (pp, m)
