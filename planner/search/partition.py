@@ -242,9 +242,13 @@ def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np
     of_stage = np.array([distinct_lines.index(line) for line in lines])
     r = _recomputed(p, distinct_lines, kinds, i, j)
     finite = np.isfinite(r)
-    r_int = np.where(finite, r, 0).astype(int)
-    extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
     recs = np.where(finite, r, 0)
+    extra = np.zeros(r.shape)  # what the recomputed layers add: P(i + r) − P(i), 0.0 where r = 0 (P(i) − P(i))
+    some = np.flatnonzero(recs)  # (recs >= 0)
+    if some.size:
+        first = some % (width * width) // width
+        ends = np.minimum(first + recs.reshape(-1)[some].astype(int), width - 1)
+        extra.reshape(-1)[some] = rec_prefix[ends] - rec_prefix[first]
     if len(distinct_lines) < len(lines):  # (else each stage has its own line: the tables are as they are)
         finite, extra, recs = finite[of_stage], extra[of_stage], recs[of_stage]
     times = np.where(finite, np.asarray(p.t0)[:, None, None] + base_time + extra, np.inf)
