@@ -177,14 +177,21 @@ def kind_rank_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequen
     counts (`HeldKinds.least`; each is linear in the MoE layers held, and f_r grows with both), and ρ the lesser of the
     kinds'. Each grows by at least a layer's least from n to n + 1 (held_kinds' last paragraph), so f_r grows with n;
     ∞ beyond the stack."""
-    rho = min(dense[1], moe[1])
-    times = held.least(dense[0], moe[0])
-    byal = {al: (held.least(dense[3] + min(dense[2], full_act) * al, moe[3] + min(moe[2], full_act) * al),
-                 held.least(dense[3] + dense[2] * al, moe[3] + moe[2] * al)) for al in set(alive)}
+    rho, t_dense, t_moe = min(dense[1], moe[1]), dense[0], moe[0]
+    t_pick, size = held.pick(t_dense, t_moe), len(held.fewest)
+    byal: dict[float, tuple[float, float, tuple[int, ...], float, float, tuple[int, ...]]] = {}
+    for al in set(alive):
+        l_dense, l_moe = dense[3] + min(dense[2], full_act) * al, moe[3] + min(moe[2], full_act) * al
+        k_dense, k_moe = dense[3] + dense[2] * al, moe[3] + moe[2] * al
+        byal[al] = (l_dense, l_moe, held.pick(l_dense, l_moe), k_dense, k_moe, held.pick(k_dense, k_moe))
 
-    def cost(r: int, n: int) -> float:
-        least, kept = byal[alive[r]]
-        if n >= len(times) or fixed[r] + least[n] > capacity:
+    def cost(r: int, n: int) -> float:  # (`HeldKinds.least`'s values at n, the same floats, computed where read)
+        l_dense, l_moe, l_pick, k_dense, k_moe, k_pick = byal[alive[r]]
+        if n >= size:
             return math.inf
-        return ends[r] + times[n] + rho / alive[r] * max(fixed[r] + kept[n] - capacity, 0.0)
+        x = l_pick[n]
+        if fixed[r] + (l_dense * (n - x) + l_moe * x) > capacity:
+            return math.inf
+        kept, y = fixed[r] + (k_dense * (n - k_pick[n]) + k_moe * k_pick[n]), t_pick[n]
+        return ends[r] + (t_dense * (n - y) + t_moe * y) + rho / alive[r] * max(kept - capacity, 0.0)
     return cost

@@ -80,5 +80,9 @@ class HeldKinds:
     def least(self, dense: float, moe: float) -> list[float]:
         """Per n, the least of dense·(n − x) + moe·x over fewest[n] <= x <= most[n]: what n layers of a rank add at the
         least, for a quantity of `dense` per dense layer and `moe` per MoE layer."""
-        pick = self.fewest if moe >= dense else self.most
-        return [dense * (n - x) + moe * x for n, x in enumerate(pick)]
+        return [dense * (n - x) + moe * x for n, x in enumerate(self.pick(dense, moe))]
+
+    def pick(self, dense: float, moe: float) -> tuple[int, ...]:
+        """Per n, the MoE layers x at which `least` takes its value: the fewest where an MoE layer adds at least a
+        dense one's, else the most."""
+        return self.fewest if moe >= dense else self.most

@@ -20,6 +20,7 @@ T_s <= B; the scan stops once (m − 1)·B + min Σ T can no longer win. O(P·L�
 
 from __future__ import annotations
 
+import math
 from itertools import combinations
 
 import numpy as np
@@ -70,24 +71,28 @@ def sum_costs(p: SplitProblem, times: np.ndarray) -> np.ndarray:
 
 def least_sum(cost: np.ndarray, allowed: np.ndarray) -> tuple[float, list[int]] | None:
     """Least Σ_s cost[s, i_s, i_{s+1}] over boundaries 0 = i_0 < ... < i_P = L with every (s, i, j) allowed:
-    a min-plus DP over (stage, layer boundary), vectorised over boundaries."""
+    a min-plus DP over (stage, layer boundary), vectorised over boundaries. The boundaries are read back from the
+    stages' values (each stage's the first least of its column, as an argmin over the whole table would pick)."""
     stages, width = cost.shape[0], cost.shape[1]
     f = np.full(width, np.inf)
     f[0] = 0.0
-    picks = []
-    masked, columns = np.where(allowed, cost, np.inf), np.arange(width)
-    for s in range(stages):
-        cand = f[:, None] + masked[s]  # [previous boundary i, boundary j]
-        pick = cand.argmin(axis=0)
-        f = cand[pick, columns]
-        picks.append(pick)
-    if not np.isfinite(f[-1]):
-        return None
+    values = []  # f before each stage
+    masked = np.where(allowed, cost, np.inf)
+    for s in range(stages - 1):
+        values.append(f)
+        f = (f[:, None] + masked[s]).min(axis=0)  # [previous boundary i, boundary j] -> j
+    values.append(f)
     bounds, j = [width - 1], width - 1
-    for pick in reversed(picks):
-        j = int(pick[j])
-        bounds.append(j)
-    return float(f[-1]), bounds[::-1]
+    for s in range(stages - 1, -1, -1):
+        column = values[s] + masked[s, :, j]
+        i = int(column.argmin())
+        if s == stages - 1:
+            value = float(column[i])
+            if not math.isfinite(value):
+                return None
+        bounds.append(i)
+        j = i
+    return value, bounds[::-1]
 
 
 def least_bottleneck(cost: np.ndarray, allowed: np.ndarray) -> float:
@@ -237,9 +242,15 @@ def kind_segment_tables(p: KindSplitProblem) -> tuple[np.ndarray, np.ndarray, np
     of_stage = np.array([distinct_lines.index(line) for line in lines])
     r = _recomputed(p, distinct_lines, kinds, i, j)
     finite = np.isfinite(r)
-    r_int = np.where(finite, r, 0).astype(int)
-    extra = rec_prefix[np.minimum(i + r_int, width - 1)] - rec_prefix[i]
-    finite, extra, recs = finite[of_stage], extra[of_stage], np.where(finite, r, 0)[of_stage]
+    recs = np.where(finite, r, 0)
+    extra = np.zeros(r.shape)  # what the recomputed layers add: P(i + r) − P(i), 0.0 where r = 0 (P(i) − P(i))
+    some = np.flatnonzero(recs)  # (recs >= 0)
+    if some.size:
+        first = some % (width * width) // width
+        ends = np.minimum(first + recs.reshape(-1)[some].astype(int), width - 1)
+        extra.reshape(-1)[some] = rec_prefix[ends] - rec_prefix[first]
+    if len(distinct_lines) < len(lines):  # (else each stage has its own line: the tables are as they are)
+        finite, extra, recs = finite[of_stage], extra[of_stage], recs[of_stage]
     times = np.where(finite, np.asarray(p.t0)[:, None, None] + base_time + extra, np.inf)
     hidden = np.zeros((p.num_stages, 1, 1))
     if p.w0:  # zero-bubble: the weight-gradient time of a segment, hidden by every stage but the last
@@ -258,26 +269,32 @@ def _recomputed(p: KindSplitProblem, lines: list[MemoryLine], kinds: np.ndarray,
     to fit (0 where it fits as it is), ∞ where nothing fits or j <= i."""
     mem_prefix = np.stack([_prefix(m1, kinds) for _, m1, _ in lines])  # [line, boundary]
     plain = np.asarray([m0 for m0, _, _ in lines])[:, None, None] + mem_prefix[:, None, :] - mem_prefix[:, :, None]
-    r = np.where(plain <= p.capacity + _EPS, 0.0, np.inf)
+    fits = plain <= p.capacity + _EPS
+    upper = j > i
+    r = np.where(fits & upper, 0.0, np.inf)
     if p.partial_recompute:
-        r = _fewest_recomputed(p, [mr for _, _, mr in lines], kinds, plain, r, i, j)
-    return np.where(j > i, r, np.inf)
+        _fewest_recomputed(p, [mr for _, _, mr in lines], kinds, plain, ~fits & upper, r)
+    return r
 
 
 def _fewest_recomputed(p: KindSplitProblem, saves: list[tuple[float, ...]], kinds: np.ndarray, plain: np.ndarray,
-                       r: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """`r` (0 where segment [i, j) fits as it is, else ∞) with the fewest leading layers to recompute fully
-    where that makes it fit; `saves`: per line of `plain` and `r`, what recomputing a layer of each kind saves."""
-    need = plain + p.transient - p.capacity
-    out = np.empty_like(r)
+                       over: np.ndarray, r: np.ndarray) -> None:
+    """Into `r` (∞ where `over`: a segment [i, j), j > i, that does not fit as it is), the fewest leading layers to
+    recompute fully where that makes it fit; `saves`: per line of `plain` and `r`, what recomputing a layer of each
+    kind saves. Only those segments are searched (the rest of `r` is what it is either way)."""
     width = p.num_layers + 1
+    flat = r.reshape(len(saves), -1)
     for s, mr in enumerate(saves):
+        todo = np.flatnonzero(over[s])
+        if not todo.size:
+            continue
+        first, last = np.divmod(todo, width)
+        need = plain[s].reshape(-1)[todo] + p.transient - p.capacity
         saved = _prefix(mr, kinds)
         # smallest end e with saved[e] − saved[i] >= need: the first e − i layers are recomputed
-        ends = np.searchsorted(saved, saved[:, None] + need[s] - _EPS, side="left")
-        ok = np.isinf(r[s]) & (ends <= j) & (saved[np.minimum(ends, width - 1)] - saved[i] >= need[s] - _EPS)
-        out[s] = np.where(ok, np.maximum(ends - i, 1), r[s])
-    return out
+        ends = np.searchsorted(saved, saved[first] + need - _EPS, side="left")
+        ok = (ends <= last) & (saved[np.minimum(ends, width - 1)] - saved[first] >= need - _EPS)
+        flat[s, todo] = np.where(ok, np.maximum(ends - first, 1), np.inf)
 
 
 def kind_split(p: KindSplitProblem, times: np.ndarray, sums: np.ndarray, recs: np.ndarray,
