@@ -1,9 +1,11 @@
 """`recompute_rate.stage_growth` is below what recomputation adds to a stage priced by the cost model: its layers'
-time plus `sharded_dp_exposed` with the backward window widened by the recomputed seconds (random ZeRO-2 and ZeRO-3
+time plus `sharded_dp_exposed` with the backward window widened by the recomputed seconds, at most what an endless
+window hides (random ZeRO-2 and ZeRO-3
 layouts, stage times and recomputation), and `recompute_rates` reads the rates its proof uses."""
 
 from __future__ import annotations
 
+import math
 import random
 from functools import cache
 
@@ -29,7 +31,8 @@ def _stage(zero: int, gpus: int) -> tuple[Problem, Layout, StageParams]:
 
 
 def _growth_is_below(inflate: float, seed: int) -> bool:
-    """Whether stage_growth (its hideable term shrunk by `inflate`) stays below the cost model's growth for 300
+    """Whether stage_growth (its hideable term, the exposure less that beside an endless recomputation as
+    `SearchBounds._hideable` prices it, shrunk by `inflate`) stays below the cost model's growth for 300
     random stages and recomputations."""
     rng = random.Random(seed)
     for _ in range(300):
@@ -43,9 +46,11 @@ def _growth_is_below(inflate: float, seed: int) -> bool:
         saved = rng.uniform(0.1, 10.0)
         rates = ((added - (1 - kappa) * window) / saved, added / saved)
         exposed = sharded_dp_exposed(params, 32, layout, problem.job, problem.cluster, base)
+        endless = LayerTime(forward=base.forward, backward=base.backward, recompute=math.inf)
+        hideable = exposed - sharded_dp_exposed(params, 32, layout, problem.job, problem.cluster, endless)
         wider = LayerTime(forward=base.forward, backward=base.backward, recompute=base.recompute + window)
         grown = added + sharded_dp_exposed(params, 32, layout, problem.job, problem.cluster, wider) - exposed
-        if stage_growth(saved, rates, exposed * inflate) > grown + SLACK * max(1.0, grown):
+        if stage_growth(saved, rates, hideable * inflate) > grown + SLACK * max(1.0, grown):
             return False
     return True
 
@@ -56,8 +61,8 @@ def test_stage_growth_is_below_the_cost_models(seed: int) -> None:
 
 
 def test_a_larger_growth_fails() -> None:
-    """The test can fail: hiding only half the exposed traffic is not a bound."""
-    assert not all(_growth_is_below(0.5, seed) for seed in range(4))
+    """The test can fail: hiding only 90 % of what an endless window hides is not a bound."""
+    assert not all(_growth_is_below(0.9, seed) for seed in range(4))
 
 
 def test_rates_are_the_least_per_byte() -> None:

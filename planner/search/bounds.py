@@ -429,9 +429,12 @@ class SearchBounds(RankMemory):
         return stage_growth(excess / c.pp, rates, self._hideable(c)) * (1 - _ROUNDING)
 
     def _hideable(self, c: Candidate) -> float:
-        """The average stage's exposed sharded traffic and host copies per micro-batch (`_family`'s stage less its
-        layers' time): the most that wider windows can hide."""
+        """The most that wider backward windows can hide of the average stage's exposure per micro-batch (`_family`'s
+        stage less its layers' time): its host copies and its sharded traffic's exposure less that beside an endless
+        recomputation (`sharded_dp_exposed` reads it only in windows, each `GpuSpec.exposed` nonincreasing in them)."""
         beside = self.beside(c)
-        stage = self._family(c, beside)[0]
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules, beside)
-        return max(stage - self._family_parts[key][1].total, 0.0)
+        stage, (_, avg, params, _, layout) = self._family(c, beside)[0], self._family_parts[key]
+        endless = replace(avg, recompute=math.inf)
+        least = sharded_dp_exposed(params, self.model.num_layers / c.pp, layout, self.job, self.cluster, endless)
+        return max(stage - avg.total - least, 0.0)

@@ -34,16 +34,17 @@ def recompute_rates(kinds: Sequence[tuple[LayerTime, LayerTime, float]], full_ac
 
 def stage_growth(saved: float, rates: tuple[float, float], hideable: float) -> float:
     """A lower bound on what fully recomputed layers that save `saved` activation bytes (per rank in flight, averaged
-    over the ranks) add to the average stage's seconds per micro-batch, exposed communication included, where that
-    stage's exposed sharded traffic and host copies beside its passes come to `hideable` seconds.
+    over the ranks) add to the average stage's seconds per micro-batch, exposed communication included, where wider
+    backward windows can hide at most `hideable` seconds of that stage's exposure (its exposed sharded traffic less
+    that beside an endless window, and its host copies).
 
     Proof. Layers x_k of kind k saving Σ_k x_k·(a_k − a_full) >= saved add T = Σ x_k·t_k seconds, W = Σ x_k·w_k of
     them to the backward window (`recompute_rates`). What that window hides of the traffic beside it is at most
     (1 − κ)·W (each `GpuSpec.exposed(c, w)` = max(c − w, 0) + κ·min(c, w) falls at slope at most 1 − κ in w) and at
-    most what was exposed, `hideable` (exposure is >= 0). So the stage grows by at least
-    max(T − (1 − κ)·W, T − hideable) >= max(ρ_κ·saved, ρ·saved − hideable), each of T − (1 − κ)·W and T at least
-    its rate times the bytes saved. All of it on the average stage as `SearchBounds._bound` prices it (its exposure
-    convex in traffic and window, the ranks' average is above it: Jensen), with T, W and the bytes saved averages
-    over the ranks."""
+    most `hideable` (exposure is nonincreasing in the window, at least its value beside an endless one). So the stage
+    grows by at least max(T − (1 − κ)·W, T − hideable) >= max(ρ_κ·saved, ρ·saved − hideable), each of T − (1 − κ)·W
+    and T at least its rate times the bytes saved. All of it on the average stage as `SearchBounds._bound` prices it
+    (its exposure convex in traffic and window, the ranks' average is above it: Jensen), with T, W and the bytes
+    saved averages over the ranks."""
     rate_kappa, rate = rates
     return max(rate_kappa * saved, rate * saved - hideable, 0.0)
