@@ -67,6 +67,7 @@ class SearchBounds(RankMemory):
         self._comm: dict[tuple[object, ...], tuple[float, float]] = {}
         self._family_parts: dict[tuple[object, ...], tuple[float, LayerTime, StageParams, float, Layout]] = {}
         self._recomputed: dict[Candidate, float] = {}
+        self._endless: dict[tuple[object, ...], float] = {}
 
     def sends(self, c: Candidate) -> float:
         """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
@@ -407,7 +408,6 @@ class SearchBounds(RankMemory):
     def _recompute_floor(self, c: Candidate) -> float:
         """Seconds per micro-batch that full recomputation adds at the least to the average stage of any split of
         `c` that fits in memory, net of the exposed traffic its wider windows may hide (`recompute_rate.stage_growth`).
-
         Rank r fits only if its fully recomputed layers save E_r = (fixed_r + Σ its layers' bytes − capacity)⁺, a
         recomputed layer of kind k saving (a_k − a_full)·alive_r: rank r saves at least E_r/alive_r bytes per
         micro-batch in flight, and Σ_r E_r/alive_r >= Σ_r λ_r·(fixed_r − capacity + its layers' bytes)/alive_r for
@@ -429,12 +429,12 @@ class SearchBounds(RankMemory):
         return stage_growth(excess / c.pp, rates, self._hideable(c)) * (1 - _ROUNDING)
 
     def _hideable(self, c: Candidate) -> float:
-        """The most that wider backward windows can hide of the average stage's exposure per micro-batch (`_family`'s
-        stage less its layers' time): its host copies and its sharded traffic's exposure less that beside an endless
-        recomputation (`sharded_dp_exposed` reads it only in windows, each `GpuSpec.exposed` nonincreasing in them)."""
+        """What wider backward windows can hide of the average stage's exposure per micro-batch: its host copies and
+        its sharded exposure less that beside an endless recomputation (`sharded_dp_exposed`: nonincreasing in it)."""
         beside = self.beside(c)
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules, beside)
         stage, (_, avg, params, _, layout) = self._family(c, beside)[0], self._family_parts[key]
-        endless = replace(avg, recompute=math.inf)
-        least = sharded_dp_exposed(params, self.model.num_layers / c.pp, layout, self.job, self.cluster, endless)
-        return max(stage - avg.total - least, 0.0)
+        if key not in self._endless:
+            self._endless[key] = sharded_dp_exposed(params, self.model.num_layers / c.pp, layout, self.job,
+                                                    self.cluster, replace(avg, recompute=math.inf))
+        return max(stage - avg.total - self._endless[key], 0.0)
