@@ -34,13 +34,13 @@ from meshcore import (
     Recompute,
     Schedule,
     ScheduleFamily,
-    ZeroStage,
     spec_of,
 )
 from planner.search.floors import excess_floor, least_bottleneck, least_bottleneck_floor, rank_time_costs
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
 from planner.search.offload_floor import offload_floor
+from planner.search.recompute_rate import recompute_rates, stage_growth
 from planner.search.space import Candidate
 from planner.search.tail_bounds import pass_ceilings
 
@@ -67,6 +67,7 @@ class SearchBounds(RankMemory):
         self._comm: dict[tuple[object, ...], tuple[float, float]] = {}
         self._family_parts: dict[tuple[object, ...], tuple[float, LayerTime, StageParams, float, Layout]] = {}
         self._recomputed: dict[Candidate, float] = {}
+        self._endless: dict[tuple[object, ...], float] = {}
 
     def sends(self, c: Candidate) -> float:
         """Pipeline send/recv times on the average rank's critical path per micro-batch, in units of one send:
@@ -406,35 +407,34 @@ class SearchBounds(RankMemory):
 
     def _recompute_floor(self, c: Candidate) -> float:
         """Seconds per micro-batch that full recomputation adds at the least to the average stage of any split of
-        `c` that fits in memory.
-
+        `c` that fits in memory, net of the exposed traffic its wider windows may hide (`recompute_rate.stage_growth`).
         Rank r fits only if its fully recomputed layers save E_r = (fixed_r + Σ its layers' bytes − capacity)⁺, a
-        recomputed layer of kind k saving (a_k − a_full)·alive_r and adding inc_k seconds (its full-recompute time
-        less its own; under ZeRO-2/3 less the (1 − κ) share of the longer window the sharded traffic may hide
-        behind, `GpuSpec.exposed`). So rank r adds at least ρ·E_r/alive_r, ρ = min_k inc_k/(a_k − a_full), and
-        Σ_r E_r/alive_r >= Σ_r λ_r·(fixed_r − capacity + its layers' bytes)/alive_r for any λ_r in [0, 1], bounded
-        over every assignment as in `packing_floor` (λ all 1, or λ_r = max_k q_{r*k}/q_rk with q_rk = c_rk/alive_r
-        and r* the rank with the most in flight). 0 where full recomputation would change forward or backward
-        times (the bound's other terms price those at the candidate's own recomputation)."""
+        recomputed layer of kind k saving (a_k − a_full)·alive_r: rank r saves at least E_r/alive_r bytes per
+        micro-batch in flight, and Σ_r E_r/alive_r >= Σ_r λ_r·(fixed_r − capacity + its layers' bytes)/alive_r for
+        any λ_r in [0, 1], bounded over every assignment as in `packing_floor` (λ all 1, or λ_r = max_k q_{r*k}/q_rk
+        with q_rk = c_rk/alive_r and r* the rank with the most in flight); over pp, the average rank's."""
         if Offload.ACTIVATIONS in c.offload or not self.partial_recompute:  # none recomputed, or it frees nothing
             return 0.0
         times, acts = self.get(c), self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c)
-        n_dense, n_moe = self.layer_counts
-        kappa = 1.0 - self.cluster.gpu.overlap_efficiency if c.zero >= ZeroStage.GRADIENTS else 1.0
-        rho, per_layer, counts = math.inf, [], []
-        for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),
-                                           (n_moe, times.moe, times.moe_full, acts.moe, s_moe)):
-            if not n or base is None or full is None:
-                continue
-            extra = full.total - base.total - (1.0 - kappa) * max(full.recompute - base.recompute, 0.0)
-            if full.forward != base.forward or full.backward != base.backward or extra < 0:
-                return 0.0
-            per_layer.append([states + act * a for a in alive])
-            counts.append(n)
-            if act > acts.full:
-                rho = min(rho, extra / (act - acts.full))
-        if not math.isfinite(rho) or rho <= 0 or min(min(row) for row in per_layer) <= 0:
+        kinds = [(n, base, full, act, states) for n, base, full, act, states in zip(
+            self.layer_counts, (times.decoder, times.moe), (times.decoder_full, times.moe_full), (acts.dense, acts.moe),
+            (s_dense, s_moe), strict=True) if n and base is not None and full is not None]
+        rates = recompute_rates([k[1:4] for k in kinds], acts.full, 1.0 - self.cluster.gpu.overlap_efficiency)
+        per_layer = [[states + act * a for a in alive] for _, _, _, act, states in kinds]
+        if rates is None or min(min(row) for row in per_layer) <= 0:
             return 0.0
-        excess = excess_floor([f - self.cluster.gpu.memory_gib * GIB for f in fixed], per_layer, counts, alive)
-        return max(rho * excess / c.pp, 0.0) * (1 - _ROUNDING)
+        excess = excess_floor([f - self.cluster.gpu.memory_gib * GIB for f in fixed], per_layer,
+                              [k[0] for k in kinds], alive)
+        return stage_growth(excess / c.pp, rates, self._hideable(c)) * (1 - _ROUNDING)
+
+    def _hideable(self, c: Candidate) -> float:
+        """What wider backward windows can hide of the average stage's exposure per micro-batch: its host copies and
+        its sharded exposure less that beside an endless recomputation (`sharded_dp_exposed`: nonincreasing in it)."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules, beside)
+        stage, (_, avg, params, _, layout) = self._family(c, beside)[0], self._family_parts[key]
+        if key not in self._endless:
+            self._endless[key] = sharded_dp_exposed(params, self.model.num_layers / c.pp, layout, self.job,
+                                                    self.cluster, replace(avg, recompute=math.inf))
+        return max(stage - avg.total - self._endless[key], 0.0)
