@@ -41,6 +41,22 @@ def test_v_fill_is_below_every_split(seed: int) -> None:
         assert v_fill(0.9 * sum(times), pp, m, hop, phi, tau, sum(counts)) <= bound  # it grows with the total
 
 
+def _random_ranks(rng: random.Random, counts: list[int]) -> tuple[list[tuple[float, float, float, float]], float]:
+    """Per rank (forward, backward, recomputation, communication) seconds of its counts[r] random layers (rank 0 also
+    the embedding and the head; a rank of none a little time), and the least layer's total."""
+    ranks, least = [], float("inf")
+    for r, n in enumerate(counts):
+        fwd = bwd = rec = 0.0
+        for i in range(n + (2 if r == 0 else 0)):
+            f, b, x = rng.uniform(0.2, 1.0), rng.uniform(0.4, 2.0), rng.choice([0.0, rng.uniform(0.0, 1.0)])
+            fwd, bwd, rec = fwd + f, bwd + b, rec + x
+            least = min(least, f + b + x) if i < n else least
+        if not fwd:
+            fwd, bwd = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.1)
+        ranks.append((fwd, bwd, rec, rng.uniform(0.0, 0.3) * (fwd + bwd + rec)))
+    return ranks, least
+
+
 def _v_pipeline(rng: random.Random, schedule: Schedule, pp: int, m: int, hop: float
                 ) -> tuple[float, float, float, float, int] | None:
     """(simulated makespan, Σ T, φ, τ, layers) of a random V pipeline: per rank a random number of layers of random
@@ -52,16 +68,7 @@ def _v_pipeline(rng: random.Random, schedule: Schedule, pp: int, m: int, hop: fl
     except (LayoutError, ValueError):
         return None
     counts = [rng.randint(0, 6) for _ in range(pp)]
-    ranks, least = [], float("inf")
-    for r, n in enumerate(counts):
-        fwd = bwd = rec = 0.0
-        for _ in range(n + (2 if r == 0 else 0)):  # rank 0 also holds the embedding and the head
-            f, b, x = rng.uniform(0.2, 1.0), rng.uniform(0.4, 2.0), rng.choice([0.0, rng.uniform(0.0, 1.0)])
-            fwd, bwd, rec = fwd + f, bwd + b, rec + x
-            least = min(least, f + b + x) if _ < n else least
-        if n == 0 and r > 0:
-            fwd, bwd = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.1)
-        ranks.append((fwd, bwd, rec, rng.uniform(0.0, 0.3) * (fwd + bwd + rec)))
+    ranks, least = _random_ranks(rng, counts)
     if not sum(counts):
         return None
     sizes = v_chunks(tuple(counts))
@@ -130,16 +137,7 @@ def _wave_pipeline(rng: random.Random, pp: int, m: int, vpp: int, hop: float
     except (LayoutError, ValueError):
         return None
     counts = [rng.randint(0, 3 * vpp) for _ in range(pp)]
-    ranks, least = [], float("inf")
-    for r, n in enumerate(counts):
-        fwd = bwd = rec = 0.0
-        for i in range(n + (2 if r == 0 else 0)):  # rank 0 also holds the embedding and the head
-            f, b, x = rng.uniform(0.2, 1.0), rng.uniform(0.4, 2.0), rng.choice([0.0, rng.uniform(0.0, 1.0)])
-            fwd, bwd, rec = fwd + f, bwd + b, rec + x
-            least = min(least, f + b + x) if i < n else least
-        if not fwd:
-            fwd, bwd = rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.1)
-        ranks.append((fwd, bwd, rec, rng.uniform(0.0, 0.3) * (fwd + bwd + rec)))
+    ranks, least = _random_ranks(rng, counts)
     if not sum(counts):
         return None
     f_c, b_c = [], []
