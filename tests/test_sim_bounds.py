@@ -506,3 +506,18 @@ def test_one_chunk_bounds_of_mixed_kinds_are_below_their_layouts(seed: int) -> N
     pool = [c for c in candidates(pr.model, pr.cluster, pr.job, spec) if c.pp > 1]
     one = [c for c in pool if c.vpp == 1 and not balanced_only(c, spec)]
     _check_below_layouts(pr, spec, pool, rng.choice(one), seed)
+
+
+def test_sim_fill_reads_the_shape_it_is_asked_for() -> None:
+    """A group's floor asks `sim_fill` for each of its shapes through its first candidate: the wave's fill is that of
+    the vpp asked for (a v-th of a rank's layers per chunk), not the first candidate's own."""
+    pr = _resolve(4)  # llama2-13b, research space
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    bounds = ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute)
+    c = next(c for c in candidates(pr.model, pr.cluster, pr.job, spec) if c.pp > 1)
+    m = pr.job.global_batch // (c.dp * c.mbs)
+    fills = [bounds.sim_fill(c, Schedule.WAVE, v, m, 10.0, 0.01) for v in (2, 4)]
+    assert fills[0] != fills[1]
+    own = [ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute).sim_fill(
+        c.but(vpp=v, schedule=Schedule.WAVE), Schedule.WAVE, v, m, 10.0, 0.01) for v in (2, 4)]  # (fresh caches)
+    assert fills == own

@@ -152,7 +152,6 @@ class ReportedBounds(SearchBounds):
         self._shares: dict[tuple[object, ...], tuple[float, float]] = {}
         self._ordered: dict[tuple[object, ...], list[tuple[float, float]]] = {}
         self._v: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-        self._waves: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._minimax: dict[tuple[int, int, float], tuple[float, float]] = {}
         self._shape_tails: dict[tuple[object, ...], float] = {}
         self._tail_part: dict[tuple[object, ...], tuple[StageParams, tuple[float, float] | None, float]] = {}
@@ -276,19 +275,16 @@ class ReportedBounds(SearchBounds):
             if terms is None:
                 terms = self._minimax[c.pp, m, hop] = minimax_terms(c.pp, m, hop)
             return (total + terms[0]) / terms[1]
-        if vpp == 2 and family is ScheduleFamily.V:
-            knobs = (c.pp, m, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
+        wave = family is ScheduleFamily.WAVE
+        if wave or (vpp == 2 and family is ScheduleFamily.V):  # a = φ/2 (`v_fill`) or 1/v (`wave_fill`)
+            knobs = (wave, vpp, c.pp, m, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
             if knobs not in self._v:
-                a = self.shares(c)[0] / 2
+                a = 1.0 / vpp if wave else self.shares(c)[0] / 2
                 self._v[knobs] = (a, *path_fill(a, [float(m)] * c.pp, 1), self.least_layer(c))
             a, alpha, beta, tau = self._v[knobs]
+            if wave:
+                return wave_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers, vpp)
             return v_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers)
-        if family is ScheduleFamily.WAVE:
-            waves = (c.pp, m, c.vpp, c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules)
-            if waves not in self._waves:
-                self._waves[waves] = (1.0 / c.vpp, *path_fill(1.0 / c.vpp, [float(m)] * c.pp, 1), self.least_layer(c))
-            a, alpha, beta, tau = self._waves[waves]
-            return wave_fill_at(total, hop, a, alpha, beta, tau, self.model.num_layers, c.vpp)
         if vpp > 1 or family is not ScheduleFamily.ORDERED_W:
             return 0.0
         phi, omega = self.shares(c)
