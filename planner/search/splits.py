@@ -92,32 +92,40 @@ class KindRow:
 
 
 def kind_row(costs: LayoutCosts, rank: int) -> KindRow:
-    """`rank`'s line read off the cost model: its stage priced empty, with one layer of each kind and with that
-    layer fully recomputed; the differences are the per-layer coefficients."""
+    """`rank`'s line read off the cost model: its stage priced empty, with one and two layers of each kind, and with
+    one or both of the two fully recomputed. Memory: the DP gives every stage one layer or more, so what a stage's
+    first layer brings once (ZeRO-3's gathered working set, FSDP's gathered unit) is in m0, not in the per-layer
+    terms: a layer adds two layers' bytes less one's, recomputing one of two saves two recomputed layers' bytes less
+    one's, and the transient is what the first recomputed layer holds beyond that (each the exact bytes of
+    `stage_cost` for every stage of one layer or more). m0 is the larger the two kinds give (they agree where a
+    stage's fixed bytes do not depend on its first layer's kind). Time: a layer adds one layer's time less the empty
+    stage's (exact but for the exposed ZeRO-2/3 traffic, which the full model prices when it re-checks the split)."""
     full_base = costs.layout.recompute is Recompute.FULL
     hides = pricing(costs.layout.schedule).hides
 
-    def at(layers: StageLayers) -> tuple[float, float, float]:
+    def at(moe: bool, n: int, full: int) -> tuple[float, float, float]:
+        layers = StageLayers(moe=n, moe_full=full) if moe else StageLayers(dense=n, dense_full=full)
         st = stage_cost(costs, rank, layers)
         return st.compute_s, st.peak_memory_gib * GIB, st.time.backward
 
-    kinds = (StageLayers(dense=1, dense_full=int(full_base)), StageLayers(moe=1, moe_full=int(full_base)))
-    fulls = (StageLayers(dense=1, dense_full=1), StageLayers(moe=1, moe_full=1))
-    base_t, base_m, base_b = at(StageLayers())
+    base_t, _, base_b = at(False, 0, 0)
+    m0, transient = [], 0.0
     t1, tr, w1, row_m, row_r = [], [], [], [], []
-    transient = 0.0
-    for one, full in zip(kinds, fulls, strict=True):
-        time1, mem1, back1 = at(one)
-        time_f, mem_f, _ = at(full)
+    for moe in (False, True):
+        (time1, mem1, back1), (_, mem2, _) = at(moe, 1, int(full_base)), at(moe, 2, 2 * int(full_base))
         t1.append(max(time1 - base_t, 1e-12))
-        tr.append(max(time_f - time1, 0.0))
+        row_m.append(mem2 - mem1)
         w1.append(hides * W_SHARE * (back1 - base_b))
-        row_m.append(mem1 - base_m)
-        # the recomputed layer's transient copy is priced once per stage (the largest kind's), not per layer
-        own = costs.activations.moe if one.moe else costs.activations.dense
-        transient = max(transient, own)
-        row_r.append(0.0 if full_base else max(mem1 - (mem_f - own), 0.0))
-    return KindRow(base_t, base_m, hides * W_SHARE * base_b, tuple(t1), tuple(tr), tuple(w1), tuple(row_m),
+        m0.append(mem1 - row_m[-1])
+        if full_base:
+            tr.append(0.0)
+            row_r.append(0.0)
+            continue
+        (time_f, _, _), (_, mem_one, _), (_, mem_both, _) = at(moe, 1, 1), at(moe, 2, 1), at(moe, 2, 2)
+        tr.append(max(time_f - time1, 0.0))
+        row_r.append(max(mem_one - mem_both, 0.0))
+        transient = max(transient, mem_one - mem2 + row_r[-1])
+    return KindRow(base_t, max(m0), hides * W_SHARE * base_b, tuple(t1), tuple(tr), tuple(w1), tuple(row_m),
                    tuple(row_r), transient)
 
 
@@ -139,7 +147,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
     return KindSplitProblem(
         kinds=tuple(int(k) for k in costs.kinds), num_microbatches=costs.num_microbatches,
         t0=tuple(r.t0 for r in ranks), t1=last.t1, tr=last.tr, m0=tuple(r.m0 for r in ranks),
-        m1=tuple(r.m1 for r in ranks), mr=tuple(r.mr for r in ranks), transient=last.transient,
+        m1=tuple(r.m1 for r in ranks), mr=tuple(r.mr for r in ranks), transient=max(r.transient for r in ranks),
         capacity=costs.cluster.gpu.memory_gib * GIB, partial_recompute=partial_recompute and not full_base,
         w0=tuple(r.w0 for r in ranks) if zero_bubble else (), w1=last.w1 if zero_bubble else ())
 
