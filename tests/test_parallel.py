@@ -53,3 +53,19 @@ def test_a_slow_single_process_search_notes_workers() -> None:
     assert workers_note(slow, 1, cores=1) is None
     quick = replace(plan, certificate=replace(plan.certificate, solve_time_s=SLOW_SEARCH_S / 2))
     assert workers_note(quick, 1, cores=2) is None
+
+
+def test_a_part_the_others_beat_everywhere_builds_no_message() -> None:
+    """A part whose every layout is slower than the k-th best the other parts found returns at once: its no-fit
+    message (the layouts that did not fit, each offload choice searched) would be thrown away by the merge."""
+
+    class Beaten:
+        def kth(self) -> float:
+            return 1e-9
+
+        def offer(self, step: float) -> None:
+            raise AssertionError("nothing can be kept below the k-th best")
+
+    pr = resolve("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64)
+    with pytest.raises(InfeasibleError, match="slower than the k-th best the other parts found"):
+        search(pr.model, pr.cluster, pr.job, SearchSpec(), incumbent=Beaten())

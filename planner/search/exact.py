@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import gc
 import heapq
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -61,8 +60,6 @@ from planner.search.space import (
 )
 from planner.search.split_paths import FloorSearch
 from planner.search.splits import split_problem
-
-log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
 Group = tuple[Candidate, list[tuple[Schedule, int]]]  # a group's first candidate and its (schedule, vpp) shapes
@@ -425,7 +422,9 @@ class _Search:
         return certified(self.top, self.tally, self.solver, self.all_optimal, self.worst_gap, seconds)
 
     def _refuse_empty(self) -> None:
-        """InfeasibleError, naming what does not fit, where the top-k is empty."""
+        """InfeasibleError naming what does not fit where the top-k is empty (unnamed where other parts beat it all)."""
+        if not self.top and self.incumbent is not None and self.incumbent.kth() < math.inf:
+            raise InfeasibleError("every layout of this part is slower than the k-th best the other parts found")
         model, cluster, job, spec = self.model, self.cluster, self.job, self.spec
         if not self.tally["fitting"]:  # (the heap ran dry: every family was expanded)
             pool = list(candidates(model, cluster, job, spec, offload_variants=False))
