@@ -92,14 +92,14 @@ class KindRow:
 
 
 def kind_row(costs: LayoutCosts, rank: int) -> KindRow:
-    """`rank`'s line read off the cost model: its stage priced empty, with one and two layers of each kind, and with
-    one or both of the two fully recomputed. Memory: the DP gives every stage one layer or more, so what a stage's
-    first layer brings once (ZeRO-3's gathered working set, FSDP's gathered unit) is in m0, not in the per-layer
-    terms: a layer adds two layers' bytes less one's, recomputing one of two saves two recomputed layers' bytes less
-    one's, and the transient is what the first recomputed layer holds beyond that (each the exact bytes of
-    `stage_cost` for every stage of one layer or more). m0 is the larger the two kinds give (they agree where a
-    stage's fixed bytes do not depend on its first layer's kind). Time: a layer adds one layer's time less the empty
-    stage's (exact but for the exposed ZeRO-2/3 traffic, which the full model prices when it re-checks the split)."""
+    """`rank`'s line read off the cost model: its stage priced empty and with one and two layers of each kind, none
+    or all of them fully recomputed. Memory: the DP gives every stage one layer or more, so what a stage's first
+    layer brings once (ZeRO-3's gathered working set, FSDP's gathered unit) is in m0, not in the per-layer terms: a
+    layer adds two layers' bytes less one's; a fully recomputed layer saves s and the first of a stage holds the
+    transient W while it runs, read as s − W off one layer and 2s − W off two (each the exact bytes of `stage_cost`
+    for every stage of one layer or more). m0 is the larger the two kinds give (they agree where a stage's fixed bytes
+    do not depend on its first layer's kind). Time: a layer adds one layer's time less the empty stage's (exact but
+    for the exposed ZeRO-2/3 traffic, which the full model prices when it re-checks the split)."""
     full_base = costs.layout.recompute is Recompute.FULL
     hides = pricing(costs.layout.schedule).hides
 
@@ -121,10 +121,11 @@ def kind_row(costs: LayoutCosts, rank: int) -> KindRow:
             tr.append(0.0)
             row_r.append(0.0)
             continue
-        (time_f, _, _), (_, mem_one, _), (_, mem_both, _) = at(moe, 1, 1), at(moe, 2, 1), at(moe, 2, 2)
+        (time_f, mem_f, _), (_, mem_both, _) = at(moe, 1, 1), at(moe, 2, 2)
         tr.append(max(time_f - time1, 0.0))
-        row_r.append(max(mem_one - mem_both, 0.0))
-        transient = max(transient, mem_one - mem2 + row_r[-1])
+        once = mem1 - mem_f  # s − W: one layer saves s, the first recomputed holds W; two save 2s − W
+        row_r.append(max(mem2 - mem_both - once, 0.0))
+        transient = max(transient, row_r[-1] - once)
     return KindRow(base_t, max(m0), hides * W_SHARE * base_b, tuple(t1), tuple(tr), tuple(w1), tuple(row_m),
                    tuple(row_r), transient)
 
