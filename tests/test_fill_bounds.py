@@ -165,3 +165,33 @@ def test_early_keys_on_mixtral() -> None:
     eager, eager_order, eager_tights = _settled(job, True)
     assert lazy == eager and lazy_order == eager_order and "Ranked" in lazy[0]
     assert lazy_tights < eager_tights
+
+
+@pytest.mark.parametrize("job", [("deepseek-v3", "h800", 2048, 4096, 15360),
+                                 ("llama3-70b", "h100-sxm", 1024, 8192, 1024),
+                                 ("llama4-maverick", "h100-sxm", 256, 8192, 512)], ids=lambda j: j[0])
+def test_floors_reading_the_slowest_rank_stay_below_every_member(job: tuple) -> None:  # type: ignore[type-arg]
+    """The family and group floors read the slowest rank (`SearchBounds.slowest`: whole layers and the heavy ends,
+    most of DeepSeek-V3's key on 16 stages of 61 layers with the multi-token-prediction head): on 150 families of each
+    benchmark space, drawn at random, the family floor is below each group's floor and that below the key of every
+    member (each shape, expert choice and offload choice)."""
+    model, hw, gpus, seq, batch = job
+    pr = resolve(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework="any"))
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    bounds = ReportedBounds(pr.model, pr.cluster, pr.job, spec.partial_recompute)
+    built = [f for f in families(pr.model, pr.cluster, pr.job, spec) if f[0].pp > 1]
+    raised = 0
+    for first, shapes, experts, offloads in random.Random(model).sample(built, min(150, len(built))):
+        for ep, etp in experts:
+            base = first.but(ep=ep, etp=etp)
+            held = [(s, v) for v, s in shapes]
+            floor, group = bounds.family_floor(base, held), bounds.shape_floor(base, held, offloads)
+            assert floor <= group * (1 + 1e-12)
+            m = pr.job.global_batch // (base.dp * base.mbs)
+            a, f, b = bounds._average_parts(base)
+            raised += bounds.least_pipe(base, held, m, (a, f, b), 0.0, 0.0) < floor / (1 - 1e-9) ** 2 * (1 - 1e-12)
+            for schedule, vpp in held:
+                for o in offloads:
+                    c = base.but(schedule=schedule, vpp=vpp, offload=o)
+                    assert group <= bounds.key(c) * (1 + 1e-12), c
+    assert raised  # the slowest rank raised some family floor above the average stage's

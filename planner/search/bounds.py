@@ -268,11 +268,11 @@ class SearchBounds(RankMemory):
         hidden = costs.hides * W_SHARE * self._zb_h1_hidden(c, backward) if costs.hides else 0.0
         return slowest * (m - 1 / c.vpp) + stage * c.pp / c.vpp - hidden + tail
 
-    def slowest(self, c: Candidate) -> float:
-        """A lower bound on the slowest rank's seconds per micro-batch in any split of `c`: each rank holds a whole
-        number of layers (at least one), each at least the cheapest kind's time (its own recomputation or full), and
-        the embedding and head ranks their pieces too (`least_bottleneck_floor`; sends and ZeRO traffic >= 0)."""
-        beside = self.beside(c)
+    def slowest(self, c: Candidate, beside: bool | None = None) -> float:
+        """A lower bound on the slowest rank's seconds per micro-batch in any split of `c` (the head `beside` the
+        embedding or not; c's by default): each rank holds whole layers (one or more), each at least the cheapest
+        kind's time (own or full recomputation), the ends their pieces (`least_bottleneck_floor`)."""
+        beside = self.beside(c) if beside is None else beside
         key = (self.floor_key(c), beside)
         if key not in self._slowest:
             times = self.get(c)

@@ -382,30 +382,36 @@ class ReportedBounds(SearchBounds):
         not simulated, the work bound and `sim_fill` (the same fill as `sim_bound`'s on A, below each member's
         stage) for those that are."""
         m, a, f, b, tail = self.group_parts(first, shapes, offloads)
-        return (self.least_pipe(first, shapes, m, (a, f, b), None) + tail) * (1 - 1e-9)
+        slowest = min(self.slowest(first, side) for side in {self.shape_beside(first, v, s) for s, v in shapes})
+        return (self.least_pipe(first, shapes, m, (a, f, b), None, slowest) + tail) * (1 - 1e-9)
 
     def family_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
         """Below `shape_floor` of every group sharing `floor_key` with `first` and holding some of `shapes` (any ZeRO
         stage, replicate factor and offload choice): each shape's pipeline with A the layer times alone (`floor`'s;
         the ZeRO traffic and the tail are >= 0, and every shape's pipeline grows with A), the simulated ones' fill
-        (`sim_fill`) with no sends (hop 0: it grows with the hop)."""
+        (`sim_fill`) with no sends (hop 0: it grows with the hop), the slowest rank the least of either head placement
+        (each pipeline grows with it: its coefficient (m − 1/v)·1[S > A] is >= 0, and with A, as `fill` grows faster
+        than A·(1 − 1/v))."""
         m = self.job.global_batch // (first.dp * first.mbs)
-        return self.least_pipe(first, shapes, m, self._average_parts(first), 0.0) * (1 - 1e-9) ** 2
+        slowest = min(self.slowest(first, False), self.slowest(first, True))
+        return self.least_pipe(first, shapes, m, self._average_parts(first), 0.0, slowest) * (1 - 1e-9) ** 2
 
     def least_pipe(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]], m: int,
-                   parts: tuple[float, float, float], hop: float | None) -> float:
-        """The least over `shapes` of each one's pipeline on the average stage's (A, f̄, b̄) = `parts`: the work bound
-        and `sim_fill` (with this hop, or `first`'s) where it is simulated, else (m − 1)·A + `fill`. A simulated
-        shape's is at least the work bound m·A: once the least is there, the fills of the simulated shapes left are
-        not computed (the least is the same)."""
+                   parts: tuple[float, float, float], hop: float | None, slowest: float = 0.0) -> float:
+        """The least over `shapes` of each one's pipeline on the average stage's (A, f̄, b̄) = `parts` with the slowest
+        rank at least S = max(A, `slowest`): the work bound m·S and `sim_fill` (with this hop, or `first`'s) where it
+        is simulated, else (m − 1)·A + `fill` + (m − 1/v)·(S − A) (`_bound` takes S for the slowest rank, m − 1/v times
+        or more: m for the V schedules, the wave and ZB-2p). A simulated shape's is at least the work bound m·S: once
+        the least is there, the fills of the simulated shapes left are not computed (the least is the same)."""
         a, f, b = parts
-        p, work, least = first.pp, m * a, math.inf
+        s = max(a, slowest)
+        p, work, least = first.pp, m * s, math.inf
         for schedule, v in shapes:
             if simulable(p, v, m):
                 if least <= work:
                     continue
                 pipe = max(work, self.sim_fill(first, schedule, v, m, p * a, self.hop(first) if hop is None else hop))
             else:
-                pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b)
+                pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b) + (m - 1 / v) * (s - a)
             least = min(least, pipe)
         return least
