@@ -72,7 +72,9 @@ def least_bottleneck_floor(base: Sequence[float], per_layer: float, layers: int)
     """The least T such that whole numbers n_r >= 1 with Σ n_r = `layers` give every rank base[r] + n_r·per_layer <= T
     (a lower bound on the slowest rank when every layer costs at least `per_layer`). From the fractional optimum
     T0 (at least every rank's base plus one layer) each rank holds ⌊(T0 − base_r)/per_layer⌋ layers, short of the
-    total by D <= P; T is then the D-th smallest of the ranks' further thresholds base_r + (n_r + j)·per_layer."""
+    total by D <= P; T is then the D-th smallest of the ranks' further thresholds base_r + (n_r + j)·per_layer, drawn
+    from one sequence per distinct (base_r, n_r) with its ranks' multiplicity (most ranks hold no ends: a deep
+    pipeline has two or three sequences, not P)."""
     if per_layer <= 0:
         return max(base)
     t0 = max(max(base) + per_layer, (sum(base) + layers * per_layer) / len(base))
@@ -80,8 +82,17 @@ def least_bottleneck_floor(base: Sequence[float], per_layer: float, layers: int)
     deficit = layers - sum(counts)
     if deficit <= 0:
         return t0
-    more = (b + (n + j) * per_layer for b, n in zip(base, counts, strict=True) for j in range(1, deficit + 1))
-    return heapq.nsmallest(deficit, more)[-1]
+    alike: dict[tuple[float, int], int] = {}
+    for b, n in zip(base, counts, strict=True):
+        alike[b, n] = alike.get((b, n), 0) + 1
+    nexts = [(b + (n + 1) * per_layer, b, n + 1, k) for (b, n), k in alike.items()]
+    heapq.heapify(nexts)
+    while True:
+        value, b, n, k = nexts[0]
+        deficit -= k
+        if deficit <= 0:
+            return value
+        heapq.heapreplace(nexts, (b + (n + 1) * per_layer, b, n + 1, k))
 
 
 def packing_floor(fixed: Sequence[float], per_layer: Sequence[Sequence[float]], counts: Sequence[int]) -> float:
