@@ -15,6 +15,7 @@ from cost_models.step import layout_costs, stage_cost
 from hardware_profiles import load_hardware
 from meshcore import GIB, JobSpec, Layout, Recompute, Runtime, Schedule, ZeroStage
 from planner.inputs.loaders import load_model
+from planner.search.splits import kind_split_problem
 
 CASES = [  # (model, hardware, GPUs, sequence, batch, layout)
     ("llama4-maverick", "h100-sxm", 256, 8192, 512,
@@ -39,8 +40,6 @@ def _stages(kinds: tuple[int, ...], partial: bool, rng: random.Random) -> list[t
 @pytest.mark.parametrize("zero", list(ZeroStage), ids=lambda z: f"zero{int(z)}")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[5]['schedule'].value}")
 def test_the_kind_split_line_is_the_cost_models_memory(case: tuple, zero: ZeroStage) -> None:  # type: ignore[type-arg]
-    from planner.search.splits import kind_split_problem
-
     name, hardware, gpus, seq, batch, degrees = case
     model, cluster = load_model(name), load_hardware(hardware, gpus)
     job = JobSpec(seq_len=seq, global_batch=batch, runtime=Runtime(framework="any"))

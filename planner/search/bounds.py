@@ -40,6 +40,7 @@ from planner.search.floors import excess_floor, least_bottleneck, least_bottlene
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
 from planner.search.offload_floor import offload_floor
+from planner.search.pipeline_fills import closed_fill
 from planner.search.recompute_rate import recompute_rates, stage_growth
 from planner.search.space import Candidate
 from planner.search.tail_bounds import pass_ceilings
@@ -122,33 +123,22 @@ class SearchBounds(RankMemory):
                     offloads: Sequence[frozenset[Offload]] = (frozenset(),)) -> float:
         """`group_floor` of the group of `first` with these (schedule, vpp) shapes (the search's groups hold their
         shapes, not a candidate each)."""
-        m, a, f, b, tail = self.group_parts(first, shapes, offloads)
+        m, a, f, b, tail = self.group_parts(first, self.sides(first, shapes), offloads)
         p = first.pp
-        return ((m - 1) * a + min(self.fill(s, v, p, a, f, b) for s, v in shapes) + tail) * (1 - 1e-9)
+        return ((m - 1) * a + min(closed_fill(s, v, p, a, f, b) for s, v in shapes) + tail) * (1 - 1e-9)
 
-    def group_parts(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]],
-                    offloads: Sequence[frozenset[Offload]]) -> tuple[int, float, float, float, float]:
+    def sides(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> set[bool]:
+        """Where the shapes of `first`'s group put the head: beside the embedding or not (`shape_beside`)."""
+        return {self.shape_beside(first, v, s) for s, v in shapes}
+
+    def group_parts(self, first: Candidate, sides: set[bool], offloads: Sequence[frozenset[Offload]]
+                    ) -> tuple[int, float, float, float, float]:
         """(micro-batches, A with the least exposed ZeRO traffic, f̄, b̄, the least tail) of `group_floor`; the traffic
-        depends on a shape through where it puts the head (`shape_beside`)."""
+        depends on a shape through where it puts the head (`sides`)."""
         m = self.job.global_batch // (first.dp * first.mbs)
         a, f, b = self._average_parts(first)
-        floors = [self._least_traffic(first, offloads, beside)
-                  for beside in {self.shape_beside(first, v, s) for s, v in shapes}]
+        floors = [self._least_traffic(first, offloads, beside) for beside in sides]
         return m, a + min(t for t, _ in floors), f, b, min(t for _, t in floors)
-
-    @staticmethod
-    def fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
-        """`group_floor`'s least pipeline fill of a shape beyond (m − 1)·A (module docstring of group_floor)."""
-        hides, family = pricing(schedule).hides, spec_of(schedule).family
-        if pricing(schedule).laid_out:  # ZB-2p: no closed form bounds its fill
-            return a
-        if hides:  # each stage but the last hides at most `hides` weight gradients
-            return p * a - hides * W_SHARE * p * b
-        if family is ScheduleFamily.V:
-            return a + (p - 1) * f / 2
-        if family is ScheduleFamily.WAVE:
-            return a + 2 * (p - 1) * max(f, a - f) / v
-        return a * (1 + (p - 1) / v)
 
     @staticmethod
     def group_key(c: Candidate) -> tuple[object, ...]:
@@ -304,16 +294,8 @@ class SearchBounds(RankMemory):
                head_beside_embedding, c.offload)
         if key in self._families:
             return self._families[key]
-        model, job, cluster = self.model, self.job, self.cluster
-        if key[:-1] not in self._family_parts:  # what does not depend on the offload choice
-            bare = c.but(vpp=1, schedule=DEFAULT_SCHEDULE, offload=frozenset())
-            layout = bare.layout()
-            avg = self._average(bare)
-            params = self.params(bare, head_beside_embedding).scaled(1 / c.pp)
-            self._family_parts[key[:-1]] = (self.hop(bare), avg, params,
-                                            sharded_dp_exposed(params, model.num_layers / c.pp, layout, job, cluster,
-                                                               avg), layout)
-        hop, avg, params, sharded, bare_layout = self._family_parts[key[:-1]]
+        job, cluster = self.job, self.cluster
+        hop, avg, params, sharded, bare_layout = self._bare_parts(c, head_beside_embedding)
         c = c.but(vpp=1, schedule=DEFAULT_SCHEDULE)
         layout = c.layout() if c.offload else bare_layout
         stage = avg.total + sharded + self._offload_floor(c)
@@ -323,6 +305,24 @@ class SearchBounds(RankMemory):
                 + optimizer_time(params, layout, job, cluster))
         self._families[key] = (stage, hop, avg.forward, avg.backward, tail)
         return self._families[key]
+
+    @staticmethod
+    def _parts_key(c: Candidate, beside: bool) -> tuple[object, ...]:
+        """What `_bare_parts` depends on: `_family`'s key but the offload choice."""
+        return (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules,
+                beside)
+
+    def _bare_parts(self, c: Candidate, beside: bool) -> tuple[float, LayerTime, StageParams, float, Layout]:
+        """What `_family` reads that does not depend on the offload choice: one send, the average stage's layer times,
+        its parameters, its exposed sharded traffic and its layout (no offload, one chunk)."""
+        key = self._parts_key(c, beside)
+        if key not in self._family_parts:
+            bare = c.but(vpp=1, schedule=DEFAULT_SCHEDULE, offload=frozenset())
+            layout, avg = bare.layout(), self._average(bare)
+            params = self.params(bare, beside).scaled(1 / c.pp)
+            self._family_parts[key] = (self.hop(bare), avg, params, sharded_dp_exposed(
+                params, self.model.num_layers / c.pp, layout, self.job, self.cluster, avg), layout)
+        return self._family_parts[key]
 
     def pass_windows(self, c: Candidate, params: StageParams) -> tuple[float, float]:
         """`tail_bounds.pass_ceilings` of `c` (once per `floor_key`), the backward with the gradient accumulation of
@@ -432,9 +432,8 @@ class SearchBounds(RankMemory):
         """What wider backward windows can hide of the average stage's exposure per micro-batch: its host copies and
         its sharded exposure less that beside an endless recomputation (`sharded_dp_exposed`: nonincreasing in it)."""
         beside = self.beside(c)
-        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.mbs, c.zero, c.recompute, c.sp, c.ep, c.etp, c.modules, beside)
-        stage, (_, avg, params, _, layout) = self._family(c, beside)[0], self._family_parts[key]
+        key, (_, avg, params, _, layout) = self._parts_key(c, beside), self._bare_parts(c, beside)
         if key not in self._endless:
             self._endless[key] = sharded_dp_exposed(params, self.model.num_layers / c.pp, layout, self.job,
                                                     self.cluster, replace(avg, recompute=math.inf))
-        return max(stage - avg.total - self._endless[key], 0.0)
+        return max(self._family(c, beside)[0] - avg.total - self._endless[key], 0.0)

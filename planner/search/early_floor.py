@@ -12,9 +12,10 @@ average stage's layer time and backward (`SearchBounds._average`) and A', b̄' t
   modules on the floors of their layers, `mtp_time` being sums and scalings of its layers' fields), and the backward
   is one of the fields of the total.
   `least_pipe` takes the least over the shapes of a pipeline at least m·A where simulated (the work bound), else
-  (m − 1)·A + `fill`: a fill >= A for V schedules and ZB-2p, >= A·(1 + (p − 1)/v) for the one-chunk and interleaved
-  schedules and the wave (its 2(p − 1)·max(f̄, A − f̄)/v, max(f̄, A − f̄) >= A/2), and for ZB-H1 and ZB-H2
-  p·A − k·W_SHARE·p·b̄, which may be below A; m·A >= m·A', and so for the others. For ZB-H1/H2 (k hidden weight
+  (m − 1)·A + `closed_fill` (more where the slowest rank is above A): a fill >= A for V schedules and ZB-2p,
+  >= A·(1 + (p − 1)/v) for the one-chunk and interleaved schedules and the wave (its 2(p − 1)·max(f̄, A − f̄)/v,
+  max(f̄, A − f̄) >= A/2), and for ZB-H1 and ZB-H2 p·A − k·W_SHARE·p·b̄, which may be below A; m·A >= m·A', and so
+  for the others. For ZB-H1/H2 (k hidden weight
   gradients), (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄' + (m − 1 + p)·δ − kW·p·δ_b
   >= (m − 1 + p)·A' − kW·p·b̄' when m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
 Rounding: A' and b̄' are summed from the parts' totals (another order than `_average`'s, field by field: sums of

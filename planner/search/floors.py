@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from operator import mul
 
@@ -82,10 +83,7 @@ def least_bottleneck_floor(base: Sequence[float], per_layer: float, layers: int)
     deficit = layers - sum(counts)
     if deficit <= 0:
         return t0
-    alike: dict[tuple[float, int], int] = {}
-    for b, n in zip(base, counts, strict=True):
-        alike[b, n] = alike.get((b, n), 0) + 1
-    nexts = [(b + (n + 1) * per_layer, b, n + 1, k) for (b, n), k in alike.items()]
+    nexts = [(b + (n + 1) * per_layer, b, n + 1, k) for (b, n), k in Counter(zip(base, counts, strict=True)).items()]
     heapq.heapify(nexts)
     while True:
         value, b, n, k = nexts[0]

@@ -1,16 +1,17 @@
 """The fills of a pipeline over every split of its work (planner.search.sim_bounds' path bounds before a split is
 known): 1F1B and GPipe (`minimax_fill`), the zero-bubble orders (`ordered_fills`, from the rows of `path_fill`), the
 V schedules (`v_fill`) and the wave (`wave_fill`), each the least the simulator can take over T_0 .. T_{p-1} summing
-to a total."""
+to a total; and the closed form's fill on the average stage (`closed_fill`, for the group floors)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.zb_auto import trailing_weight_ops
 from meshcore import Schedule
-from meshcore.schedules import spec_of
+from meshcore.schedules import ScheduleFamily, spec_of
 
 
 def minimax_fill(total: float, pp: int, m: int, hop: float) -> float:
@@ -112,3 +113,18 @@ def trailing_w(schedule: Schedule, stage: int, pp: int, m: int) -> int:
     order laid out per (p, m) with no such rule (ZB-2p, `pending_w` 0) has them counted off it."""
     pending = spec_of(schedule).pending_w
     return pending * stage + 1 if pending else trailing_weight_ops(pricing(schedule).program(pp, m, 1).orders[stage])
+
+
+def closed_fill(schedule: Schedule, v: int, p: int, a: float, f: float, b: float) -> float:
+    """The least closed-form pipeline fill of a shape beyond (m − 1)·A on the average stage's (A, f̄, b̄)
+    (`SearchBounds.group_floor`'s docstring has the proof)."""
+    hides, family = pricing(schedule).hides, spec_of(schedule).family
+    if pricing(schedule).laid_out:  # ZB-2p: no closed form bounds its fill
+        return a
+    if hides:  # each stage but the last hides at most `hides` weight gradients
+        return p * a - hides * W_SHARE * p * b
+    if family is ScheduleFamily.V:
+        return a + (p - 1) * f / 2
+    if family is ScheduleFamily.WAVE:
+        return a + 2 * (p - 1) * max(f, a - f) / v
+    return a * (1 + (p - 1) / v)

@@ -42,7 +42,15 @@ from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily,
 from planner.search.bounds import SearchBounds
 from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
-from planner.search.pipeline_fills import minimax_terms, ordered_fills, path_fill, trailing_w, v_fill_at, wave_fill_at
+from planner.search.pipeline_fills import (
+    closed_fill,
+    minimax_terms,
+    ordered_fills,
+    path_fill,
+    trailing_w,
+    v_fill_at,
+    wave_fill_at,
+)
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
@@ -381,8 +389,9 @@ class ReportedBounds(SearchBounds):
         """Below `key` of every member with every offload choice: the closed-form floor's fill for the shapes that are
         not simulated, the work bound and `sim_fill` (the same fill as `sim_bound`'s on A, below each member's
         stage) for those that are."""
-        m, a, f, b, tail = self.group_parts(first, shapes, offloads)
-        slowest = min(self.slowest(first, side) for side in {self.shape_beside(first, v, s) for s, v in shapes})
+        sides = self.sides(first, shapes)
+        m, a, f, b, tail = self.group_parts(first, sides, offloads)
+        slowest = min(self.slowest(first, side) for side in sides)
         return (self.least_pipe(first, shapes, m, (a, f, b), None, slowest) + tail) * (1 - 1e-9)
 
     def family_floor(self, first: Candidate, shapes: Sequence[tuple[Schedule, int]]) -> float:
@@ -390,8 +399,8 @@ class ReportedBounds(SearchBounds):
         stage, replicate factor and offload choice): each shape's pipeline with A the layer times alone (`floor`'s;
         the ZeRO traffic and the tail are >= 0, and every shape's pipeline grows with A), the simulated ones' fill
         (`sim_fill`) with no sends (hop 0: it grows with the hop), the slowest rank the least of either head placement
-        (each pipeline grows with it: its coefficient (m − 1/v)·1[S > A] is >= 0, and with A, as `fill` grows faster
-        than A·(1 − 1/v))."""
+        (each pipeline grows with it: its coefficient (m − 1/v)·1[S > A] is >= 0, and with A, as `closed_fill` grows
+        faster than A·(1 − 1/v))."""
         m = self.job.global_batch // (first.dp * first.mbs)
         slowest = min(self.slowest(first, False), self.slowest(first, True))
         return self.least_pipe(first, shapes, m, self._average_parts(first), 0.0, slowest) * (1 - 1e-9) ** 2
@@ -400,9 +409,10 @@ class ReportedBounds(SearchBounds):
                    parts: tuple[float, float, float], hop: float | None, slowest: float = 0.0) -> float:
         """The least over `shapes` of each one's pipeline on the average stage's (A, f̄, b̄) = `parts` with the slowest
         rank at least S = max(A, `slowest`): the work bound m·S and `sim_fill` (with this hop, or `first`'s) where it
-        is simulated, else (m − 1)·A + `fill` + (m − 1/v)·(S − A) (`_bound` takes S for the slowest rank, m − 1/v times
-        or more: m for the V schedules, the wave and ZB-2p). A simulated shape's is at least the work bound m·S: once
-        the least is there, the fills of the simulated shapes left are not computed (the least is the same)."""
+        is simulated, else (m − 1)·A + `closed_fill` + (m − 1/v)·(S − A) (`_bound` takes S for the slowest rank,
+        m − 1/v times or more: m for the V schedules, the wave and ZB-2p). A simulated shape's is at least the work
+        bound m·S: once the least is there, the fills of the simulated shapes left are not computed (the least is the
+        same)."""
         a, f, b = parts
         s = max(a, slowest)
         p, work, least = first.pp, m * s, math.inf
@@ -412,6 +422,6 @@ class ReportedBounds(SearchBounds):
                     continue
                 pipe = max(work, self.sim_fill(first, schedule, v, m, p * a, self.hop(first) if hop is None else hop))
             else:
-                pipe = (m - 1) * a + self.fill(schedule, v, p, a, f, b) + (m - 1 / v) * (s - a)
+                pipe = (m - 1) * a + closed_fill(schedule, v, p, a, f, b) + (m - 1 / v) * (s - a)
             least = min(least, pipe)
         return least
