@@ -209,10 +209,9 @@ class _Search:
 
     def queue_group(self, group: Group) -> None:
         """A group at its floor: each offload choice of each of its shapes queued at its bound (tie 1: its memory
-        floors checked), but those without a next module set that their memory floors drop (`floored`), where their
-        schedule counts micro-batches in flight in closed form (else its orders are built: once a process): dropped
-        here, their bounds never computed (most of a dense search's members). Dropped when they came up, if ever, they
-        would settle nothing (`dominated_by_sibling` reads None either way): the same candidates priced, in order."""
+        floors checked), but those their memory floors drop where their schedule counts micro-batches in flight in
+        closed form (else its orders are built: once a process), dropped here with their next sets (`next_sets`):
+        dropped when they came up they would settle nothing, and a set's bound is at least its sibling's."""
         first, held = group
         placed = [self.bounds.shape_beside(first, vpp, schedule) for schedule, vpp in held]
         sides = {side: self.within_state_bound(first, side) for side in set(placed)}  # (what `expand` found)
@@ -221,11 +220,12 @@ class _Search:
             balanced, early = balanced_only(base, self.spec), pricing(schedule).in_flight is not None
             for o in sides[side]:
                 c = base if o == base.offload else base.but(offload=o)
-                if not early or next_module_set(c, self.family, self.job) is not None:
+                if not early:
                     heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 0, c))
                 elif self.floored(c, balanced):
                     self.steps[c] = None
                     self.tally["floored"] += 1
+                    self.next_sets(c, balanced, True)
                 else:
                     heapq.heappush(self.heap, (self.bounds.key(c), c.sort_key(), 1, 1, c))
 
@@ -389,11 +389,7 @@ class _Search:
 
     def bounded(self, c: Candidate, key: tuple[int, ...], fits: bool = False) -> None:
         """A candidate at its bound: dropped by its memory floors, else re-queued at its tight bound; its next
-        module set joins at its own bound. Where `c` is dropped, each next set that its own floors drop too is
-        dropped at once, never queued (most of a mixture-of-experts search's candidates: none, selective and each
-        module set of the same degrees, one after the other; their bounds are then never computed): it would have
-        been dropped when it came up, and a dropped set settles nothing for the next (`dominated_by_sibling` reads
-        its step, None either way). `fits`: its floors were checked when it was queued (`queue_group`)."""
+        module set joins at its own bound (`next_sets`). `fits`: its floors were checked when it was queued."""
         bounds, balanced = self.bounds, balanced_only(c, self.spec)
         dropped = not fits and self.floored(c, balanced)
         if dropped:
@@ -405,7 +401,13 @@ class _Search:
         else:
             self.early[c] = bounds.early_key(c)
             heapq.heappush(self.heap, (self.early[c], key, 2, 2, c))
-        nxt = next_module_set(c, self.family, self.job)
+        self.next_sets(c, balanced, dropped)
+
+    def next_sets(self, c: Candidate, balanced: bool, dropped: bool) -> None:
+        """Queue c's next module set at its bound; where c was `dropped`, each next set its own floors drop too is
+        dropped at once, its bound never computed (most of a mixture-of-experts search): dropped when it came up, it
+        would settle nothing for the next (`dominated_by_sibling`)."""
+        bounds, nxt = self.bounds, next_module_set(c, self.family, self.job)
         while nxt is not None:
             self.sibling[nxt] = c
             self.tally["expanded"] += 1

@@ -3,12 +3,15 @@ several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from cost_models.memory.held import StageHeld
 from cost_models.pipeline.forms import W_SHARE
+from cost_models.pipeline.hops import RankPlace
 from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.schedules import in_flight
-from cost_models.prediction import StageLayers
+from cost_models.prediction import StageCost, StageLayers
 from cost_models.step import (
     LayoutCosts,
     stage_cost,
@@ -100,48 +103,73 @@ def kind_row(costs: LayoutCosts, rank: int) -> KindRow:
     for every stage of one layer or more). m0 is the larger the two kinds give (they agree where a stage's fixed bytes
     do not depend on its first layer's kind). Time: a layer adds one layer's time less the empty stage's (exact but
     for the exposed ZeRO-2/3 traffic, which the full model prices when it re-checks the split)."""
+    return kind_rows(costs, rank, (costs.places[rank].alive,))[0]
+
+
+def kind_rows(costs: LayoutCosts, rank: int, alives: tuple[float, ...]) -> list[KindRow]:
+    """`kind_row` of `rank` for each of `alives`, micro-batches in flight, from one set of probes: `stage_cost` of a
+    rank depends on its micro-batches in flight only through its activations (`StageHeld.in_flight`, the same
+    `StageHeld` for every rank that `LayoutCosts.held` keys alike), so each row's peak is the probe's with those
+    activations, summed as `StageCost.peak_memory_gib` sums (the same bytes, bit for bit, as `stage_cost` at a rank
+    of that place)."""
     full_base = costs.layout.recompute is Recompute.FULL
     hides = pricing(costs.layout.schedule).hides
+    place = costs.places[rank]
 
-    def at(moe: bool, n: int, full: int) -> tuple[float, float, float]:
+    def at(moe: bool, n: int, full: int) -> tuple[float, StageCost, StageHeld, float]:
         layers = StageLayers(moe=n, moe_full=full) if moe else StageLayers(dense=n, dense_full=full)
         st = stage_cost(costs, rank, layers)
-        return st.compute_s, st.peak_memory_gib * GIB, st.time.backward
+        return st.compute_s, st, costs.held(place, layers), st.time.backward
 
-    base_t, _, base_b = at(False, 0, 0)
-    m0, transient = [], 0.0
-    t1, tr, w1, row_m, row_r = [], [], [], [], []
-    for moe in (False, True):
-        (time1, mem1, back1), (_, mem2, _) = at(moe, 1, int(full_base)), at(moe, 2, 2 * int(full_base))
-        t1.append(max(time1 - base_t, 1e-12))
-        row_m.append(mem2 - mem1)
-        w1.append(hides * W_SHARE * (back1 - base_b))
-        m0.append(mem1 - row_m[-1])
-        if full_base:
-            tr.append(0.0)
-            row_r.append(0.0)
-            continue
-        (time_f, mem_f, _), (_, mem_both, _) = at(moe, 1, 1), at(moe, 2, 2)
-        tr.append(max(time_f - time1, 0.0))
-        once = mem1 - mem_f  # s − W: one layer saves s, the first recomputed holds W; two save 2s − W
-        row_r.append(max(mem2 - mem_both - once, 0.0))
-        transient = max(transient, row_r[-1] - once)
-    return KindRow(base_t, max(m0), hides * W_SHARE * base_b, tuple(t1), tuple(tr), tuple(w1), tuple(row_m),
-                   tuple(row_r), transient)
+    def peak(st: StageCost, held: StageHeld, alive: float) -> float:
+        acts = held.in_flight(alive)[0] / GIB
+        return (st.weights_gib + st.gradients_gib + st.optimizer_state_gib + acts + st.other_gib
+                + st.buffers_gib) * GIB
+
+    base_t, _, _, base_b = at(False, 0, 0)
+    probes = [(at(moe, 1, int(full_base)), at(moe, 2, 2 * int(full_base)),
+               None if full_base else (at(moe, 1, 1), at(moe, 2, 2))) for moe in (False, True)]
+    rows = []
+    for alive in alives:
+        m0, transient = [], 0.0
+        t1, tr, w1, row_m, row_r = [], [], [], [], []
+        for (time1, st1, held1, back1), (_, st2, held2, _), recomputed in probes:
+            mem1, mem2 = peak(st1, held1, alive), peak(st2, held2, alive)
+            t1.append(max(time1 - base_t, 1e-12))
+            row_m.append(mem2 - mem1)
+            w1.append(hides * W_SHARE * (back1 - base_b))
+            m0.append(mem1 - row_m[-1])
+            if recomputed is None:
+                tr.append(0.0)
+                row_r.append(0.0)
+                continue
+            (time_f, st_f, held_f, _), (_, st_both, held_both, _) = recomputed
+            mem_f, mem_both = peak(st_f, held_f, alive), peak(st_both, held_both, alive)
+            tr.append(max(time_f - time1, 0.0))
+            once = mem1 - mem_f  # s − W: one layer saves s, the first recomputed holds W; two save 2s − W
+            row_r.append(max(mem2 - mem_both - once, 0.0))
+            transient = max(transient, row_r[-1] - once)
+        rows.append(KindRow(base_t, max(m0), hides * W_SHARE * base_b, tuple(t1), tuple(tr), tuple(w1), tuple(row_m),
+                            tuple(row_r), transient))
+    return rows
 
 
 def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplitProblem:
     """The layer-kind split model (dense and MoE layers) read off the cost model, a `kind_row` per rank: once per
     rank place (ends held, sends, micro-batches in flight), on which alone a rank's stage costs depend (exposed
-    ZeRO-2/3 traffic is linearised, and the full model re-checks the split). The rows' t1, tr and w1 are the last
-    rank's."""
+    ZeRO-2/3 traffic is linearised, and the full model re-checks the split); the places that differ only in
+    micro-batches in flight read one set of probes (`kind_rows`). The rows' t1, tr and w1 are the last rank's."""
     layout = costs.layout
     full_base = layout.recompute is Recompute.FULL
+    places: dict[tuple[bool, bool, float, int], list[RankPlace]] = {}
+    for place in costs.places:  # keyed as `LayoutCosts.held` keys a rank's StageHeld, with its sends
+        end = math.ceil(place.alive) if place.first or place.last else 0
+        places.setdefault((place.first, place.last, place.p2p_s, end), []).append(place)
     rows: dict[tuple[bool, bool, float, float], KindRow] = {}
-    for place in costs.places:
-        key = (place.first, place.last, place.p2p_s, place.alive)
-        if key not in rows:
-            rows[key] = kind_row(costs, place.rank)
+    for alike in places.values():
+        alives = tuple(dict.fromkeys(p.alive for p in alike))
+        for alive, row in zip(alives, kind_rows(costs, alike[0].rank, alives), strict=True):
+            rows[(alike[0].first, alike[0].last, alike[0].p2p_s, alive)] = row
     ranks = [rows[(p.first, p.last, p.p2p_s, p.alive)] for p in costs.places]
     last = ranks[-1]
     zero_bubble = spec_of(layout.schedule).family is ScheduleFamily.ORDERED_W
