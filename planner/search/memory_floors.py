@@ -73,6 +73,7 @@ class RankMemory:
         self._fixed_parts: dict[tuple[object, ...], tuple[float, ...]] = {}
         self._shape_ranks: dict[tuple[object, ...], tuple[int, int, tuple[float, ...], int, int,
                                                      tuple[tuple[int, int], ...]]] = {}
+        self._exceeds: dict[tuple[object, ...], bool] = {}  # `memory_exceeds` by everything it reads
         self._mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
         self._held: dict[int, HeldKinds] = {}
 
@@ -246,12 +247,25 @@ class RankMemory:
     def memory_exceeds(self, c: Candidate, balanced: bool, capacity: float) -> bool:
         """Whether `memory_floor(c, balanced)` exceeds `capacity`; for a solved split by `packing_exceeds` (the same
         answer as the floor's). (The search asks for every member of every group it reaches: the balanced floor is
-        summed here as `_largest_rank` sums it, the same floats, without building the rows.)"""
+        summed here as `_largest_rank` sums it, the same floats, without building the rows.) Once per value of what
+        it reads (the shape's ranks, the parts' bytes, the stored activations): candidates of other schedules with the
+        same micro-batches in flight, or other module sets storing alike, often read the same."""
         acts = self.activations(c)
-        emb, head, alive, at_emb, at_head, counts = self._shape_of(c)
-        every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = self._parts_of(c, acts)
-        fixed = self._fixed(c.pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp)
-        a_dense, a_moe = self._stored(c, acts, balanced)
+        shape, parts, stored = self._shape_of(c), self._parts_of(c, acts), self._stored(c, acts, balanced)
+        key = (c.pp, balanced, capacity, shape, parts, stored)
+        found = self._exceeds.get(key)
+        if found is None:
+            found = self._exceeds[key] = self._exceeds_of(c.pp, balanced, capacity, shape, parts, stored)
+        return found
+
+    def _exceeds_of(self, pp: int, balanced: bool, capacity: float,
+                    shape: tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]],
+                    parts: tuple[float, ...], stored: tuple[float, float]) -> bool:
+        """`memory_exceeds` from what it reads."""
+        emb, head, alive, at_emb, at_head, counts = shape
+        every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = parts
+        fixed = self._fixed(pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp)
+        a_dense, a_moe = stored
         if balanced:
             floor = max([fixed[r] + n_dense * (s_dense + a_dense * alive[r]) + n_moe * (s_moe + a_moe * alive[r])
                          for r, (n_dense, n_moe) in enumerate(counts)])
