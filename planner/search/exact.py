@@ -291,7 +291,7 @@ class _Search:
             return
         model, cluster, job, bounds = self.model, self.cluster, self.job, self.bounds
         priced = price(model, cluster, job, c, self.spec, self.solver, self.options, bounds.get(c),
-                       bounds.activations(c), self.shared)
+                       bounds.activations(c), self.shared, not bounds.memory_exceeds(c, True, self.capacity))
         self.tally["evaluated"] += 1
         self.worst_gap, self.all_optimal = max(self.worst_gap, priced.gap), self.all_optimal and priced.optimal
         if self.progress is not None:

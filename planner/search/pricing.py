@@ -100,7 +100,8 @@ def body_key(c: Candidate) -> Key:
 
 def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
            solver: Solver, options: SolveOptions, times: LayerTimes,
-           activations: LayerActivations | None = None, shared: Shared | None = None) -> Priced:
+           activations: LayerActivations | None = None, shared: Shared | None = None,
+           balanced_may_fit: bool = True) -> Priced:
     """Split and price one candidate; ranked is None when nothing fits.
 
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
@@ -110,7 +111,8 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
     layers it holds), each rank's layers then shared over its chunks; on a stack of mixed kinds the wave's chunks
     hold other kinds than the one-chunk split assumed, so there the split is a candidate that the cost model
     prices as it really falls, against the balanced chunks. Interleaved layouts stay balanced. `shared`: what the
-    other candidates priced share with this one (the caller's)."""
+    other candidates priced share with this one (the caller's). `balanced_may_fit` False: the balanced chunks'
+    memory floor (`RankMemory.memory_exceeds`) exceeds the GPU, so they are not priced (they would not fit)."""
     balanced = c.layout()
     gap, optimal = 0.0, True
     costs = layout_costs(model, cluster, job, balanced, times, activations)
@@ -128,7 +130,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
         chunks = v_chunks(split.layers, c.vpp) if c.schedule in WAVE_PLACED else split.layers
         solved = replace(balanced, stage_layers=chunks,
                          recompute_layers=split.recompute if any(split.recompute) else None)
-        layouts = [solved] if model.num_layers < c.pp else [solved, balanced]
+        layouts = [solved] if model.num_layers < c.pp or not balanced_may_fit else [solved, balanced]
     fitting = [Ranked(layout, prediction) for layout in layouts
                for prediction in (evaluate_costs(costs.with_split(layout)),) if prediction.fits]
     best = min(fitting, key=lambda r: r.prediction.step_time_s, default=None)
