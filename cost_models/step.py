@@ -173,6 +173,12 @@ def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: boo
                                     job.runtime.moe_load_factor, modules, fp8)
 
 
+def held_alive(place: RankPlace) -> int:
+    """What a rank's `StageHeld` reads of its micro-batches in flight: their count rounded up at an end (the
+    embedding's or the head's buffers), nothing elsewhere; ranks alike in it and in their ends share one."""
+    return math.ceil(place.alive) if place.first or place.last else 0
+
+
 @dataclass(frozen=True)
 class LayoutCosts:
     """What every stage of one layout shares: per-layer times (computed once), the pipeline hop, per-layer
@@ -219,7 +225,7 @@ class LayoutCosts:
     def held(self, place: RankPlace, layers: StageLayers) -> H.StageHeld:
         """`stage_held` of `layers` at `place`, once per (embedding, head, layers, micro-batches in flight at an
         end): ranks holding neither end differ only in activations in flight, which `StageHeld.in_flight` scales."""
-        key = (place.first, place.last, layers, math.ceil(place.alive) if place.first or place.last else 0)
+        key = (place.first, place.last, layers, held_alive(place))
         if key not in self._held:
             self._held[key] = stage_held(self, layers, place.first, place.last, key[3])
         return self._held[key]

@@ -15,15 +15,14 @@ average stage's layer time and backward (`SearchBounds._average`) and A', b̄' t
   (m − 1)·A + `closed_fill` (more where the slowest rank is above A): a fill >= A for V schedules and ZB-2p,
   >= A·(1 + (p − 1)/v) for the one-chunk and interleaved schedules and the wave (its 2(p − 1)·max(f̄, A − f̄)/v,
   max(f̄, A − f̄) >= A/2), and for ZB-H1 and ZB-H2 p·A − k·W_SHARE·p·b̄, which may be below A; m·A >= m·A', and so
-  for the others. For ZB-H1/H2 (k hidden weight
-  gradients), (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄' + (m − 1 + p)·δ − kW·p·δ_b
-  >= (m − 1 + p)·A' − kW·p·b̄' when m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
+  for the others. For ZB-H1/H2 (k hidden weight gradients),
+  (m − 1 + p)·A − kW·p·b̄ = (m − 1 + p)·A' − kW·p·b̄' + (m − 1 + p)·δ − kW·p·δ_b >= (m − 1 + p)·A' − kW·p·b̄' when
+  m − 1 + p·(1 − kW) >= 0 (δ_b <= δ).
 Rounding: A' and b̄' are summed from the parts' totals (another order than `_average`'s, field by field: sums of
 products of at most 28 non-negative terms, so within a few dozen 2⁻⁵³ of each other relatively, against the 1e-6 kept
-off the floor); the ZB-H
-difference is used only when its first term is at least twice the second (so it is at least half of the first term and
-its rounding error is far below that 1e-6, as `family_floor`'s (1 − 1e-9)² is); else the floor is
-−∞ (the family's own floor is computed at its first pop)."""
+off the floor); the ZB-H difference is used only when its first term is at least twice the second (so it is at least
+half of the first term and its rounding error is far below that 1e-6, as `family_floor`'s (1 − 1e-9)² is); else the
+floor is −∞ (the family's own floor is computed at its first pop)."""
 
 from __future__ import annotations
 

@@ -40,6 +40,9 @@ from planner.search.held_kinds import HeldKinds
 from planner.search.space import Candidate
 
 ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
+# a candidate's pipeline shape as the floors read it (`RankMemory._shape_of`): embedding rank, head rank, micro-batches
+# in flight per rank, those at the embedding and at the head rounded up, each rank's (dense, MoE) layers when balanced
+Shape = tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]]
 
 
 def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
@@ -71,8 +74,7 @@ class RankMemory:
         self._rank_bytes: dict[Candidate, tuple[list[float], tuple[float, ...], float, float]] = {}
         self._piece_params: dict[tuple[int, int, int, bool], tuple[StageParams, ...]] = {}
         self._fixed_parts: dict[tuple[object, ...], tuple[float, ...]] = {}
-        self._shape_ranks: dict[tuple[object, ...], tuple[int, int, tuple[float, ...], int, int,
-                                                     tuple[tuple[int, int], ...]]] = {}
+        self._shape_ranks: dict[tuple[object, ...], Shape] = {}
         self._exceeds: dict[tuple[object, ...], bool] = {}  # `memory_exceeds` by everything it reads
         self._mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
         self._held: dict[int, HeldKinds] = {}
@@ -202,7 +204,7 @@ class RankMemory:
         fixed[head] = fixed[head] + (s_head + logits + mtp * at_head)
         return fixed
 
-    def _shape_of(self, c: Candidate) -> tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]]:
+    def _shape_of(self, c: Candidate) -> Shape:
         """(embedding rank, head rank, `alive`, the micro-batches in flight on the embedding and the head rank rounded
         up, each rank's layers with balanced chunks), once per (pp, vpp, schedule, micro-batches)."""
         key = (c.pp, c.vpp, c.schedule, c.dp, c.mbs)
@@ -259,7 +261,7 @@ class RankMemory:
         return found
 
     def _exceeds_of(self, pp: int, balanced: bool, capacity: float,
-                    shape: tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]],
+                    shape: Shape,
                     parts: tuple[float, ...], stored: tuple[float, float]) -> bool:
         """`memory_exceeds` from what it reads."""
         emb, head, alive, at_emb, at_head, counts = shape

@@ -3,7 +3,6 @@ several layer kinds, ZB-V's two chunks per rank) and their exact solution by DP 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from cost_models.memory.held import StageHeld
@@ -14,6 +13,7 @@ from cost_models.pipeline.schedules import in_flight
 from cost_models.prediction import StageCost, StageLayers
 from cost_models.step import (
     LayoutCosts,
+    held_alive,
     stage_cost,
 )
 from meshcore import (
@@ -116,35 +116,35 @@ def kind_rows(costs: LayoutCosts, rank: int, alives: tuple[float, ...]) -> list[
     hides = pricing(costs.layout.schedule).hides
     place = costs.places[rank]
 
-    def at(moe: bool, n: int, full: int) -> tuple[float, StageCost, StageHeld, float]:
+    def at(moe: bool, n: int, full: int) -> tuple[StageCost, StageHeld]:
         layers = StageLayers(moe=n, moe_full=full) if moe else StageLayers(dense=n, dense_full=full)
-        st = stage_cost(costs, rank, layers)
-        return st.compute_s, st, costs.held(place, layers), st.time.backward
+        return stage_cost(costs, rank, layers), costs.held(place, layers)
 
-    def peak(st: StageCost, held: StageHeld, alive: float) -> float:
-        acts = held.in_flight(alive)[0] / GIB
+    def peak(probe: tuple[StageCost, StageHeld], alive: float) -> float:
+        st, acts = probe[0], probe[1].in_flight(alive)[0] / GIB
         return (st.weights_gib + st.gradients_gib + st.optimizer_state_gib + acts + st.other_gib
                 + st.buffers_gib) * GIB
 
-    base_t, _, _, base_b = at(False, 0, 0)
+    base = at(False, 0, 0)[0]
+    base_t, base_b = base.compute_s, base.time.backward
     probes = [(at(moe, 1, int(full_base)), at(moe, 2, 2 * int(full_base)),
                None if full_base else (at(moe, 1, 1), at(moe, 2, 2))) for moe in (False, True)]
     rows = []
     for alive in alives:
         m0, transient = [], 0.0
         t1, tr, w1, row_m, row_r = [], [], [], [], []
-        for (time1, st1, held1, back1), (_, st2, held2, _), recomputed in probes:
-            mem1, mem2 = peak(st1, held1, alive), peak(st2, held2, alive)
+        for one, two, recomputed in probes:
+            time1, mem1, mem2 = one[0].compute_s, peak(one, alive), peak(two, alive)
             t1.append(max(time1 - base_t, 1e-12))
             row_m.append(mem2 - mem1)
-            w1.append(hides * W_SHARE * (back1 - base_b))
+            w1.append(hides * W_SHARE * (one[0].time.backward - base_b))
             m0.append(mem1 - row_m[-1])
             if recomputed is None:
                 tr.append(0.0)
                 row_r.append(0.0)
                 continue
-            (time_f, st_f, held_f, _), (_, st_both, held_both, _) = recomputed
-            mem_f, mem_both = peak(st_f, held_f, alive), peak(st_both, held_both, alive)
+            one_full, two_full = recomputed
+            time_f, mem_f, mem_both = one_full[0].compute_s, peak(one_full, alive), peak(two_full, alive)
             tr.append(max(time_f - time1, 0.0))
             once = mem1 - mem_f  # s − W: one layer saves s, the first recomputed holds W; two save 2s − W
             row_r.append(max(mem2 - mem_both - once, 0.0))
@@ -163,8 +163,7 @@ def kind_split_problem(costs: LayoutCosts, partial_recompute: bool) -> KindSplit
     full_base = layout.recompute is Recompute.FULL
     places: dict[tuple[bool, bool, float, int], list[RankPlace]] = {}
     for place in costs.places:  # keyed as `LayoutCosts.held` keys a rank's StageHeld, with its sends
-        end = math.ceil(place.alive) if place.first or place.last else 0
-        places.setdefault((place.first, place.last, place.p2p_s, end), []).append(place)
+        places.setdefault((place.first, place.last, place.p2p_s, held_alive(place)), []).append(place)
     rows: dict[tuple[bool, bool, float, float], KindRow] = {}
     for alike in places.values():
         alives = tuple(dict.fromkeys(p.alive for p in alike))
