@@ -6,13 +6,21 @@ GPU (`RankMemory.memory_floor`): a rank holding layers costs (cost_models.step.s
 states linear in the parameters (cost_models.sync.stage_states) and a fully recomputed layer storing its input
 only.
 So a rank r costs at least fixed_r + Σ over its layers of c_rk, with fixed_r what rank r holds whatever its layers:
-the buffers, ZeRO-3's gathered modules, the two layers' worth that activation offloading keeps on the GPU, on the
-embedding rank its states and its activations in flight, on the head rank its states, the logits and the
-multi-token-prediction layers' activations in flight; c_rk = states of one layer of kind k + the least bytes it
-stores per micro-batch (none when activations go to the host) · the micro-batches rank r keeps in flight. Every
-layout priced gives each rank at least one layer. With the layers as they fall (balanced chunks) the floor is the
-largest rank's; when the split is solved, `packing_floor` bounds the best assignment. The recomputed layer's
-transient copy is left out (>= 0).
+- on every rank, the memory outside the runtime's allocator (its buffers); what sharded data parallelism holds gathered
+  per rank (`gathered_terms`: ZeRO-3's modules, FSDP2's block gradient); where every stage holds one (every layer fully
+  recomputed, or per-op SAC), the working set of the layer being recomputed; the two layers' worth that activation
+  offloading keeps on the GPU;
+- on the embedding rank, its states (and FSDP2's root module gathered) and its activations in flight;
+- on the head rank, its states (and the root module's), the loss at its peak as the runtime holds it per logit (beside
+  the working set: the larger of the two where they come apart), under a pipeline every micro-batch's output kept to
+  the step's end, and the multi-token-prediction layers' activations in flight.
+c_rk = states of one layer of kind k + what the runtime holds gathered of its weights (FSDP2's ZeRO-2, or weights kept
+gathered under a pipeline with their gradients accumulated unsharded) + the least bytes it stores per micro-batch (none
+when activations go to the host) · the micro-batches rank r keeps in flight. Every layout priced gives each rank at
+least one layer. With the layers as they fall (balanced chunks) the floor is the largest rank's: the balanced layout's
+peak itself, to rounding (tests/test_search_bounds.py holds it there for every candidate of its jobs, so a term the
+cost model adds and the floors miss fails it). When the split is solved, `packing_floor` bounds the best assignment.
+The recomputed layer's transient copy is left out (>= 0).
 
 Host (`RankMemory.host_floor`, with offloading): a GPU's host bytes are its offloaded optimizer state and weights
 (linear in its parameters, cost_models.sync.host_state_bytes) and, with activation offloading, its stored
@@ -29,12 +37,14 @@ from dataclasses import replace
 from cost_models.compute import flops as F
 from cost_models.compute.knobs import LayerActivations, LayerKnobs
 from cost_models.memory import footprint as M
+from cost_models.memory import held as H
 from cost_models.memory.offload import host_capacity_bytes, offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
 from cost_models.pipeline.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
-from cost_models.sync import host_state_bytes, stage_states
-from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule, ZeroStage
+from cost_models.sync import gather_bytes, host_state_bytes, kept_gathered, per_block, stage_states
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
+from meshcore.execution import SelectiveForm
 from planner.search.floors import packing_exceeds, packing_floor
 from planner.search.held_kinds import HeldKinds
 from planner.search.space import Candidate
@@ -45,12 +55,45 @@ ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far
 Shape = tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]]
 
 
-def _state_bound_bytes(job: JobSpec, c: Candidate, rank_parameters: StageParams) -> float:
+def outside_bytes(job: JobSpec) -> float:
+    """Bytes per GPU outside the runtime's caching allocator (every stage's `buffers_gib` in cost_models.step)."""
+    return job.runtime.priced_execution.memory.outside_allocator_gib * GIB
+
+
+def gathered_terms(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Candidate, unit: float
+                   ) -> tuple[float, float, float]:
+    """(bytes per parameter of a stage, bytes per rank, bytes per parameter of the embedding and the head) that
+    sharded data parallelism holds gathered beside the states on a stage of one layer or more, as
+    cost_models.step.stage_held adds them (`gathered_weight_bytes`, `root_gathered_bytes`), where ZeRO-3 runs or
+    ZeRO-2 as FSDP2 (per block): weights kept gathered under a pipeline (`kept_gathered`) with their gradients
+    accumulated unsharded, gather_bytes + grad·trainable per parameter; FSDP2's ZeRO-2, its weights gathered
+    (gather_bytes each) and one block's gradient (`unit` parameters: an MoE layer's, else a dense one's); ZeRO-3 its
+    working modules (`M.zero3_working_bytes`, of whole blocks under FSDP2); FSDP2's root module (the embedding and
+    the head) gathered in bf16 where the runtime keeps it (HeldMemory.root_gathered) and nothing is kept gathered.
+    The same products summed in another order: the floors keep ROUNDING below them."""
+    zero, grad, memory = c.zero, job.runtime.grad_reduce_bytes, job.runtime.priced_execution.memory
+    block = per_block(job)
+    if not (zero is ZeroStage.WEIGHTS or (zero is ZeroStage.GRADIENTS and block)):
+        return 0.0, 0.0, 0.0
+    if kept_gathered(c.layout(), job):
+        return gather_bytes(job, cluster) + grad * job.trainable_fraction, 0.0, 0.0
+    ends = 2.0 if memory.root_gathered else 0.0  # (root_gathered_bytes' bf16)
+    if zero is ZeroStage.GRADIENTS:
+        return gather_bytes(job, cluster), unit * grad * job.trainable_fraction, ends
+    return 0.0, M.zero3_working_bytes(model, c.tp, grad, c.ep, c.etp, unit if block else None), ends
+
+
+def _state_bound_bytes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Candidate,
+                       rank_parameters: StageParams, unit: float) -> float:
     """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
-    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the
-    fixed buffer allowance."""
-    states = stage_states(rank_parameters.scaled(1 / c.pp), c.layout(), job)
-    return states.total + M.BUFFER_ALLOWANCE_GIB * GIB
+    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, what sharded data
+    parallelism holds gathered of them (`gathered_terms` but the root module's), plus the memory outside the
+    allocator. Both the states and the gathered bytes are linear in a stage's parameters, so the busiest stage holds
+    at least those of the average stage's."""
+    average = rank_parameters.scaled(1 / c.pp)
+    states = stage_states(average, c.layout(), job)
+    rate, fixed, _ = gathered_terms(model, job, cluster, c, unit)
+    return states.total + average.total * rate + fixed + outside_bytes(job)
 
 
 class RankMemory:
@@ -102,7 +145,8 @@ class RankMemory:
         beside = self.beside(c) if beside is None else beside
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._states:
-            self._states[key] = _state_bound_bytes(self.job, c, self.params(c, beside))
+            self._states[key] = _state_bound_bytes(self.model, self.job, self.cluster, c, self.params(c, beside),
+                                                   self._unit(c))
         return self._states[key]
 
     def params(self, c: Candidate, head_beside_embedding: bool) -> StageParams:
@@ -120,14 +164,24 @@ class RankMemory:
         return self._acts[key]
 
     def _ends(self, c: Candidate) -> tuple[float, float]:
-        """(the head rank's logits, the embedding rank's activations less the vision encoder's) per micro-batch in
-        flight, once per (mbs, tp, cp, sp)."""
+        """(the head rank's loss at its peak, as the runtime holds it per logit, the embedding rank's activations less
+        the vision encoder's per micro-batch in flight), once per (mbs, tp, cp, sp)."""
         key = (c.mbs, c.tp, c.cp, c.sp)
         if key not in self._end_bytes:
-            model, job = self.model, self.job
-            self._end_bytes[key] = (M.logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp) * (1 + model.mtp_layers),
+            model, job, ex = self.model, self.job, self.job.runtime.priced_execution
+            per_logit = H.loss_logit_bytes(c.tp, ex.logit_bytes, ex.memory)
+            self._end_bytes[key] = (M.logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp, per_logit)
+                                    * (1 + model.mtp_layers),
                                     M.embedding_activation_bytes(model, job.seq_len, c.mbs, c.tp, c.cp, c.sp))
         return self._end_bytes[key]
+
+    def _working(self, c: Candidate, acts: LayerActivations) -> float:
+        """What a recomputed layer holds while it runs backward (`LayerActivations.working`) where every stage holds
+        one (cost_models.step.stage_held: every layer fully recomputed, or per-op SAC), else 0."""
+        selective = self.job.runtime.priced_execution.selective
+        if c.recompute is Recompute.FULL or (c.recompute is Recompute.SELECTIVE and selective is SelectiveForm.OP_SAC):
+            return acts.working
+        return 0.0
 
     def ranks(self, c: Candidate) -> tuple[int, int, tuple[tuple[int, int], ...]]:
         """(embedding rank, head rank, (dense, MoE) decoder layers of each rank with balanced chunks)."""
@@ -153,6 +207,12 @@ class RankMemory:
         if key not in self._in_flight:
             self._in_flight[key] = tuple(in_flight(c.schedule, r, c.pp, m, c.vpp) for r in range(c.pp))
         return self._in_flight[key]
+
+    def _unit(self, c: Candidate) -> float:
+        """The parameters of the block FSDP2 gathers and reduces at once (`gathered_terms`): an MoE layer's on this
+        rank where the model has MoE layers, else a dense layer's (cost_models.step.gathered_weight_bytes)."""
+        dense, moe = self._pieces_of(c)[:2]
+        return (moe.total if self.layer_counts[1] else 0.0) or dense.total
 
     def _pieces_of(self, c: Candidate) -> tuple[StageParams, ...]:
         """Parameters of one dense layer, one MoE layer, the embedding and the head on one rank, once per (tp, ep, etp,
@@ -224,15 +284,22 @@ class RankMemory:
                c.offload, self.beside(c))
         found = self._fixed_parts.get(key)
         if found is None:
-            s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
             model, job = self.model, self.job
+            rate, every, ends = gathered_terms(model, job, self.cluster, c, self._unit(c))
+            dense, moe, emb, head = self._pieces_of(c)
+            s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
+            s_dense, s_moe = s_dense + dense.total * rate, s_moe + moe.total * rate
+            s_emb += emb.total * rate + embedding_params(model, job, c.tp) * ends
+            s_head += head.total * rate + head_params(model, job, c.tp, self.beside(c)).total * ends
             acts = self.activations(c) if acts is None else acts
-            logits, first = self._ends(c)
+            loss, first = self._ends(c)
+            working, memory = self._working(c, acts), job.runtime.priced_execution.memory
+            m = job.global_batch // (c.dp * c.mbs)  # the head rank keeps every micro-batch's output under a pipeline
+            kept = H.kept_logits_bytes(model, job.seq_len, c.mbs, c.tp, c.cp, m, memory) if c.pp > 1 else 0.0
+            logits = H.held_at_peak(loss, working, memory) - working + kept  # (every rank's `every` holds working)
             mtp = model.mtp_layers * (acts.moe if self._mtp_moe else acts.dense)
             first += acts.vision
-            every = M.BUFFER_ALLOWANCE_GIB * GIB
-            if c.zero is ZeroStage.WEIGHTS:
-                every += M.zero3_working_bytes(model, c.tp, job.runtime.grad_reduce_bytes, c.ep, c.etp)
+            every += outside_bytes(job) + working
             if Offload.ACTIVATIONS in c.offload:
                 every += 2 * max(acts.dense, acts.moe)
             if c.offload:  # (nothing to hold without)

@@ -7,9 +7,9 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from cost_models.memory import footprint as M
 from meshcore import GIB, JobSpec, Offload, offload_names
 from planner.search.bounds import SearchBounds
+from planner.search.memory_floors import outside_bytes
 from planner.search.searchspec import SearchSpec
 from planner.search.space import Candidate
 
@@ -35,7 +35,8 @@ def no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str 
     need_bytes, _, leanest = min((layer_times.state_bound(c), c.sort_key(), c) for c in pool)
     need = need_bytes / GIB
     cap = cluster.gpu.memory_gib
-    spare = cap - M.BUFFER_ALLOWANCE_GIB
+    outside = outside_bytes(job) / GIB  # (counted in every stage's need)
+    spare = cap - outside
     host = [(layer_times.host_floor(c, False), c.sort_key(), c) for c in pool
             if c.offload and layer_times.memory_floor(c, False) <= cap * GIB]
     host_cap = layer_times.host_capacity()
@@ -51,7 +52,7 @@ def no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str 
                 f"{need:.1f} GiB with tp {leanest.tp}, pp {leanest.pp}, ZeRO-{int(leanest.zero)}) but activations do "
                 f"not; use a shorter sequence than {job.seq_len}, a smaller batch, more GPUs or GPUs with more memory"
                 + hints)
-    states = need - M.BUFFER_ALLOWANCE_GIB
+    states = need - outside
     gpus = cluster.num_gpus * math.ceil(states / max(spare, 1e-9))
     return (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
             f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone; "
