@@ -1,11 +1,13 @@
 """Search speed and start-up (issue 36): per job, the search's seconds and the whole process's CPU seconds, the
 candidates priced, simulated and pruned, and the machine's load beside each figure.
 
-    python benchmarks/search_time.py [--repeat N] [--runtime megatron|any|both] [--workers W] [--offload-auto]
-                                     [--only NAME ...]
+    python benchmarks/search_time.py [--repeat N] [--runtime megatron|nemo|torchtitan|deepspeed|any|both|all]
+                                     [--workers W] [--offload-auto] [--only NAME ...]
 
-Each job is planned N times (default 3) in this process, for the default runtime (Megatron-LM) and for the research
-space (`--runtime any`, the largest); `search s` is the median CPU seconds of `planner.plan` (one core), `process s`
+Each job is planned N times (default 3) in this process, for every runtime's space (`all`, the default: Megatron-LM,
+NeMo, torchtitan, DeepSpeed, and the research space `any`, the largest; `both`: Megatron-LM and the research space); a
+job a runtime cannot run (a model it has no definition for) or where nothing fits prints that in place of its figures.
+`search s` is the median CPU seconds of `planner.plan` (one core), `process s`
 the CPU seconds of `meshplan plan` run as its own process (start-up, search and printing; the median of N), `W
 workers` the search's wall seconds over W processes (`plan --workers W`, default 2; the parts share their incumbent;
 the median of N),
@@ -38,6 +40,7 @@ from machine import machine_line  # noqa: E402
 
 import planner  # noqa: E402
 from meshcore import Runtime  # noqa: E402
+from meshcore.errors import MeshplanError  # noqa: E402
 from meshcore.framework import Framework  # noqa: E402
 from planner.search.space import SearchSpec  # noqa: E402
 
@@ -85,10 +88,14 @@ def run_case(case: tuple[str, str, int, int, int], framework: Framework, args: a
     model, hw, gpus, seq, batch = case
     spec = SearchSpec(offload_auto=True) if args.offload_auto else None
     runtime = Runtime(framework=framework)
+    name = f"{model} on {gpus} x {hw} (s={seq}, B={batch})"
     cpu = []
     for _ in range(args.repeat):
         start = time.process_time()
-        plan = planner.plan(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, spec=spec, runtime=runtime)
+        try:
+            plan = planner.plan(model, hw, gpus=gpus, seq_len=seq, global_batch=batch, spec=spec, runtime=runtime)
+        except MeshplanError as exc:  # the runtime has no such model, or nothing fits: nothing to time
+            return f"{name:50} {framework.value:10} not planned: {str(exc)[:100]}"
         cpu.append(time.process_time() - start)
     load = os.getloadavg()[0]
     search = statistics.median(cpu)
@@ -110,12 +117,11 @@ def run_case(case: tuple[str, str, int, int, int], framework: Framework, args: a
         whole = f"{process_cpu(command + (['--offload', 'auto'] if args.offload_auto else []), args.repeat):.2f}"
     c = plan.certificate
     assert c is not None
-    name = f"{model} on {gpus} x {hw} (s={seq}, B={batch})"
     previous = PREVIOUS.get("offload auto", {}) if args.offload_auto else PREVIOUS
     before = previous.get(name) if framework is Framework.ANY else None
     ratio = f"{before / search:5.1f}x" if before else "-"
     verdict = f"{'over' if over else 'ok'} ({TARGET[moe]:g})"
-    return (f"{name:50} {framework.value:9} {search:8.2f} {whole:>9} {workers:>9} {verdict:>10} {ratio:>7} "
+    return (f"{name:50} {framework.value:10} {search:8.2f} {whole:>9} {workers:>9} {verdict:>10} {ratio:>7} "
             f"{c.candidates:10} {c.evaluated:6} {c.simulated:5} {c.pruned_memory:10} {c.pruned_time:11} {load:5.2f}  "
             f"{layout_text(plan)}")
 
@@ -123,17 +129,18 @@ def run_case(case: tuple[str, str, int, int, int], framework: Framework, args: a
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--runtime", choices=["megatron", "any", "both"], default="both")
+    parser.add_argument("--runtime", choices=[*(f.value for f in Framework), "both", "all"], default="all")
     parser.add_argument("--workers", type=int, default=2, help="also time the search over this many processes "
                                                                 "(1: not)")
     parser.add_argument("--offload-auto", action="store_true", help="search every offload choice as well")
     parser.add_argument("--only", nargs="*", default=None, help="jobs whose model name contains one of these")
     args = parser.parse_args(argv)
-    frameworks = [Framework.MEGATRON, Framework.ANY] if args.runtime == "both" else [Framework(args.runtime)]
+    frameworks = {"both": [Framework.MEGATRON, Framework.ANY], "all": list(Framework)}.get(args.runtime) or [
+        Framework(args.runtime)]
     exe = shutil.which("meshplan")
     planner.plan("llama3-8b", "h100-sxm", gpus=8, seq_len=2048, global_batch=8)  # presets loaded before timing
     print(machine_line())
-    print(f"{'job':50} {'runtime':9} {'search s':>8} {'process s':>9} {f'{args.workers} workers':>9} "
+    print(f"{'job':50} {'runtime':10} {'search s':>8} {'process s':>9} {f'{args.workers} workers':>9} "
           f"{'target s':>10} {'vs prev':>7} {'candidates':>10} {'priced':>6} {'simul':>5} {'pruned mem':>10} "
           f"{'pruned time':>11} {'load':>5}  best")
     for framework in frameworks:

@@ -119,6 +119,7 @@ class RankMemory:
         self._fixed_parts: dict[tuple[object, ...], tuple[float, ...]] = {}
         self._shape_ranks: dict[tuple[object, ...], Shape] = {}
         self._exceeds: dict[tuple[object, ...], bool] = {}  # `memory_exceeds` by everything it reads
+        self._gathered_parts: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
         self._held: dict[int, HeldKinds] = {}
 
@@ -208,6 +209,20 @@ class RankMemory:
             self._in_flight[key] = tuple(in_flight(c.schedule, r, c.pp, m, c.vpp) for r in range(c.pp))
         return self._in_flight[key]
 
+    def _gathered(self, c: Candidate) -> tuple[float, float, float, float]:
+        """(bytes per parameter, bytes per rank, the root module's bytes on the embedding rank and on the head rank)
+        of `gathered_terms`, once per (tp, pp, ZeRO stage, ep, etp, head placement)."""
+        beside = self.beside(c)
+        key = (c.tp, c.pp, c.zero, c.ep, c.etp, beside)
+        found = self._gathered_parts.get(key)
+        if found is None:
+            model, job = self.model, self.job
+            rate, every, ends = gathered_terms(model, job, self.cluster, c, self._unit(c))
+            emb = embedding_params(model, job, c.tp) * ends if ends else 0.0
+            head = head_params(model, job, c.tp, beside).total * ends if ends else 0.0
+            found = self._gathered_parts[key] = (rate, every, emb, head)
+        return found
+
     def _unit(self, c: Candidate) -> float:
         """The parameters of the block FSDP2 gathers and reduces at once (`gathered_terms`): an MoE layer's on this
         rank where the model has MoE layers, else a dense layer's (cost_models.step.gathered_weight_bytes)."""
@@ -285,12 +300,12 @@ class RankMemory:
         found = self._fixed_parts.get(key)
         if found is None:
             model, job = self.model, self.job
-            rate, every, ends = gathered_terms(model, job, self.cluster, c, self._unit(c))
+            rate, every, emb_root, head_root = self._gathered(c)
             dense, moe, emb, head = self._pieces_of(c)
             s_dense, s_moe, s_emb, s_head = self._piece_states(c)[0]
             s_dense, s_moe = s_dense + dense.total * rate, s_moe + moe.total * rate
-            s_emb += emb.total * rate + embedding_params(model, job, c.tp) * ends
-            s_head += head.total * rate + head_params(model, job, c.tp, self.beside(c)).total * ends
+            s_emb += emb.total * rate + emb_root
+            s_head += head.total * rate + head_root
             acts = self.activations(c) if acts is None else acts
             loss, first = self._ends(c)
             working, memory = self._working(c, acts), job.runtime.priced_execution.memory
