@@ -104,6 +104,15 @@ def test_fits_nowhere_names_the_resource() -> None:
         plan("llama3-405b", "rtx4090", gpus=8, seq_len=8192, global_batch=64)
 
 
+def test_gathered_states_message() -> None:
+    """DeepSpeed's ZeRO-3 gathers Maverick's 128 experts as one module (no expert parallelism): 80 GiB held whole
+    beside the states, which more GPUs do not shrink, so the message says so instead of asking for more GPUs."""
+    with pytest.raises(InfeasibleError, match=r"needs 108.2 GiB .* 80.0 GiB of it the weights and gradients its "
+                                              r"sharding gathers whole, which more GPUs do not shrink"):
+        plan("llama4-maverick", "h100-sxm", gpus=256, seq_len=8192, global_batch=512,
+             runtime=Runtime(framework=Framework.DEEPSPEED))
+
+
 def test_activation_bound_message() -> None:
     """States fit with TP 8 (16.8 GiB of 23.6) but 256K-token activations and logits do not."""
     with pytest.raises(InfeasibleError, match="activations do not; use a shorter sequence than 262144"):

@@ -84,16 +84,16 @@ def gathered_terms(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Cand
 
 
 def _state_bound_bytes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Candidate,
-                       rank_parameters: StageParams, unit: float) -> float:
-    """Least static bytes on the busiest stage: all weights/gradients/optimizer state of a TP rank
-    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, what sharded data
-    parallelism holds gathered of them (`gathered_terms` but the root module's), plus the memory outside the
-    allocator. Both the states and the gathered bytes are linear in a stage's parameters, so the busiest stage holds
-    at least those of the average stage's."""
+                       rank_parameters: StageParams, unit: float) -> tuple[float, float]:
+    """Least static bytes on the busiest stage, as (all weights/gradients/optimizer state of a TP rank
+    (`rank_parameters`, over every stage), sharded by the ZeRO stage, spread evenly over pp stages, plus the memory
+    outside the allocator; what sharded data parallelism holds gathered of them, `gathered_terms` but the root
+    module's, which more data-parallel ranks do not shrink). Both the states and the gathered bytes are linear in a
+    stage's parameters, so the busiest stage holds at least those of the average stage's."""
     average = rank_parameters.scaled(1 / c.pp)
     states = stage_states(average, c.layout(), job)
     rate, fixed, _ = gathered_terms(model, job, cluster, c, unit)
-    return states.total + average.total * rate + fixed + outside_bytes(job)
+    return states.total + outside_bytes(job), average.total * rate + fixed
 
 
 class RankMemory:
@@ -107,7 +107,7 @@ class RankMemory:
         self.layer_counts = F.decoder_layer_counts(model)  # (dense, MoE) decoder layers
         self.layer_kinds = model.moe_layers()  # per decoder layer: an MoE layer
         self._params: dict[tuple[int, bool, int, int], StageParams] = {}
-        self._states: dict[tuple[object, ...], float] = {}
+        self._states: dict[tuple[object, ...], tuple[float, float]] = {}
         self._beside: dict[tuple[int, int, Schedule], bool] = {}
         self._acts: dict[tuple[object, ...], LayerActivations] = {}
         self._end_bytes: dict[tuple[int, int, int, bool], tuple[float, float]] = {}
@@ -141,8 +141,12 @@ class RankMemory:
         return self._beside[key]
 
     def state_bound(self, c: Candidate, beside: bool | None = None) -> float:
-        """`_state_bound_bytes`, once per (degrees, ZeRO stage, head placement: c's own, or `beside` where the caller
-        asks for another shape of c's, whose head sits elsewhere)."""
+        """`_state_bound_bytes` in all, once per (degrees, ZeRO stage, head placement: c's own, or `beside` where the
+        caller asks for another shape of c's, whose head sits elsewhere)."""
+        return sum(self.state_parts(c, beside))
+
+    def state_parts(self, c: Candidate, beside: bool | None = None) -> tuple[float, float]:
+        """`_state_bound_bytes` of `state_bound`: (the states and the memory outside the allocator, the gathered)."""
         beside = self.beside(c) if beside is None else beside
         key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, beside, c.offload)
         if key not in self._states:

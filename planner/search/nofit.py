@@ -52,11 +52,16 @@ def no_fit_message(layer_times: SearchBounds, pool: list[Candidate], hints: str 
                 f"{need:.1f} GiB with tp {leanest.tp}, pp {leanest.pp}, ZeRO-{int(leanest.zero)}) but activations do "
                 f"not; use a shorter sequence than {job.seq_len}, a smaller batch, more GPUs or GPUs with more memory"
                 + hints)
-    states = need - outside
-    gpus = cluster.num_gpus * math.ceil(states / max(spare, 1e-9))
-    return (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
-            f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone; "
-            f"use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model" + hints)
+    gathered = layer_times.state_parts(leanest)[1] / GIB  # (held whole on every rank: more ranks do not shrink it)
+    states = need - outside - gathered
+    lead = (f"no layout fits in {cap:g} GiB per GPU: even the leanest (tp {leanest.tp}, pp {leanest.pp}, "
+            f"ZeRO-{int(leanest.zero)}) needs {need:.1f} GiB for weights, gradients and optimizer state alone")
+    if gathered >= spare:
+        return (f"{lead}, {gathered:.1f} GiB of it the weights and gradients its sharding gathers whole, which "
+                f"more GPUs do not shrink; use GPUs with at least {need + 4:.0f} GiB, more tensor or expert "
+                "parallelism, or a smaller model" + hints)
+    gpus = cluster.num_gpus * math.ceil(states / max(spare - gathered, 1e-9))
+    return f"{lead}; use about {gpus} GPUs or more, GPUs with at least {need + 4:.0f} GiB, or a smaller model" + hints
 
 
 def with_choices(cs: list[Candidate], choices: Callable[[Candidate], tuple[frozenset[Offload], ...]]
