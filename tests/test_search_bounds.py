@@ -108,6 +108,20 @@ def test_balanced_floor_is_the_balanced_peak() -> None:
             assert abs(bounds.memory_floor(c, True) - peak) <= 1e-6 * peak, (CASES[index], c)
 
 
+def test_state_bound_is_below_every_layout() -> None:
+    """The states' bound (`state_bound`: the average stage's states and what sharding gathers of them, and the memory
+    outside the allocator) is below the busiest stage's peak of the balanced layout and of random splits, for every
+    job and runtime of the cases (the search drops a family's offload choices on it before any split is solved)."""
+    rng = random.Random(11)
+    for index in range(len(CASES)):
+        pr, bounds, pool = _case(index)
+        for c in rng.sample(pool, min(len(pool), 60)):
+            bound = bounds.state_bound(c)
+            for layout in (c.layout(), _random_split(c.layout(), pr.model.num_layers, rng)):
+                peak = evaluate_layout(pr.model, pr.cluster, pr.job, layout).peak_memory_gib * GIB
+                assert bound <= peak * (1 + 1e-9), (CASES[index], c)
+
+
 @cache
 def _needy(index: int) -> tuple[Candidate, ...]:
     """Candidates of case `index` that need full recomputation to fit (a positive `recompute_floor`)."""
