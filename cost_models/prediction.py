@@ -43,7 +43,12 @@ class StageCost:
 
     @property
     def peak_memory_gib(self) -> float:
-        return (self.weights_gib + self.gradients_gib + self.optimizer_state_gib + self.activations_gib
+        return self.peak_with(self.activations_gib)
+
+    def peak_with(self, activations_gib: float) -> float:
+        """`peak_memory_gib` with `activations_gib` in place of the stage's own activations (the split search reads a
+        stage's peak at other counts of micro-batches in flight)."""
+        return (self.weights_gib + self.gradients_gib + self.optimizer_state_gib + activations_gib
                 + self.other_gib + self.buffers_gib)
 
 

@@ -25,6 +25,7 @@ from cost_models.compute.layer import decoder_layer_time, embedding_time, head_t
 from cost_models.compute.sac import sac_activation_bytes
 from cost_models.memory import footprint as M
 from cost_models.memory import held as H
+from cost_models.memory.gathered import gathered_form, gathered_weight_bytes
 from cost_models.memory.offload import offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline.hops import RankPlace, rank_places
@@ -35,13 +36,10 @@ from cost_models.predict import predict
 from cost_models.prediction import Prediction, StageCost, StageLayers
 from cost_models.sync import (
     dp_reduce_exposed,
-    gather_bytes,
     grad_accumulation_time,
     grad_traffic,
     host_state_bytes,
-    kept_gathered,
     optimizer_time,
-    per_block,
     sharded_dp_exposed,
     stage_offload_exposed,
     stage_states,
@@ -56,9 +54,8 @@ from meshcore import (
     Offload,
     Recompute,
     RecomputeModule,
-    ZeroStage,
 )
-from meshcore.execution import FsdpForm, SelectiveForm
+from meshcore.execution import SelectiveForm
 
 
 def stage_held(costs: LayoutCosts, layers: StageLayers, first: bool, last: bool, in_flight_mb: int) -> H.StageHeld:
@@ -83,37 +80,17 @@ def stage_held(costs: LayoutCosts, layers: StageLayers, first: bool, last: bool,
     if layers.full or (layout.recompute is Recompute.SELECTIVE and ex.selective is SelectiveForm.OP_SAC):
         working = acts.working  # the layer being recomputed holds all its activations until its backward is done
     other += H.held_at_peak(loss, working, ex.memory)
-    if layers.total and (layout.zero is ZeroStage.WEIGHTS or (layout.zero is ZeroStage.GRADIENTS and per_block(job))):
+    form = gathered_form(model, job, costs.cluster, layout, costs.block_params()) if layers.total else None
+    if form is not None:
         params = costs.weights(first, last, layers).params
-        other += gathered_weight_bytes(costs, params)
-        if kept_gathered(layout, job):
-            accumulated = params.total * rt.grad_reduce_bytes * job.trainable_fraction
-        else:
+        other += gathered_weight_bytes(params, form, job)
+        accumulated = params.total * form.grad * job.trainable_fraction
+        if form.root:
             end = embedding_params(model, job, layout.tp) if first else 0.0
             end += head_params(model, job, layout.tp, layout.head_beside_embedding).total if last else 0.0
-            other += H.root_gathered_bytes(end, ex.memory)
+            other += end * form.root
     other += offload_working_bytes(layout, job)  # the gradient buckets with gradient offload
     return H.StageHeld(stored, other, H.allocator_reserve(loss + working + accumulated, ex.memory), offloaded)
-
-
-def gathered_weight_bytes(costs: LayoutCosts, params: StageParams) -> float:
-    """Bytes sharded data parallelism holds gathered on a rank whose stage has `params` parameters, as the runtime's
-    FSDP runs it (Execution.fsdp, reshard_under_pp):
-      ZeRO-3            the current and the prefetched module with one module's full gradient (`M.zero3_working_bytes`;
-                        a module is one weight matrix per-module, a whole layer per-block);
-      FSDP2 ZeRO-2      (reshard_after_forward "never") every weight gathered from its forward to its backward (fp8
-                        with FP8 all-gathers, else bf16) and one block's full gradient;
-      kept under PP     (`sync.kept_gathered`) every weight gathered and the gradients accumulated unsharded in the
-                        reduce dtype across micro-batches."""
-    model, job, layout = costs.model, costs.job, costs.layout
-    ex, grad = job.runtime.priced_execution, job.runtime.grad_reduce_bytes
-    gathered = params.total * gather_bytes(job, costs.cluster)
-    if kept_gathered(layout, job):
-        return gathered + params.total * grad * job.trainable_fraction
-    unit = (costs.moe_params.total or costs.dense_params.total) if ex.fsdp is FsdpForm.PER_BLOCK else None
-    if layout.zero is ZeroStage.GRADIENTS:
-        return gathered + (unit or 0.0) * grad * job.trainable_fraction
-    return M.zero3_working_bytes(model, layout.tp, grad, layout.ep, layout.etp, unit)
 
 
 def mtp_time(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, knobs: LayerKnobs,
@@ -247,6 +224,11 @@ class LayoutCosts:
         object.__setattr__(self, "_bodies", bodies)
         object.__setattr__(self, "_weights", weights)
         return self
+
+    def block_params(self) -> float:
+        """Parameters of the block FSDP2 gathers and reduces at once: an MoE layer's on this rank where the model has
+        MoE layers, else a dense layer's (`gathered_form`)."""
+        return self.moe_params.total or self.dense_params.total
 
     def uniform(self, n: int, n_full: int) -> StageLayers:
         """Counts for `n` layers of a homogeneous stack (all dense or all MoE), `n_full` recomputed."""

@@ -99,7 +99,7 @@ def stage_states(params: StageParams, layout: Layout, job: JobSpec) -> M.StateBy
     """Weights, gradients and Adam state a stage keeps on its GPUs, each group sharded over its own data-parallel
     ranks (gradients and state for the job's trainable share); offloaded state lives on the host instead
     (`host_state_bytes`). FSDP2 shards the weights at rest under ZeRO-2 too (torchtitan's reshard_after_forward
-    "never" keeps them gathered only between a forward and its backward: cost_models.step.gathered_weight_bytes)."""
+    "never" keeps them gathered only between a forward and its backward: cost_models.memory.gathered)."""
     grad, share, ex = job.runtime.grad_reduce_bytes, job.trainable_fraction, job.runtime.priced_execution
     zero = ZeroStage.WEIGHTS if per_block(job) and layout.zero is ZeroStage.GRADIENTS else layout.zero
     parts = [M.state_bytes(p, zero, g.shard.size, grad, share, ex.sharded_weight_bytes, ex.optimizer_bytes)

@@ -38,12 +38,13 @@ from cost_models.compute import flops as F
 from cost_models.compute.knobs import LayerActivations, LayerKnobs
 from cost_models.memory import footprint as M
 from cost_models.memory import held as H
+from cost_models.memory.gathered import gathered_form
 from cost_models.memory.offload import host_capacity_bytes, offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
 from cost_models.pipeline.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
-from cost_models.sync import gather_bytes, host_state_bytes, kept_gathered, per_block, stage_states
-from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage
+from cost_models.sync import host_state_bytes, stage_states
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule
 from meshcore.execution import SelectiveForm
 from planner.search.floors import packing_exceeds, packing_floor
 from planner.search.held_kinds import HeldKinds
@@ -60,27 +61,16 @@ def outside_bytes(job: JobSpec) -> float:
     return job.runtime.priced_execution.memory.outside_allocator_gib * GIB
 
 
-def gathered_terms(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Candidate, unit: float
+def gathered_terms(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Candidate, block: float
                    ) -> tuple[float, float, float]:
     """(bytes per parameter of a stage, bytes per rank, bytes per parameter of the embedding and the head) that
-    sharded data parallelism holds gathered beside the states on a stage of one layer or more, as
-    cost_models.step.stage_held adds them (`gathered_weight_bytes`, `root_gathered_bytes`), where ZeRO-3 runs or
-    ZeRO-2 as FSDP2 (per block): weights kept gathered under a pipeline (`kept_gathered`) with their gradients
-    accumulated unsharded, gather_bytes + grad·trainable per parameter; FSDP2's ZeRO-2, its weights gathered
-    (gather_bytes each) and one block's gradient (`unit` parameters: an MoE layer's, else a dense one's); ZeRO-3 its
-    working modules (`M.zero3_working_bytes`, of whole blocks under FSDP2); FSDP2's root module (the embedding and
-    the head) gathered in bf16 where the runtime keeps it (HeldMemory.root_gathered) and nothing is kept gathered.
-    The same products summed in another order: the floors keep ROUNDING below them."""
-    zero, grad, memory = c.zero, job.runtime.grad_reduce_bytes, job.runtime.priced_execution.memory
-    block = per_block(job)
-    if not (zero is ZeroStage.WEIGHTS or (zero is ZeroStage.GRADIENTS and block)):
+    sharded data parallelism holds gathered beside the states on a stage of one layer or more: the cost model's
+    `gathered_form` (cost_models.step), its gradients per trained parameter folded into the rate (the same products
+    summed in another order: the floors keep ROUNDING below them)."""
+    form = gathered_form(model, job, cluster, c.layout(), block)
+    if form is None:
         return 0.0, 0.0, 0.0
-    if kept_gathered(c.layout(), job):
-        return gather_bytes(job, cluster) + grad * job.trainable_fraction, 0.0, 0.0
-    ends = 2.0 if memory.root_gathered else 0.0  # (root_gathered_bytes' bf16)
-    if zero is ZeroStage.GRADIENTS:
-        return gather_bytes(job, cluster), unit * grad * job.trainable_fraction, ends
-    return 0.0, M.zero3_working_bytes(model, c.tp, grad, c.ep, c.etp, unit if block else None), ends
+    return form.weight + form.grad * job.trainable_fraction, form.fixed, form.root
 
 
 def _state_bound_bytes(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, c: Candidate,
@@ -228,8 +218,8 @@ class RankMemory:
         return found
 
     def _unit(self, c: Candidate) -> float:
-        """The parameters of the block FSDP2 gathers and reduces at once (`gathered_terms`): an MoE layer's on this
-        rank where the model has MoE layers, else a dense layer's (cost_models.step.gathered_weight_bytes)."""
+        """The parameters of the block FSDP2 gathers and reduces at once: an MoE layer's on this rank where the model
+        has MoE layers, else a dense layer's (cost_models.step.LayoutCosts.block_params)."""
         dense, moe = self._pieces_of(c)[:2]
         return (moe.total if self.layer_counts[1] else 0.0) or dense.total
 

@@ -121,9 +121,7 @@ def kind_rows(costs: LayoutCosts, rank: int, alives: tuple[float, ...]) -> list[
         return stage_cost(costs, rank, layers), costs.held(place, layers)
 
     def peak(probe: tuple[StageCost, StageHeld], alive: float) -> float:
-        st, acts = probe[0], probe[1].in_flight(alive)[0] / GIB
-        return (st.weights_gib + st.gradients_gib + st.optimizer_state_gib + acts + st.other_gib
-                + st.buffers_gib) * GIB
+        return probe[0].peak_with(probe[1].in_flight(alive)[0] / GIB) * GIB
 
     base = at(False, 0, 0)[0]
     base_t, base_b = base.compute_s, base.time.backward
