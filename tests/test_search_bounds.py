@@ -28,7 +28,9 @@ from planner.search.floors import (
     packing_floor,
     packing_range,
 )
+from planner.search.group_floor import GroupFloors
 from planner.search.ilp import SolveOptions, Solver
+from planner.search.memory_floors import ROUNDING
 from planner.search.pricing import balanced_only, price
 from planner.search.runtime_space import for_runtime
 from planner.search.space import Candidate, SearchSpec, candidates, module_sets, offload_options
@@ -300,6 +302,33 @@ def test_group_floor_is_below_the_bound_of_every_offload_choice() -> None:
             floor = bounds.group_floor(group, choices)
             least = min(bounds.bound(replace(c, offload=o)) for c in group for o in choices)
             assert floor <= least * (1 + 1e-12), (CASES[index], group[0])
+
+
+def test_a_group_floor_is_below_every_member_floor() -> None:
+    """A group is dropped when its family is expanded, its members unseen, when its floor exceeds the GPU
+    (planner.search.group_floor): for each placement of the head and offload choice that floor, built from the least
+    of the members' terms rank by rank, is at most the memory floor of every member of every job and runtime, so a
+    group it drops is one whose members the floors would drop one by one. Taking the largest micro-batches in flight
+    over the shapes instead of the least fails it."""
+    checked = 0
+    for index, (_, _, _, _, _, _, runtime) in enumerate(CASES):
+        pr, bounds, pool = _case(index)
+        spec = for_runtime(_spec(index), load_runtime(runtime))
+        floors = GroupFloors(bounds, pr.cluster.gpu.memory_gib * GIB)
+        groups: dict[tuple[object, ...], list[Candidate]] = {}
+        for c in pool:
+            key = (replace(c, schedule=Schedule.ONE_F_ONE_B, vpp=1, offload=frozenset()), bounds.beside(c), c.offload)
+            groups.setdefault(key, []).append(c)
+        for members in list(groups.values())[::3]:
+            least = floors.least_shape(members[0], [(c.schedule, c.vpp, (c.offload,)) for c in members])
+            if least is None:
+                continue
+            fixed, dense, moe = floors.rows(members[0], least)
+            floor = packing_floor(fixed, *bounds.kind_rows(dense, moe)) * (1 - ROUNDING)
+            checked += 1
+            for c in members:
+                assert floor <= bounds.memory_floor(c, balanced_only(c, spec)), (CASES[index], c)
+    assert checked > 200
 
 
 def test_candidate_but_is_replace() -> None:

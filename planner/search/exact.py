@@ -12,8 +12,8 @@
    each bound and computes the bound only when the floor comes first: the same order. Two levels of floors: the
    families sharing layer times and pp (`SearchBounds.floor_key`) wait as one entry at `family_floor` (the layer
    times alone); when it comes first their groups are built (the state bound of step 2) and queued at their floors
-   (`shape_floor`, which adds traffic and tail). Most families never come up: their groups' floors and state bounds
-   are never computed, and their candidates count as pruned by the time bound.
+   (`shape_floor`, which adds traffic and tail; one whose members' least memory exceeds the GPU is dropped:
+   planner.search.group_floor). Most families never come up: their groups' floors and state bounds are never computed.
 4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
    solved exactly (planner.search.partition DP, or the CP-SAT / HiGHS model of planner.search.ilp); interleaved
    layouts use balanced model chunks.
@@ -34,7 +34,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
 
 from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.simulator import Durations
@@ -42,10 +41,11 @@ from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, S
 from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.early_floor import EarlyFloors
+from planner.search.group_floor import GroupFloors
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.nofit import fit_hints, no_fit_message, with_choices
 from planner.search.pricing import Shared, balanced_only, floored, price, simulated
-from planner.search.ranked import Certificate, Ranked, SearchResult, certified
+from planner.search.ranked import Certificate, Incumbent, Ranked, SearchResult, certified
 from planner.search.runtime_space import for_runtime
 from planner.search.sim_bounds import ReportedBounds
 from planner.search.space import (
@@ -65,14 +65,6 @@ ProgressFn = Callable[[int, int], None]
 Group = tuple[Candidate, list[tuple[Schedule, int]]]  # a group's first candidate and its (schedule, vpp) shapes
 Members = list[tuple[int, int]]  # families sharing a `floor_key`: (family, its (ep, etp) choice)
 Entry = tuple[float, tuple[int, ...], int, int, Candidate | Group | Members]
-
-
-class Incumbent(Protocol):
-    """The k best reported steps found by searches of other parts of the space (planner.search.parallel)."""
-
-    def kth(self) -> float: ...
-
-    def offer(self, step: float) -> None: ...
 
 
 def search(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec | None = None,
@@ -122,6 +114,7 @@ class _Search:
         self.solver, self.options, self.progress, self.incumbent = solver, options, progress, incumbent
         self.bounds = ReportedBounds(model, cluster, job, spec.partial_recompute)
         self.capacity, self.host_capacity = cluster.gpu.memory_gib * GIB, self.bounds.host_capacity()
+        self.group_floors = GroupFloors(self.bounds, self.capacity)
         self.built = list(families(model, cluster, job, spec))
         if not self.built:
             raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
@@ -189,21 +182,28 @@ class _Search:
 
     def expand(self, members: Members) -> None:
         """Queue the groups of these (family, (ep, etp) choice)s at their floors, each its first candidate within the
-        state bound and its (schedule, vpp) shapes that hold one."""
+        state bound and its (schedule, vpp) shapes that hold one; a group whose floor over its members' memory
+        (`GroupFloors.exceeds`) rules them all out is dropped with them, unless their next module sets would be
+        searched (they store less)."""
         for f, e in members:
             first, shapes, experts, _ = self.built[f]
             ep, etp = experts[e]
             self.tally["held"] += len(self.choices(first)) * len(shapes)
             base = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
             sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
-            fits = {side: len(self.within_state_bound(base, side)) for side in set(sides)}
-            held = [(schedule, vpp) for (vpp, schedule), side in zip(shapes, sides, strict=True) if fits[side]]
-            if not held:
+            fits = {side: self.within_state_bound(base, side) for side in set(sides)}
+            shaped = [(schedule, vpp, fits[side]) for (vpp, schedule), side in zip(shapes, sides, strict=True)
+                      if fits[side]]
+            if not shaped:
                 continue
-            self.tally["fitting"] += sum(fits[side] for side in sides)
-            vpp, schedule = shapes[next(i for i, side in enumerate(sides) if fits[side])]
-            c = base if (vpp, schedule) == (base.vpp, base.schedule) else base.but(vpp=vpp, schedule=schedule)
+            count = sum(len(offloads) for _, _, offloads in shaped)
+            self.tally["fitting"] += count
+            held = [(schedule, vpp) for schedule, vpp, _ in shaped]
+            c = base if held[0] == (base.schedule, base.vpp) else base.but(schedule=held[0][0], vpp=held[0][1])
             self.groups.append((c, held))
+            if next_module_set(c, self.family, self.job) is None and self.group_floors.exceeds(c, shaped):
+                self.tally["floored"] += count  # none fits: dropped with the group (planner.search.group_floor)
+                continue
             heapq.heappush(self.heap, (self.bounds.shape_floor(c, held, self.choices(c)), (), 0, len(self.groups),
                                        (c, held)))
 

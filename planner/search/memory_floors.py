@@ -51,7 +51,7 @@ from planner.search.held_kinds import HeldKinds
 from planner.search.space import Candidate
 
 ROUNDING = 1e-9  # the floors sum the same bytes in another order: kept this far below
-# a candidate's pipeline shape as the floors read it (`RankMemory._shape_of`): embedding rank, head rank, micro-batches
+# a candidate's pipeline shape as the floors read it (`RankMemory.shape_of`): embedding rank, head rank, micro-batches
 # in flight per rank, those at the embedding and at the head rounded up, each rank's (dense, MoE) layers when balanced
 Shape = tuple[int, int, tuple[float, ...], int, int, tuple[tuple[int, int], ...]]
 
@@ -259,21 +259,21 @@ class RankMemory:
         """(fixed bytes of each rank, micro-batches each keeps in flight, states of one dense and one MoE layer): the
         module docstring's fixed_r, as cost_models.step.stage_held and stage_cost count them (`acts`: c's
         `activations`, when the caller has them)."""
-        emb, head, alive, at_emb, at_head, _ = self._shape_of(c)
-        every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = self._parts_of(c, acts)
-        return self._fixed(c.pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp), alive, \
+        emb, head, alive, at_emb, at_head, _ = self.shape_of(c)
+        every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = self.parts_of(c, acts)
+        return self.fixed_of(c.pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp), alive, \
             s_dense, s_moe
 
     @staticmethod
-    def _fixed(pp: int, emb: int, head: int, at_emb: int, at_head: int, every: float, s_emb: float, first: float,
+    def fixed_of(pp: int, emb: int, head: int, at_emb: int, at_head: int, every: float, s_emb: float, first: float,
                s_head: float, logits: float, mtp: float) -> list[float]:
-        """fixed_r of `_bytes_of_ranks` from `_shape_of` and `_parts_of`."""
+        """fixed_r of `_bytes_of_ranks` from `shape_of` and `_parts_of`."""
         fixed = [every] * pp  # (every + 0.0 + 0.0 is every: the same floats as summing each rank's three terms)
         fixed[emb] = every + (s_emb + first * at_emb)
         fixed[head] = fixed[head] + (s_head + logits + mtp * at_head)
         return fixed
 
-    def _shape_of(self, c: Candidate) -> Shape:
+    def shape_of(self, c: Candidate) -> Shape:
         """(embedding rank, head rank, `alive`, the micro-batches in flight on the embedding and the head rank rounded
         up, each rank's layers with balanced chunks), once per (pp, vpp, schedule, micro-batches)."""
         key = (c.pp, c.vpp, c.schedule, c.dp, c.mbs)
@@ -284,7 +284,7 @@ class RankMemory:
             found = self._shape_ranks[key] = (emb, head, alive, math.ceil(alive[emb]), math.ceil(alive[head]), counts)
         return found
 
-    def _parts_of(self, c: Candidate, acts: LayerActivations | None) -> tuple[float, ...]:
+    def parts_of(self, c: Candidate, acts: LayerActivations | None) -> tuple[float, ...]:
         """(bytes every rank holds, the embedding's states, its activations per micro-batch in flight, the head's
         states, its logits, the multi-token-prediction layers' activations per micro-batch in flight, states of one
         dense and one MoE layer) of `_bytes_of_ranks`, once per knobs, degrees, ZeRO stage, head placement and offload
@@ -329,7 +329,7 @@ class RankMemory:
         it reads (the shape's ranks, the parts' bytes, the stored activations): candidates of other schedules with the
         same micro-batches in flight, or other module sets storing alike, often read the same."""
         acts = self.activations(c)
-        shape, parts, stored = self._shape_of(c), self._parts_of(c, acts), self._stored(c, acts, balanced)
+        shape, parts, stored = self.shape_of(c), self.parts_of(c, acts), self.stored(c, acts, balanced)
         key = (c.pp, balanced, capacity, shape, parts, stored)
         found = self._exceeds.get(key)
         if found is None:
@@ -342,23 +342,23 @@ class RankMemory:
         """`memory_exceeds` from what it reads."""
         emb, head, alive, at_emb, at_head, counts = shape
         every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = parts
-        fixed = self._fixed(pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp)
+        fixed = self.fixed_of(pp, emb, head, at_emb, at_head, every, s_emb, first, s_head, logits, mtp)
         a_dense, a_moe = stored
         if balanced:
             floor = max([fixed[r] + n_dense * (s_dense + a_dense * alive[r]) + n_moe * (s_moe + a_moe * alive[r])
                          for r, (n_dense, n_moe) in enumerate(counts)])
             return floor * (1 - ROUNDING) > capacity
         dense, moe = [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
-        return packing_exceeds(fixed, *self._kinds(dense, moe), capacity, 1 - ROUNDING)
+        return packing_exceeds(fixed, *self.kind_rows(dense, moe), capacity, 1 - ROUNDING)
 
     def _gpu_rows(self, c: Candidate, balanced: bool) -> tuple[list[float], list[float], list[float]]:
         """(fixed_r, c_r of a dense layer, c_r of an MoE layer) of `memory_floor`, per rank."""
         acts = self.activations(c)
         fixed, alive, s_dense, s_moe = self.rank_bytes(c, acts)
-        a_dense, a_moe = self._stored(c, acts, balanced)
+        a_dense, a_moe = self.stored(c, acts, balanced)
         return fixed, [s_dense + a_dense * a for a in alive], [s_moe + a_moe * a for a in alive]
 
-    def _stored(self, c: Candidate, acts: LayerActivations, balanced: bool) -> tuple[float, float]:
+    def stored(self, c: Candidate, acts: LayerActivations, balanced: bool) -> tuple[float, float]:
         """Bytes a dense and an MoE layer store on the GPU per micro-batch in flight at the least (`_gpu_rows`)."""
         a_dense, a_moe = acts.dense, acts.moe
         if not balanced and self.partial_recompute:  # the split may recompute any layer fully: it stores its input
@@ -367,7 +367,7 @@ class RankMemory:
             a_dense = a_moe = 0.0
         return a_dense, a_moe
 
-    def _kinds(self, dense: list[float], moe: list[float]) -> tuple[list[list[float]], list[int]]:
+    def kind_rows(self, dense: list[float], moe: list[float]) -> tuple[list[list[float]], list[int]]:
         """The per-rank bytes and the count of each kind of layer the model has (`packing_floor`'s arguments)."""
         n_dense, n_moe = self.layer_counts
         kinds = [(dense, n_dense), (moe, n_moe)]
@@ -401,7 +401,7 @@ class RankMemory:
             floor = max(fixed[r] + n_dense * dense[r] + n_moe * moe[r]
                         for r, (n_dense, n_moe) in enumerate(self.ranks(c)[2]))
         else:
-            floor = packing_floor(fixed, *self._kinds(dense, moe))
+            floor = packing_floor(fixed, *self.kind_rows(dense, moe))
         return floor * (1 - ROUNDING)
 
 

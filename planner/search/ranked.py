@@ -1,11 +1,13 @@
 """What a search returns: each priced layout (`Ranked`), the certificate that says how the search ended and why its
-answer is optimal within the modelled space, and the result that holds both."""
+answer is optimal within the modelled space, and the result that holds both; and what a part of a split search reads
+of the others' (`Incumbent`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from cost_models.prediction import Prediction
 from meshcore import (
@@ -46,6 +48,14 @@ class SearchResult:
     best: Ranked
     alternatives: tuple[Ranked, ...]
     certificate: Certificate
+
+
+class Incumbent(Protocol):
+    """The k best reported steps found by searches of other parts of the space (planner.search.parallel)."""
+
+    def kth(self) -> float: ...
+
+    def offer(self, step: float) -> None: ...
 
 
 def certified(top: list[tuple[float, tuple[int, ...], Ranked]], tally: Mapping[str, int], solver: Solver,
