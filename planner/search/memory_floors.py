@@ -237,13 +237,20 @@ class RankMemory:
 
     def _piece_states(self, c: Candidate) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """(states on the GPU: weights, gradients, optimizer; offloaded states on the host) of one dense layer, one
-        MoE layer, the embedding and the head, in that order."""
-        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, self.beside(c), c.offload)
-        if key not in self._pieces:
+        MoE layer, the embedding and the head, in that order: the first three once for either head placement."""
+        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, c.offload)
+        beside = self.beside(c)
+        found = self._pieces.get((*key, beside))
+        if found is None:
             layout, job, pieces = c.layout(), self.job, self._pieces_of(c)
-            self._pieces[key] = (tuple(stage_states(p, layout, job).total for p in pieces),
-                                 tuple(host_state_bytes(p, layout, job) for p in pieces) if c.offload else (0.0,) * 4)
-        return self._pieces[key]
+            body = self._pieces.get((*key, not beside))  # the other placement's: the same first three
+            gpu = body[0][:3] if body else tuple(stage_states(p, layout, job).total for p in pieces[:3])
+            host = body[1][:3] if body else tuple(host_state_bytes(p, layout, job) if c.offload else 0.0
+                                                  for p in pieces[:3])
+            found = self._pieces[(*key, beside)] = (
+                (*gpu, stage_states(pieces[3], layout, job).total),
+                (*host, host_state_bytes(pieces[3], layout, job) if c.offload else 0.0))
+        return found
 
     def rank_bytes(self, c: Candidate, acts: LayerActivations | None = None
                    ) -> tuple[list[float], tuple[float, ...], float, float]:
