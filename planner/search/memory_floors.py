@@ -273,8 +273,8 @@ class RankMemory:
 
     @staticmethod
     def fixed_of(pp: int, emb: int, head: int, at_emb: int, at_head: int, every: float, s_emb: float, first: float,
-               s_head: float, logits: float, mtp: float) -> list[float]:
-        """fixed_r of `_bytes_of_ranks` from `shape_of` and `_parts_of`."""
+                 s_head: float, logits: float, mtp: float) -> list[float]:
+        """fixed_r of `_bytes_of_ranks` from `shape_of` and `parts_of`."""
         fixed = [every] * pp  # (every + 0.0 + 0.0 is every: the same floats as summing each rank's three terms)
         fixed[emb] = every + (s_emb + first * at_emb)
         fixed[head] = fixed[head] + (s_head + logits + mtp * at_head)
