@@ -21,6 +21,7 @@ from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime
 from planner.search.bounds import SearchBounds
+from planner.search.exact import search
 from planner.search.floors import (
     least_bottleneck,
     least_bottleneck_floor,
@@ -329,6 +330,22 @@ def test_a_group_floor_is_below_every_member_floor() -> None:
             for c in members:
                 assert floor <= bounds.memory_floor(c, balanced_only(c, spec)), (CASES[index], c)
     assert checked > 200
+
+
+@pytest.mark.parametrize("index", [6, 7])
+def test_trying_group_floors_changes_no_answer(index: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether the search tries a group's floor when its family is expanded (`GroupFloors.worth_trying`: it stops
+    trying where few groups drop) decides where it spends its time, not what it finds: the same top 5 with every
+    group tried, none, and as the search decides; trying every group drops some (torchtitan's test jobs)."""
+    pr, _, _ = _case(index)
+    answers, drops = [], []
+    for policy in (lambda self: True, lambda self: False, GroupFloors.worth_trying):
+        monkeypatch.setattr(GroupFloors, "worth_trying", policy)
+        found = search(pr.model, pr.cluster, pr.job, _spec(index))
+        answers.append([(r.layout, r.step_time_s) for r in (found.best, *found.alternatives)])
+        drops.append(found.certificate.pruned_memory)
+    assert answers[0] == answers[1] == answers[2], CASES[index]
+    assert drops[0] > drops[1], CASES[index]  # (the groups dropped whole count as pruned by memory, not by time)
 
 
 def test_candidate_but_is_replace() -> None:

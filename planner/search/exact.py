@@ -183,7 +183,7 @@ class _Search:
     def expand(self, members: Members) -> None:
         """Queue the groups of these (family, (ep, etp) choice)s at their floors, each its first candidate within the
         state bound and its (schedule, vpp) shapes that hold one; a group whose floor over its members' memory
-        (`GroupFloors.exceeds`) rules them all out is dropped with them, unless their next module sets would be
+        (`GroupFloors.drops`) rules them all out is dropped with them, unless their next module sets would be
         searched (they store less)."""
         for f, e in members:
             first, shapes, experts, _ = self.built[f]
@@ -201,7 +201,7 @@ class _Search:
             held = [(schedule, vpp) for schedule, vpp, _ in shaped]
             c = base if held[0] == (base.schedule, base.vpp) else base.but(schedule=held[0][0], vpp=held[0][1])
             self.groups.append((c, held))
-            if next_module_set(c, self.family, self.job) is None and self.group_floors.exceeds(c, shaped):
+            if next_module_set(c, self.family, self.job) is None and self.group_floors.drops(c, shaped):
                 self.tally["floored"] += count  # none fits: dropped with the group (planner.search.group_floor)
                 continue
             heapq.heappush(self.heap, (self.bounds.shape_floor(c, held, self.choices(c)), (), 0, len(self.groups),
