@@ -332,8 +332,9 @@ class Layout:
 
     def fully_recomputed(self, rank: int, num_layers: int) -> int:
         """Decoder layers of `rank` whose whole forward is recomputed in backward."""
-        if self.recompute is Recompute.FULL:
-            return self.rank_layers(num_layers)[rank]
+        if self.recompute is Recompute.FULL:  # every layer of the rank (its chunks' alone: a stage asks for its own)
+            chunks = self.chunk_layers(num_layers)
+            return sum(chunks[c] for c in self.rank_chunks(rank))
         return self.recompute_layers[rank] if self.recompute_layers is not None else 0
 
 
