@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from cost_models.comm.collectives import Collective, collective
 from cost_models.compute import flops as F
-from cost_models.compute.sac import recomputed_flops_per_token
+from cost_models.compute.sac import per_op_sac, recomputed_flops_per_token
 from cost_models.memory.offload import host_capacity_bytes, node_host_bytes, nvme_fits
 from cost_models.pipeline.forms import W_SHARE
 from cost_models.pipeline.stages import bubble_fraction, pipeline_time
 from cost_models.prediction import Prediction, StageCost, step_breakdown
-from meshcore import GIB, AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, Recompute, RecomputeModule
-from meshcore.execution import SelectiveForm
+from meshcore import GIB, AttentionKernel, ClusterSpec, JobSpec, Layout, ModelSpec, RecomputeModule
 
 
 def predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout, stages: list[StageCost],
@@ -42,7 +41,7 @@ def predict(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, layout: Layout
         recompute_per_seq += sum(s.layers.moe_full for s in stages) * F.moe_decoder_matmul_flops(model, job.seq_len)
     if RecomputeModule.CORE_ATTN in layout.recompute_modules and job.runtime.attention is AttentionKernel.UNFUSED:
         recompute_per_seq += (model.num_layers - n_full) * F.attention_core_flops(model, job.seq_len)
-    if layout.recompute is Recompute.SELECTIVE and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC:
+    if per_op_sac(layout.recompute, job):
         dense = sum(s.layers.dense - s.layers.dense_full for s in stages)  # per-op SAC prices dense layers only
         recompute_per_seq += dense * job.seq_len * recomputed_flops_per_token(model)
     hw_flops = model_flops + recompute_per_seq * job.global_batch

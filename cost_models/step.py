@@ -22,10 +22,10 @@ from cost_models.compute.knobs import LayerActivations as LayerActivations  # re
 from cost_models.compute.knobs import LayerKnobs, LayerTime
 from cost_models.compute.knobs import LayerTimes as LayerTimes
 from cost_models.compute.layer import decoder_layer_time, embedding_time, head_time, vision_time
-from cost_models.compute.sac import sac_activation_bytes
+from cost_models.compute.sac import per_op_sac, sac_activation_bytes
 from cost_models.memory import footprint as M
 from cost_models.memory import held as H
-from cost_models.memory.gathered import gathered_form, gathered_weight_bytes
+from cost_models.memory.gathered import fsdp_block, gathered_form, gathered_weight_bytes
 from cost_models.memory.offload import offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params
 from cost_models.pipeline.hops import RankPlace, rank_places
@@ -55,7 +55,6 @@ from meshcore import (
     Recompute,
     RecomputeModule,
 )
-from meshcore.execution import SelectiveForm
 
 
 def stage_held(costs: LayoutCosts, layers: StageLayers, first: bool, last: bool, in_flight_mb: int) -> H.StageHeld:
@@ -77,7 +76,7 @@ def stage_held(costs: LayoutCosts, layers: StageLayers, first: bool, last: bool,
         other += model.mtp_layers * (acts.moe if costs.mtp_moe else acts.dense) * in_flight_mb
         if layout.pp > 1:
             other += H.kept_logits_bytes(model, s, b, layout.tp, layout.cp, costs.num_microbatches, ex.memory)
-    if layers.full or (layout.recompute is Recompute.SELECTIVE and ex.selective is SelectiveForm.OP_SAC):
+    if layers.full or per_op_sac(layout.recompute, job):
         working = acts.working  # the layer being recomputed holds all its activations until its backward is done
     other += H.held_at_peak(loss, working, ex.memory)
     form = gathered_form(model, job, costs.cluster, layout, costs.block_params()) if layers.total else None
@@ -144,7 +143,7 @@ def decoder_activation(model: ModelSpec, job: JobSpec, tp: int, cp: int, sp: boo
     measured = job.runtime.measured
     if measured and recompute is not Recompute.FULL:
         return measured.get("decoder", tp, mbs).activation_bytes
-    if recompute is Recompute.SELECTIVE and not moe and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC:
+    if per_op_sac(recompute, job) and not moe:
         return sac_activation_bytes(model, job.seq_len, mbs, tp, cp, sp)
     return M.layer_activation_bytes(model, job.seq_len, mbs, tp, cp, sp, recompute, job.runtime.attention, moe, etp,
                                     job.runtime.moe_load_factor, modules, fp8)
@@ -228,7 +227,7 @@ class LayoutCosts:
     def block_params(self) -> float:
         """Parameters of the block FSDP2 gathers and reduces at once: an MoE layer's on this rank where the model has
         MoE layers, else a dense layer's (`gathered_form`)."""
-        return self.moe_params.total or self.dense_params.total
+        return fsdp_block(self.dense_params, self.moe_params)
 
     def uniform(self, n: int, n_full: int) -> StageLayers:
         """Counts for `n` layers of a homogeneous stack (all dense or all MoE), `n_full` recomputed."""

@@ -321,7 +321,8 @@ def test_a_group_floor_is_below_every_member_floor() -> None:
             key = (replace(c, schedule=Schedule.ONE_F_ONE_B, vpp=1, offload=frozenset()), bounds.beside(c), c.offload)
             groups.setdefault(key, []).append(c)
         for members in list(groups.values())[::3]:
-            least = floors.least_shape(members[0], [(c.schedule, c.vpp, (c.offload,)) for c in members])
+            least = floors.least_shape(members[0], [(c.schedule, c.vpp, bounds.beside(c), (c.offload,))
+                                                    for c in members])
             if least is None:
                 continue
             fixed, dense, moe = floors.rows(members[0], least)

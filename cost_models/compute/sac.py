@@ -30,11 +30,17 @@ from meshcore import ClusterSpec, JobSpec, ModelSpec, Recompute
 from meshcore.execution import SelectiveForm
 
 
+def per_op_sac(recompute: Recompute, job: JobSpec) -> bool:
+    """Selective recomputation in a runtime whose `selective` is op-sac (torchtitan's per-op SAC): every layer is
+    recomputed op by op in its backward, so every stage holds the recomputed layer's working set, as a fully
+    recomputed layer does (cost_models.step.stage_held)."""
+    return recompute is Recompute.SELECTIVE and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC
+
+
 def op_sac(job: JobSpec, knobs: LayerKnobs, moe: bool) -> bool:
-    """Whether a layer under `knobs` is checkpointed by the per-op policy: selective recomputation in a runtime
-    whose `selective` is op-sac, on a dense layer (an MoE layer is priced with Megatron's modules: not modelled)."""
-    return (knobs.recompute is Recompute.SELECTIVE and not moe
-            and job.runtime.priced_execution.selective is SelectiveForm.OP_SAC)
+    """Whether a layer under `knobs` is checkpointed by the per-op policy (`per_op_sac`), on a dense layer (an MoE
+    layer is priced with Megatron's modules: not modelled)."""
+    return per_op_sac(knobs.recompute, job) and not moe
 
 
 def _widths(model: ModelSpec, tp: int) -> tuple[float, float, float]:

@@ -52,3 +52,9 @@ def gathered_form(model: ModelSpec, job: JobSpec, cluster: ClusterSpec, layout: 
 def gathered_weight_bytes(params: StageParams, form: Gathered, job: JobSpec) -> float:
     """Bytes `form` holds gathered on a stage of `params` parameters (its root module's aside)."""
     return params.total * form.weight + params.total * form.grad * job.trainable_fraction + form.fixed
+
+
+def fsdp_block(dense: StageParams, moe: StageParams) -> float:
+    """Parameters of the block FSDP2 gathers and reduces at once (`gathered_form`'s `block`): an MoE layer's on a rank
+    where the model has MoE layers (`moe` is empty where it has none), else a dense layer's."""
+    return moe.total or dense.total

@@ -192,13 +192,13 @@ class _Search:
             base = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
             sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
             fits = {side: self.within_state_bound(base, side) for side in set(sides)}
-            shaped = [(schedule, vpp, fits[side]) for (vpp, schedule), side in zip(shapes, sides, strict=True)
+            shaped = [(schedule, vpp, side, fits[side]) for (vpp, schedule), side in zip(shapes, sides, strict=True)
                       if fits[side]]
             if not shaped:
                 continue
-            count = sum(len(offloads) for _, _, offloads in shaped)
+            count = sum(len(offloads) for *_, offloads in shaped)
             self.tally["fitting"] += count
-            held = [(schedule, vpp) for schedule, vpp, _ in shaped]
+            held = [(schedule, vpp) for schedule, vpp, *_ in shaped]
             c = base if held[0] == (base.schedule, base.vpp) else base.but(schedule=held[0][0], vpp=held[0][1])
             self.groups.append((c, held))
             if next_module_set(c, self.family, self.job) is None and self.group_floors.drops(c, shaped):

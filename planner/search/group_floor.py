@@ -32,8 +32,10 @@ from planner.search.floors import packing_exceeds
 from planner.search.memory_floors import ROUNDING, RankMemory
 from planner.search.space import Candidate
 
-# a group's shapes as the search holds them: (schedule, vpp, the offload choices within its state bound)
-GroupShapes = Sequence[tuple[Schedule, int, Sequence[frozenset[Offload]]]]
+# a group's shapes as the search holds them: (schedule, vpp, the head beside the embedding, the offload choices within
+# its state bound)
+Shaped = tuple[Schedule, int, bool, Sequence[frozenset[Offload]]]
+GroupShapes = Sequence[Shaped]
 
 
 # the least of a group's shapes with one head placement (`GroupFloors.least_shape`): embedding rank, head rank,
@@ -51,8 +53,13 @@ class GroupFloors:
         self.asked = self.tried = self.dropped = 0
 
     def drops(self, first: Candidate, shapes: GroupShapes) -> bool:
-        """Whether the group is dropped here: `exceeds`, where it is `worth_trying`."""
-        return self.worth_trying() and self.exceeds(first, shapes)
+        """Whether the group is dropped here: `exceeds`, where it is `worth_trying` (counted for that)."""
+        if not self.worth_trying():
+            return False
+        self.tried += 1
+        dropped = self.exceeds(first, shapes)
+        self.dropped += dropped
+        return dropped
 
     def worth_trying(self) -> bool:
         """Whether to try the next group: always for the first 16, then while one in four or more of those tried was
@@ -68,27 +75,19 @@ class GroupFloors:
         """Whether no member of the group (`first` with each of `shapes` and its offload choices) can fit on the GPU:
         for each placement of the head (the shapes that hold it beside the embedding, and the others) and each
         offload choice, the packing floor of `rows` above its capacity (module docstring)."""
-        self.tried += 1
-        if self._exceeds(first, shapes):
-            self.dropped += 1
-            return True
-        return False
-
-    def _exceeds(self, first: Candidate, shapes: GroupShapes) -> bool:
-        memory = self.memory
-        placed: dict[bool, list[tuple[Schedule, int, Sequence[frozenset[Offload]]]]] = {}
+        placed: dict[bool, list[Shaped]] = {}
         for held in shapes:
-            placed.setdefault(memory.shape_beside(first, held[1], held[0]), []).append(held)
+            placed.setdefault(held[2], []).append(held)
         for alike in placed.values():
             least = self.least_shape(first, alike)
             if least is None:
                 return False
-            schedule, vpp, offloads = alike[0]
+            schedule, vpp, _, offloads = alike[0]
             shape = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(schedule=schedule, vpp=vpp)
             for offload in offloads:
                 c = shape if offload == shape.offload else shape.but(offload=offload)
                 fixed, dense, moe = self.rows(c, least)
-                if not packing_exceeds(fixed, *memory.kind_rows(dense, moe), self.capacity, 1 - ROUNDING):
+                if not packing_exceeds(fixed, *self.memory.kind_rows(dense, moe), self.capacity, 1 - ROUNDING):
                     return False
         return True
 
@@ -98,14 +97,14 @@ class GroupFloors:
         with no layer (the floors' one-layer-per-rank premise fails) or its schedule counts its micro-batches off its
         orders (built once a process, when a member of that shape comes up: not for a group that may never)."""
         m = self.memory.job.global_batch // (first.dp * first.mbs)
-        key = (first.pp, m, *[(schedule, vpp) for schedule, vpp, _ in shapes])
+        key = (first.pp, m, *[(schedule, vpp) for schedule, vpp, *_ in shapes])
         if key not in self._least:
             self._least[key] = self._least_shape(first, shapes)
         return self._least[key]
 
     def _least_shape(self, first: Candidate, shapes: GroupShapes) -> Least | None:
         least: Least | None = None
-        for schedule, vpp, _ in shapes:
+        for schedule, vpp, *_ in shapes:
             if pricing(schedule).in_flight is None:
                 return None
             emb, head, alive, at_emb, at_head, counts = self.memory.shape_of(first.but(schedule=schedule, vpp=vpp))

@@ -36,16 +36,16 @@ from dataclasses import replace
 
 from cost_models.compute import flops as F
 from cost_models.compute.knobs import LayerActivations, LayerKnobs
+from cost_models.compute.sac import per_op_sac
 from cost_models.memory import footprint as M
 from cost_models.memory import held as H
-from cost_models.memory.gathered import gathered_form
+from cost_models.memory.gathered import fsdp_block, gathered_form
 from cost_models.memory.offload import host_capacity_bytes, offload_working_bytes
 from cost_models.memory.params import StageParams, embedding_params, head_params, one_layer_params, rank_params
 from cost_models.pipeline.schedules import in_flight
 from cost_models.step import layer_activations, rank_layer_ids
 from cost_models.sync import host_state_bytes, stage_states
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule
-from meshcore.execution import SelectiveForm
 from planner.search.floors import packing_exceeds, packing_floor
 from planner.search.held_kinds import HeldKinds
 from planner.search.space import Candidate
@@ -173,8 +173,7 @@ class RankMemory:
     def _working(self, c: Candidate, acts: LayerActivations) -> float:
         """What a recomputed layer holds while it runs backward (`LayerActivations.working`) where every stage holds
         one (cost_models.step.stage_held: every layer fully recomputed, or per-op SAC), else 0."""
-        selective = self.job.runtime.priced_execution.selective
-        if c.recompute is Recompute.FULL or (c.recompute is Recompute.SELECTIVE and selective is SelectiveForm.OP_SAC):
+        if c.recompute is Recompute.FULL or per_op_sac(c.recompute, self.job):
             return acts.working
         return 0.0
 
@@ -221,7 +220,7 @@ class RankMemory:
         """The parameters of the block FSDP2 gathers and reduces at once: an MoE layer's on this rank where the model
         has MoE layers, else a dense layer's (cost_models.step.LayoutCosts.block_params)."""
         dense, moe = self._pieces_of(c)[:2]
-        return (moe.total if self.layer_counts[1] else 0.0) or dense.total
+        return fsdp_block(dense, moe if self.layer_counts[1] else StageParams(0.0))
 
     def _pieces_of(self, c: Candidate) -> tuple[StageParams, ...]:
         """Parameters of one dense layer, one MoE layer, the embedding and the head on one rank, once per (tp, ep, etp,
