@@ -20,6 +20,7 @@ from meshcore import GIB, WAVE_PLACED, Layout, Recompute, Runtime, Schedule
 from planner.api import Problem, resolve
 from planner.inputs.loaders import model_from_mapping
 from planner.inputs.runtimes import load_runtime
+from planner.search import split_paths
 from planner.search.bounds import SearchBounds
 from planner.search.exact import search
 from planner.search.floors import (
@@ -28,6 +29,8 @@ from planner.search.floors import (
     packing_exceeds,
     packing_floor,
     packing_range,
+    recompute_cost,
+    whole_layers,
 )
 from planner.search.group_floor import GroupFloors
 from planner.search.ilp import SolveOptions, Solver
@@ -245,6 +248,59 @@ def test_layer_times_shared_across_recomputation_equal_their_own() -> None:
         for c in pool[::97]:
             for v in [c] + [replace(c, recompute=Recompute.SELECTIVE, modules=m) for m in sets]:
                 assert bounds.get(v) == layer_times(pr.model, pr.cluster, pr.job, bounds.knobs(v)), v
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_recompute_cost_is_below_every_whole_recomputation(data: st.DataObject) -> None:
+    """`recompute_cost` (with `whole_layers` of one or two kinds, each recomputed layer freeing (a_k − full)·alive
+    bytes for Δ_k seconds more) is at most the cheapest count of whole layers of each kind that frees a rank's excess,
+    by brute force; a kind whose recomputation frees nothing adds nothing to the bound."""
+    rng = random.Random(data.draw(st.integers(0, 10**9)))
+    full, alive = rng.uniform(0.0, 1.0), rng.uniform(1.0, 8.0)
+    kinds = []
+    for _ in range(rng.randint(1, 2)):
+        a, delta = full + rng.uniform(-0.5, 3.0), rng.uniform(0.0, 2.0)
+        kinds.append((rng.uniform(1.0, 3.0), delta / (a - full) if a > full else 0.0, a, rng.uniform(0.0, 5.0)))
+    excess = rng.uniform(-1.0, 40.0)
+    frees = [((a - full) * alive, rho * (a - full)) for _, rho, a, _ in kinds if a > full]
+    best = 0.0 if excess <= 0 else min(
+        (sum(j * d for j, (_, d) in zip(counts, frees, strict=True)) for counts in itertools.product(
+            range(60), repeat=len(frees)) if sum(j * f for j, (f, _) in zip(counts, frees, strict=True)) >= excess),
+        default=float("inf"))
+    bound = recompute_cost(excess, min(k[1] for k in kinds) / alive, *whole_layers(kinds, full, alive))
+    assert bound <= best * (1 + 1e-12), (kinds, excess)
+
+
+def test_recompute_cost_counts_whole_layers() -> None:
+    """A rank a byte over pays a whole layer, where the per-byte rate alone charges next to nothing; an excess of
+    exactly two layers' bytes (up to float error in the sums) asks two layers, not three."""
+    assert recompute_cost(1.0, 1e-9, 1e6, 0.25) == 0.25
+    assert recompute_cost(0.1 + 0.2, 0.0, 0.15, 1.0) == 2.0  # 0.30000000000000004 / 0.15 is 2.0000000000000004
+    assert recompute_cost(0.0, 1.0, 1.0, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("name, hw, gpus, seq, batch", [("llama3-8b", "l40s", 8, 8192, 16),
+                                                        ("mixtral-8x7b", "a100-40gb", 32, 4096, 64)])
+def test_whole_layer_recomputation_changes_no_answer(name: str, hw: str, gpus: int, seq: int, batch: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting a rank's recomputation in whole layers (`recompute_cost`, in the slowest fitting rank and the split's
+    paths) prices fewer candidates than the per-byte rate alone and finds the same top 5 (research-space jobs near
+    the memory limit)."""
+    pr = resolve(name, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework="any"))
+    answers, priced = [], []
+    for rate_only in (False, True):
+        if rate_only:
+            def per_byte(excess: float, rate: float, frees: float, adds: float) -> float:
+                return rate * max(excess, 0.0)
+
+            monkeypatch.setattr("planner.search.floors.recompute_cost", per_byte)
+            monkeypatch.setattr(split_paths, "recompute_cost", per_byte)
+        found = search(pr.model, pr.cluster, pr.job, SearchSpec())
+        answers.append([(r.layout, r.step_time_s) for r in (found.best, *found.alternatives)])
+        priced.append(found.certificate.evaluated)
+    assert answers[0] == answers[1], name
+    assert priced[0] < priced[1], name
 
 
 @settings(max_examples=200, deadline=None)

@@ -96,8 +96,9 @@ def _brute_feasible(paths: SplitPaths, x: float) -> bool:
 @given(data=st.data())
 def test_split_paths_feasible_is_its_definition(data: st.DataObject) -> None:
     """The greedy of `SplitPaths.feasible` (a bisection per limit) accepts exactly what trying every stage boundary
-    accepts, with and without a memory that forces recomputation, on random rows of each schedule; for ZB-V and the
-    wave also counted (`layer_prefix` of random layer kinds: each rank's n layers at their least over placements)."""
+    accepts, with and without a memory that forces recomputation (at a rate per byte, and in whole layers), on random
+    rows of each schedule; for ZB-V and the wave also counted (`layer_prefix` of random layer kinds: each rank's n
+    layers at their least over placements)."""
     rng = random.Random(data.draw(st.integers(0, 10**9)))
     schedule = rng.choice([s for s in SCHEDULES if s is not Schedule.INTERLEAVED_1F1B])
     pp, layers = rng.randint(1, 4), rng.randint(1, 9)
@@ -125,7 +126,8 @@ def test_split_paths_feasible_is_its_definition(data: st.DataObject) -> None:
         least = [a * rng.uniform(0.2, 1.0) for a in act]
         memory = SplitMemory(tuple(rng.uniform(0, 3) for _ in range(pp)), tuple(rng.uniform(1, 4) for _ in range(pp)),
                              tuple(prefix_of(draw(0, 1))), tuple(prefix_of(act)), tuple(prefix_of(least)),
-                             rng.uniform(4, 20), rng.uniform(0, 0.5))
+                             rng.uniform(4, 20), rng.uniform(0, 0.5),
+                             *((rng.uniform(0.2, 3), rng.uniform(0, 2)) if rng.random() < 0.5 else ()))
     paths = SplitPaths(rows, prefix, memory, held is not None)
     for x in [rng.uniform(0, 60) for _ in range(8)]:
         assert paths.feasible(x) == _brute_feasible(paths, x), x

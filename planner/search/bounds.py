@@ -366,7 +366,8 @@ class SearchBounds(RankMemory):
         Rank r holding n layers of kind k takes at least f_r(n) = ends_r + n·τ_k + ρ_rk·(fixed_r + n·c_rk −
         capacity)⁺: τ_k the layer's time (or its fully recomputed one, if less), c_rk the bytes it keeps there without
         recomputation, and the excess saved by fully recomputed layers at ρ_rk, the seconds per byte they save there
-        (sends and ZeRO traffic >= 0); it cannot hold them at all if even fully recomputed they exceed the GPU.
+        (sends and ZeRO traffic >= 0), and by whole layers (`floors.recompute_cost`: a rank a byte over recomputes
+        one); it cannot hold them at all if even fully recomputed they exceed the GPU.
         Two relaxations, each below every split that fits (`least_bottleneck`): all layers, each rank's n of them of
         the kinds a rank can hold (`kinds_held`), every rank holding one or more; and each kind's layers alone (the
         others only add time and memory), a rank holding none or more. 0 where activations go to the host."""

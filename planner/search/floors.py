@@ -159,23 +159,48 @@ def excess_floor(over: Sequence[float], per_layer: Sequence[Sequence[float]], co
 def rank_time_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequence[float], capacity: float,
                     full_act: float, kinds: Sequence[tuple[float, float, float, float]], held: HeldKinds | None = None
                     ) -> Callable[[int, int], float]:
-    """f_r(n) = ends_r + n·τ + ρ/alive_r·(fixed_r + n·kept_r − capacity)⁺, ∞ where even fully recomputed layers
-    (storing `full_act` each per micro-batch in flight) exceed the capacity: for `kinds` of (τ_k, ρ_k, a_k, s_k)
-    (a layer's seconds, seconds per byte its full recomputation saves, bytes stored per micro-batch, state bytes),
-    each layer priced as the cheapest of them (planner.search.bounds.SearchBounds.fitting_slowest); for two kinds
-    (dense, MoE) and the MoE layers a rank can hold (`held`), `kind_rank_costs`."""
+    """f_r(n) = ends_r + n·τ + `recompute_cost` of the rank's excess E_r = (fixed_r + n·kept_r − capacity)⁺, ∞ where
+    even fully recomputed layers (storing `full_act` each per micro-batch in flight) exceed the capacity: for `kinds`
+    of (τ_k, ρ_k, a_k, s_k) (a layer's seconds, seconds per byte its full recomputation saves, bytes stored per
+    micro-batch, state bytes), each layer priced as the cheapest of them (planner.search.bounds.SearchBounds
+    .fitting_slowest); for two kinds (dense, MoE) and the MoE layers a rank can hold (`held`), `kind_rank_costs`."""
     if held is not None and len(kinds) == 2:
         return kind_rank_costs(ends, fixed, alive, capacity, full_act, kinds[0], kinds[1], held)
     tau, rho = min(k[0] for k in kinds), min(k[1] for k in kinds)
     least = [min(s + min(a, full_act) * al for _, _, a, s in kinds) for al in alive]
     kept = [min(s + a * al for _, _, a, s in kinds) for al in alive]
-    per_byte = [rho / al for al in alive]
+    whole = [whole_layers(kinds, full_act, al) for al in alive]
 
     def cost(r: int, n: int) -> float:
         if fixed[r] + n * least[r] > capacity:
             return math.inf
-        return ends[r] + n * tau + per_byte[r] * max(fixed[r] + n * kept[r] - capacity, 0.0)
+        return ends[r] + n * tau + recompute_cost(fixed[r] + n * kept[r] - capacity, rho / alive[r], *whole[r])
     return cost
+
+
+def whole_layers(kinds: Sequence[tuple[float, float, float, float]], full_act: float, alive: float
+                 ) -> tuple[float, float]:
+    """(the most bytes one fully recomputed layer frees on a rank keeping `alive` micro-batches in flight, the least
+    seconds it adds) over `kinds` (`rank_time_costs`'), of those whose recomputation frees anything: (a_k − full)·alive
+    and Δ_k = ρ_k·(a_k − full), the layer's recomputed time over its own (ρ_k is 0 where that is not more). (0, 0)
+    where none frees any."""
+    freeing = [(a - full_act, rho * (a - full_act)) for _, rho, a, _ in kinds if a > full_act]
+    if not freeing:
+        return 0.0, 0.0
+    return max(f for f, _ in freeing) * alive, min(d for _, d in freeing)
+
+
+def recompute_cost(excess: float, per_byte: float, frees: float, adds: float) -> float:
+    """The least seconds fully recomputing whole layers adds to a rank over capacity by `excess` bytes: at least
+    `per_byte` seconds per byte freed (the cheapest kind's rate), and at least ⌈excess/frees⌉ layers, each adding
+    `adds` seconds or more (`whole_layers`: no layer frees more than `frees`, nor adds less): the stage's recomputed
+    layers are whole (Layout.recompute_layers counts them), so a rank a byte over pays a layer. The count is taken
+    below the quotient by a relative 1e-9, so that float error in the bytes never asks one layer more. 0 where
+    `excess` <= 0."""
+    if excess <= 0:
+        return 0.0
+    layers = math.ceil(excess / frees * (1 - 1e-9)) if frees > 0 else 0
+    return max(per_byte * excess, layers * adds)
 
 
 def kind_rank_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequence[float], capacity: float,
@@ -184,8 +209,9 @@ def kind_rank_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequen
     """`rank_time_costs` with each rank's n layers of both kinds as a rank can hold them (`held`: at least fewest[n]
     and at most most[n] MoE layers): its seconds Σ τ_k, its bytes kept and stored each at their least over those
     counts (`HeldKinds.least`; each is linear in the MoE layers held, and f_r grows with both), and ρ the lesser of the
-    kinds'. Each grows by at least a layer's least from n to n + 1 (held_kinds' last paragraph), so f_r grows with n;
-    ∞ beyond the stack."""
+    kinds' (`recompute_cost`, with `whole_layers` over both kinds). Each grows by at least a layer's least from n to
+    n + 1 (held_kinds' last paragraph), and the recomputation with the bytes kept, so f_r grows with n; ∞ beyond the
+    stack."""
     rho, t_dense, t_moe = min(dense[1], moe[1]), dense[0], moe[0]
     t_pick, size = held.pick(t_dense, t_moe), len(held.fewest)
     byal: dict[float, tuple[float, float, tuple[int, ...], float, float, tuple[int, ...]]] = {}
@@ -193,6 +219,8 @@ def kind_rank_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequen
         l_dense, l_moe = dense[3] + min(dense[2], full_act) * al, moe[3] + min(moe[2], full_act) * al
         k_dense, k_moe = dense[3] + dense[2] * al, moe[3] + moe[2] * al
         byal[al] = (l_dense, l_moe, held.pick(l_dense, l_moe), k_dense, k_moe, held.pick(k_dense, k_moe))
+
+    whole = {al: whole_layers((dense, moe), full_act, al) for al in byal}
 
     def cost(r: int, n: int) -> float:  # (`HeldKinds.least`'s values at n, the same floats, computed where read)
         l_dense, l_moe, l_pick, k_dense, k_moe, k_pick = byal[alive[r]]
@@ -202,5 +230,6 @@ def kind_rank_costs(ends: Sequence[float], fixed: Sequence[float], alive: Sequen
         if fixed[r] + (l_dense * (n - x) + l_moe * x) > capacity:
             return math.inf
         kept, y = fixed[r] + (k_dense * (n - k_pick[n]) + k_moe * k_pick[n]), t_pick[n]
-        return ends[r] + (t_dense * (n - y) + t_moe * y) + rho / alive[r] * max(kept - capacity, 0.0)
+        return ends[r] + (t_dense * (n - y) + t_moe * y) + recompute_cost(kept - capacity, rho / alive[r],
+                                                                          *whole[alive[r]])
     return cost

@@ -40,6 +40,7 @@ from cost_models.sync import kept_gathered, optimizer_time
 from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Schedule
 from meshcore.schedules import DEFAULT_SCHEDULE, SPLIT_BACKWARD, ScheduleFamily, spec_of
 from planner.search.bounds import SearchBounds
+from planner.search.floors import whole_layers
 from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.pipeline_fills import (
@@ -322,8 +323,11 @@ class ReportedBounds(SearchBounds):
         state = layer_prefix(kinds, lambda moe: per_kind[moe][3], held)
         act = layer_prefix(kinds, lambda moe: per_kind[moe][2], held)
         least = layer_prefix(kinds, lambda moe: min(per_kind[moe][2], stored), held)
+        frees, adds = whole_layers([(0.0, max((full.total - base.total) / (act - acts.full), 0.0), act, 0.0)
+                                    for base, full, act, _ in per_kind.values() if base is not None and full is not None
+                                    and act > acts.full], acts.full, 1.0) if self.partial_recompute else (0.0, 0.0)
         return SplitMemory(tuple(fixed), tuple(alive), tuple(state), tuple(act), tuple(least),
-                           self.cluster.gpu.memory_gib * GIB, rho)
+                           self.cluster.gpu.memory_gib * GIB, rho, frees, adds)
 
     def split_paths(self, c: Candidate) -> SplitPaths:
         """`SplitPaths` of `c` (solved: `split_rows`, `split_memory`), once per candidate."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from planner.search.floors import recompute_cost
 from planner.search.held_kinds import HeldKinds
 from planner.search.memory_floors import affine_rows
 
@@ -34,9 +35,11 @@ class SplitMemory:
     """What a rank's memory adds to its time in `split_feasible` (`SearchBounds.fitting_slowest`'s f_r): rank d holding
     layers [l, j) keeps fixed[d] + state(j) − state(l) + alive[d]·(act(j) − act(l)) bytes, the excess over `capacity`
     saved by full recomputation at no less than rho/alive[d] seconds a byte, and cannot hold them if even fully
-    recomputed (`least_act`) they exceed it. state, act and least_act are prefix sums over the layers, or, where the
-    paths are counted (`layer_prefix`), each the least over where n layers can lie (read as [0, n)): each below what
-    every placement takes, so their sums (bytes kept, and those times rho plus the time) are too."""
+    recomputed (`least_act`) they exceed it; and whole layers recomputed, each freeing at most `frees` bytes per
+    micro-batch in flight and adding at least `adds` seconds (floors.recompute_cost). state, act and least_act are
+    prefix sums over the layers, or, where the paths are counted (`layer_prefix`), each the least over where n layers
+    can lie (read as [0, n)): each below what every placement takes, so their sums (bytes kept, and the seconds their
+    excess costs plus the time) are too."""
 
     fixed: tuple[float, ...]
     alive: tuple[float, ...]
@@ -45,6 +48,8 @@ class SplitMemory:
     least_act: tuple[float, ...]
     capacity: float
     rho: float
+    frees: float = 0.0
+    adds: float = 0.0
 
     def time(self, d: int, start: int, end: int) -> float | None:
         """The least recomputation seconds of rank d holding layers [start, end), None if they cannot fit."""
@@ -52,7 +57,7 @@ class SplitMemory:
         if base + self.alive[d] * (self.least_act[end] - self.least_act[start]) > self.capacity:
             return None
         over = base + self.alive[d] * (self.act[end] - self.act[start]) - self.capacity
-        return self.rho / self.alive[d] * over if over > 0 else 0.0
+        return recompute_cost(over, self.rho / self.alive[d], self.frees * self.alive[d], self.adds)
 
 
 class SplitPaths:
@@ -81,6 +86,15 @@ class SplitPaths:
         if row is None:
             row = self._mixed[alive] = [p + self.rho[d] * k for p, k in zip(self.prefix, self.kept[d], strict=True)]
         return row
+
+    def whole_end(self, d: int, plain: int, end: int, free: float, reach: float) -> int:
+        """The most layers j in plain .. end whose time with their excess over `free` recomputed in whole layers
+        (`recompute_cost`) reaches no further than `reach`, plain − 1 if none: each grows with j, so a bisection."""
+        assert self.memory is not None
+        prefix, kept, per_byte = self.prefix, self.kept[d], self.rho[d]
+        frees, adds = self.memory.frees * self.memory.alive[d], self.memory.adds
+        return plain - 1 + bisect_right(range(plain, end + 1), reach, key=lambda j: prefix[j] + recompute_cost(
+            kept[j] - free, per_byte, frees, adds))
 
     def feasible(self, x: float) -> bool:
         """Whether some split keeps every row of every stage at or below `x` (False: every split that pricing can
@@ -122,8 +136,10 @@ class SplitPaths:
             if memory is not None:
                 free = memory.capacity - memory.fixed[d] + self.kept[d][at]  # bytes before recomputation
                 plain = bisect_right(self.kept[d], free * slack) - 1
-                if end > plain:  # past it each byte kept costs rho[d] seconds
+                if end > plain:  # past it each byte kept costs rho[d] seconds, and whole layers at least
                     end = max(plain, bisect_right(self.mixed(d), (reach + self.rho[d] * free) * slack + 1e-300) - 1)
+                    if memory.adds > 0 and end > plain:
+                        end = max(plain, self.whole_end(d, plain, end, free, reach * slack + 1e-300))
                 room = memory.capacity - memory.fixed[d] + self.least[d][at]
                 end = min(end, bisect_right(self.least[d], room * slack) - 1)
             hi = max(start, min(end + start - at, layers))
