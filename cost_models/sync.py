@@ -216,6 +216,16 @@ def kept_gathered(layout: Layout, job: JobSpec) -> bool:
             and not job.runtime.priced_execution.reshard_under_pp)
 
 
+def gathered_alike(layout: Layout, job: JobSpec) -> bool:
+    """Whether ZeRO-2 and ZeRO-3 of this layout price alike, to the bit: FSDP2 per block (`stage_states` shards
+    ZeRO-2's weights at rest as ZeRO-3's) keeping every weight gathered under the pipeline (`kept_gathered`: the
+    gathered form, `dp_reduce_exposed` and `sharded_dp_exposed` take that path at either stage, before anything
+    reads the stage itself); `grad_accumulation_time` and `local_params` read only zero >= 2 and zero >= 1. Of what
+    differs, `grad_traffic` (ZeRO-2's weight gather), nothing priced reads it there: `dp_reduce_exposed` returns
+    `kept_gathered_sync` first. The search prices one of the two (planner.search.pricing.price)."""
+    return per_block(job) and kept_gathered(layout, job)
+
+
 def kept_gathered_sync(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,
                        fwd_first: float) -> float:
     """Exposed seconds per step of ZeRO-3 when a stage keeps its weights gathered (`kept_gathered`): one all-gather

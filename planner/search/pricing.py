@@ -20,7 +20,8 @@ from cost_models.step import (
     rank_stage_layers,
     stage_cost,
 )
-from meshcore import WAVE_PLACED, ClusterSpec, JobSpec, ModelSpec, ScheduleFamily, spec_of
+from cost_models.sync import gathered_alike
+from meshcore import WAVE_PLACED, ClusterSpec, JobSpec, ModelSpec, ScheduleFamily, ZeroStage, spec_of
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.memory_floors import ROUNDING
 from planner.search.ranked import Ranked
@@ -63,12 +64,14 @@ Key = tuple[object, ...]
 
 @dataclass(frozen=True)
 class Shared:
-    """What the candidates one search prices share: stage bodies by `body_key`, stage weights by `weights_key`, and
-    the DP's splits by problem (splits.solve_split)."""
+    """What the candidates one search prices share: stage bodies by `body_key`, stage weights by `weights_key`, the
+    DP's splits by problem (splits.solve_split), and what `price` found for a candidate whose ZeRO-2 and ZeRO-3 price
+    alike (by the candidate at ZeRO-2 and whether its balanced chunks may fit)."""
 
     bodies: dict[Key, dict[tuple[bool, bool, StageLayers], StageBody]] = field(default_factory=dict)
     weights: dict[Key, dict[tuple[bool, bool, int, int], StageWeights]] = field(default_factory=dict)
     splits: Solved = field(default_factory=dict)
+    alike: dict[tuple[Candidate, bool], Priced] = field(default_factory=dict)
 
 
 def weights_key(c: Candidate) -> Key:
@@ -99,9 +102,36 @@ def body_key(c: Candidate) -> Key:
 
 
 def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
-           solver: Solver, options: SolveOptions, times: LayerTimes,
-           activations: LayerActivations | None = None, shared: Shared | None = None,
-           balanced_may_fit: bool = True) -> Priced:
+          solver: Solver, options: SolveOptions, times: LayerTimes,
+          activations: LayerActivations | None = None, shared: Shared | None = None,
+          balanced_may_fit: bool = True) -> Priced:
+    """`price_split`, once for the ZeRO-2 and ZeRO-3 twins of a layout that prices both alike
+    (cost_models.sync.gathered_alike: torchtitan's FSDP2 under a pipeline, where half the candidates a search prices
+    are such twins): the other's found, its layouts at c's ZeRO stage (the same predictions, bit for bit; the split
+    solver reads the same rows)."""
+    if shared is None or c.zero < ZeroStage.GRADIENTS or c.pp == 1 or not gathered_alike(c.layout(), job):
+        return price_split(model, cluster, job, c, spec, solver, options, times, activations, shared,
+                           balanced_may_fit)
+    key = (c.but(zero=ZeroStage.GRADIENTS), balanced_may_fit)
+    found = shared.alike.get(key)
+    if found is None:
+        found = shared.alike[key] = price_split(model, cluster, job, c, spec, solver, options, times, activations,
+                                                shared, balanced_may_fit)
+    return found if found.layouts[:1] == () or found.layouts[0].layout.zero is c.zero else at_zero(found, c.zero)
+
+
+def at_zero(priced: Priced, zero: ZeroStage) -> Priced:
+    """`priced` with its layouts at ZeRO stage `zero`."""
+    def moved(r: Ranked) -> Ranked:
+        return replace(r, layout=replace(r.layout, zero=zero))
+    return replace(priced, ranked=None if priced.ranked is None else moved(priced.ranked),
+                   layouts=tuple(moved(r) for r in priced.layouts))
+
+
+def price_split(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, spec: SearchSpec,
+                solver: Solver, options: SolveOptions, times: LayerTimes,
+                activations: LayerActivations | None = None, shared: Shared | None = None,
+                balanced_may_fit: bool = True) -> Priced:
     """Split and price one candidate; ranked is None when nothing fits.
 
     With one chunk per rank the solved split competes with the balanced split (Megatron-LM's default), priced
