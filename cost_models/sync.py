@@ -222,8 +222,15 @@ def gathered_alike(layout: Layout, job: JobSpec) -> bool:
     gathered form, `dp_reduce_exposed` and `sharded_dp_exposed` take that path at either stage, before anything
     reads the stage itself); `grad_accumulation_time` and `local_params` read only zero >= 2 and zero >= 1. Of what
     differs, `grad_traffic` (ZeRO-2's weight gather), nothing priced reads it there: `dp_reduce_exposed` returns
-    `kept_gathered_sync` first. The search prices one of the two (planner.search.pricing.price)."""
-    return per_block(job) and kept_gathered(layout, job)
+    `kept_gathered_sync` first. The search prices one of the two (planner.search.pricing.price) and tries one's group
+    floor (planner.search.group_floor)."""
+    return zero_alike(job) and kept_gathered(layout, job)
+
+
+def zero_alike(job: JobSpec) -> bool:
+    """Whether the runtime prices ZeRO-2 and ZeRO-3 alike wherever they sit under a pipeline (`gathered_alike`, of
+    every layout with pp > 1 and ZeRO-2 or -3): FSDP2 per block, not resharding under PP."""
+    return per_block(job) and not job.runtime.priced_execution.reshard_under_pp
 
 
 def kept_gathered_sync(params: StageParams, layout: Layout, job: JobSpec, cluster: ClusterSpec,

@@ -1,6 +1,6 @@
 """ZeRO-2 and ZeRO-3 twins under torchtitan's pipeline (cost_models.sync.gathered_alike): FSDP2 keeps every weight
 gathered across the micro-batches at either stage, so the cost model prices the two alike, and the search prices one
-of them (planner.search.pricing.price)."""
+of them (planner.search.pricing.price) and tries one's group floor (planner.search.group_floor)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+import planner.search.group_floor as group_floor
 import planner.search.pricing as pricing
 from cost_models.step import evaluate_layout
 from cost_models.sync import gathered_alike
@@ -17,6 +18,7 @@ from meshcore.framework import Framework
 from planner.api import resolve
 from planner.inputs.runtimes import load_runtime
 from planner.search.exact import search
+from planner.search.group_floor import GroupFloors
 from planner.search.runtime_space import for_runtime
 from planner.search.space import SearchSpec, candidates
 
@@ -63,27 +65,34 @@ def test_megatron_zero_stages_are_not_alike() -> None:
 
 
 @pytest.mark.parametrize("job", [("llama3-70b", "h100-sxm", 1024, 8192, 1024)])
-def test_pricing_a_twin_once_changes_no_answer(job: tuple[str, str, int, int, int],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pricing one of each pair of twins finds the same top 5 and certificate as pricing both, and solves fewer
-    splits (torchtitan's Llama-3-70B on 1,024 GPUs: half of the 38 candidates it prices are twins)."""
+def test_twins_priced_and_floored_once_change_no_answer(job: tuple[str, str, int, int, int],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pricing one of each pair of twins, and trying one's group floor, finds the same top 5 and certificate as
+    doing both for each, with fewer splits solved and group floors computed (torchtitan's Llama-3-70B on 1,024 GPUs:
+    half of the 38 candidates it prices are twins)."""
     pr = _problem(job, "torchtitan")
-    solved = []
-    real = pricing.price_split
+    calls: list[str] = []
+    price_split, exceeds = pricing.price_split, GroupFloors.exceeds
 
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        solved.append(1)
-        return real(*args, **kwargs)
+    def counted_price(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("price")
+        return price_split(*args, **kwargs)
 
-    monkeypatch.setattr(pricing, "price_split", counted)
+    def counted_floor(self: GroupFloors, *args, **kwargs) -> bool:  # type: ignore[no-untyped-def]
+        calls.append("floor")
+        return exceeds(self, *args, **kwargs)
+
+    monkeypatch.setattr(pricing, "price_split", counted_price)
+    monkeypatch.setattr(GroupFloors, "exceeds", counted_floor)
     answers, certificates, counts = [], [], []
     for alike in (True, False):
         if not alike:
-            monkeypatch.setattr(pricing, "gathered_alike", lambda layout, job: False)
-        solved.clear()
+            monkeypatch.setattr(pricing, "zero_alike", lambda job: False)
+            monkeypatch.setattr(group_floor, "zero_alike", lambda job: False)
+        calls.clear()
         found = search(pr.model, pr.cluster, pr.job, SearchSpec())
         answers.append([(r.layout, r.step_time_s) for r in (found.best, *found.alternatives)])
         certificates.append(replace(found.certificate, solve_time_s=0.0))
-        counts.append(len(solved))
+        counts.append((calls.count("price"), calls.count("floor")))
     assert answers[0] == answers[1] and certificates[0] == certificates[1]
-    assert counts[0] < counts[1]
+    assert counts[0][0] < counts[1][0] and counts[0][1] < counts[1][1], counts

@@ -20,7 +20,7 @@ from cost_models.step import (
     rank_stage_layers,
     stage_cost,
 )
-from cost_models.sync import gathered_alike
+from cost_models.sync import zero_alike
 from meshcore import WAVE_PLACED, ClusterSpec, JobSpec, ModelSpec, ScheduleFamily, ZeroStage, spec_of
 from planner.search.ilp import SolveOptions, Solver
 from planner.search.memory_floors import ROUNDING
@@ -109,7 +109,7 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
     (cost_models.sync.gathered_alike: torchtitan's FSDP2 under a pipeline, where half the candidates a search prices
     are such twins): the other's found, its layouts at c's ZeRO stage (the same predictions, bit for bit; the split
     solver reads the same rows)."""
-    if shared is None or c.zero < ZeroStage.GRADIENTS or c.pp == 1 or not gathered_alike(c.layout(), job):
+    if shared is None or c.zero < ZeroStage.GRADIENTS or c.pp == 1 or not zero_alike(job):  # (gathered_alike)
         return price_split(model, cluster, job, c, spec, solver, options, times, activations, shared,
                            balanced_may_fit)
     key = (c.but(zero=ZeroStage.GRADIENTS), balanced_may_fit)
