@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-import planner.search.group_floor as group_floor
 import planner.search.pricing as pricing
 from cost_models.step import evaluate_layout
 from cost_models.sync import gathered_alike
@@ -87,8 +86,7 @@ def test_twins_priced_and_floored_once_change_no_answer(job: tuple[str, str, int
     answers, certificates, counts = [], [], []
     for alike in (True, False):
         if not alike:
-            monkeypatch.setattr(pricing, "zero_alike", lambda job: False)
-            monkeypatch.setattr(group_floor, "zero_alike", lambda job: False)
+            monkeypatch.setattr(pricing, "zero_alike", lambda job: False)  # (pricing.zero_twin: both read it)
         calls.clear()
         found = search(pr.model, pr.cluster, pr.job, SearchSpec())
         answers.append([(r.layout, r.step_time_s) for r in (found.best, *found.alternatives)])

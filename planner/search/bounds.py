@@ -41,7 +41,7 @@ from planner.search.memory_floors import ROUNDING as _ROUNDING
 from planner.search.memory_floors import RankMemory
 from planner.search.offload_floor import offload_floor
 from planner.search.pipeline_fills import closed_fill
-from planner.search.recompute_rate import recompute_rates, stage_growth
+from planner.search.recompute_rate import byte_rate, recompute_rates, stage_growth
 from planner.search.space import Candidate
 from planner.search.tail_bounds import pass_ceilings
 
@@ -382,8 +382,7 @@ class SearchBounds(RankMemory):
         cap = self.cluster.gpu.memory_gib * GIB
         part = self.partial_recompute  # else no layer of a solved split is recomputed: each keeps what it stores
         kinds = [(n, min(base.total, full.total) if part else base.total,
-                  max((full.total - base.total) / (act - acts.full), 0.0) if part and act > acts.full else 0.0, act,
-                  states)
+                  byte_rate(base, full, act, acts.full) if part else 0.0, act, states)
                  for n, base, full, act, states in ((n_dense, times.decoder, times.decoder_full, acts.dense, s_dense),
                                                     (n_moe, times.moe, times.moe_full, acts.moe, s_moe))
                  if n and base is not None and full is not None]

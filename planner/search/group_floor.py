@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cost_models.pipeline.registry import pricing
-from cost_models.sync import zero_alike
-from meshcore import Offload, Schedule, ZeroStage
+from meshcore import Offload, Schedule
 from planner.search.floors import packing_exceeds
 from planner.search.memory_floors import ROUNDING, RankMemory
+from planner.search.pricing import zero_twin
 from planner.search.space import Candidate
 
 # a group's shapes as the search holds them: (schedule, vpp, the head beside the embedding, the offload choices within
@@ -52,7 +52,6 @@ class GroupFloors:
         self.memory, self.capacity = memory, capacity
         self._least: dict[tuple[object, ...], Least | None] = {}
         self.asked = self.tried = self.dropped = 0
-        self.alike = zero_alike(memory.job)
         self._twins: dict[tuple[object, ...], bool] = {}  # `exceeds` of a group at ZeRO-2 whose ZeRO-3 prices alike
 
     def drops(self, first: Candidate, shapes: GroupShapes) -> bool:
@@ -62,9 +61,8 @@ class GroupFloors:
         if not self.worth_trying():
             return False
         self.tried += 1
-        twin = None
-        if self.alike and first.pp > 1 and first.zero >= ZeroStage.GRADIENTS:
-            twin = (first.but(zero=ZeroStage.GRADIENTS), tuple((s, v, side, tuple(o)) for s, v, side, o in shapes))
+        at_two = zero_twin(first, self.memory.job)
+        twin = None if at_two is None else (at_two, tuple((s, v, side, tuple(o)) for s, v, side, o in shapes))
         dropped = self._twins.get(twin) if twin is not None else None
         if dropped is None:
             dropped = self.exceeds(first, shapes)

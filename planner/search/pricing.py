@@ -109,19 +109,30 @@ def price(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, c: Candidate, sp
     (cost_models.sync.gathered_alike: torchtitan's FSDP2 under a pipeline, where half the candidates a search prices
     are such twins): the other's found, its layouts at c's ZeRO stage (the same predictions, bit for bit; the split
     solver reads the same rows)."""
-    if shared is None or c.zero < ZeroStage.GRADIENTS or c.pp == 1 or not zero_alike(job):  # (gathered_alike)
+    twin = zero_twin(c, job) if shared is not None else None
+    if shared is None or twin is None:
         return price_split(model, cluster, job, c, spec, solver, options, times, activations, shared,
                            balanced_may_fit)
-    key = (c.but(zero=ZeroStage.GRADIENTS), balanced_may_fit)
-    found = shared.alike.get(key)
+    found = shared.alike.get((twin, balanced_may_fit))
     if found is None:
-        found = shared.alike[key] = price_split(model, cluster, job, c, spec, solver, options, times, activations,
-                                                shared, balanced_may_fit)
-    return found if found.layouts[:1] == () or found.layouts[0].layout.zero is c.zero else at_zero(found, c.zero)
+        found = shared.alike[twin, balanced_may_fit] = price_split(model, cluster, job, c, spec, solver, options,
+                                                                   times, activations, shared, balanced_may_fit)
+    return at_zero(found, c.zero)
+
+
+def zero_twin(c: Candidate, job: JobSpec) -> Candidate | None:
+    """`c` at ZeRO-2, the key it shares with its twin, where its ZeRO-2 and ZeRO-3 price alike
+    (cost_models.sync.gathered_alike: a pipeline at either stage in a runtime `zero_alike`); else None."""
+    if c.pp == 1 or c.zero < ZeroStage.GRADIENTS or not zero_alike(job):
+        return None
+    return c if c.zero is ZeroStage.GRADIENTS else c.but(zero=ZeroStage.GRADIENTS)
 
 
 def at_zero(priced: Priced, zero: ZeroStage) -> Priced:
-    """`priced` with its layouts at ZeRO stage `zero`."""
+    """`priced` with its layouts at ZeRO stage `zero` (itself where they are there already, or there are none)."""
+    if not priced.layouts or priced.layouts[0].layout.zero is zero:
+        return priced
+
     def moved(r: Ranked) -> Ranked:
         return replace(r, layout=replace(r.layout, zero=zero))
     return replace(priced, ranked=None if priced.ranked is None else moved(priced.ranked),

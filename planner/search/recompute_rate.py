@@ -1,6 +1,6 @@
 """What full recomputation of layers costs the average stage at the least, for `SearchBounds.recompute_floor`: the
-seconds per byte saved (`recompute_rates`) and the stage's growth net of the exposed communication a wider backward
-window may hide (`stage_growth`). Pure functions of numbers."""
+seconds per byte saved (`recompute_rates`; one kind's, `byte_rate`) and the stage's growth net of the exposed
+communication a wider backward window may hide (`stage_growth`). Pure functions of numbers."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ def recompute_rates(kinds: Sequence[tuple[LayerTime, LayerTime, float]], full_ac
     if not math.isfinite(rate_kappa) or rate_kappa <= 0:
         return None
     return rate_kappa, rate
+
+
+def byte_rate(base: LayerTime, full: LayerTime, act: float, full_act: float) -> float:
+    """ρ_k: the seconds per activation byte that fully recomputing a layer adds, (full.total − base.total)/(a −
+    full_act) at no less than 0; 0 where its recomputation frees nothing (a <= full_act)."""
+    return max((full.total - base.total) / (act - full_act), 0.0) if act > full_act else 0.0
 
 
 def stage_growth(saved: float, rates: tuple[float, float], hideable: float) -> float:

@@ -52,6 +52,7 @@ from planner.search.pipeline_fills import (
     v_fill_at,
     wave_fill_at,
 )
+from planner.search.recompute_rate import byte_rate
 from planner.search.simulate import simulable
 from planner.search.space import Candidate
 from planner.search.split_paths import FloorSearch, Row, SplitMemory, SplitPaths, layer_prefix
@@ -316,18 +317,16 @@ class ReportedBounds(SearchBounds):
         fixed, alive, s_dense, s_moe = self.rank_bytes(c)
         per_kind = {False: (times.decoder, times.decoder_full, acts.dense, s_dense),
                     True: (times.moe, times.moe_full, acts.moe, s_moe)}
-        rho = min((max((full.total - base.total) / (act - acts.full), 0.0) if act > acts.full else 0.0)
-                  for base, full, act, _ in per_kind.values() if base is not None and full is not None)
+        rates = [(0.0, byte_rate(base, full, act, acts.full), act, 0.0)  # `whole_layers`' (τ, ρ, a, s) of each kind
+                 for base, full, act, _ in per_kind.values() if base is not None and full is not None]
         stored = acts.full if self.partial_recompute else math.inf  # what a layer stores at the least
         kinds, held = self.layer_kinds, self.held(c)
         state = layer_prefix(kinds, lambda moe: per_kind[moe][3], held)
         act = layer_prefix(kinds, lambda moe: per_kind[moe][2], held)
         least = layer_prefix(kinds, lambda moe: min(per_kind[moe][2], stored), held)
-        frees, adds = whole_layers([(0.0, max((full.total - base.total) / (act - acts.full), 0.0), act, 0.0)
-                                    for base, full, act, _ in per_kind.values() if base is not None and full is not None
-                                    and act > acts.full], acts.full, 1.0) if self.partial_recompute else (0.0, 0.0)
+        frees, adds = whole_layers(rates, acts.full, 1.0) if self.partial_recompute else (0.0, 0.0)
         return SplitMemory(tuple(fixed), tuple(alive), tuple(state), tuple(act), tuple(least),
-                           self.cluster.gpu.memory_gib * GIB, rho, frees, adds)
+                           self.cluster.gpu.memory_gib * GIB, min(r[1] for r in rates), frees, adds)
 
     def split_paths(self, c: Candidate) -> SplitPaths:
         """`SplitPaths` of `c` (solved: `split_rows`, `split_memory`), once per candidate."""
