@@ -107,8 +107,10 @@ class RankMemory:
         self._rank_bytes: dict[Candidate, tuple[list[float], tuple[float, ...], float, float]] = {}
         self._piece_params: dict[tuple[int, int, int, bool], tuple[StageParams, ...]] = {}
         self._fixed_parts: dict[tuple[object, ...], tuple[float, ...]] = {}
-        self._shape_ranks: dict[tuple[object, ...], Shape] = {}
-        self._exceeds: dict[tuple[object, ...], bool] = {}  # `memory_exceeds` by everything it reads
+        self._shape_ranks: dict[tuple[object, ...], tuple[int, Shape]] = {}  # (its number, the shape)
+        self._exceeds: dict[tuple[int, int, float], bool] = {}  # `memory_exceeds` by the values it reads, interned
+        self._reads: dict[tuple[object, ...], tuple[int, tuple[float, ...], tuple[float, float]]] = {}
+        self._numbers: dict[tuple[object, ...], int] = {}  # the shapes and parts `memory_exceeds` reads, numbered
         self._gathered_parts: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
         self._mtp_moe = model.moe is not None and model.moe.is_moe_layer(model.num_layers)
         self._held: dict[int, HeldKinds] = {}
@@ -282,12 +284,17 @@ class RankMemory:
     def shape_of(self, c: Candidate) -> Shape:
         """(embedding rank, head rank, `alive`, the micro-batches in flight on the embedding and the head rank rounded
         up, each rank's layers with balanced chunks), once per (pp, vpp, schedule, micro-batches)."""
+        return self._shape_id(c)[1]
+
+    def _shape_id(self, c: Candidate) -> tuple[int, Shape]:
+        """(a number for the value of `shape_of(c)`, that value): equal shapes, of other keys, share the number."""
         key = (c.pp, c.vpp, c.schedule, c.dp, c.mbs)
         found = self._shape_ranks.get(key)
         if found is None:
             emb, head, counts = self.ranks(c)
             alive = self.alive(c)
-            found = self._shape_ranks[key] = (emb, head, alive, math.ceil(alive[emb]), math.ceil(alive[head]), counts)
+            shape = (emb, head, alive, math.ceil(alive[emb]), math.ceil(alive[head]), counts)
+            found = self._shape_ranks[key] = (self._numbers.setdefault(shape, len(self._numbers)), shape)
         return found
 
     def parts_of(self, c: Candidate, acts: LayerActivations | None) -> tuple[float, ...]:
@@ -332,19 +339,29 @@ class RankMemory:
         """Whether `memory_floor(c, balanced)` exceeds `capacity`; for a solved split by `packing_exceeds` (the same
         answer as the floor's). (The search asks for every member of every group it reaches: the balanced floor is
         summed here as `_largest_rank` sums it, the same floats, without building the rows.) Once per value of what
-        it reads (the shape's ranks, the parts' bytes, the stored activations): candidates of other schedules with the
+        it reads, by the numbers of its two parts (`_read_parts`, `_shape_id`): candidates of other schedules with the
         same micro-batches in flight, or other module sets storing alike, often read the same."""
-        acts = self.activations(c)
-        shape, parts, stored = self.shape_of(c), self.parts_of(c, acts), self.stored(c, acts, balanced)
-        key = (c.pp, balanced, capacity, shape, parts, stored)
+        (reads, parts, stored), (shape_id, shape) = self._read_parts(c, balanced), self._shape_id(c)
+        key = (reads, shape_id, capacity)
         found = self._exceeds.get(key)
         if found is None:
             found = self._exceeds[key] = self._exceeds_of(c.pp, balanced, capacity, shape, parts, stored)
         return found
 
-    def _exceeds_of(self, pp: int, balanced: bool, capacity: float,
-                    shape: Shape,
-                    parts: tuple[float, ...], stored: tuple[float, float]) -> bool:
+    def _read_parts(self, c: Candidate, balanced: bool) -> tuple[int, tuple[float, ...], tuple[float, float]]:
+        """(a number for (pp, balanced, `parts_of`, `stored`), those two), once per `parts_of`'s key and balanced."""
+        key = (c.tp, c.cp, c.sp, c.mbs, c.recompute, c.ep, c.etp, c.modules, c.pp, c.dp, c.dp_replicate, c.zero,
+               c.offload, self.beside(c), balanced)
+        found = self._reads.get(key)
+        if found is None:
+            acts = self.activations(c)
+            parts, stored = self.parts_of(c, acts), self.stored(c, acts, balanced)
+            number = self._numbers.setdefault((c.pp, balanced, parts, stored), len(self._numbers))
+            found = self._reads[key] = (number, parts, stored)
+        return found
+
+    def _exceeds_of(self, pp: int, balanced: bool, capacity: float, shape: Shape, parts: tuple[float, ...],
+                    stored: tuple[float, float]) -> bool:
         """`memory_exceeds` from what it reads."""
         emb, head, alive, at_emb, at_head, counts = shape
         every, s_emb, first, s_head, logits, mtp, s_dense, s_moe = parts

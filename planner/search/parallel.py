@@ -1,5 +1,6 @@
 """The exact search over several processes: the layout space split by tensor-parallel degree, each part searched
-exactly in its own process, the parts' answers merged into the answer of the whole.
+exactly in its own process (the first in the calling process itself, the others in a pool of forked workers), the
+parts' answers merged into the answer of the whole.
 
 Why the merge is exact: each part returns its own top-k by (reported step time, candidate sort key), the order
 `exact.search` keeps. The whole space's top-k are among the parts' top-k, and two candidates of different parts differ
@@ -9,6 +10,10 @@ memory), so each prunes as the single search would with what all have found so f
 the whole's top-k is within its part's top-k, and its bound is below the whole's k-th best, which the shared k-th
 best never undercuts. Without the sharing each part pruned with its own best alone and two processes were slower
 than one on 2 cores for every benchmark case; with it they take 0.55-0.65 of one's time (README, Search speed).
+The calling process searches the first part rather than wait on a pool of as many workers as parts: one process fewer
+to fork, and the caller's part runs where its memory is already its own (a forked worker's first writes copy the pages
+it shares with its parent: some ten thousand of them, about 2.6 µs each on the benchmark machine, for the largest
+searches).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class SharedTop:
 
 
 _SHARED: SharedTop | None = None  # the incumbent of this worker process
+Part = tuple[ModelSpec, ClusterSpec, JobSpec, SearchSpec, Solver, SolveOptions]
 
 
 def _share(shared: SharedTop) -> None:
@@ -63,13 +69,17 @@ def _share(shared: SharedTop) -> None:
     _SHARED = shared
 
 
-def _part(args: tuple[ModelSpec, ClusterSpec, JobSpec, SearchSpec, Solver, SolveOptions]
-          ) -> SearchResult | InfeasibleError | LayoutError:
+def _part(args: Part) -> SearchResult | InfeasibleError | LayoutError:
+    """One part's search in a worker process, with the incumbent its pool shared (`searched`)."""
+    return searched(args, _SHARED)
+
+
+def searched(args: Part, incumbent: SharedTop | None) -> SearchResult | InfeasibleError | LayoutError:
     """One part's search; a part where nothing fits, or no layout passes the rules (its TP degrees may be ones the
     runtime does not run), returns its error for the merge to skip, as does one whose every candidate the other parts'
     incumbent prunes."""
     try:
-        return search(*args, incumbent=_SHARED)
+        return search(*args, incumbent=incumbent)
     except (InfeasibleError, LayoutError) as exc:
         return exc
 
@@ -102,10 +112,12 @@ def search_parallel(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: 
     from concurrent.futures import ProcessPoolExecutor  # here: one process imports none of it
 
     start = time.perf_counter()
-    parts = [replace(spec, tp_choices=group) for group in tp_groups(degrees, workers)]
+    parts: list[Part] = [(model, cluster, job, replace(spec, tp_choices=group), solver, options)
+                         for group in tp_groups(degrees, workers)]
     shared = SharedTop(spec.top_k)
-    with ProcessPoolExecutor(max_workers=len(parts), initializer=_share, initargs=(shared,)) as pool:
-        outcomes = list(pool.map(_part, [(model, cluster, job, p, solver, options) for p in parts]))
+    with ProcessPoolExecutor(max_workers=len(parts) - 1, initializer=_share, initargs=(shared,)) as pool:
+        others = [pool.submit(_part, part) for part in parts[1:]]
+        outcomes = [searched(parts[0], shared), *(other.result() for other in others)]
     found = [o for o in outcomes if isinstance(o, SearchResult)]
     if not found:
         return search(model, cluster, job, spec, solver, options)  # its own message says why nothing fits
