@@ -6,8 +6,10 @@ import pytest
 
 import planner.search.parallel as parallel
 from planner import InfeasibleError, resolve
+from planner.inputs.runtimes import load_runtime
 from planner.search.exact import search
-from planner.search.space import SearchSpec
+from planner.search.runtime_space import for_runtime
+from planner.search.space import SearchSpec, tp_options
 
 
 def test_degrees_are_dealt_round_robin() -> None:
@@ -69,3 +71,22 @@ def test_a_part_the_others_beat_everywhere_builds_no_message() -> None:
     pr = resolve("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64)
     with pytest.raises(InfeasibleError, match="slower than the k-th best the other parts found"):
         search(pr.model, pr.cluster, pr.job, SearchSpec(), incumbent=Beaten())
+
+
+def test_the_calling_process_searches_the_first_part_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two workers the calling process searches the first part of the TP degrees itself, and that part alone
+    (a forked worker searches the other, recording its call in its own memory)."""
+    import os
+
+    calls: list[tuple[int, tuple[int, ...] | None]] = []
+
+    def recorded(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append((os.getpid(), args[3].tp_choices))
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "search", recorded)
+    pr = resolve("llama3-8b", "h100-sxm", gpus=16, seq_len=4096, global_batch=64)
+    spec = for_runtime(SearchSpec(), load_runtime(pr.job.runtime.framework))
+    parallel.search_parallel(pr.model, pr.cluster, pr.job, spec, workers=2)
+    first, _ = parallel.tp_groups(tp_options(pr.model, pr.cluster, spec), 2)
+    assert [tps for pid, tps in calls if pid == os.getpid()] == [first]  # (the worker's calls stay in the worker)
