@@ -459,8 +459,9 @@ def test_state_bound_of_another_shape_places_the_head_there() -> None:
                  if c.pp > 1 and c.schedule is Schedule.ONE_F_ONE_B and not bounds.beside(c))
     v = apart.but(vpp=2, schedule=Schedule.ZB_V)
     assert bounds.beside(v) and bounds.state_bound(v) < bounds.state_bound(apart)
-    state.capacity = (bounds.state_bound(v) + bounds.state_bound(apart)) / 2
+    state.fit.capacity = (bounds.state_bound(v) + bounds.state_bound(apart)) / 2  # (the state bound's: StateFit)
     for side, shaped in ((True, v), (False, apart)):
-        expected = tuple(o for o in state.choices(apart) if bounds.state_bound(shaped.but(offload=o)) <= state.capacity)
+        expected = tuple(o for o in state.choices(apart)
+                         if bounds.state_bound(shaped.but(offload=o)) <= state.fit.capacity)
         assert state.within_state_bound(apart, side) == expected
     assert state.within_state_bound(apart, True) != state.within_state_bound(apart, False)

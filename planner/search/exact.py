@@ -2,26 +2,26 @@
 
 1. `planner.search.space.candidates` yields every valid degree tuple, each with the first of its offload choices
    (`space.offload_options`); the others join it, sharing its group's floor, when that group comes up.
-2. Memory bound: a family whose weights, gradients and optimizer state alone (sharded as its ZeRO
-   stage allows, spread evenly over the pipeline) exceed the GPU is dropped.
-3. Time bound: no split beats m·(Σ layer times)/pp (cost_models.pipeline.stages: the slowest stage is at
-   least the average), computed from per-layer times cached per (tp, cp, sp, mbs, recompute).
-   Candidates are priced in increasing order of this bound and the scan stops when the bound
-   reaches the k-th best step time found: every layout left is provably no better (best-first
-   branch and bound), so the answer is optimal within the modelled space. The heap starts from cheaper floors of
-   each bound and computes the bound only when the floor comes first: the same order. Two levels of floors: the
-   families sharing layer times and pp (`SearchBounds.floor_key`) wait as one entry at `family_floor` (the layer
-   times alone); when it comes first their groups are built (the state bound of step 2) and queued at their floors
-   (`shape_floor`, which adds traffic and tail; one whose members' least memory exceeds the GPU is dropped:
-   planner.search.group_floor). Most families never come up: their groups' floors and state bounds are never computed.
-4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are
-   solved exactly (planner.search.partition DP, or the CP-SAT / HiGHS model of planner.search.ilp); interleaved
-   layouts use balanced model chunks.
-   Recompute-module sets (`space.module_family`, nested) become candidates only after the same degrees with the
-   next cheaper choice (none, the default selective, the previous set) were priced, and only where that did not
-   fit or its step time exceeds the set's bound (else the set is dominated: it frees memory for a looser split or
-   fewer recomputed layers, which cannot repay more than the difference). A set's bound is at least its
-   sibling's, so it joins the best-first order where it belongs.
+2. Memory bound: a family whose weights, gradients and optimizer state alone (sharded as its ZeRO stage allows,
+   spread evenly over the pipeline) exceed the GPU is dropped; where no family of an entry of them (step 3) fits, the
+   entry is settled before its family floor is computed (planner.search.state_fit).
+3. Time bound: no split beats m·(Σ layer times)/pp (cost_models.pipeline.stages: the slowest stage is at least the
+   average), computed from per-layer times cached per (tp, cp, sp, mbs, recompute). Candidates are priced in
+   increasing order of this bound and the scan stops when the bound reaches the k-th best step time found: every
+   layout left is provably no better (best-first branch and bound), so the answer is optimal within the modelled
+   space. The heap starts from cheaper floors of each bound and computes the bound only when the floor comes first:
+   the same order. Two levels of floors: the families sharing layer times and pp (`SearchBounds.floor_key`) wait as
+   one entry at `family_floor` (the layer times alone); when it comes first their groups are built (the state bound
+   of step 2) and queued at their floors (`shape_floor`, which adds traffic and tail; one whose members' least memory
+   exceeds the GPU is dropped: planner.search.group_floor). Most families never come up: their groups' floors and
+   state bounds are never computed.
+4. Split: for 1F1B the layer-to-stage split and the per-stage count of fully recomputed layers are solved exactly
+   (planner.search.partition DP, or the CP-SAT / HiGHS model of planner.search.ilp); interleaved layouts use balanced
+   model chunks. Recompute-module sets (`space.module_family`, nested) become candidates only after the same degrees
+   with the next cheaper choice (none, the default selective, the previous set) were priced, and only where that did
+   not fit or its step time exceeds the set's bound (else the set is dominated: it frees memory for a looser split or
+   fewer recomputed layers, which cannot repay more than the difference). A set's bound is at least its sibling's, so
+   it joins the best-first order where it belongs.
 5. The chosen layout is priced by the plain cost model (`evaluate_costs`, as `evaluate_layout`), which also re-checks
    that every stage fits.
 """
@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from cost_models.pipeline.registry import pricing
 from cost_models.pipeline.simulator import Durations
-from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Offload, Recompute, Schedule, ZeroStage, check_expert_degrees
+from meshcore import GIB, ClusterSpec, JobSpec, ModelSpec, Schedule, check_expert_degrees
 from meshcore.errors import InfeasibleError, LayoutError
 from planner.inputs.runtimes import load_runtime
 from planner.search.early_floor import EarlyFloors
@@ -56,10 +56,10 @@ from planner.search.space import (
     module_family,
     next_module_set,
     no_layout_reason,
-    offload_options,
 )
 from planner.search.split_paths import FloorSearch
 from planner.search.splits import split_problem
+from planner.search.state_fit import StateFit
 
 ProgressFn = Callable[[int, int], None]
 Group = tuple[Candidate, list[tuple[Schedule, int]]]  # a group's first candidate and its (schedule, vpp) shapes
@@ -118,10 +118,8 @@ class _Search:
         self.built = list(families(model, cluster, job, spec))
         if not self.built:
             raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
-        nvme = cluster.host.nvme_gbs > 0
-        self.offloads = {(z, alone, full): tuple(offload_options(z, spec, alone, nvme, full))
-                         for z in ZeroStage for alone in (False, True) for full in (False, True)}
-        self.variants: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
+        self.fit = StateFit(self.bounds, spec, cluster, self.capacity)  # the state bound (step 2)
+        self.choices, self.within_state_bound = self.fit.choices, self.fit.within
         self.tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0, "fitting": 0,
                       "held": 0, "total": 0}
         self.groups: list[Group] = []  # every group queued so far
@@ -139,8 +137,8 @@ class _Search:
         self.worst_gap, self.all_optimal = 0.0, True
         self.heap = self._family_entries()
 
-    def choices(self, c: Candidate) -> tuple[frozenset[Offload], ...]:
-        return self.offloads[c.zero, c.dp * c.cp == 1, c.recompute is Recompute.FULL]
+    def held(self, f: int) -> int:
+        return len(self.choices(self.built[f][0])) * len(self.built[f][1])  # family f's candidates of one (ep, etp)
 
     def _family_entries(self) -> list[Entry]:
         """The candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter
@@ -166,20 +164,6 @@ class _Search:
         c = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
         return c, [(s, v) for v, s in shapes]
 
-    def within_state_bound(self, c: Candidate, beside: bool | None = None) -> tuple[frozenset[Offload], ...]:
-        """The offload choices of `c` (its `offload_options`) whose states fit (`state_bound`, with the head where
-        `beside` puts it: c's shapes place it apart), sharing c's floor. When c fits without offloading, all do."""
-        bounds, side = self.bounds, self.bounds.beside(c) if beside is None else beside
-        key = (c.tp, c.pp, c.dp, c.dp_replicate, c.cp, c.zero, c.ep, c.etp, side,
-               c.recompute is Recompute.FULL or not self.spec.checkpoints_only)  # offloading checkpoints needs full
-        if key not in self.variants:
-            if not c.offload and bounds.state_bound(c, side) <= self.capacity:
-                self.variants[key] = self.choices(c)
-            else:
-                self.variants[key] = tuple(o for o in self.choices(c)
-                                           if bounds.state_bound(c.but(offload=o), side) <= self.capacity)
-        return self.variants[key]
-
     def expand(self, members: Members) -> None:
         """Queue the groups of these (family, (ep, etp) choice)s at their floors, each its first candidate within the
         state bound and its (schedule, vpp) shapes that hold one; a group whose floor over its members' memory
@@ -188,7 +172,7 @@ class _Search:
         for f, e in members:
             first, shapes, experts, _ = self.built[f]
             ep, etp = experts[e]
-            self.tally["held"] += len(self.choices(first)) * len(shapes)
+            self.tally["held"] += self.held(f)
             base = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
             sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
             fits = {side: self.within_state_bound(base, side) for side in set(sides)}
@@ -326,8 +310,11 @@ class _Search:
             bound, key, level, tie, item = heapq.heappop(self.heap)
             if bound >= self.kth():
                 break
-            if isinstance(item, list) and level == -2:  # families at their early floor: now at their own
-                heapq.heappush(self.heap, (self.bounds.family_floor(*self._family(item)), key, -1, tie, item))
+            if isinstance(item, list) and level == -2:  # families at their early floor: now at their own, or
+                if self.fit.none_fit(self.built, item):  # settled where no member's states fit (state_fit)
+                    self.tally["held"] += sum(self.held(f) for f, _ in item)
+                else:
+                    heapq.heappush(self.heap, (self.bounds.family_floor(*self._family(item)), key, -1, tie, item))
             elif isinstance(item, list):  # families at their floor: their groups
                 self.expand(item)
             elif isinstance(item, tuple):

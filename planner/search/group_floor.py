@@ -44,6 +44,13 @@ GroupShapes = Sequence[Shaped]
 Least = tuple[int, int, tuple[float, ...], int, int]
 
 
+def worth_trying(asked: int, tried: int, hits: int) -> bool:
+    """Whether to try a test that may settle work early (`asked` times asked so far, this one included; `hits` of the
+    `tried` settled it): always for the first 16, then while one in four or more of those tried hit, and one in 32
+    otherwise, to follow the search as it moves on (`GroupFloors.worth_trying`, `StateFit.none_fit`)."""
+    return tried < 16 or 4 * hits >= tried or asked % 32 == 0
+
+
 class GroupFloors:
     """`exceeds` for one search's groups, with the least of a group's shapes (`least_shape`) cached by (pp,
     micro-batches, shapes): the families of one pipeline depth share them."""
@@ -72,14 +79,13 @@ class GroupFloors:
         return dropped
 
     def worth_trying(self) -> bool:
-        """Whether to try the next group: always for the first 16, then while one in four or more of those tried was
-        dropped, and one group in 32 otherwise, to follow the search as it moves on. A group's members left to their
-        own floors are dropped there all the same: this decides where the search spends its time, not what it finds.
+        """Whether to try the next group (`worth_trying`, a hit a group dropped). A group's members left to their own
+        floors are dropped there all the same: this decides where the search spends its time, not what it finds.
         (Every group tried, torchtitan's DeepSeek-V3 drops 97 % of its groups so and the research space's Llama-3-70B
         6 %, whose groups mostly hold a shape that fits: there the floors of the groups that never come up cost it
         7 % of its search, its 405B 10 %.)"""
         self.asked += 1
-        return self.tried < 16 or 4 * self.dropped >= self.tried or self.asked % 32 == 0
+        return worth_trying(self.asked, self.tried, self.dropped)
 
     def exceeds(self, first: Candidate, shapes: GroupShapes) -> bool:
         """Whether no member of the group (`first` with each of `shapes` and its offload choices) can fit on the GPU:
