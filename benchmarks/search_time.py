@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +85,30 @@ def layout_text(plan: Any) -> str:
             f"{lay.recompute.value} {lay.schedule.value}, {plan.best.step_time_s:.3f} s")
 
 
-def verdict(search: float, walls: list[float], target: float) -> str:
-    """Whether a job meets its target: on one core ('ok'), only over the workers ('ok, W workers': the median of
-    `walls`, the W-worker wall seconds), or not ('over')."""
+class Met(str, Enum):
+    """Whether a job meets its target: on one core, only over the workers, or not."""
+
+    ONE_CORE = "ok"
+    WORKERS = "ok, workers"
+    OVER = "over"
+
+    def label(self, workers: int) -> str:
+        """What the table's target column prints."""
+        return f"ok, {workers} workers" if self is Met.WORKERS else self.value
+
+
+def verdict(search: float, walls: list[float], target: float) -> Met:
+    """`Met.ONE_CORE` where the one-core search meets `target`, else `Met.WORKERS` where the median of `walls` (the
+    W-worker wall seconds) does, else `Met.OVER`."""
     if search <= target:
-        return "ok"
+        return Met.ONE_CORE
     if walls and statistics.median(walls) <= target:
-        return "ok, workers"
-    return "over"
+        return Met.WORKERS
+    return Met.OVER
 
 
 def run_case(case: tuple[str, str, int, int, int], framework: Framework, args: argparse.Namespace,
-             exe: str | None) -> tuple[str, str | None]:
+             exe: str | None) -> tuple[str, Met | None]:
     """The job's table line and its `verdict` (None where it was not planned)."""
     model, hw, gpus, seq, batch = case
     spec = SearchSpec(offload_auto=True) if args.offload_auto else None
@@ -131,18 +144,18 @@ def run_case(case: tuple[str, str, int, int, int], framework: Framework, args: a
     before = previous.get(name) if framework is Framework.ANY else None
     ratio = f"{before / search:5.1f}x" if before else "-"
     met = verdict(search, walls, TARGET[moe])
-    shown = f"{met.replace('workers', f'{args.workers} workers')} ({TARGET[moe]:g})"
+    shown = f"{met.label(args.workers)} ({TARGET[moe]:g})"
     return (f"{name:50} {framework.value:10} {search:8.2f} {whole:>9} {workers:>9} {shown:>18} {ratio:>7} "
             f"{c.candidates:10} {c.evaluated:6} {c.simulated:5} {c.pruned_memory:10} {c.pruned_time:11} {load:5.2f}  "
             f"{layout_text(plan)}"), met
 
 
-def targets_line(tally: dict[str, list[str]], workers: int) -> str:
+def targets_line(tally: dict[Met, list[str]], workers: int) -> str:
     """How many searches met their target on one core, how many only over `workers` processes, and which did not."""
-    over = f": {', '.join(tally['over'])}" if tally["over"] else ""
-    more = f", {len(tally['ok, workers'])} more over {workers} workers" if workers > 1 else ""
-    met = len(tally["ok"])
-    return f"targets: {met} search{'' if met == 1 else 'es'} met on one core{more}, {len(tally['over'])} not met{over}"
+    met, over = len(tally[Met.ONE_CORE]), tally[Met.OVER]
+    more = f", {len(tally[Met.WORKERS])} more over {workers} workers" if workers > 1 else ""
+    named = f": {', '.join(over)}" if over else ""
+    return f"targets: {met} search{'' if met == 1 else 'es'} met on one core{more}, {len(over)} not met{named}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'job':50} {'runtime':10} {'search s':>8} {'process s':>9} {f'{args.workers} workers':>9} "
           f"{'target s':>18} {'vs prev':>7} {'candidates':>10} {'priced':>6} {'simul':>5} {'pruned mem':>10} "
           f"{'pruned time':>11} {'load':>5}  best")
-    tally: dict[str, list[str]] = {"ok": [], "ok, workers": [], "over": []}
+    tally: dict[Met, list[str]] = {m: [] for m in Met}
     for framework in frameworks:
         for case in CASES:
             if args.only and not any(o in case[0] for o in args.only):

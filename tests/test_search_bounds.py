@@ -444,7 +444,7 @@ def test_dualpipev_bound_is_below_its_closed_form(name: str, gpus: int, seed: in
 
 
 def test_state_bound_of_another_shape_places_the_head_there() -> None:
-    """`_Search.within_state_bound(c, beside)` (what `expand` asks for each shape of a family's first candidate) is
+    """`StateFit.within(c, beside)` (what `expand` asks for each shape of a family's first candidate) is
     the state bound of a candidate of that shape, whose head sits apart from or beside the embedding: on a model with
     tied embeddings the head beside them shares their weights, so the V shapes hold less. It once read c's own
     placement, and with the GPU between the two bounds dropped the V shapes of a family first placed as 1F1B."""
@@ -461,7 +461,7 @@ def test_state_bound_of_another_shape_places_the_head_there() -> None:
     assert bounds.beside(v) and bounds.state_bound(v) < bounds.state_bound(apart)
     state.fit.capacity = (bounds.state_bound(v) + bounds.state_bound(apart)) / 2  # (the state bound's: StateFit)
     for side, shaped in ((True, v), (False, apart)):
-        expected = tuple(o for o in state.choices(apart)
+        expected = tuple(o for o in state.fit.choices(apart)
                          if bounds.state_bound(shaped.but(offload=o)) <= state.fit.capacity)
-        assert state.within_state_bound(apart, side) == expected
-    assert state.within_state_bound(apart, True) != state.within_state_bound(apart, False)
+        assert state.fit.within(apart, side) == expected
+    assert state.fit.within(apart, True) != state.fit.within(apart, False)

@@ -3,7 +3,7 @@ and the line that counts them: what the README's table and its summary of the ta
 
 from __future__ import annotations
 
-from search_time import targets_line, verdict
+from search_time import Met, targets_line, verdict
 
 
 def test_verdict_is_one_core_first_then_the_workers_median() -> None:
@@ -13,11 +13,13 @@ def test_verdict_is_one_core_first_then_the_workers_median() -> None:
     assert verdict(1.2, [0.8, 1.4, 1.1], 1.0) == "over"  # median 1.1
     assert verdict(1.2, [], 1.0) == "over"  # no workers timed
     assert verdict(0.3, [], 0.3) == "ok"  # at the target is within it
+    assert [m.label(2) for m in Met] == ["ok", "ok, 2 workers", "over"]  # the table's target column
 
 
 def test_targets_line_counts_and_names_the_jobs_not_met() -> None:
-    tally = {"ok": ["a (megatron)", "b (nemo)"], "ok, workers": ["c (torchtitan)"], "over": ["d (any)", "e (any)"]}
+    tally = {Met.ONE_CORE: ["a (megatron)", "b (nemo)"], Met.WORKERS: ["c (torchtitan)"],
+             Met.OVER: ["d (any)", "e (any)"]}
     assert targets_line(tally, 2) == ("targets: 2 searches met on one core, 1 more over 2 workers, 2 not met: "
                                       "d (any), e (any)")
-    assert targets_line({"ok": ["a (any)"], "ok, workers": [], "over": []}, 1) == (
+    assert targets_line({Met.ONE_CORE: ["a (any)"], Met.WORKERS: [], Met.OVER: []}, 1) == (
         "targets: 1 search met on one core, 0 not met")

@@ -41,7 +41,7 @@ def test_fits_none_is_expand_skipping_every_member(job: Job) -> None:
         assert isinstance(members, list)
         first, _, experts, _ = state.built[members[0][0]]
         ep, etp = experts[members[0][1]]
-        fits = any(state.within_state_bound(c if (ep, etp) == (c.ep, c.etp) else c.but(ep=ep, etp=etp),
+        fits = any(state.fit.within(c if (ep, etp) == (c.ep, c.etp) else c.but(ep=ep, etp=etp),
                                             state.bounds.shape_beside(c, vpp, schedule))
                    for c, shapes, _, _ in (state.built[f] for f, _ in members) for vpp, schedule in shapes)
         assert state.fit.fits_none(state.built, members) is not fits
@@ -101,7 +101,7 @@ def test_fits_none_reads_each_shape_s_head_placement() -> None:
     assert least[True] < least[False]
     state.fit.capacity = (least[True] + least[False]) / 2
     for members in entries:
-        fits = {side: any(state.within_state_bound(c, side) for c, sides in placed(members) if side in sides)
+        fits = {side: any(state.fit.within(c, side) for c, sides in placed(members) if side in sides)
                 for side in (False, True)}
         assert state.fit.fits_none(state.built, members) is not (fits[False] or fits[True])
         if members is both:

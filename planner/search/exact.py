@@ -118,8 +118,7 @@ class _Search:
         self.built = list(families(model, cluster, job, spec))
         if not self.built:
             raise LayoutError(no_layout_reason(model, cluster, job, spec))  # a rule or a limit, not memory: exit 2
-        self.fit = StateFit(self.bounds, spec, cluster, self.capacity)  # the state bound (step 2)
-        self.choices, self.within_state_bound = self.fit.choices, self.fit.within
+        self.fit = StateFit(self.bounds, spec, cluster, self.capacity)  # the state bound (step 2), offload choices
         self.tally = {"evaluated": 0, "infeasible": 0, "expanded": 0, "floored": 0, "simulated": 0, "fitting": 0,
                       "held": 0, "total": 0}
         self.groups: list[Group] = []  # every group queued so far
@@ -138,7 +137,7 @@ class _Search:
         self.heap = self._family_entries()
 
     def held(self, f: int) -> int:
-        return len(self.choices(self.built[f][0])) * len(self.built[f][1])  # family f's candidates of one (ep, etp)
+        return len(self.fit.choices(self.built[f][0])) * len(self.built[f][1])  # family f's candidates of one (ep, etp)
 
     def _family_entries(self) -> list[Entry]:
         """The candidates by `floor_key` (knobs and pp), each a list of (family, its (ep, etp) choice): they enter
@@ -147,7 +146,7 @@ class _Search:
         most never do, and neither their layer times, their groups' floors nor their state bounds are computed."""
         floors: dict[tuple[object, ...], Members] = {}
         for f, (first, shapes, experts, _) in enumerate(self.built):
-            self.tally["total"] += len(self.choices(first)) * len(shapes) * len(experts)
+            self.tally["total"] += len(self.fit.choices(first)) * len(shapes) * len(experts)
             for e, (ep, etp) in enumerate(experts):
                 floors.setdefault((first.tp, first.cp, first.sp, first.mbs, first.recompute, ep, etp, first.modules,
                                    first.pp), []).append((f, e))
@@ -175,7 +174,7 @@ class _Search:
             self.tally["held"] += self.held(f)
             base = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
             sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
-            fits = {side: self.within_state_bound(base, side) for side in set(sides)}
+            fits = {side: self.fit.within(base, side) for side in set(sides)}
             shaped = [(schedule, vpp, side, fits[side]) for (vpp, schedule), side in zip(shapes, sides, strict=True)
                       if fits[side]]
             if not shaped:
@@ -188,7 +187,7 @@ class _Search:
             if next_module_set(c, self.family, self.job) is None and self.group_floors.drops(c, shaped):
                 self.tally["floored"] += count  # none fits: dropped with the group (planner.search.group_floor)
                 continue
-            heapq.heappush(self.heap, (self.bounds.shape_floor(c, held, self.choices(c)), (), 0, len(self.groups),
+            heapq.heappush(self.heap, (self.bounds.shape_floor(c, held, self.fit.choices(c)), (), 0, len(self.groups),
                                        (c, held)))
 
     def queue_group(self, group: Group) -> None:
@@ -198,7 +197,7 @@ class _Search:
         dropped when they came up they would settle nothing, and a set's bound is at least its sibling's."""
         first, held = group
         placed = [self.bounds.shape_beside(first, vpp, schedule) for schedule, vpp in held]
-        sides = {side: self.within_state_bound(first, side) for side in set(placed)}  # (what `expand` found)
+        sides = {side: self.fit.within(first, side) for side in set(placed)}  # (what `expand` found)
         for (schedule, vpp), side in zip(held, placed, strict=True):
             base = first if (schedule, vpp) == (first.schedule, first.vpp) else first.but(vpp=vpp, schedule=schedule)
             balanced, early = balanced_only(base, self.spec), pricing(schedule).in_flight is not None
@@ -417,11 +416,12 @@ class _Search:
         model, cluster, job, spec = self.model, self.cluster, self.job, self.spec
         if not self.tally["fitting"]:  # (the heap ran dry: every family was expanded)
             pool = list(candidates(model, cluster, job, spec, offload_variants=False))
-            raise InfeasibleError(no_fit_message(self.bounds, with_choices(pool, self.choices), fit_hints(spec, job)))
+            raise InfeasibleError(no_fit_message(self.bounds, with_choices(pool, self.fit.choices),
+                                                 fit_hints(spec, job)))
         if not self.top:
             pool = [replace(first, vpp=vpp, schedule=schedule) for first, held in self.groups for schedule, vpp in held]
-            raise InfeasibleError(no_fit_message(self.bounds, with_choices(pool, self.within_state_bound),
-                                                  fit_hints(spec, job)))
+            raise InfeasibleError(no_fit_message(self.bounds, with_choices(pool, self.fit.within),
+                                                 fit_hints(spec, job)))
 
 
 __all__ = ["Certificate", "Ranked", "SearchResult", "SearchSpec", "Solver", "search", "split_problem"]
