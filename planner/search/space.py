@@ -332,8 +332,10 @@ Family = tuple[Candidate, list[tuple[int, Schedule]], list[tuple[int, int]], lis
 def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchSpec) -> Iterator[Family]:
     """The candidates as families: (the first candidate of a (mesh, mbs, ZeRO stage, recomputation, SP) choice, its
     (vpp, schedule) shapes, its (ep, etp) pairs, its offload choices). `candidates` is their product, in this order;
-    a search groups them without building each one."""
+    a search groups them without building each one. The shapes are a function of (pp, micro-batches): one list per
+    pair, shared by every family of it."""
     recomputes = recompute_options(model, job, spec)
+    shaped: dict[tuple[int, int], list[tuple[int, Schedule]]] = {}
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
         per_replica = job.global_batch // dp
         replicas = {z: replicate_options(tp, cp, dp, z, cluster, spec) for z in ZeroStage}
@@ -359,8 +361,10 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
                 continue
             if mbs not in shapes:
                 m = per_replica // mbs
-                shapes[mbs] = [(vpp, schedule) for vpp in _vpps(model, pp, m, spec)
-                               for schedule in schedules_for(pp, vpp, spec, m)]
+                if (pp, m) not in shaped:
+                    shaped[pp, m] = [(vpp, schedule) for vpp in _vpps(model, pp, m, spec)
+                                     for schedule in schedules_for(pp, vpp, spec, m)]
+                shapes[mbs] = shaped[pp, m]
             offs = offloads[zero, recompute is Recompute.FULL]
             if not shapes[mbs] or not offs:
                 continue
