@@ -105,15 +105,15 @@ def run_case(case: tuple[str, str, int, int, int], framework: Framework, repeat:
     name, hw, gpus, seq, batch = case
     try:
         problem = resolve(name, hw, gpus=gpus, seq_len=seq, global_batch=batch, runtime=Runtime(framework=framework))
-    except MeshplanError as exc:
+        job: Job = (problem.model, problem.cluster, problem.job)
+        spec = for_runtime(SearchSpec(), load_runtime(problem.job.runtime.framework))
+        seed = seed_of(search(*job, spec, Solver.DP, SolveOptions()))
+    except MeshplanError as exc:  # the runtime has no such model, or nothing fits
         return [f"{name}: not planned: {exc}"]
-    job: Job = (problem.model, problem.cluster, problem.job)
-    spec = for_runtime(SearchSpec(), load_runtime(problem.job.runtime.framework))
-    seed = seed_of(search(*job, spec, Solver.DP, SolveOptions()))
     degrees = tp_options(problem.model, problem.cluster, spec)
     parts = [("whole", spec)] + [(f"TP {', '.join(map(str, g))}", replace(spec, tp_choices=g))
                                  for g in tp_groups(degrees, 2)]
-    parts += [(f"TP {tp} alone", replace(spec, tp_choices=(tp,))) for tp in degrees]
+    parts += [(f"TP {tp} only", replace(spec, tp_choices=(tp,))) for tp in degrees]
     lines = [f"{name} on {gpus} x {hw} ({framework.value}): k-th best reported step {seed.step:.3f} s"]
     for label, part in parts:
         alone, seeded = timed(job, part, None, repeat), timed(job, part, seed, repeat)
