@@ -333,7 +333,7 @@ def families(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, spec: SearchS
     """The candidates as families: (the first candidate of a (mesh, mbs, ZeRO stage, recomputation, SP) choice, its
     (vpp, schedule) shapes, its (ep, etp) pairs, its offload choices). `candidates` is their product, in this order;
     a search groups them without building each one. The shapes are a function of (pp, micro-batches): one list per
-    pair, shared by every family of it."""
+    pair, shared by every family of it (read it, never change it)."""
     recomputes = recompute_options(model, job, spec)
     shaped: dict[tuple[int, int], list[tuple[int, Schedule]]] = {}
     for tp, cp, pp, dp in _meshes(model, cluster, job, spec):
