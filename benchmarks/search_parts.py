@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machine import machine_line  # noqa: E402
+from search_time import CASES as TIMED  # noqa: E402
 
 from meshcore import ClusterSpec, JobSpec, ModelSpec, Runtime  # noqa: E402
 from meshcore.errors import MeshplanError  # noqa: E402
@@ -39,13 +40,8 @@ from planner.search.ranked import SearchResult  # noqa: E402
 from planner.search.runtime_space import for_runtime  # noqa: E402
 from planner.search.space import SearchSpec, tp_options  # noqa: E402
 
-# (model, hardware, GPUs, sequence length, global batch in sequences): the research-space jobs issue 36 finds over
-CASES = [
-    ("llama3-70b", "h100-sxm", 1024, 8192, 1024),
-    ("llama3-405b", "h100-sxm", 16384, 8192, 2048),
-    ("llama4-maverick", "h100-sxm", 256, 8192, 512),
-    ("deepseek-v3", "h800", 2048, 4096, 15360),
-]
+# the jobs of benchmarks/search_time.py that issue 36 finds over in the research space
+CASES = [case for case in TIMED if case[0] in {"llama3-70b", "llama3-405b", "llama4-maverick", "deepseek-v3"}]
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def test_fits_none_is_expand_skipping_every_member(job: Job) -> None:
         first, _, experts, _ = state.built[members[0][0]]
         ep, etp = experts[members[0][1]]
         fits = any(state.fit.within(c if (ep, etp) == (c.ep, c.etp) else c.but(ep=ep, etp=etp),
-                                            state.bounds.shape_beside(c, vpp, schedule))
+                                    state.bounds.shape_beside(c, vpp, schedule))
                    for c, shapes, _, _ in (state.built[f] for f, _ in members) for vpp, schedule in shapes)
         assert state.fit.fits_none(state.built, members) is not fits
         outcomes.add(fits)

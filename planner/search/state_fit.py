@@ -12,9 +12,9 @@ of the 3,908 entries that came up to their family floor held no member that fits
 What the answer reads (the proof is `within`'s key and `expand`'s loop): of each member, its ZeRO stage and replicate
 factor; of the entry, its degrees (tp, cp, pp, and so dp), its (ep, etp), whether it recomputes fully (the members'
 offload choices and their state bound's key read that) and the head placements of its shapes, which its members share
-(one mesh and one micro-batch size: `space.families` builds the shapes per both). Entries of other sequence-parallel,
-micro-batch, recomputation and module choices over the same degrees and ZeRO stages read the same, so the answer is
-kept per what it reads.
+(one mesh and one micro-batch size, so one shapes list: `space.families` builds one per (pp, micro-batches)).
+Entries of other sequence-parallel, micro-batch, recomputation and module choices over the same degrees and ZeRO stages
+read the same, so the answer is kept per what it reads.
 """
 
 from __future__ import annotations
