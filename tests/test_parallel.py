@@ -40,21 +40,30 @@ def test_nothing_fits_says_why_as_the_single_search_does() -> None:
 
 def test_a_slow_single_process_search_notes_workers() -> None:
     """`meshplan plan` notes --workers where one process searched past SLOW_SEARCH_S on a machine with more cores;
-    not where the search was quick, where it ran over several processes, or where there is one core."""
+    where several processes (or the one core) still took that long it names the pins that narrow the space instead,
+    and research mode's size where the plan is one; nothing where the search was quick."""
     from dataclasses import replace
 
     import planner
-    from planner.commands.planout import SLOW_SEARCH_S, workers_note
+    from meshcore import Runtime
+    from meshcore.framework import Framework
+    from planner.commands.planout import PINS, SLOW_SEARCH_S, workers_note
 
     plan = planner.plan("llama3-8b", "h100-sxm", gpus=8, seq_len=4096, global_batch=32)
     assert plan.certificate is not None
     slow = replace(plan, certificate=replace(plan.certificate, solve_time_s=SLOW_SEARCH_S + 0.5))
     note = workers_note(slow, 1, cores=2)
-    assert note is not None and "--workers N" in note and "1.5 s" in note and "2 here" in note
-    assert workers_note(slow, 2, cores=2) is None
-    assert workers_note(slow, 1, cores=1) is None
+    assert note is not None and "--workers N" in note and "1.5 s in one process" in note and "2 here" in note
+    for workers, cores, took in ((2, 2, "1.5 s over 2 processes"), (1, 1, "1.5 s in one process")):
+        note = workers_note(slow, workers, cores=cores)
+        assert note is not None and took in note and PINS in note and "--workers" not in note
+        assert "research mode" not in note
+    research = replace(slow, job=replace(slow.job, runtime=Runtime(framework=Framework.ANY)))
+    note = workers_note(research, 2, cores=2)
+    assert note is not None and PINS in note and "research mode" in note
     quick = replace(plan, certificate=replace(plan.certificate, solve_time_s=SLOW_SEARCH_S / 2))
     assert workers_note(quick, 1, cores=2) is None
+    assert workers_note(quick, 2, cores=2) is None
 
 
 def test_a_part_the_others_beat_everywhere_builds_no_message() -> None:

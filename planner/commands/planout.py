@@ -10,21 +10,32 @@ from pathlib import Path
 import typer
 
 from meshcore import Target
+from meshcore.framework import Framework
 from planner.commands.common import report_to_stderr
 from planner.outputs.plan import Plan
 
-SLOW_SEARCH_S = 1.0  # a search in one process past this (issue 36's budget) notes that --workers splits it
+SLOW_SEARCH_S = 1.0  # a search past this (issue 36's budget) notes how to shorten it: --workers, or pins
+PINS = "--tp, --pp, --cp, --schedule, --recompute"  # the pins that narrow a slow search the most (README, Search speed)
 
 
 def workers_note(result: Plan, workers: int, cores: int | None = None) -> str | None:
-    """The note `meshplan plan` prints on standard error where one process searched for longer than SLOW_SEARCH_S
-    seconds on a machine with more cores (`cores`: os.cpu_count() when not given): --workers splits the space by TP
-    degree over processes that share their best plans, and returns the same plan (planner.search.parallel)."""
+    """The note `meshplan plan` prints on standard error where the search took longer than SLOW_SEARCH_S seconds
+    (`workers`: the processes that searched; `cores`: os.cpu_count() when not given). One process on a machine with
+    more cores: --workers splits the space by TP degree over processes that share their best plans, and returns the
+    same plan (planner.search.parallel). Already over several processes, or on one core: pinning what the user knows
+    narrows the space (the plan is then the best of the narrowed space), and research mode's space is the largest."""
     cert, cores = result.certificate, cores if cores is not None else os.cpu_count() or 1
-    if workers > 1 or cores < 2 or cert is None or cert.solve_time_s <= SLOW_SEARCH_S:
+    if cert is None or cert.solve_time_s <= SLOW_SEARCH_S:
         return None
-    return (f"note: the search took {cert.solve_time_s:.1f} s in one process; --workers N splits it by TP degree over "
-            f"N processes (up to one per core, {cores} here) and finds the same plan")
+    took = f"note: the search took {cert.solve_time_s:.1f} s " + (
+        "in one process" if workers <= 1 else f"over {workers} processes")
+    if workers <= 1 and cores >= 2:
+        return f"{took}; --workers N splits it by TP degree over N processes (up to one per core, {cores} here) and " \
+               "finds the same plan"
+    research = result.job.runtime.framework is Framework.ANY
+    return (f"{took}, past the {SLOW_SEARCH_S:g} s meant for one search; pinning what you know ({PINS}) narrows the "
+            "space" + (", and a runtime's own space (--runtime megatron, ...) is smaller than research mode's"
+                       if research else ""))
 
 
 def show_plan(result: Plan, out: Path | None, as_json: bool, record_timing: bool,
