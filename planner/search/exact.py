@@ -173,7 +173,7 @@ class _Search:
             ep, etp = experts[e]
             self.tally["held"] += self.held(f)
             base = first if (ep, etp) == (first.ep, first.etp) else first.but(ep=ep, etp=etp)
-            sides = [self.bounds.shape_beside(first, vpp, schedule) for vpp, schedule in shapes]
+            sides = self.fit.placements(first, shapes)  # (each shape's head placement)
             fits = {side: self.fit.within(base, side) for side in set(sides)}
             shaped = [(schedule, vpp, side, fits[side]) for (vpp, schedule), side in zip(shapes, sides, strict=True)
                       if fits[side]]

@@ -36,7 +36,7 @@ class StateFit:
         self.offloads = {(z, alone, full): tuple(offload_options(z, spec, alone, nvme, full))
                          for z in ZeroStage for alone in (False, True) for full in (False, True)}
         self._within: dict[tuple[object, ...], tuple[frozenset[Offload], ...]] = {}
-        self._sides: dict[tuple[int, int, int], frozenset[bool]] = {}
+        self._placed: dict[tuple[int, int, int], tuple[bool, ...]] = {}
         self._none: dict[tuple[object, ...], bool] = {}
         self.asked = self.tried = self.settled = 0  # `none_fit`'s tries (`group_floor.worth_trying`)
 
@@ -86,10 +86,14 @@ class StateFit:
         return found
 
     def sides(self, c: Candidate, shapes: Sequence[tuple[int, Schedule]]) -> frozenset[bool]:
-        """The head placements (beside the embedding or not) of `shapes`, c's family's (vpp, schedule) pairs, once per
-        (pp, dp, mbs)."""
+        """The head placements (beside the embedding or not) that `shapes`, c's family's (vpp, schedule) pairs, hold."""
+        return frozenset(self.placements(c, shapes))
+
+    def placements(self, c: Candidate, shapes: Sequence[tuple[int, Schedule]]) -> tuple[bool, ...]:
+        """The head placement of each of `shapes`, c's family's (vpp, schedule) pairs, in their order: once per (pp,
+        dp, mbs), which fixes the shapes (`space.families` builds one list per (pp, micro-batches))."""
         key = (c.pp, c.dp, c.mbs)
-        found = self._sides.get(key)
+        found = self._placed.get(key)
         if found is None:
-            found = self._sides[key] = frozenset(self.bounds.shape_beside(c, vpp, schedule) for vpp, schedule in shapes)
+            found = self._placed[key] = tuple(self.bounds.shape_beside(c, vpp, schedule) for vpp, schedule in shapes)
         return found
