@@ -30,8 +30,8 @@ def workers_note(result: Plan, workers: int, cores: int | None = None) -> str | 
     took = f"note: the search took {cert.solve_time_s:.1f} s " + (
         "in one process" if workers <= 1 else f"over {workers} processes")
     if workers <= 1 and cores >= 2:
-        return f"{took}; --workers N splits it by TP degree over N processes (up to one per core, {cores} here) and " \
-               "finds the same plan"
+        return (f"{took}; --workers N splits it by TP degree over N processes (up to one per core, {cores} here) and "
+                "finds the same plan")
     research = result.job.runtime.framework is Framework.ANY
     return (f"{took}, past the {SLOW_SEARCH_S:g} s meant for one search; pinning what you know ({PINS}) narrows the "
             "space" + (", and a runtime's own space (--runtime megatron, ...) is smaller than research mode's"
